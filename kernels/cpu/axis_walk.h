@@ -1,0 +1,211 @@
+// AxisWalk: the loop structure shared by the CPU kernels of ops that index along one axis (Gather,
+// Scatter and their relatives). It visits every position of an iteration shape (the index
+// tensor's) with three operands' offsets:
+//
+//   kIndex    the index tensor,
+//   kDirect   the operand addressed at the same position (Gather's result, Scatter's source),
+//   kIndexed  the operand addressed through the index value along `axis` (Gather's input,
+//             Scatter's destination). Its stride along `axis` must be given as 0: the kernel adds
+//             `index_value * axis_stride` itself.
+//
+// The walk hands the kernel runs: (offsets, count, steps), `count` consecutive positions along
+// one dimension. The kernel's inner loop is then a tight strided loop, with no per-element
+// coordinate arithmetic or dispatch.
+//
+// Ordering guarantee (what makes Scatter's ASSIGN last-writer-wins and its reductions race-free):
+// positions are split between threads only across the dimensions other than `axis`; all positions
+// that share the non-axis coordinates are visited by one thread in increasing order along `axis`.
+// Two positions that differ in a non-axis coordinate never address the same destination, so
+// threads never write the same element.
+#ifndef TENSOROPS_KERNELS_CPU_AXIS_WALK_H_
+#define TENSOROPS_KERNELS_CPU_AXIS_WALK_H_
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdint>
+
+#include "kernels/cpu/parallel.h"
+#include "kernels/shape.h"
+#include "tbb/blocked_range2d.h"
+#include "tbb/parallel_for.h"
+
+namespace tensorops::cpu {
+
+class AxisWalk {
+ public:
+  static constexpr int kIndex = 0;
+  static constexpr int kDirect = 1;
+  static constexpr int kIndexed = 2;
+  static constexpr int kOperands = 3;
+  using Offsets = std::array<int64_t, kOperands>;
+
+  // `shape` is the iteration shape and `strides[k]` operand k's strides over it, in elements.
+  AxisWalk(ShapeSpan shape, int64_t axis, const std::array<Shape, kOperands>& strides)
+      : axis_size_(shape[axis]) {
+    for (int k = 0; k < kOperands; ++k) axis_steps_[k] = strides[k][axis];
+    Coalesce(shape, strides, 0, axis, &outer_shape_, &outer_strides_);
+    Coalesce(shape, strides, axis + 1, static_cast<int64_t>(shape.size()), &inner_shape_,
+             &inner_strides_);
+    outer_count_ = NumElements(outer_shape_);
+    inner_count_ = NumElements(inner_shape_);
+  }
+
+  int64_t num_positions() const { return outer_count_ * axis_size_ * inner_count_; }
+
+  // ForEachRun calls `run(offsets, count, steps)` until every position is visited or a run returns
+  // false; returns false when one did. Runs on several threads when the walk is large (see the
+  // ordering guarantee above); `run` must be safe to call concurrently for disjoint positions.
+  //
+  // `ordered` keeps the ordering guarantee; a kernel whose result does not depend on the order
+  // (Gather) passes false, which also lets a long axis be split between threads.
+  template <typename Run>
+  bool ForEachRun(const Run& run, bool ordered = true) const {
+    const int64_t positions = num_positions();
+    if (positions == 0) return true;
+    if (positions < kMinParallelElements) return RunBox(0, outer_count_, 0, inner_count_, run);
+    if (!ordered && inner_shape_.empty()) return SplitAlongAxis(run);
+    // Tasks of about kMinParallelElements positions: whole outer rows when a row is small, else
+    // one outer row split along the inner positions.
+    const int64_t row = axis_size_ * inner_count_;
+    const int64_t outer_grain = std::max<int64_t>(1, kMinParallelElements / row);
+    const int64_t inner_grain =
+        row > kMinParallelElements
+            ? std::max<int64_t>(1, kMinParallelElements / std::max<int64_t>(axis_size_, 1))
+            : inner_count_;
+    std::atomic<bool> ok{true};
+    tbb::parallel_for(
+        tbb::blocked_range2d<int64_t>(0, outer_count_, outer_grain, 0, inner_count_, inner_grain),
+        [&](const tbb::blocked_range2d<int64_t>& box) {
+          if (!ok.load(std::memory_order_relaxed)) return;
+          if (!RunBox(box.rows().begin(), box.rows().end(), box.cols().begin(), box.cols().end(),
+                      run)) {
+            ok.store(false, std::memory_order_relaxed);
+          }
+        });
+    return ok.load();
+  }
+
+ private:
+  // Runs the walk with tasks that cover parts of the axis; only for unordered walks whose axis is
+  // the innermost dimension.
+  template <typename Run>
+  bool SplitAlongAxis(const Run& run) const {
+    const int64_t axis_grain = std::max<int64_t>(1, std::min(axis_size_, kMinParallelElements));
+    const int64_t outer_grain =
+        std::max<int64_t>(1, kMinParallelElements / std::max<int64_t>(axis_size_, 1));
+    std::atomic<bool> ok{true};
+    tbb::parallel_for(
+        tbb::blocked_range2d<int64_t>(0, outer_count_, outer_grain, 0, axis_size_, axis_grain),
+        [&](const tbb::blocked_range2d<int64_t>& box) {
+          for (int64_t outer = box.rows().begin(); outer < box.rows().end(); ++outer) {
+            if (!ok.load(std::memory_order_relaxed)) return;
+            Offsets offsets = OuterOffsets(outer);
+            for (int k = 0; k < kOperands; ++k) offsets[k] += box.cols().begin() * axis_steps_[k];
+            if (!run(offsets, box.cols().size(), axis_steps_))
+              ok.store(false, std::memory_order_relaxed);
+          }
+        });
+    return ok.load();
+  }
+
+  // Appends the dimensions [begin, end) of `shape` to `out_shape`, dropping size-1 dimensions and
+  // merging neighbours that are contiguous with each other in every operand.
+  static void Coalesce(ShapeSpan shape, const std::array<Shape, kOperands>& strides, int64_t begin,
+                       int64_t end, Shape* out_shape, std::array<Shape, kOperands>* out_strides) {
+    for (int64_t d = begin; d < end; ++d) {
+      if (shape[d] == 1) continue;
+      bool mergeable = !out_shape->empty();
+      for (int k = 0; k < kOperands && mergeable; ++k) {
+        mergeable = (*out_strides)[k].back() == strides[k][d] * shape[d];
+      }
+      if (mergeable) {
+        out_shape->back() *= shape[d];
+        for (int k = 0; k < kOperands; ++k) (*out_strides)[k].back() = strides[k][d];
+      } else {
+        out_shape->push_back(shape[d]);
+        for (int k = 0; k < kOperands; ++k) (*out_strides)[k].push_back(strides[k][d]);
+      }
+    }
+  }
+
+  Offsets OuterOffsets(int64_t outer) const {
+    Offsets offsets{};
+    for (int64_t d = static_cast<int64_t>(outer_shape_.size()) - 1; d >= 0 && outer > 0; --d) {
+      const int64_t coord = outer % outer_shape_[d];
+      outer /= outer_shape_[d];
+      for (int k = 0; k < kOperands; ++k) offsets[k] += coord * outer_strides_[k][d];
+    }
+    return offsets;
+  }
+
+  // Visits outer positions [outer_begin, outer_end) x inner positions [inner_begin, inner_end), all
+  // positions along the axis for each, in row-major order.
+  template <typename Run>
+  bool RunBox(int64_t outer_begin, int64_t outer_end, int64_t inner_begin, int64_t inner_end,
+              const Run& run) const {
+    for (int64_t outer = outer_begin; outer < outer_end; ++outer) {
+      const Offsets base = OuterOffsets(outer);
+      if (inner_shape_.empty()) {
+        // The axis is the innermost non-trivial dimension: one run along it.
+        if (!run(base, axis_size_, axis_steps_)) return false;
+        continue;
+      }
+      for (int64_t a = 0; a < axis_size_; ++a) {
+        Offsets at = base;
+        for (int k = 0; k < kOperands; ++k) at[k] += a * axis_steps_[k];
+        if (!InnerRuns(at, inner_begin, inner_end, run)) return false;
+      }
+    }
+    return true;
+  }
+
+  // Visits inner positions [begin, end) from `at`, one run per stretch of the last inner dimension.
+  template <typename Run>
+  bool InnerRuns(const Offsets& at, int64_t begin, int64_t end, const Run& run) const {
+    const int64_t last = static_cast<int64_t>(inner_shape_.size()) - 1;
+    Offsets last_steps;
+    for (int k = 0; k < kOperands; ++k) last_steps[k] = inner_strides_[k][last];
+    if (last == 0) {
+      Offsets offsets = at;
+      for (int k = 0; k < kOperands; ++k) offsets[k] += begin * last_steps[k];
+      return run(offsets, end - begin, last_steps);
+    }
+    std::array<int64_t, kMaxRank> coords{};
+    Offsets offsets = at;
+    for (int64_t d = last, rest = begin; d >= 0; --d) {
+      coords[d] = rest % inner_shape_[d];
+      rest /= inner_shape_[d];
+      for (int k = 0; k < kOperands; ++k) offsets[k] += coords[d] * inner_strides_[k][d];
+    }
+    for (int64_t position = begin; position < end;) {
+      const int64_t count = std::min(end - position, inner_shape_[last] - coords[last]);
+      if (!run(offsets, count, last_steps)) return false;
+      position += count;
+      coords[last] += count;
+      for (int k = 0; k < kOperands; ++k) offsets[k] += count * last_steps[k];
+      // Carry into the outer inner dimensions.
+      for (int64_t d = last; d > 0 && coords[d] == inner_shape_[d]; --d) {
+        for (int k = 0; k < kOperands; ++k) {
+          offsets[k] += inner_strides_[k][d - 1] - coords[d] * inner_strides_[k][d];
+        }
+        coords[d] = 0;
+        ++coords[d - 1];
+      }
+    }
+    return true;
+  }
+
+  int64_t axis_size_;
+  Offsets axis_steps_{};
+  Shape outer_shape_;
+  std::array<Shape, kOperands> outer_strides_;
+  Shape inner_shape_;
+  std::array<Shape, kOperands> inner_strides_;
+  int64_t outer_count_ = 1;
+  int64_t inner_count_ = 1;
+};
+
+}  // namespace tensorops::cpu
+
+#endif  // TENSOROPS_KERNELS_CPU_AXIS_WALK_H_

@@ -1,0 +1,175 @@
+// Reductions of Scatter and the ops built like it, as small functors that CPU and CUDA code share.
+//
+//   SumOp{}(dest, value);   // dest = dest + value
+//
+// Each functor combines a destination element with one source element already converted to the
+// destination's type (float for float16/bfloat16 accumulation). `Identity<Op, T>()` is the value a
+// destination starts from when `include_self` is false.
+#ifndef TENSOROPS_KERNELS_REDUCTION_H_
+#define TENSOROPS_KERNELS_REDUCTION_H_
+
+#include <cmath>
+#include <complex>
+#include <limits>
+#include <optional>
+#include <string_view>
+#include <type_traits>
+
+#include "kernels/dtype.h"
+#include "kernels/half.h"
+
+namespace tensorops {
+
+// Reduction is the `reduce` argument of SPEC.
+enum class Reduction { kAssign, kSum, kProd, kMean, kAmax, kAmin };
+
+// ReductionName returns the SPEC's upper-case name ("SUM").
+std::string_view ReductionName(Reduction reduction);
+
+// ParseReduction accepts SPEC names and client aliases (case-insensitive): assign/update,
+// sum/add, prod/mul/multiply, mean, amax/max, amin/min. nullopt for anything else.
+std::optional<Reduction> ParseReduction(std::string_view name);
+
+namespace internal {
+
+// Comparable returns the value ordered comparisons use: float for the 16-bit floats.
+template <typename T>
+TENSOROPS_HOST_DEVICE inline auto Comparable(T value) {
+  if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
+    return static_cast<float>(value);
+  } else {
+    return value;
+  }
+}
+
+template <typename T>
+TENSOROPS_HOST_DEVICE inline bool IsNan(T value) {
+  if constexpr (std::is_floating_point_v<decltype(Comparable(value))>) {
+    const auto comparable = Comparable(value);
+    return comparable != comparable;
+  } else {
+    return false;
+  }
+}
+
+}  // namespace internal
+
+// AssignOp: the last value written wins.
+struct AssignOp {
+  template <typename T>
+  TENSOROPS_HOST_DEVICE void operator()(T& dest, T value) const {
+    dest = value;
+  }
+};
+
+// SumOp adds; on bool it is logical or (as PyTorch).
+struct SumOp {
+  template <typename T>
+  TENSOROPS_HOST_DEVICE void operator()(T& dest, T value) const {
+    if constexpr (std::is_same_v<T, bool>) {
+      dest = dest || value;
+    } else {
+      dest = static_cast<T>(dest + value);
+    }
+  }
+};
+
+// ProdOp multiplies; on bool it is logical and.
+struct ProdOp {
+  template <typename T>
+  TENSOROPS_HOST_DEVICE void operator()(T& dest, T value) const {
+    if constexpr (std::is_same_v<T, bool>) {
+      dest = dest && value;
+    } else {
+      dest = static_cast<T>(dest * value);
+    }
+  }
+};
+
+// MaxOp keeps the larger value; a NaN on either side wins (propagates). Bool: logical or.
+struct MaxOp {
+  template <typename T>
+  TENSOROPS_HOST_DEVICE void operator()(T& dest, T value) const {
+    if constexpr (std::is_same_v<T, bool>) {
+      dest = dest || value;
+    } else {
+      // `value > dest` is false when dest is NaN, so a NaN destination stays.
+      if (internal::IsNan(value) || internal::Comparable(value) > internal::Comparable(dest)) {
+        dest = value;
+      }
+    }
+  }
+};
+
+// MinOp keeps the smaller value; a NaN on either side wins (propagates). Bool: logical and.
+struct MinOp {
+  template <typename T>
+  TENSOROPS_HOST_DEVICE void operator()(T& dest, T value) const {
+    if constexpr (std::is_same_v<T, bool>) {
+      dest = dest && value;
+    } else {
+      if (internal::IsNan(value) || internal::Comparable(value) < internal::Comparable(dest)) {
+        dest = value;
+      }
+    }
+  }
+};
+
+// Identity returns the neutral element of `Op` for T: 0 for sums, 1 for products, the lowest value
+// (-inf for floats) for maxima and the highest (+inf) for minima.
+template <typename Op, typename T>
+TENSOROPS_HOST_DEVICE inline T Identity() {
+  if constexpr (std::is_same_v<Op, ProdOp>) {
+    if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) return T(1.0f);
+    return T(1);
+  } else if constexpr (std::is_same_v<Op, MaxOp> || std::is_same_v<Op, MinOp>) {
+    constexpr bool kMax = std::is_same_v<Op, MaxOp>;
+    if constexpr (std::is_same_v<T, bool>) {
+      return !kMax;
+    } else if constexpr (std::is_same_v<T, Float16>) {
+      return Float16::FromBits(kMax ? 0xfc00 : 0x7c00);
+    } else if constexpr (std::is_same_v<T, BFloat16>) {
+      return BFloat16::FromBits(kMax ? 0xff80 : 0x7f80);
+    } else if constexpr (std::is_floating_point_v<T>) {
+      return kMax ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity();
+    } else {
+      return kMax ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
+    }
+  } else {
+    if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) return T(0.0f);
+    return T(0);
+  }
+}
+
+// DispatchReduction calls `fn(op)` with the functor of `reduction`; MEAN reduces with SumOp (the
+// division by the count happens afterwards).
+template <typename Fn>
+decltype(auto) DispatchReduction(Reduction reduction, Fn&& fn) {
+  switch (reduction) {
+    case Reduction::kAssign:
+      return fn(AssignOp{});
+    case Reduction::kSum:
+    case Reduction::kMean:
+      return fn(SumOp{});
+    case Reduction::kProd:
+      return fn(ProdOp{});
+    case Reduction::kAmax:
+      return fn(MaxOp{});
+    case Reduction::kAmin:
+      return fn(MinOp{});
+  }
+  return fn(AssignOp{});
+}
+
+// FloorDivide divides with the quotient rounded toward negative infinity (PyTorch's integer mean:
+// the mean of -3 and -4 is -4). `divisor` > 0.
+template <typename T>
+TENSOROPS_HOST_DEVICE inline T FloorDivide(T dividend, int64_t divisor) {
+  const int64_t quotient = static_cast<int64_t>(dividend) / divisor;
+  const bool inexact = quotient * divisor != static_cast<int64_t>(dividend);
+  return static_cast<T>(inexact && dividend < 0 ? quotient - 1 : quotient);
+}
+
+}  // namespace tensorops
+
+#endif  // TENSOROPS_KERNELS_REDUCTION_H_

@@ -1,0 +1,260 @@
+// Validation and planning of Gather and Scatter: every check that does not depend on the device
+// or on index values. The kernels trust a plan.
+#include <variant>
+
+#include "absl/strings/str_format.h"
+#include "kernels/gather.h"
+#include "kernels/scatter.h"
+
+namespace tensorops {
+namespace {
+
+// A tensor's shape and strides as the walk sees them: rank-0 tensors act as shape [1], the way
+// PyTorch's gather/scatter treat scalars.
+struct WalkShape {
+  Shape shape;
+  Shape strides;
+};
+
+WalkShape AsWalkShape(const TensorView& view) {
+  if (view.rank() == 0) return {Shape{1}, Shape{1}};
+  return {view.shape(), view.strides()};
+}
+
+int64_t WalkRank(const TensorView& view) { return std::max<int64_t>(view.rank(), 1); }
+
+absl::Status CheckIndexDtype(std::string_view op, const TensorView& index) {
+  if (IsIndexType(index.dtype())) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("%s: index.dtype = %s is not an index type (expected int32 or int64)", op,
+                      DataTypeName(index.dtype())));
+}
+
+absl::Status CheckSameRank(std::string_view op, std::string_view name, const TensorView& view,
+                           std::string_view other_name, const TensorView& other) {
+  if (WalkRank(view) == WalkRank(other)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("%s: %s has rank %d but %s has rank %d (they must be equal)", op, name,
+                      view.rank(), other_name, other.rank()));
+}
+
+// Broadcasts `a` and `b` against each other on every dimension but `axis` (same rank); the axis
+// sizes stay each one's own.
+absl::Status BroadcastExceptAxis(std::string_view op, std::string_view a_name, WalkShape& a,
+                                 std::string_view b_name, WalkShape& b, int64_t axis) {
+  for (size_t d = 0; d < a.shape.size(); ++d) {
+    if (static_cast<int64_t>(d) == axis || a.shape[d] == b.shape[d]) continue;
+    if (a.shape[d] == 1) {
+      a.shape[d] = b.shape[d];
+      a.strides[d] = 0;
+    } else if (b.shape[d] == 1) {
+      b.shape[d] = a.shape[d];
+      b.strides[d] = 0;
+    } else {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: cannot broadcast %s.shape[%d] = %d with %s.shape[%d] = %d (sizes must be equal or "
+          "1 in every dimension but axis %d)",
+          op, a_name, d, a.shape[d], b_name, d, b.shape[d], axis));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Views `walk` at shape `to` (NumPy broadcasting), or explains why it cannot be.
+absl::Status BroadcastWalkTo(std::string_view op, std::string_view name, WalkShape& walk,
+                             const Shape& to, std::string_view to_name) {
+  if (!CanBroadcastTo(walk.shape, to)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: %s of shape %s cannot be broadcast to %s %s", op, name,
+                        ShapeToString(walk.shape), to_name, ShapeToString(to)));
+  }
+  walk.strides = BroadcastStrides(walk.shape, walk.strides, to);
+  walk.shape = to;
+  return absl::OkStatus();
+}
+
+// Index sizes may not exceed `other`'s in any dimension (but `skip_axis`, when >= 0).
+absl::Status CheckIndexNotLarger(std::string_view op, const WalkShape& index,
+                                 std::string_view other_name, const WalkShape& other,
+                                 int64_t skip_axis, std::string_view rule) {
+  for (size_t d = 0; d < index.shape.size(); ++d) {
+    if (static_cast<int64_t>(d) == skip_axis) continue;
+    if (index.shape[d] > other.shape[d]) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: index.shape[%d] = %d is larger than %s.shape[%d] = %d (%s)", op, d,
+                          index.shape[d], other_name, d, other.shape[d], rule));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<GatherPlan> PlanGather(const GatherArgs& args) {
+  constexpr std::string_view kOp = "gather";
+  if (absl::Status status = CheckIndexDtype(kOp, args.index); !status.ok()) return status;
+  if (absl::Status status = CheckSameRank(kOp, "index", args.index, "input", args.input);
+      !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<int64_t> axis = NormalizeAxis(kOp, "axis", args.axis, args.input.rank());
+  if (!axis.ok()) return axis.status();
+
+  WalkShape input = AsWalkShape(args.input);
+  WalkShape index = AsWalkShape(args.index);
+  Shape result_shape = args.index.shape();
+  if (args.broadcast) {
+    if (absl::Status status = BroadcastExceptAxis(kOp, "input", input, "index", index, *axis);
+        !status.ok()) {
+      return status;
+    }
+    if (args.index.rank() > 0) result_shape = index.shape;
+  } else if (absl::Status status =
+                 CheckIndexNotLarger(kOp, index, "input", input, *axis,
+                                     absl::StrFormat("index may not be larger than input in "
+                                                     "dimensions other than axis %d",
+                                                     *axis));
+             !status.ok()) {
+    return status;
+  }
+
+  GatherPlan plan;
+  plan.result_dtype = args.input.dtype();
+  plan.result_shape = std::move(result_shape);
+  plan.axis = *axis;
+  plan.input_axis_size = input.shape[*axis];
+  plan.input_axis_stride = input.strides[*axis];
+  // The input is walked at the index's shape; the kernel adds index * input_axis_stride.
+  Shape input_strides = input.strides;
+  input_strides[*axis] = 0;
+  plan.input = TensorView(args.input.dtype(), index.shape, input_strides, args.input.data());
+  plan.index = TensorView(args.index.dtype(), index.shape, index.strides, args.index.data());
+  plan.original_index = args.index;
+  return plan;
+}
+
+absl::StatusOr<ScatterPlan> PlanScatter(const ScatterArgs& args) {
+  constexpr std::string_view kOp = "scatter";
+  const DataType dtype = args.input.dtype();
+
+  ScatterPlan plan;
+  TensorView source;
+  if (const auto* source_tensor = std::get_if<TensorView>(&args.source)) {
+    source = *source_tensor;
+    if (source.dtype() != dtype) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: src.dtype = %s does not match input.dtype = %s (no implicit casts)",
+                          kOp, DataTypeName(source.dtype()), DataTypeName(dtype)));
+    }
+  } else {
+    absl::StatusOr<Tensor> value =
+        ScalarToTensor(std::get<Scalar>(args.source), dtype, kOp, "value");
+    if (!value.ok()) return value.status();
+    plan.value_storage = std::move(*value);
+    source = plan.value_storage->view();
+  }
+  const bool is_value = std::holds_alternative<Scalar>(args.source);
+
+  if (IsComplex(dtype) && (args.reduce == Reduction::kAmax || args.reduce == Reduction::kAmin)) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: reduce = %s is not defined for %s input",
+                                                      kOp, ReductionName(args.reduce),
+                                                      DataTypeName(dtype)));
+  }
+  if (dtype == DataType::kBool && args.reduce == Reduction::kMean) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: reduce = MEAN is not defined for bool input", kOp));
+  }
+  absl::StatusOr<int64_t> axis = NormalizeAxis(kOp, "axis", args.axis, args.input.rank());
+  if (!axis.ok()) return axis.status();
+
+  WalkShape input = AsWalkShape(args.input);
+  WalkShape index = AsWalkShape(args.index);
+  WalkShape src = AsWalkShape(source);
+  if (args.broadcast) {
+    // Paddle's put_along_axis: with S = input's shape with `axis` sized like the index, index and
+    // source broadcast to S when the index fits inside the input, else the source broadcasts to
+    // the index's shape.
+    if (absl::Status status = CheckSameRank(kOp, "index", args.index, "input", args.input);
+        !status.ok()) {
+      return status;
+    }
+    bool index_fits = true;
+    for (size_t d = 0; d < input.shape.size(); ++d) index_fits &= index.shape[d] <= input.shape[d];
+    if (index_fits) {
+      Shape target = input.shape;
+      target[*axis] = index.shape[*axis];
+      if (absl::Status status = BroadcastWalkTo(kOp, "index", index, target, "shape");
+          !status.ok()) {
+        return status;
+      }
+    }
+    if (absl::Status status =
+            BroadcastWalkTo(kOp, is_value ? "value" : "src", src, index.shape, "the index shape");
+        !status.ok()) {
+      return status;
+    }
+  } else if (is_value) {
+    src.shape = index.shape;
+    src.strides.assign(index.shape.size(), 0);
+  }
+
+  if (args.index.numel() > 0) {
+    // Like PyTorch, an empty index is accepted whatever its shape (the result is the input).
+    if (absl::Status status = CheckIndexDtype(kOp, args.index); !status.ok()) return status;
+    if (!args.broadcast) {
+      if (absl::Status status = CheckSameRank(kOp, "index", args.index, "input", args.input);
+          !status.ok()) {
+        return status;
+      }
+      if (!is_value) {
+        if (absl::Status status = CheckSameRank(kOp, "src", source, "index", args.index);
+            !status.ok()) {
+          return status;
+        }
+      }
+    }
+    if (absl::Status status = CheckIndexNotLarger(
+            kOp, index, "input", input, *axis,
+            absl::StrFormat("index may not be larger than input in dimensions other than axis %d",
+                            *axis));
+        !status.ok()) {
+      return status;
+    }
+    if (absl::Status status = CheckIndexNotLarger(kOp, index, "src", src, /*skip_axis=*/-1,
+                                                  "index may not be larger than src in any "
+                                                  "dimension");
+        !status.ok()) {
+      return status;
+    }
+  }
+
+  plan.result_dtype = dtype;
+  plan.result_shape = args.input.shape();
+  plan.input = args.input;
+  plan.index = TensorView(args.index.dtype(), index.shape, index.strides, args.index.data());
+  // The source is walked at the index's shape: its leading block when it is larger.
+  plan.source = TensorView(dtype, index.shape, src.strides, source.data());
+  plan.axis = *axis;
+  plan.reduce = args.reduce;
+  plan.include_self = args.include_self;
+  plan.original_index = args.index;
+  return plan;
+}
+
+absl::StatusOr<Tensor> Gather(const GatherArgs& args) {
+  absl::StatusOr<GatherPlan> plan = PlanGather(args);
+  if (!plan.ok()) return plan.status();
+  Tensor result(plan->result_dtype, plan->result_shape);
+  if (absl::Status status = cpu::Gather(*plan, result.mutable_view()); !status.ok()) return status;
+  return result;
+}
+
+absl::StatusOr<Tensor> Scatter(const ScatterArgs& args) {
+  absl::StatusOr<ScatterPlan> plan = PlanScatter(args);
+  if (!plan.ok()) return plan.status();
+  Tensor result(plan->result_dtype, plan->result_shape);
+  if (absl::Status status = cpu::Scatter(*plan, result.mutable_view()); !status.ok()) return status;
+  return result;
+}
+
+}  // namespace tensorops

@@ -166,8 +166,11 @@ decltype(auto) DispatchReduction(Reduction reduction, Fn&& fn) {
 template <typename T>
 TENSOROPS_HOST_DEVICE inline T FloorDivide(T dividend, int64_t divisor) {
   const int64_t quotient = static_cast<int64_t>(dividend) / divisor;
-  const bool inexact = quotient * divisor != static_cast<int64_t>(dividend);
-  return static_cast<T>(inexact && dividend < 0 ? quotient - 1 : quotient);
+  if constexpr (std::is_signed_v<T>) {
+    const bool inexact = quotient * divisor != static_cast<int64_t>(dividend);
+    if (inexact && dividend < 0) return static_cast<T>(quotient - 1);
+  }
+  return static_cast<T>(quotient);
 }
 
 }  // namespace tensorops

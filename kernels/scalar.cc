@@ -24,35 +24,56 @@ std::string Scalar::ToString() const {
 
 namespace {
 
-// Converts a real number to T, or returns false when it does not fit.
+// The largest finite value of a floating storage type.
+template <typename T>
+double FloatingMax() {
+  if constexpr (std::is_same_v<T, Float16>) {
+    return 65504.0;
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    return 3.3895313892515355e38;  // (2 - 2^-7) * 2^127.
+  } else {
+    return static_cast<double>(std::numeric_limits<T>::max());
+  }
+}
+
+// Converts a real number to T under c10's `overflows` rule, or returns false when it does not
+// fit: integers must lie in the target's range, except that unsigned targets also take values
+// down to -max and wrap (PyTorch keeps `-1` -> 255 for uint8); floats truncate toward zero first;
+// floating targets reject finite values beyond their largest finite value but take inf and NaN.
 template <typename T>
 bool ConvertReal(double real, bool is_integer, int64_t integer, T* out) {
   if constexpr (std::is_same_v<T, bool>) {
     *out = is_integer ? integer != 0 : real != 0.0;
     return true;
   } else if constexpr (std::is_integral_v<T>) {
+    // As doubles the bounds are exact: int64's max + 1 is 2^63.
+    const double lowest = std::is_signed_v<T> ? static_cast<double>(std::numeric_limits<T>::min())
+                                              : -static_cast<double>(std::numeric_limits<T>::max());
+    const double end = static_cast<double>(std::numeric_limits<T>::max()) + 1.0;
     if (is_integer) {
-      if (integer < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
+      const int64_t lowest_integer = std::is_signed_v<T>
+                                         ? static_cast<int64_t>(std::numeric_limits<T>::min())
+                                         : -static_cast<int64_t>(std::numeric_limits<T>::max());
+      if (integer < lowest_integer ||
           integer > static_cast<int64_t>(std::numeric_limits<T>::max())) {
         return false;
       }
       *out = static_cast<T>(integer);
       return true;
     }
-    // Truncate toward zero, then require the result to fit (NaN and infinities never do). The
-    // upper bound is exclusive: max + 1.0 is a power of two, exact in double even for int64.
-    const double truncated = std::trunc(real);
-    if (!(truncated >= static_cast<double>(std::numeric_limits<T>::min()) &&
-          truncated < static_cast<double>(std::numeric_limits<T>::max()) + 1.0)) {
-      return false;
-    }
-    *out = static_cast<T>(truncated);
-    return true;
-  } else if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
-    *out = T(static_cast<float>(is_integer ? static_cast<double>(integer) : real));
+    const double truncated = std::trunc(real);  // NaN and infinities fail the range test.
+    if (!(truncated >= lowest && truncated < end)) return false;
+    *out = std::is_signed_v<T> ? static_cast<T>(truncated)
+                               : static_cast<T>(static_cast<int64_t>(truncated));
     return true;
   } else {
-    *out = static_cast<T>(is_integer ? static_cast<double>(integer) : real);
+    const double number = is_integer ? static_cast<double>(integer) : real;
+    if (std::isfinite(number) && std::abs(number) > FloatingMax<T>()) return false;
+    if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
+      *out = T(static_cast<float>(number));
+    } else {
+      *out = static_cast<T>(number);
+    }
     return true;
   }
 }

@@ -39,10 +39,12 @@ class Scalar {
   Value value_;
 };
 
-// ScalarToTensor returns a rank-0 tensor of `dtype` holding `scalar`, or INVALID_ARGUMENT naming
-// `op` and `arg` when the value cannot be represented (out of the integer range, NaN or infinity
-// into an integer, a complex value into a real dtype, a non-0/1 integer into bool is allowed and
-// means true, as in PyTorch).
+// ScalarToTensor returns a rank-0 tensor of `dtype` holding `scalar`, converted under PyTorch's
+// rules, or INVALID_ARGUMENT naming `op` and `arg` when it cannot be represented: an integer target
+// out of range (unsigned targets also take values down to -max and wrap, so -1 becomes 255 in
+// uint8), NaN or infinity into an integer, a finite value beyond a floating target's range (inf
+// and NaN themselves are fine), a complex value into a real dtype. Any nonzero value into bool is
+// true.
 absl::StatusOr<Tensor> ScalarToTensor(const Scalar& scalar, DataType dtype, std::string_view op,
                                       std::string_view arg);
 

@@ -1,0 +1,396 @@
+// Gather (SPEC operation 1) against the independent reference in reference.h: randomized over
+// dtypes, ranks, axes, index dtypes and index patterns, plus the PyTorch/Paddle doc examples and
+// every error SPEC names.
+#include "kernels/gather.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/random/random.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/reference.h"
+
+namespace tensorops {
+namespace {
+
+using testing::ExpectTensorsNear;
+using ::testing::HasSubstr;
+using testing::IndexPattern;
+using testing::IndexTensor;
+using testing::RandomIndex;
+using testing::RandomTensor;
+using testing::ReferenceGather;
+using testing::TensorFromValues;
+using testing::ToDoubles;
+
+constexpr IndexPattern kPatterns[] = {IndexPattern::kUnique, IndexPattern::kRandom,
+                                      IndexPattern::kDuplicateHeavy, IndexPattern::kNegative};
+
+struct GatherCase {
+  Tensor input;
+  Tensor index;
+  int64_t axis = 0;
+  bool broadcast = false;
+  std::string description;
+};
+
+absl::BitGen SeededGen(uint64_t seed) {
+  std::seed_seq sequence = {seed, uint64_t{0x6a7e}};
+  return absl::BitGen(sequence);
+}
+
+int64_t RandomSize(absl::BitGen& gen, int64_t max_size) {
+  // Mostly 1..max_size, sometimes 0.
+  if (absl::Bernoulli(gen, 0.06)) return 0;
+  return absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, max_size);
+}
+
+// A random valid Gather call. Without broadcast the index is no larger than the input in the
+// non-axis dimensions; with broadcast each non-axis pair of sizes is equal or has a 1.
+GatherCase RandomGatherCase(DataType dtype, bool broadcast, absl::BitGen& gen) {
+  const int64_t rank = absl::Uniform<int64_t>(absl::IntervalClosed, gen, broadcast ? 1 : 0, 4);
+  const int64_t max_size = rank >= 4 ? 4 : 5;
+  const int64_t walk_rank = std::max<int64_t>(rank, 1);
+  const int64_t axis = absl::Uniform<int64_t>(gen, 0, walk_rank);
+  Shape input_shape(rank);
+  Shape index_shape(rank);
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d == axis) continue;
+    const int64_t size = RandomSize(gen, max_size);
+    if (broadcast) {
+      const int choice = absl::Uniform(gen, 0, 3);
+      input_shape[d] = choice == 1 ? 1 : size;
+      index_shape[d] = choice == 2 ? 1 : size;
+    } else {
+      input_shape[d] = size;
+      index_shape[d] = absl::Bernoulli(gen, 0.5)
+                           ? size
+                           : absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, size);
+    }
+  }
+  IndexPattern pattern = kPatterns[absl::Uniform<size_t>(gen, 0, std::size(kPatterns))];
+  int64_t axis_size = 1;
+  if (rank > 0) {
+    input_shape[axis] = RandomSize(gen, max_size);
+    axis_size = input_shape[axis];
+    index_shape[axis] =
+        axis_size == 0 ? 0 : absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, 6);
+    if (pattern == IndexPattern::kUnique)
+      index_shape[axis] = std::min(index_shape[axis], axis_size);
+  }
+  const DataType index_dtype = absl::Bernoulli(gen, 0.5) ? DataType::kInt32 : DataType::kInt64;
+  testing::ValueOptions values;
+  values.nan_fraction = 0.05;
+  values.signed_zero_fraction = 0.05;
+  GatherCase c;
+  c.input = RandomTensor(dtype, input_shape, gen, values);
+  c.index = RandomIndex(index_dtype, index_shape, axis, axis_size, pattern, gen);
+  c.axis = absl::Bernoulli(gen, 0.3) ? axis - walk_rank : axis;
+  c.broadcast = broadcast;
+  c.description =
+      absl::StrCat("input ", testing::reference_internal::ShapeString(input_shape), " index ",
+                   testing::reference_internal::ShapeString(index_shape), " (",
+                   std::string(DataTypeName(index_dtype)), ", ", testing::IndexPatternName(pattern),
+                   ") axis ", c.axis, broadcast ? " broadcast" : "");
+  return c;
+}
+
+void ExpectGatherMatchesReference(const GatherCase& c) {
+  SCOPED_TRACE(c.description);
+  absl::StatusOr<Tensor> expected =
+      ReferenceGather(c.input.view(), c.axis, c.index.view(), c.broadcast);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  absl::StatusOr<Tensor> actual = Gather(GatherArgs{
+      .input = c.input.view(), .index = c.index.view(), .axis = c.axis, .broadcast = c.broadcast});
+  ASSERT_TRUE(actual.ok()) << actual.status();
+  ExpectTensorsNear(*actual, *expected);
+}
+
+class GatherRandomTest : public ::testing::TestWithParam<DataType> {};
+
+TEST_P(GatherRandomTest, MatchesReference) {
+  for (uint64_t seed = 0; seed < 60; ++seed) {
+    absl::BitGen gen = SeededGen(seed * 131 + static_cast<uint64_t>(GetParam()));
+    ExpectGatherMatchesReference(RandomGatherCase(GetParam(), /*broadcast=*/false, gen));
+  }
+}
+
+TEST_P(GatherRandomTest, BroadcastMatchesReference) {
+  for (uint64_t seed = 0; seed < 40; ++seed) {
+    absl::BitGen gen = SeededGen(seed * 137 + static_cast<uint64_t>(GetParam()) + 5000);
+    ExpectGatherMatchesReference(RandomGatherCase(GetParam(), /*broadcast=*/true, gen));
+  }
+}
+
+// Large enough (~300k elements) for the multi-threaded walks, along the first, the last (where
+// Gather may split the axis itself between threads) and a middle axis.
+TEST_P(GatherRandomTest, LargeMatchesReference) {
+  absl::BitGen gen = SeededGen(777 + static_cast<uint64_t>(GetParam()));
+  struct Large {
+    Shape input_shape;
+    Shape index_shape;
+    int64_t axis;
+    IndexPattern pattern;
+  };
+  const Large cases[] = {
+      {{640, 480}, {700, 480}, 0, IndexPattern::kRandom},
+      {{300, 1000}, {300, 1000}, -1, IndexPattern::kDuplicateHeavy},
+      {{30, 100, 100}, {30, 100, 90}, 1, IndexPattern::kUnique},
+  };
+  for (const Large& large : cases) {
+    GatherCase c;
+    c.input = RandomTensor(GetParam(), large.input_shape, gen);
+    const int64_t axis = large.axis < 0 ? large.axis + 2 : large.axis;
+    c.index = RandomIndex(DataType::kInt64, large.index_shape, axis, large.input_shape[axis],
+                          large.pattern, gen);
+    c.axis = large.axis;
+    c.description = absl::StrCat("large, axis ", large.axis);
+    ExpectGatherMatchesReference(c);
+  }
+}
+
+std::string DataTypeParamName(const ::testing::TestParamInfo<DataType>& info) {
+  return std::string(DataTypeName(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDataTypes, GatherRandomTest, ::testing::ValuesIn(kAllDataTypes),
+                         DataTypeParamName);
+
+// ---------------------------------------------------------------------------------------------
+// Hand cases.
+
+TEST(GatherTest, TorchDocExample) {
+  // torch.gather(torch.tensor([[1, 2], [3, 4]]), 1, torch.tensor([[0, 0], [1, 0]]))
+  Tensor input = TensorFromValues(DataType::kInt64, {2, 2}, {1, 2, 3, 4});
+  Tensor index = IndexTensor({2, 2}, {0, 0, 1, 0});
+  absl::StatusOr<Tensor> out =
+      Gather(GatherArgs{.input = input.view(), .index = index.view(), .axis = 1});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->shape(), Shape({2, 2}));
+  EXPECT_EQ(ToDoubles(*out), (std::vector<double>{1, 1, 4, 3}));
+}
+
+TEST(GatherTest, NegativeIndicesCountFromTheEnd) {
+  Tensor input = TensorFromValues(DataType::kFloat32, {2, 3}, {1, 2, 3, 4, 5, 6});
+  Tensor index = IndexTensor({2, 2}, {-1, -3, 0, -2}, DataType::kInt32);
+  absl::StatusOr<Tensor> out =
+      Gather(GatherArgs{.input = input.view(), .index = index.view(), .axis = -1});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(ToDoubles(*out), (std::vector<double>{3, 1, 4, 5}));
+}
+
+TEST(GatherTest, IndexSmallerThanInputAndLongerAlongAxis) {
+  // Index [1, 4] into input [3, 2] along axis 1: repeats allowed, only the first row is read.
+  Tensor input = TensorFromValues(DataType::kInt16, {3, 2}, {10, 11, 20, 21, 30, 31});
+  Tensor index = IndexTensor({1, 4}, {1, 0, 1, 1});
+  absl::StatusOr<Tensor> out =
+      Gather(GatherArgs{.input = input.view(), .index = index.view(), .axis = 1});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->shape(), Shape({1, 4}));
+  EXPECT_EQ(ToDoubles(*out), (std::vector<double>{11, 10, 11, 11}));
+}
+
+TEST(GatherTest, PaddleTakeAlongAxisBroadcastExample) {
+  // paddle.take_along_axis(x=[[1,2,3],[4,5,6],[7,8,9]], indices=[[0]], axis=0) -> [[1, 2, 3]]
+  Tensor input = TensorFromValues(DataType::kFloat32, {3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  Tensor index = IndexTensor({1, 1}, {0});
+  absl::StatusOr<Tensor> out = Gather(
+      GatherArgs{.input = input.view(), .index = index.view(), .axis = 0, .broadcast = true});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->shape(), Shape({1, 3}));
+  EXPECT_EQ(ToDoubles(*out), (std::vector<double>{1, 2, 3}));
+}
+
+TEST(GatherTest, BroadcastInputAgainstLargerIndex) {
+  // Input [2, 1] broadcast along axis 1 to the index's 3 columns; gather along axis 0.
+  Tensor input = TensorFromValues(DataType::kInt32, {2, 1}, {5, 7});
+  Tensor index = IndexTensor({2, 3}, {1, 0, 1, 0, 0, -1});
+  absl::StatusOr<Tensor> out = Gather(
+      GatherArgs{.input = input.view(), .index = index.view(), .axis = 0, .broadcast = true});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->shape(), Shape({2, 3}));
+  EXPECT_EQ(ToDoubles(*out), (std::vector<double>{7, 5, 7, 5, 5, 7}));
+}
+
+TEST(GatherTest, RankZero) {
+  Tensor input = TensorFromValues(DataType::kFloat64, {}, {2.5});
+  for (int64_t value : {0, -1}) {
+    Tensor index = IndexTensor({}, {value});
+    for (int64_t axis : {0, -1}) {
+      absl::StatusOr<Tensor> out =
+          Gather(GatherArgs{.input = input.view(), .index = index.view(), .axis = axis});
+      ASSERT_TRUE(out.ok()) << out.status();
+      EXPECT_EQ(out->shape(), Shape{});
+      EXPECT_EQ(ToDoubles(*out), (std::vector<double>{2.5}));
+    }
+  }
+  Tensor bad = IndexTensor({}, {1});
+  absl::StatusOr<Tensor> out =
+      Gather(GatherArgs{.input = input.view(), .index = bad.view(), .axis = 0});
+  ASSERT_FALSE(out.ok());
+  EXPECT_THAT(out.status().message(), HasSubstr("gather: index = 1 is out of range"));
+  EXPECT_FALSE(ReferenceGather(input.view(), 0, bad.view(), false).ok());
+}
+
+TEST(GatherTest, EmptyIndexGivesEmptyResult) {
+  Tensor input = TensorFromValues(DataType::kFloat32, {2, 3}, {1, 2, 3, 4, 5, 6});
+  Tensor index = IndexTensor({0, 3}, {});
+  absl::StatusOr<Tensor> out =
+      Gather(GatherArgs{.input = input.view(), .index = index.view(), .axis = 0});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->shape(), Shape({0, 3}));
+  Tensor empty_input(DataType::kFloat32, {0, 3});
+  Tensor empty_axis_index = IndexTensor({0, 2}, {});
+  out =
+      Gather(GatherArgs{.input = empty_input.view(), .index = empty_axis_index.view(), .axis = 0});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->shape(), Shape({0, 2}));
+}
+
+TEST(GatherTest, StridedInputView) {
+  // The input viewed transposed (strides {1, 3}) must read the same elements as a contiguous copy.
+  Tensor storage = TensorFromValues(DataType::kFloat32, {2, 3}, {1, 2, 3, 4, 5, 6});
+  const TensorView transposed(DataType::kFloat32, {3, 2}, {1, 3}, storage.data());
+  Tensor index = IndexTensor({3, 2}, {1, 0, 0, 0, -1, 1});
+  absl::StatusOr<Tensor> expected = ReferenceGather(transposed, 1, index.view(), false);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  EXPECT_EQ(ToDoubles(*expected), (std::vector<double>{4, 1, 2, 2, 6, 6}));
+  absl::StatusOr<Tensor> out =
+      Gather(GatherArgs{.input = transposed, .index = index.view(), .axis = 1});
+  ASSERT_TRUE(out.ok()) << out.status();
+  ExpectTensorsNear(*out, *expected);
+}
+
+TEST(GatherTest, TwoPhasePlanAndRun) {
+  Tensor input =
+      TensorFromValues(DataType::kBFloat16, {3, 4}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  Tensor index = IndexTensor({2, 4}, {2, 0, 1, -1, 0, 0, 2, 1}, DataType::kInt32);
+  const GatherArgs args{.input = input.view(), .index = index.view(), .axis = 0};
+  absl::StatusOr<GatherPlan> plan = PlanGather(args);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->result_dtype, DataType::kBFloat16);
+  EXPECT_EQ(plan->result_shape, Shape({2, 4}));
+  EXPECT_EQ(plan->axis, 0);
+  EXPECT_EQ(plan->input_axis_size, 3);
+  Tensor out(plan->result_dtype, plan->result_shape);
+  ASSERT_TRUE(cpu::Gather(*plan, out.mutable_view()).ok());
+  EXPECT_EQ(ToDoubles(out), (std::vector<double>{8, 1, 6, 11, 0, 1, 10, 7}));
+  absl::StatusOr<Tensor> expected = ReferenceGather(input.view(), 0, index.view(), false);
+  ASSERT_TRUE(expected.ok());
+  ExpectTensorsNear(out, *expected);
+
+  // Planning succeeds without looking at index values; running reports them.
+  Tensor bad_index = IndexTensor({1, 1}, {3});
+  absl::StatusOr<GatherPlan> bad_plan =
+      PlanGather(GatherArgs{.input = input.view(), .index = bad_index.view(), .axis = 0});
+  ASSERT_TRUE(bad_plan.ok()) << bad_plan.status();
+  Tensor bad_out(bad_plan->result_dtype, bad_plan->result_shape);
+  const absl::Status status = cpu::Gather(*bad_plan, bad_out.mutable_view());
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("gather: index[0, 0] = 3 is out of range"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors: the kernel and the reference reject the same inputs, with SPEC-style messages.
+
+absl::Status GatherError(const Tensor& input, const Tensor& index, int64_t axis,
+                         bool broadcast = false) {
+  const absl::StatusOr<Tensor> reference =
+      ReferenceGather(input.view(), axis, index.view(), broadcast);
+  EXPECT_FALSE(reference.ok()) << "the reference accepts this input";
+  absl::StatusOr<Tensor> out = Gather(GatherArgs{
+      .input = input.view(), .index = index.view(), .axis = axis, .broadcast = broadcast});
+  if (out.ok()) return absl::OkStatus();
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  return out.status();
+}
+
+TEST(GatherErrorTest, IndexOutOfRangeNamesTheFirstOffender) {
+  Tensor input(DataType::kFloat32, {4, 5});
+  Tensor index = IndexTensor({3, 2}, {0, 4, -5, 7, 9, -6}, DataType::kInt32);
+  const absl::Status status = GatherError(input, index, 1);
+  EXPECT_EQ(status.message(),
+            "gather: index[1, 1] = 7 is out of range for axis 1 of input with size 5 "
+            "(expected -5 <= index < 5)");
+  Tensor negative = IndexTensor({1, 2}, {2, -6});
+  EXPECT_THAT(GatherError(input, negative, -1).message(),
+              HasSubstr("gather: index[0, 1] = -6 is out of range for axis 1"));
+  Tensor along_axis_zero = IndexTensor({1, 1}, {4});
+  EXPECT_THAT(GatherError(input, along_axis_zero, 0).message(),
+              HasSubstr("index[0, 0] = 4 is out of range for axis 0 of input with size 4"));
+  Tensor empty_axis_input(DataType::kFloat32, {0, 5});
+  Tensor any = IndexTensor({1, 1}, {0});
+  EXPECT_THAT(GatherError(empty_axis_input, any, 0).message(), HasSubstr("with size 0"));
+}
+
+// In a walk split between threads, the error still names the first bad index in row-major order.
+TEST(GatherErrorTest, FirstOffenderInLargeParallelWalk) {
+  Tensor input(DataType::kInt32, {600, 500});
+  std::memset(input.data(), 0, static_cast<size_t>(input.nbytes()));
+  for (int64_t axis : {0, 1}) {
+    absl::BitGen gen = SeededGen(99);
+    Tensor index = RandomIndex(DataType::kInt64, {600, 500}, axis, 500, IndexPattern::kRandom, gen);
+    int64_t* values = index.data_as<int64_t>();
+    values[599 * 500 + 10] = -1000;  // Late in row-major order, early along axis 1.
+    values[123 * 500 + 456] = 1000;  // The first.
+    values[200 * 500 + 3] = 2000;
+    EXPECT_THAT(
+        GatherError(input, index, axis).message(),
+        HasSubstr(absl::StrCat("gather: index[123, 456] = 1000 is out of range for axis ", axis)));
+  }
+}
+
+TEST(GatherErrorTest, IndexDtypeMustBeInt32OrInt64) {
+  Tensor input(DataType::kFloat32, {3});
+  Tensor float_index = TensorFromValues(DataType::kFloat32, {2}, {0, 1});
+  const absl::Status status = GatherError(input, float_index, 0);
+  EXPECT_THAT(status.message(), HasSubstr("gather"));
+  EXPECT_THAT(status.message(), HasSubstr("index.dtype = float32"));
+  Tensor int16_index = TensorFromValues(DataType::kInt16, {2}, {0, 1});
+  EXPECT_THAT(GatherError(input, int16_index, 0).message(), HasSubstr("int16"));
+}
+
+TEST(GatherErrorTest, RankMismatch) {
+  Tensor input(DataType::kFloat32, {3, 4});
+  Tensor index = IndexTensor({2}, {0, 1});
+  const absl::Status status = GatherError(input, index, 0);
+  EXPECT_THAT(status.message(), HasSubstr("gather"));
+  EXPECT_THAT(status.message(), HasSubstr("rank 1"));
+  EXPECT_THAT(status.message(), HasSubstr("rank 2"));
+  Tensor index3 = IndexTensor({1, 1, 1}, {0});
+  EXPECT_THAT(GatherError(input, index3, 0).message(), HasSubstr("rank 3"));
+  EXPECT_THAT(GatherError(input, index3, 0, /*broadcast=*/true).message(), HasSubstr("rank"));
+}
+
+TEST(GatherErrorTest, AxisOutOfRange) {
+  Tensor input(DataType::kFloat32, {3, 4});
+  Tensor index = IndexTensor({1, 1}, {0});
+  EXPECT_EQ(GatherError(input, index, 2).message(),
+            "gather: axis = 2 is out of range for a tensor of rank 2 (expected -2 <= axis < 2)");
+  EXPECT_THAT(GatherError(input, index, -3).message(), HasSubstr("axis = -3"));
+}
+
+TEST(GatherErrorTest, IndexLargerThanInputInNonAxisDimension) {
+  Tensor input(DataType::kFloat32, {2, 4});
+  Tensor index = IndexTensor({3, 1}, {0, 0, 0});
+  const absl::Status status = GatherError(input, index, 1);
+  EXPECT_THAT(status.message(), HasSubstr("gather"));
+  EXPECT_THAT(status.message(), HasSubstr("index.shape[0] = 3"));
+  EXPECT_THAT(status.message(), HasSubstr("input.shape[0] = 2"));
+}
+
+TEST(GatherErrorTest, BroadcastIncompatibleShapes) {
+  Tensor input(DataType::kFloat32, {2, 4});
+  Tensor index = IndexTensor({3, 1}, {0, 0, 0});
+  const absl::Status status = GatherError(input, index, 1, /*broadcast=*/true);
+  EXPECT_THAT(status.message(), HasSubstr("gather: cannot broadcast"));
+  EXPECT_THAT(status.message(), HasSubstr("= 2"));
+  EXPECT_THAT(status.message(), HasSubstr("= 3"));
+}
+
+}  // namespace
+}  // namespace tensorops

@@ -1,0 +1,963 @@
+// Scatter (SPEC operation 2) against the independent reference in reference.h: randomized over
+// dtype x reduction x include_self, ranks, axes, index dtypes and patterns, tensor and scalar
+// sources, with and without Paddle's broadcast; plus the PyTorch/Paddle doc examples, SPEC's
+// reduction rules one by one, every error SPEC names, and Gather(Scatter(...)) == src.
+#include "kernels/scatter.h"
+
+#include <cmath>
+#include <complex>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <variant>
+#include <vector>
+
+#include "absl/random/random.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/gather.h"
+#include "tests/reference.h"
+
+namespace tensorops {
+namespace {
+
+using testing::ExpectTensorsNear;
+using ::testing::HasSubstr;
+using testing::IndexPattern;
+using testing::IndexTensor;
+using testing::RandomIndex;
+using testing::RandomTensor;
+using testing::ReferenceGather;
+using testing::ReferenceScatter;
+using testing::TensorFromComplex;
+using testing::TensorFromValues;
+using testing::ToDoubles;
+using testing::ToleranceFor;
+using testing::reference_internal::ShapeString;
+
+constexpr Reduction kReductions[] = {Reduction::kAssign, Reduction::kSum,  Reduction::kProd,
+                                     Reduction::kMean,   Reduction::kAmax, Reduction::kAmin};
+constexpr IndexPattern kPatterns[] = {IndexPattern::kUnique, IndexPattern::kRandom,
+                                      IndexPattern::kDuplicateHeavy, IndexPattern::kNegative};
+
+absl::BitGen SeededGen(uint64_t seed) {
+  std::seed_seq sequence = {seed, uint64_t{0x5ca7}};
+  return absl::BitGen(sequence);
+}
+
+int64_t RandomSize(absl::BitGen& gen, int64_t max_size) {
+  if (absl::Bernoulli(gen, 0.06)) return 0;
+  return absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, max_size);
+}
+
+bool Supported(DataType dtype, Reduction reduce) {
+  if (IsComplex(dtype) && (reduce == Reduction::kAmax || reduce == Reduction::kAmin)) return false;
+  return !(dtype == DataType::kBool && reduce == Reduction::kMean);
+}
+
+// A Scatter call and everything the reference needs for it.
+struct ScatterCase {
+  Tensor input;
+  Tensor index;
+  Tensor source;  // The source tensor, or the rank-0 scalar value when `use_value`.
+  bool use_value = false;
+  Scalar value;
+  int64_t axis = 0;
+  Reduction reduce = Reduction::kAssign;
+  bool include_self = true;
+  bool broadcast = false;
+  int64_t max_terms = 1;  // Values reduced into one destination, at most (for the tolerance).
+  std::string description;
+
+  ScatterArgs Args() const {
+    return ScatterArgs{.input = input.view(),
+                       .index = index.view(),
+                       .source = use_value ? std::variant<TensorView, Scalar>(value)
+                                           : std::variant<TensorView, Scalar>(source.view()),
+                       .axis = axis,
+                       .reduce = reduce,
+                       .include_self = include_self,
+                       .broadcast = broadcast};
+  }
+
+  absl::StatusOr<Tensor> Reference() const {
+    TensorView src = source.view();
+    if (use_value && !broadcast) src = testing::BroadcastScalarView(source, index.shape());
+    return ReferenceScatter(input.view(), axis, index.view(), src, reduce, include_self, broadcast);
+  }
+};
+
+// A random scalar of `dtype`'s kind whose conversion is exact.
+Scalar RandomScalar(DataType dtype, absl::BitGen& gen) {
+  if (dtype == DataType::kBool) return Scalar(absl::Bernoulli(gen, 0.5));
+  if (IsIntegral(dtype, false)) {
+    return Scalar(
+        absl::Uniform<int64_t>(absl::IntervalClosed, gen, dtype == DataType::kUInt8 ? 0 : -8, 8));
+  }
+  const double real = absl::Uniform<int>(absl::IntervalClosed, gen, -32, 32) * 0.25;
+  if (IsComplex(dtype)) return Scalar(std::complex<double>(real, -0.5));
+  return Scalar(real);
+}
+
+Tensor ScalarAsTensor(const Scalar& scalar, DataType dtype) {
+  const Scalar::Value& value = scalar.value();
+  if (const auto* c = std::get_if<std::complex<double>>(&value)) {
+    return TensorFromComplex(dtype, {}, {*c});
+  }
+  double real = 0;
+  if (const auto* b = std::get_if<bool>(&value)) real = *b;
+  if (const auto* i = std::get_if<int64_t>(&value)) real = static_cast<double>(*i);
+  if (const auto* d = std::get_if<double>(&value)) real = *d;
+  return TensorFromValues(dtype, {}, {real});
+}
+
+testing::ValueOptions ValuesFor(DataType dtype, Reduction reduce) {
+  testing::ValueOptions values;
+  values.signed_zero_fraction = 0.05;
+  if (reduce == Reduction::kProd) values.product_friendly = true;
+  if (reduce == Reduction::kAssign || reduce == Reduction::kAmax || reduce == Reduction::kAmin) {
+    values.nan_fraction = 0.03;
+  }
+  (void)dtype;
+  return values;
+}
+
+// A random valid Scatter call. Without broadcast: index no larger than the input (but along the
+// axis) and no larger than the source. With broadcast: either the index fits in the input and
+// has sizes 1 or the input's off the axis (both broadcast to S), or it is longer along the axis
+// (only the source broadcasts, to the index's shape).
+ScatterCase RandomScatterCase(DataType dtype, Reduction reduce, bool include_self, bool broadcast,
+                              absl::BitGen& gen) {
+  ScatterCase c;
+  c.reduce = reduce;
+  c.include_self = include_self;
+  c.broadcast = broadcast;
+  const int64_t rank = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, 4);
+  const int64_t walk_rank = std::max<int64_t>(rank, 1);
+  const int64_t max_size = rank >= 4 ? 4 : 5;
+  const int64_t axis = absl::Uniform<int64_t>(gen, 0, walk_rank);
+  IndexPattern pattern = kPatterns[absl::Uniform<size_t>(gen, 0, std::size(kPatterns))];
+  Shape input_shape(rank);
+  Shape index_shape(rank);
+  Shape source_shape;
+  for (int64_t d = 0; d < rank; ++d) input_shape[d] = RandomSize(gen, max_size);
+  int64_t axis_size = rank == 0 ? 1 : input_shape[axis];
+  // With broadcast, the index is either inside the input (both broadcast to S) or longer along
+  // the axis (which an empty axis cannot be, as no index value would be valid).
+  const bool index_fits = !broadcast || rank == 0 || axis_size == 0 || absl::Bernoulli(gen, 0.7);
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d == axis) continue;
+    if (broadcast && index_fits) {
+      index_shape[d] = absl::Bernoulli(gen, 0.5) && input_shape[d] > 0 ? 1 : input_shape[d];
+    } else {
+      index_shape[d] = absl::Bernoulli(gen, 0.5)
+                           ? input_shape[d]
+                           : absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, input_shape[d]);
+    }
+  }
+  if (rank > 0) {
+    if (axis_size == 0) {
+      index_shape[axis] = 0;
+    } else if (broadcast && !index_fits) {
+      index_shape[axis] = axis_size + absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, 3);
+      if (pattern == IndexPattern::kUnique) pattern = IndexPattern::kRandom;
+    } else if (pattern == IndexPattern::kUnique || broadcast) {
+      index_shape[axis] = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, axis_size);
+    } else {
+      index_shape[axis] = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, 6);
+    }
+  }
+  // Iteration shape and the source's shape.
+  Shape iteration_shape = index_shape;
+  if (broadcast && index_fits) {
+    iteration_shape = input_shape;
+    if (rank > 0) iteration_shape[axis] = index_shape[axis];
+  }
+  if (broadcast) {
+    // Drop some leading dimensions and make some sizes 1.
+    const int64_t dropped = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, rank);
+    for (int64_t d = dropped; d < rank; ++d) {
+      source_shape.push_back(absl::Bernoulli(gen, 0.3) ? 1 : iteration_shape[d]);
+    }
+  } else {
+    for (int64_t d = 0; d < rank; ++d) {
+      source_shape.push_back(index_shape[d] +
+                             (absl::Bernoulli(gen, 0.3) ? absl::Uniform(gen, 1, 3) : 0));
+    }
+  }
+  const DataType index_dtype = absl::Bernoulli(gen, 0.5) ? DataType::kInt32 : DataType::kInt64;
+  const testing::ValueOptions values = ValuesFor(dtype, reduce);
+  c.input = RandomTensor(dtype, input_shape, gen, values);
+  c.index = RandomIndex(index_dtype, index_shape, axis, axis_size, pattern, gen);
+  c.use_value = absl::Bernoulli(gen, 0.15);
+  if (c.use_value) {
+    c.value = RandomScalar(dtype, gen);
+    c.source = ScalarAsTensor(c.value, dtype);
+  } else {
+    c.source = RandomTensor(dtype, source_shape, gen, values);
+  }
+  c.axis = absl::Bernoulli(gen, 0.3) ? axis - walk_rank : axis;
+  c.max_terms = (rank == 0 ? 1 : iteration_shape[axis]) + 1;
+  c.description = absl::StrCat(
+      "input ", ShapeString(input_shape), " index ", ShapeString(index_shape), " (",
+      std::string(DataTypeName(index_dtype)), ", ", testing::IndexPatternName(pattern), ") ",
+      c.use_value ? absl::StrCat("value ", c.value.ToString())
+                  : absl::StrCat("src ", ShapeString(source_shape)),
+      " axis ", c.axis, broadcast ? " broadcast" : "");
+  return c;
+}
+
+void ExpectScatterMatchesReference(const ScatterCase& c) {
+  SCOPED_TRACE(c.description);
+  const absl::StatusOr<Tensor> expected = c.Reference();
+  const absl::StatusOr<Tensor> actual = Scatter(c.Args());
+  if (!Supported(c.input.dtype(), c.reduce)) {
+    EXPECT_FALSE(expected.ok());
+    ASSERT_FALSE(actual.ok());
+    EXPECT_EQ(actual.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(actual.status().message(),
+                HasSubstr(absl::StrCat("reduce = ", std::string(ReductionName(c.reduce)))));
+    return;
+  }
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  ASSERT_TRUE(actual.ok()) << actual.status();
+  ExpectTensorsNear(*actual, *expected, ToleranceFor(c.input.dtype(), c.reduce, c.max_terms));
+}
+
+using ScatterParam = std::tuple<DataType, Reduction, bool>;
+
+class ScatterRandomTest : public ::testing::TestWithParam<ScatterParam> {
+ protected:
+  DataType dtype() const { return std::get<0>(GetParam()); }
+  Reduction reduce() const { return std::get<1>(GetParam()); }
+  bool include_self() const { return std::get<2>(GetParam()); }
+  uint64_t ParamSeed() const {
+    return static_cast<uint64_t>(dtype()) * 1000 + static_cast<uint64_t>(reduce()) * 10 +
+           include_self();
+  }
+};
+
+TEST_P(ScatterRandomTest, MatchesReference) {
+  for (uint64_t seed = 0; seed < 25; ++seed) {
+    absl::BitGen gen = SeededGen(ParamSeed() * 7919 + seed);
+    ExpectScatterMatchesReference(
+        RandomScatterCase(dtype(), reduce(), include_self(), /*broadcast=*/false, gen));
+  }
+}
+
+TEST_P(ScatterRandomTest, BroadcastMatchesReference) {
+  for (uint64_t seed = 0; seed < 15; ++seed) {
+    absl::BitGen gen = SeededGen(ParamSeed() * 7919 + seed + 500000);
+    ExpectScatterMatchesReference(
+        RandomScatterCase(dtype(), reduce(), include_self(), /*broadcast=*/true, gen));
+  }
+}
+
+// ~300k index elements, so the multi-threaded walk runs; duplicate-heavy indices check that ASSIGN
+// still resolves to the last writer in row-major order and that reductions do not race.
+TEST_P(ScatterRandomTest, LargeMatchesReference) {
+  struct Large {
+    Shape input_shape;
+    Shape index_shape;
+    int64_t axis;
+    IndexPattern pattern;
+  };
+  const Large cases[] = {
+      {{64, 4800}, {600, 500}, 0, IndexPattern::kDuplicateHeavy},
+      {{600, 500}, {600, 500}, -1, IndexPattern::kDuplicateHeavy},
+      {{30, 100, 100}, {30, 100, 100}, 1, IndexPattern::kRandom},
+      {{20, 50, 300}, {20, 50, 300}, 2, IndexPattern::kUnique},
+  };
+  const uint64_t which = ParamSeed() % std::size(cases);
+  const Large& large = cases[which];
+  absl::BitGen gen = SeededGen(ParamSeed() + 99);
+  ScatterCase c;
+  c.reduce = reduce();
+  c.include_self = include_self();
+  const int64_t rank = static_cast<int64_t>(large.input_shape.size());
+  const int64_t axis = large.axis < 0 ? large.axis + rank : large.axis;
+  const testing::ValueOptions values = ValuesFor(dtype(), reduce());
+  c.input = RandomTensor(dtype(), large.input_shape, gen, values);
+  c.index = RandomIndex(which % 2 == 0 ? DataType::kInt64 : DataType::kInt32, large.index_shape,
+                        axis, large.input_shape[axis], large.pattern, gen);
+  c.source = RandomTensor(dtype(), large.index_shape, gen, values);
+  c.axis = large.axis;
+  c.max_terms = large.index_shape[axis] + 1;
+  c.description = absl::StrCat("large case ", which);
+  ExpectScatterMatchesReference(c);
+}
+
+std::string ScatterParamName(const ::testing::TestParamInfo<ScatterParam>& info) {
+  return absl::StrCat(std::string(DataTypeName(std::get<0>(info.param))), "_",
+                      std::string(ReductionName(std::get<1>(info.param))), "_",
+                      std::get<2>(info.param) ? "self" : "noself");
+}
+
+INSTANTIATE_TEST_SUITE_P(All, ScatterRandomTest,
+                         ::testing::Combine(::testing::ValuesIn(kAllDataTypes),
+                                            ::testing::ValuesIn(kReductions), ::testing::Bool()),
+                         ScatterParamName);
+
+// Gather(Scatter(zeros, ax, idx, src, ASSIGN), ax, idx) == src for idx unique along ax (SPEC).
+class ScatterGatherRoundTripTest : public ::testing::TestWithParam<DataType> {};
+
+TEST_P(ScatterGatherRoundTripTest, GatherOfScatterIsSource) {
+  for (uint64_t seed = 0; seed < 30; ++seed) {
+    absl::BitGen gen = SeededGen(static_cast<uint64_t>(GetParam()) * 100 + seed + 7);
+    const int64_t rank = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, 4);
+    const int64_t axis = absl::Uniform<int64_t>(gen, 0, std::max<int64_t>(rank, 1));
+    Shape input_shape(rank);
+    Shape index_shape(rank);
+    for (int64_t d = 0; d < rank; ++d) {
+      input_shape[d] = RandomSize(gen, 4);
+      index_shape[d] = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, input_shape[d]);
+    }
+    const int64_t axis_size = rank == 0 ? 1 : input_shape[axis];
+    Tensor zeros = Tensor::Zeros(GetParam(), input_shape);
+    Tensor index = RandomIndex(absl::Bernoulli(gen, 0.5) ? DataType::kInt32 : DataType::kInt64,
+                               index_shape, axis, axis_size, IndexPattern::kUnique, gen);
+    Tensor source = RandomTensor(GetParam(), index_shape, gen);
+    SCOPED_TRACE(absl::StrCat("input ", ShapeString(input_shape), " index ",
+                              ShapeString(index_shape), " axis ", axis));
+    absl::StatusOr<Tensor> scattered = Scatter(ScatterArgs{
+        .input = zeros.view(), .index = index.view(), .source = source.view(), .axis = axis});
+    ASSERT_TRUE(scattered.ok()) << scattered.status();
+    absl::StatusOr<Tensor> gathered =
+        Gather(GatherArgs{.input = scattered->view(), .index = index.view(), .axis = axis});
+    ASSERT_TRUE(gathered.ok()) << gathered.status();
+    ExpectTensorsNear(*gathered, source);
+  }
+}
+
+std::string DataTypeParamName(const ::testing::TestParamInfo<DataType>& info) {
+  return std::string(DataTypeName(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDataTypes, ScatterGatherRoundTripTest,
+                         ::testing::ValuesIn(kAllDataTypes), DataTypeParamName);
+
+// ---------------------------------------------------------------------------------------------
+// Hand cases from the PyTorch and Paddle docs and SPEC's reduction rules.
+
+// Runs Scatter and the reference; expects both to succeed and agree, returns the kernel's result.
+Tensor ScatterOk(const ScatterArgs& args) {
+  absl::StatusOr<Tensor> actual = Scatter(args);
+  EXPECT_TRUE(actual.ok()) << actual.status();
+  if (!actual.ok()) return Tensor();
+  const TensorView* source_view = std::get_if<TensorView>(&args.source);
+  if (source_view != nullptr) {
+    absl::StatusOr<Tensor> expected =
+        ReferenceScatter(args.input, args.axis, args.index, *source_view, args.reduce,
+                         args.include_self, args.broadcast);
+    EXPECT_TRUE(expected.ok()) << expected.status();
+    if (expected.ok()) {
+      ExpectTensorsNear(*actual, *expected,
+                        ToleranceFor(args.input.dtype(), args.reduce, args.index.numel() + 1));
+    }
+  }
+  return *std::move(actual);
+}
+
+TEST(ScatterTest, TorchScatterDocExamples) {
+  // src = torch.arange(1, 11).reshape((2, 5)); index = torch.tensor([[0, 1, 2, 0]])
+  // torch.zeros(3, 5, dtype=src.dtype).scatter_(0, index, src)
+  Tensor source = TensorFromValues(DataType::kInt64, {2, 5}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+  Tensor zeros = Tensor::Zeros(DataType::kInt64, {3, 5});
+  Tensor index = IndexTensor({1, 4}, {0, 1, 2, 0});
+  Tensor out = ScatterOk(ScatterArgs{
+      .input = zeros.view(), .index = index.view(), .source = source.view(), .axis = 0});
+  EXPECT_EQ(ToDoubles(out), (std::vector<double>{1, 0, 0, 4, 0, 0, 2, 0, 0, 0, 0, 0, 3, 0, 0}));
+
+  // index = torch.tensor([[0, 1, 2], [0, 1, 4]]); torch.zeros(3, 5).scatter_(1, index, src)
+  Tensor index2 = IndexTensor({2, 3}, {0, 1, 2, 0, 1, 4});
+  out = ScatterOk(ScatterArgs{
+      .input = zeros.view(), .index = index2.view(), .source = source.view(), .axis = 1});
+  EXPECT_EQ(ToDoubles(out), (std::vector<double>{1, 2, 3, 0, 0, 6, 7, 0, 0, 8, 0, 0, 0, 0, 0}));
+
+  // torch.full((2, 4), 2.).scatter_(1, torch.tensor([[2], [3]]), 1.23, reduce='multiply')
+  Tensor twos = TensorFromValues(DataType::kFloat32, {2, 4}, std::vector<double>(8, 2.0));
+  Tensor index3 = IndexTensor({2, 1}, {2, 3});
+  out = ScatterOk(ScatterArgs{.input = twos.view(),
+                              .index = index3.view(),
+                              .source = Scalar(1.23),
+                              .axis = 1,
+                              .reduce = Reduction::kProd});
+  const std::vector<double> product = ToDoubles(out);
+  EXPECT_FLOAT_EQ(product[2], 2.46f);
+  EXPECT_FLOAT_EQ(product[7], 2.46f);
+  EXPECT_EQ(product[0], 2.0);
+  EXPECT_EQ(product[3], 2.0);
+  out = ScatterOk(ScatterArgs{.input = twos.view(),
+                              .index = index3.view(),
+                              .source = Scalar(1.23),
+                              .axis = 1,
+                              .reduce = Reduction::kSum});
+  const std::vector<double> sum = ToDoubles(out);
+  EXPECT_FLOAT_EQ(sum[2], 3.23f);
+  EXPECT_FLOAT_EQ(sum[7], 3.23f);
+  EXPECT_EQ(sum[6], 2.0);
+}
+
+TEST(ScatterTest, TorchScatterReduceDocExamples) {
+  Tensor source = TensorFromValues(DataType::kFloat32, {6}, {1, 2, 3, 4, 5, 6});
+  Tensor index = IndexTensor({6}, {0, 1, 0, 1, 2, 1});
+  Tensor input = TensorFromValues(DataType::kFloat32, {4}, {1, 2, 3, 4});
+  auto run = [&](const Tensor& x, Reduction reduce, bool include_self) {
+    return ToDoubles(ScatterOk(ScatterArgs{.input = x.view(),
+                                           .index = index.view(),
+                                           .source = source.view(),
+                                           .axis = 0,
+                                           .reduce = reduce,
+                                           .include_self = include_self}));
+  };
+  // input.scatter_reduce(0, index, src, reduce="sum") -> [5, 14, 8, 4] (1+1+3, 2+2+4+6, 3+5, 4).
+  EXPECT_EQ(run(input, Reduction::kSum, true), (std::vector<double>{5, 14, 8, 4}));
+  EXPECT_EQ(run(input, Reduction::kSum, false), (std::vector<double>{4, 12, 5, 4}));
+  EXPECT_EQ(run(input, Reduction::kAmax, false), (std::vector<double>{3, 6, 5, 4}));
+  Tensor input2 = TensorFromValues(DataType::kFloat32, {4}, {5, 4, 3, 2});
+  EXPECT_EQ(run(input2, Reduction::kAmax, true), (std::vector<double>{5, 6, 5, 2}));
+  EXPECT_EQ(run(input2, Reduction::kAmax, false), (std::vector<double>{3, 6, 5, 2}));
+  // MEAN: (1 + 1 + 3) / 3, (2 + 2 + 4 + 6) / 4, (3 + 5) / 2, 4 untouched.
+  const std::vector<double> mean = run(input, Reduction::kMean, true);
+  EXPECT_FLOAT_EQ(mean[0], 5.0f / 3.0f);
+  EXPECT_EQ(mean[1], 3.5);
+  EXPECT_EQ(mean[2], 4.0);
+  EXPECT_EQ(mean[3], 4.0);
+  EXPECT_EQ(run(input, Reduction::kMean, false), (std::vector<double>{2, 4, 5, 4}));
+  EXPECT_EQ(run(input, Reduction::kProd, true), (std::vector<double>{3, 96, 15, 4}));
+  EXPECT_EQ(run(input, Reduction::kAmin, false), (std::vector<double>{1, 2, 5, 4}));
+}
+
+TEST(ScatterTest, PaddlePutAlongAxisBroadcastExample) {
+  // paddle.put_along_axis(x=[[10,30,20],[60,40,50]], indices=[[0]], values=99, axis=0)
+  Tensor input = TensorFromValues(DataType::kInt64, {2, 3}, {10, 30, 20, 60, 40, 50});
+  Tensor index = IndexTensor({1, 1}, {0});
+  Tensor out = ScatterOk(ScatterArgs{.input = input.view(),
+                                     .index = index.view(),
+                                     .source = Scalar(int64_t{99}),
+                                     .axis = 0,
+                                     .broadcast = true});
+  EXPECT_EQ(ToDoubles(out), (std::vector<double>{99, 99, 99, 60, 40, 50}));
+  // The same with a rank-0 tensor source, which the reference checks too.
+  Tensor value = TensorFromValues(DataType::kInt64, {}, {99});
+  out = ScatterOk(ScatterArgs{.input = input.view(),
+                              .index = index.view(),
+                              .source = value.view(),
+                              .axis = 0,
+                              .broadcast = true});
+  EXPECT_EQ(ToDoubles(out), (std::vector<double>{99, 99, 99, 60, 40, 50}));
+}
+
+TEST(ScatterTest, BroadcastIndexLongerAlongAxisBroadcastsOnlyTheSource) {
+  // Index [1, 4] along axis 1 of a [2, 3] input: longer than the input along the axis, so the
+  // index is not broadcast; the source [1] broadcasts to the index's shape.
+  Tensor input = TensorFromValues(DataType::kFloat32, {2, 3}, {0, 0, 0, 0, 0, 0});
+  Tensor index = IndexTensor({1, 4}, {0, 2, 2, -1});
+  Tensor source = TensorFromValues(DataType::kFloat32, {1}, {1.5});
+  Tensor out = ScatterOk(ScatterArgs{.input = input.view(),
+                                     .index = index.view(),
+                                     .source = source.view(),
+                                     .axis = 1,
+                                     .reduce = Reduction::kSum,
+                                     .broadcast = true});
+  EXPECT_EQ(ToDoubles(out), (std::vector<double>{1.5, 0, 4.5, 0, 0, 0}));
+}
+
+TEST(ScatterTest, AssignDuplicatesLastWriterWins) {
+  Tensor input = TensorFromValues(DataType::kInt32, {3}, {0, 0, 0});
+  Tensor index = IndexTensor({5}, {1, 1, 2, 1, -1});
+  Tensor source = TensorFromValues(DataType::kInt32, {5}, {10, 20, 30, 40, 50});
+  for (bool include_self : {true, false}) {
+    Tensor out = ScatterOk(ScatterArgs{.input = input.view(),
+                                       .index = index.view(),
+                                       .source = source.view(),
+                                       .axis = 0,
+                                       .include_self = include_self});
+    EXPECT_EQ(ToDoubles(out), (std::vector<double>{0, 40, 50}));
+  }
+}
+
+TEST(ScatterTest, IntegerMeanFloors) {
+  Tensor zero = TensorFromValues(DataType::kInt32, {1}, {0});
+  Tensor index = IndexTensor({2}, {0, 0});
+  Tensor source = TensorFromValues(DataType::kInt32, {2}, {-3, -4});
+  Tensor out = ScatterOk(ScatterArgs{.input = zero.view(),
+                                     .index = index.view(),
+                                     .source = source.view(),
+                                     .reduce = Reduction::kMean,
+                                     .include_self = false});
+  EXPECT_EQ(ToDoubles(out), (std::vector<double>{-4}));
+  // include_self: (-4 - 3 - 4) / 3 = -3.67 -> -4.
+  Tensor minus_four = TensorFromValues(DataType::kInt64, {1}, {-4});
+  Tensor source64 = TensorFromValues(DataType::kInt64, {2}, {-3, -4});
+  out = ScatterOk(ScatterArgs{.input = minus_four.view(),
+                              .index = index.view(),
+                              .source = source64.view(),
+                              .reduce = Reduction::kMean});
+  EXPECT_EQ(ToDoubles(out), (std::vector<double>{-4}));
+  // Positive: (1 + 2) / 2 = 1.
+  Tensor uint_zero = TensorFromValues(DataType::kUInt8, {1}, {0});
+  Tensor uint_source = TensorFromValues(DataType::kUInt8, {2}, {1, 2});
+  out = ScatterOk(ScatterArgs{.input = uint_zero.view(),
+                              .index = index.view(),
+                              .source = uint_source.view(),
+                              .reduce = Reduction::kMean,
+                              .include_self = false});
+  EXPECT_EQ(ToDoubles(out), (std::vector<double>{1}));
+}
+
+TEST(ScatterTest, IncludeSelfFalseKeepsUntouchedDestinations) {
+  Tensor input = TensorFromValues(DataType::kFloat64, {4}, {7, 7, 7, 7});
+  Tensor index = IndexTensor({2}, {1, 1});
+  Tensor source = TensorFromValues(DataType::kFloat64, {2}, {2, 3});
+  const std::vector<std::pair<Reduction, double>> expected = {
+      {Reduction::kSum, 5},  {Reduction::kProd, 6}, {Reduction::kMean, 2.5},
+      {Reduction::kAmax, 3}, {Reduction::kAmin, 2}, {Reduction::kAssign, 3}};
+  for (const auto& [reduce, value] : expected) {
+    SCOPED_TRACE(std::string(ReductionName(reduce)));
+    Tensor out = ScatterOk(ScatterArgs{.input = input.view(),
+                                       .index = index.view(),
+                                       .source = source.view(),
+                                       .reduce = reduce,
+                                       .include_self = false});
+    EXPECT_EQ(ToDoubles(out), (std::vector<double>{7, value, 7, 7}));
+  }
+}
+
+TEST(ScatterTest, AmaxAminPropagateNan) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (DataType dtype :
+       {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16}) {
+    for (Reduction reduce : {Reduction::kAmax, Reduction::kAmin}) {
+      SCOPED_TRACE(
+          absl::StrCat(std::string(DataTypeName(dtype)), " ", std::string(ReductionName(reduce))));
+      Tensor index = IndexTensor({3}, {0, 0, 1});
+      // A NaN source, first or last among the sources.
+      Tensor input = TensorFromValues(dtype, {3}, {1, 2, 3});
+      Tensor nan_first = TensorFromValues(dtype, {3}, {nan, 5, 4});
+      Tensor nan_last = TensorFromValues(dtype, {3}, {5, 4, nan});
+      for (bool include_self : {true, false}) {
+        std::vector<double> out = ToDoubles(ScatterOk(ScatterArgs{.input = input.view(),
+                                                                  .index = index.view(),
+                                                                  .source = nan_first.view(),
+                                                                  .reduce = reduce,
+                                                                  .include_self = include_self}));
+        EXPECT_TRUE(std::isnan(out[0]));
+        EXPECT_EQ(out[1], include_self ? (reduce == Reduction::kAmax ? 4 : 2) : 4);
+        EXPECT_EQ(out[2], 3);
+        out = ToDoubles(ScatterOk(ScatterArgs{.input = input.view(),
+                                              .index = index.view(),
+                                              .source = nan_last.view(),
+                                              .reduce = reduce,
+                                              .include_self = include_self}));
+        EXPECT_TRUE(std::isnan(out[1]));
+      }
+      // A NaN destination: kept with include_self, not part of the reduction without.
+      Tensor nan_input = TensorFromValues(dtype, {3}, {nan, 2, nan});
+      Tensor source = TensorFromValues(dtype, {3}, {5, 4, 6});
+      std::vector<double> out = ToDoubles(ScatterOk(ScatterArgs{.input = nan_input.view(),
+                                                                .index = index.view(),
+                                                                .source = source.view(),
+                                                                .reduce = reduce}));
+      EXPECT_TRUE(std::isnan(out[0]));
+      EXPECT_TRUE(std::isnan(out[2]));
+      out = ToDoubles(ScatterOk(ScatterArgs{.input = nan_input.view(),
+                                            .index = index.view(),
+                                            .source = source.view(),
+                                            .reduce = reduce,
+                                            .include_self = false}));
+      EXPECT_EQ(out[0], reduce == Reduction::kAmax ? 5 : 4);
+      EXPECT_EQ(out[1], 6);
+      EXPECT_TRUE(std::isnan(out[2]));
+    }
+  }
+}
+
+TEST(ScatterTest, BoolReductionsAreLogical) {
+  Tensor input = TensorFromValues(DataType::kBool, {2}, {0, 1});
+  Tensor index = IndexTensor({4}, {0, 0, 1, 1});
+  Tensor source = TensorFromValues(DataType::kBool, {4}, {1, 0, 0, 0});
+  auto run = [&](Reduction reduce, bool include_self) {
+    return ToDoubles(ScatterOk(ScatterArgs{.input = input.view(),
+                                           .index = index.view(),
+                                           .source = source.view(),
+                                           .reduce = reduce,
+                                           .include_self = include_self}));
+  };
+  EXPECT_EQ(run(Reduction::kSum, true), (std::vector<double>{1, 1}));   // or
+  EXPECT_EQ(run(Reduction::kProd, true), (std::vector<double>{0, 0}));  // and
+  EXPECT_EQ(run(Reduction::kAmax, true), (std::vector<double>{1, 1}));  // or
+  EXPECT_EQ(run(Reduction::kAmin, true), (std::vector<double>{0, 0}));  // and
+  EXPECT_EQ(run(Reduction::kSum, false), (std::vector<double>{1, 0}));
+  EXPECT_EQ(run(Reduction::kProd, false), (std::vector<double>{0, 0}));
+  EXPECT_EQ(run(Reduction::kAssign, true), (std::vector<double>{0, 0}));
+  // Many trues summed stay true (no wrap to false).
+  Tensor many_index = IndexTensor({512}, std::vector<int64_t>(512, 0));
+  Tensor trues = TensorFromValues(DataType::kBool, {512}, std::vector<double>(512, 1));
+  Tensor falses = TensorFromValues(DataType::kBool, {1}, {0});
+  EXPECT_EQ(ToDoubles(ScatterOk(ScatterArgs{.input = falses.view(),
+                                            .index = many_index.view(),
+                                            .source = trues.view(),
+                                            .reduce = Reduction::kSum})),
+            (std::vector<double>{1}));
+}
+
+TEST(ScatterTest, HalfPrecisionSumsAccumulateInFloat32) {
+  // 4096 ones into one destination: a float16 accumulator would stall at 2048, bfloat16 at 256.
+  for (DataType dtype : {DataType::kFloat16, DataType::kBFloat16}) {
+    SCOPED_TRACE(std::string(DataTypeName(dtype)));
+    Tensor zero = TensorFromValues(dtype, {1}, {0});
+    Tensor index = IndexTensor({4096}, std::vector<int64_t>(4096, 0), DataType::kInt32);
+    Tensor ones = TensorFromValues(dtype, {4096}, std::vector<double>(4096, 1.0));
+    EXPECT_EQ(ToDoubles(ScatterOk(ScatterArgs{.input = zero.view(),
+                                              .index = index.view(),
+                                              .source = ones.view(),
+                                              .reduce = Reduction::kSum})),
+              (std::vector<double>{4096}));
+    EXPECT_EQ(ToDoubles(ScatterOk(ScatterArgs{.input = zero.view(),
+                                              .index = index.view(),
+                                              .source = ones.view(),
+                                              .reduce = Reduction::kMean,
+                                              .include_self = false})),
+              (std::vector<double>{1}));
+    // 4096 * 2^-12 = 1 sums exactly in float32 (each term is exact in both 16-bit formats).
+    Tensor small = TensorFromValues(dtype, {4096}, std::vector<double>(4096, 1.0 / 4096));
+    EXPECT_EQ(ToDoubles(ScatterOk(ScatterArgs{.input = zero.view(),
+                                              .index = index.view(),
+                                              .source = small.view(),
+                                              .reduce = Reduction::kSum})),
+              (std::vector<double>{1}));
+  }
+}
+
+TEST(ScatterTest, ComplexSumProdMean) {
+  using C = std::complex<double>;
+  for (DataType dtype : {DataType::kComplex64, DataType::kComplex128}) {
+    SCOPED_TRACE(std::string(DataTypeName(dtype)));
+    Tensor input = TensorFromComplex(dtype, {2}, {C(1, 1), C(0, 0)});
+    Tensor index = IndexTensor({3}, {0, 0, 1});
+    Tensor source = TensorFromComplex(dtype, {3}, {C(0, 1), C(2, 0), C(3, -1)});
+    auto run = [&](Reduction reduce) {
+      Tensor out = ScatterOk(ScatterArgs{
+          .input = input.view(), .index = index.view(), .source = source.view(), .reduce = reduce});
+      return std::vector<C>{testing::ElementAsComplex(out, 0), testing::ElementAsComplex(out, 1)};
+    };
+    EXPECT_EQ(run(Reduction::kSum), (std::vector<C>{C(3, 2), C(3, -1)}));
+    EXPECT_EQ(run(Reduction::kProd), (std::vector<C>{C(-2, 2), C(0, 0)}));
+    const std::vector<C> mean = run(Reduction::kMean);
+    EXPECT_NEAR(mean[0].real(), 1.0, 1e-6);
+    EXPECT_NEAR(mean[0].imag(), 2.0 / 3.0, 1e-6);
+    EXPECT_EQ(mean[1], C(1.5, -0.5));
+    EXPECT_EQ(run(Reduction::kAssign), (std::vector<C>{C(2, 0), C(3, -1)}));
+  }
+}
+
+TEST(ScatterTest, EmptyIndexReturnsInput) {
+  Tensor input = TensorFromValues(DataType::kFloat32, {2, 3}, {1, 2, 3, 4, 5, 6});
+  Tensor index = IndexTensor({0, 3}, {});
+  Tensor source(DataType::kFloat32, {0, 3});
+  for (Reduction reduce : kReductions) {
+    Tensor out = ScatterOk(ScatterArgs{.input = input.view(),
+                                       .index = index.view(),
+                                       .source = source.view(),
+                                       .axis = 1,
+                                       .reduce = reduce,
+                                       .include_self = false});
+    EXPECT_EQ(ToDoubles(out), (std::vector<double>{1, 2, 3, 4, 5, 6}));
+  }
+  Tensor empty_input(DataType::kInt8, {0, 4});
+  Tensor empty_source(DataType::kInt8, {0, 4});
+  Tensor empty_index = IndexTensor({0, 4}, {});
+  Tensor out = ScatterOk(ScatterArgs{.input = empty_input.view(),
+                                     .index = empty_index.view(),
+                                     .source = empty_source.view(),
+                                     .axis = 0});
+  EXPECT_EQ(out.shape(), Shape({0, 4}));
+}
+
+TEST(ScatterTest, RankZero) {
+  Tensor input = TensorFromValues(DataType::kFloat32, {}, {2});
+  Tensor source = TensorFromValues(DataType::kFloat32, {}, {3});
+  for (int64_t value : {0, -1}) {
+    Tensor index = IndexTensor({}, {value});
+    for (Reduction reduce : kReductions) {
+      Tensor out = ScatterOk(ScatterArgs{.input = input.view(),
+                                         .index = index.view(),
+                                         .source = source.view(),
+                                         .axis = -1,
+                                         .reduce = reduce});
+      EXPECT_EQ(out.shape(), Shape{});
+    }
+  }
+  Tensor bad = IndexTensor({}, {1});
+  absl::StatusOr<Tensor> out =
+      Scatter(ScatterArgs{.input = input.view(), .index = bad.view(), .source = source.view()});
+  ASSERT_FALSE(out.ok());
+  EXPECT_THAT(out.status().message(), HasSubstr("scatter: index = 1 is out of range"));
+}
+
+TEST(ScatterTest, StridedViews) {
+  // Input transposed and source broadcast along a dimension, as views with their own strides.
+  Tensor storage = TensorFromValues(DataType::kFloat64, {2, 3}, {1, 2, 3, 4, 5, 6});
+  const TensorView transposed(DataType::kFloat64, {3, 2}, {1, 3}, storage.data());
+  Tensor row = TensorFromValues(DataType::kFloat64, {2}, {10, 20});
+  const TensorView repeated(DataType::kFloat64, {3, 2}, {0, 1}, row.data());
+  Tensor index = IndexTensor({3, 2}, {1, 0, 0, 0, 1, 1});
+  for (Reduction reduce : kReductions) {
+    SCOPED_TRACE(std::string(ReductionName(reduce)));
+    ScatterOk(ScatterArgs{.input = transposed,
+                          .index = index.view(),
+                          .source = repeated,
+                          .axis = 1,
+                          .reduce = reduce});
+  }
+  Tensor out = ScatterOk(ScatterArgs{.input = transposed,
+                                     .index = index.view(),
+                                     .source = repeated,
+                                     .axis = 1,
+                                     .reduce = Reduction::kSum});
+  // transposed = [[1, 4], [2, 5], [3, 6]]; row i adds 10 at index[i][0], 20 at index[i][1].
+  EXPECT_EQ(ToDoubles(out), (std::vector<double>{21, 14, 32, 5, 3, 36}));
+}
+
+TEST(ScatterTest, TwoPhasePlanAndRun) {
+  Tensor input = TensorFromValues(DataType::kInt16, {2, 3}, {1, 2, 3, 4, 5, 6});
+  Tensor index = IndexTensor({2, 2}, {2, 2, 0, -3}, DataType::kInt32);
+  Tensor source = TensorFromValues(DataType::kInt16, {2, 2}, {10, 20, 30, 40});
+  absl::StatusOr<ScatterPlan> plan = PlanScatter(ScatterArgs{.input = input.view(),
+                                                             .index = index.view(),
+                                                             .source = source.view(),
+                                                             .axis = 1,
+                                                             .reduce = Reduction::kSum});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->result_shape, Shape({2, 3}));
+  Tensor out(plan->result_dtype, plan->result_shape);
+  ASSERT_TRUE(cpu::Scatter(*plan, out.mutable_view()).ok());
+  EXPECT_EQ(ToDoubles(out), (std::vector<double>{1, 2, 33, 74, 5, 6}));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors: the kernel and the reference reject the same inputs, with SPEC-style messages.
+
+absl::Status ScatterError(const ScatterArgs& args) {
+  if (const TensorView* source = std::get_if<TensorView>(&args.source)) {
+    EXPECT_FALSE(ReferenceScatter(args.input, args.axis, args.index, *source, args.reduce,
+                                  args.include_self, args.broadcast)
+                     .ok())
+        << "the reference accepts this input";
+  }
+  absl::StatusOr<Tensor> out = Scatter(args);
+  EXPECT_FALSE(out.ok()) << "the kernel accepts this input";
+  if (out.ok()) return absl::OkStatus();
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  return out.status();
+}
+
+TEST(ScatterErrorTest, IndexOutOfRangeNamesTheFirstOffender) {
+  Tensor input(DataType::kFloat32, {5, 5});
+  Tensor index = IndexTensor({5, 2}, {0, 1, 2, 3, 4, -5, 0, 7, -6, 9});
+  Tensor source(DataType::kFloat32, {5, 2});
+  std::memset(source.data(), 0, static_cast<size_t>(source.nbytes()));
+  for (Reduction reduce : kReductions) {
+    const absl::Status status = ScatterError(ScatterArgs{.input = input.view(),
+                                                         .index = index.view(),
+                                                         .source = source.view(),
+                                                         .axis = 1,
+                                                         .reduce = reduce});
+    EXPECT_EQ(status.message(),
+              "scatter: index[3, 1] = 7 is out of range for axis 1 of input with size 5 "
+              "(expected -5 <= index < 5)");
+  }
+  Tensor negative = IndexTensor({1, 2}, {-6, 0}, DataType::kInt32);
+  EXPECT_THAT(
+      ScatterError(
+          ScatterArgs{
+              .input = input.view(), .index = negative.view(), .source = source.view(), .axis = 0})
+          .message(),
+      HasSubstr("scatter: index[0, 0] = -6 is out of range for axis 0"));
+  // With broadcast the error names the index as the caller sent it.
+  Tensor broadcast_index = IndexTensor({1, 1}, {5});
+  EXPECT_THAT(ScatterError(ScatterArgs{.input = input.view(),
+                                       .index = broadcast_index.view(),
+                                       .source = Scalar(1.0),
+                                       .axis = 0,
+                                       .broadcast = true})
+                  .message(),
+              HasSubstr("scatter: index[0, 0] = 5 is out of range for axis 0"));
+}
+
+TEST(ScatterErrorTest, FirstOffenderInLargeParallelWalk) {
+  Tensor input = Tensor::Zeros(DataType::kFloat32, {600, 500});
+  Tensor source = Tensor::Zeros(DataType::kFloat32, {600, 500});
+  for (int64_t axis : {0, 1}) {
+    for (Reduction reduce : {Reduction::kAssign, Reduction::kMean}) {
+      for (bool include_self : {true, false}) {
+        absl::BitGen gen = SeededGen(4242);
+        Tensor index =
+            RandomIndex(DataType::kInt32, {600, 500}, axis, 500, IndexPattern::kRandom, gen);
+        int32_t* values = index.data_as<int32_t>();
+        values[599 * 500 + 10] = -1000;
+        values[123 * 500 + 456] = 1000;  // The first in row-major order.
+        values[200 * 500 + 3] = 2000;
+        EXPECT_THAT(ScatterError(ScatterArgs{.input = input.view(),
+                                             .index = index.view(),
+                                             .source = source.view(),
+                                             .axis = axis,
+                                             .reduce = reduce,
+                                             .include_self = include_self})
+                        .message(),
+                    HasSubstr(absl::StrCat("scatter: index[123, 456] = 1000 is out of range "
+                                           "for axis ",
+                                           axis)));
+      }
+    }
+  }
+}
+
+TEST(ScatterErrorTest, IndexDtypeMustBeInt32OrInt64) {
+  Tensor input(DataType::kFloat32, {3});
+  Tensor float_index = TensorFromValues(DataType::kFloat32, {2}, {0, 1});
+  Tensor source(DataType::kFloat32, {2});
+  const absl::Status status = ScatterError(
+      ScatterArgs{.input = input.view(), .index = float_index.view(), .source = source.view()});
+  EXPECT_THAT(status.message(), HasSubstr("scatter"));
+  EXPECT_THAT(status.message(), HasSubstr("index.dtype = float32"));
+}
+
+TEST(ScatterErrorTest, RankMismatch) {
+  Tensor input(DataType::kFloat32, {3, 4});
+  Tensor index = IndexTensor({2}, {0, 1});
+  Tensor source(DataType::kFloat32, {2});
+  absl::Status status = ScatterError(
+      ScatterArgs{.input = input.view(), .index = index.view(), .source = source.view()});
+  EXPECT_THAT(status.message(), HasSubstr("scatter"));
+  EXPECT_THAT(status.message(), HasSubstr("rank 1"));
+  EXPECT_THAT(status.message(), HasSubstr("rank 2"));
+  // src's rank differs from the index's.
+  Tensor index2 = IndexTensor({1, 2}, {0, 1});
+  Tensor source3(DataType::kFloat32, {1, 2, 1});
+  status = ScatterError(
+      ScatterArgs{.input = input.view(), .index = index2.view(), .source = source3.view()});
+  EXPECT_THAT(status.message(), HasSubstr("src has rank 3"));
+  // Broadcast still needs index and input of one rank.
+  status = ScatterError(ScatterArgs{
+      .input = input.view(), .index = index.view(), .source = Scalar(1.0), .broadcast = true});
+  EXPECT_THAT(status.message(), HasSubstr("rank"));
+}
+
+TEST(ScatterErrorTest, IndexLargerThanInputInNonAxisDimension) {
+  Tensor input(DataType::kFloat32, {2, 4});
+  Tensor index = IndexTensor({3, 1}, {0, 0, 0});
+  Tensor source(DataType::kFloat32, {3, 1});
+  const absl::Status status = ScatterError(ScatterArgs{
+      .input = input.view(), .index = index.view(), .source = source.view(), .axis = 1});
+  EXPECT_THAT(status.message(), HasSubstr("scatter: index.shape[0] = 3"));
+  EXPECT_THAT(status.message(), HasSubstr("input.shape[0] = 2"));
+}
+
+TEST(ScatterErrorTest, IndexLargerThanSource) {
+  Tensor input(DataType::kFloat32, {4, 4});
+  Tensor index = IndexTensor({2, 3}, {0, 0, 0, 0, 0, 0});
+  Tensor source(DataType::kFloat32, {2, 2});
+  absl::Status status = ScatterError(ScatterArgs{
+      .input = input.view(), .index = index.view(), .source = source.view(), .axis = 0});
+  EXPECT_THAT(status.message(), HasSubstr("scatter: index.shape[1] = 3"));
+  EXPECT_THAT(status.message(), HasSubstr("src.shape[1] = 2"));
+  // Along the axis too.
+  Tensor source2(DataType::kFloat32, {1, 3});
+  status = ScatterError(ScatterArgs{
+      .input = input.view(), .index = index.view(), .source = source2.view(), .axis = 0});
+  EXPECT_THAT(status.message(), HasSubstr("index.shape[0] = 2"));
+  EXPECT_THAT(status.message(), HasSubstr("src.shape[0] = 1"));
+}
+
+TEST(ScatterErrorTest, DtypeMismatch) {
+  Tensor input(DataType::kFloat32, {3});
+  Tensor index = IndexTensor({1}, {0});
+  Tensor source(DataType::kFloat64, {1});
+  const absl::Status status = ScatterError(
+      ScatterArgs{.input = input.view(), .index = index.view(), .source = source.view()});
+  EXPECT_THAT(status.message(), HasSubstr("scatter: src.dtype = float64"));
+  EXPECT_THAT(status.message(), HasSubstr("float32"));
+}
+
+TEST(ScatterErrorTest, AxisOutOfRange) {
+  Tensor input(DataType::kFloat32, {3, 4});
+  Tensor index = IndexTensor({1, 1}, {0});
+  Tensor source(DataType::kFloat32, {1, 1});
+  EXPECT_EQ(
+      ScatterError(
+          ScatterArgs{
+              .input = input.view(), .index = index.view(), .source = source.view(), .axis = 2})
+          .message(),
+      "scatter: axis = 2 is out of range for a tensor of rank 2 (expected -2 <= axis < 2)");
+  EXPECT_THAT(
+      ScatterError(
+          ScatterArgs{
+              .input = input.view(), .index = index.view(), .source = source.view(), .axis = -3})
+          .message(),
+      HasSubstr("axis = -3"));
+}
+
+TEST(ScatterErrorTest, UnsupportedReductions) {
+  Tensor input(DataType::kComplex64, {3});
+  Tensor index = IndexTensor({1}, {0});
+  Tensor source(DataType::kComplex64, {1});
+  for (Reduction reduce : {Reduction::kAmax, Reduction::kAmin}) {
+    const absl::Status status = ScatterError(ScatterArgs{
+        .input = input.view(), .index = index.view(), .source = source.view(), .reduce = reduce});
+    EXPECT_THAT(status.message(),
+                HasSubstr(absl::StrCat("scatter: reduce = ", std::string(ReductionName(reduce)))));
+    EXPECT_THAT(status.message(), HasSubstr("complex64"));
+  }
+  Tensor bools(DataType::kBool, {3});
+  Tensor bool_source(DataType::kBool, {1});
+  const absl::Status status = ScatterError(ScatterArgs{.input = bools.view(),
+                                                       .index = index.view(),
+                                                       .source = bool_source.view(),
+                                                       .reduce = Reduction::kMean});
+  EXPECT_THAT(status.message(), HasSubstr("scatter: reduce = MEAN"));
+  EXPECT_THAT(status.message(), HasSubstr("bool"));
+}
+
+TEST(ScatterErrorTest, BroadcastIncompatibleShapes) {
+  Tensor input(DataType::kFloat32, {3, 3});
+  // The index fits in the input, but [2, 2] cannot broadcast to S = [2, 3].
+  Tensor index = IndexTensor({2, 2}, {0, 0, 0, 0});
+  absl::Status status = ScatterError(ScatterArgs{
+      .input = input.view(), .index = index.view(), .source = Scalar(1.0), .broadcast = true});
+  EXPECT_THAT(status.message(), HasSubstr("scatter: index of shape [2, 2]"));
+  EXPECT_THAT(status.message(), HasSubstr("[2, 3]"));
+  // The source cannot broadcast to S.
+  Tensor row_index = IndexTensor({1, 3}, {0, 1, 2});
+  Tensor source(DataType::kFloat32, {2});
+  status = ScatterError(ScatterArgs{.input = input.view(),
+                                    .index = row_index.view(),
+                                    .source = source.view(),
+                                    .broadcast = true});
+  EXPECT_THAT(status.message(), HasSubstr("scatter: src of shape [2]"));
+  EXPECT_THAT(status.message(), HasSubstr("[1, 3]"));
+  // Longer along the axis and larger than the input elsewhere: rejected after broadcasting.
+  Tensor wide_index = IndexTensor({4, 4}, std::vector<int64_t>(16, 0));
+  status = ScatterError(ScatterArgs{.input = input.view(),
+                                    .index = wide_index.view(),
+                                    .source = Scalar(1.0),
+                                    .axis = 0,
+                                    .broadcast = true});
+  EXPECT_THAT(status.message(), HasSubstr("index.shape[1] = 4"));
+}
+
+TEST(ScatterErrorTest, ValueThatDoesNotFitTheDtype) {
+  Tensor input(DataType::kUInt8, {3});
+  Tensor index = IndexTensor({1}, {0});
+  const absl::Status status = ScatterError(
+      ScatterArgs{.input = input.view(), .index = index.view(), .source = Scalar(int64_t{300})});
+  EXPECT_THAT(status.message(), HasSubstr("scatter: value = 300"));
+  EXPECT_THAT(status.message(), HasSubstr("uint8"));
+}
+
+}  // namespace
+}  // namespace tensorops

@@ -1,0 +1,100 @@
+// tensorops-server: serves tensorops.v1.TensorOps until SIGINT or SIGTERM.
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "server/server.h"
+#include "spdlog/cfg/env.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "Address to listen on (IPv4, IPv6 or host name); 0.0.0.0 or :: for all interfaces.");
+ABSL_FLAG(int, port, 50051, "TCP port to listen on, 0..65535; 0 picks a free port.");
+ABSL_FLAG(int, threads, 0, "CPU threads the kernels may use; 0 = all cores.");
+ABSL_FLAG(int64_t, max_message_bytes, int64_t{1} << 30,
+          "Largest gRPC message received or sent, in bytes (1..2147483647).");
+ABSL_FLAG(int64_t, max_elements, int64_t{1} << 32,
+          "Largest element count of any one tensor in a request or result (>= 1).");
+ABSL_FLAG(int, max_rank, 16, "Largest rank of any one tensor (0..16).");
+
+namespace {
+
+// FlagsToOptions validates the flags and fills `options`; false (after printing why) on a bad
+// value.
+bool FlagsToOptions(tensorops::ServerOptions* options) {
+  options->host = absl::GetFlag(FLAGS_host);
+  options->port = absl::GetFlag(FLAGS_port);
+  options->threads = absl::GetFlag(FLAGS_threads);
+  options->limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options->limits.max_elements = absl::GetFlag(FLAGS_max_elements);
+  options->limits.max_rank = absl::GetFlag(FLAGS_max_rank);
+
+  std::string error;
+  if (options->host.empty()) {
+    error = "--host must not be empty";
+  } else if (options->port < 0 || options->port > 65535) {
+    error = absl::StrFormat("--port=%d is out of range (expected 0..65535)", options->port);
+  } else if (options->threads < 0) {
+    error = absl::StrFormat("--threads=%d is negative (0 means all cores)", options->threads);
+  } else if (options->limits.max_message_bytes < 1 ||
+             options->limits.max_message_bytes > INT32_MAX) {
+    error = absl::StrFormat("--max_message_bytes=%d is out of range (expected 1..%d)",
+                            options->limits.max_message_bytes, INT32_MAX);
+  } else if (options->limits.max_elements < 1) {
+    error = absl::StrFormat("--max_elements=%d is out of range (expected >= 1)",
+                            options->limits.max_elements);
+  } else if (options->limits.max_rank < 0 || options->limits.max_rank > tensorops::kMaxRank) {
+    error = absl::StrFormat("--max_rank=%d is out of range (expected 0..%d)",
+                            options->limits.max_rank, tensorops::kMaxRank);
+  }
+  if (error.empty()) return true;
+  std::fprintf(stderr, "tensorops-server: %s\n", error.c_str());
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Serves tensorops scatter/gather operations over gRPC.");
+  // Abseil's --help lists the flags of files named after the binary; ours live in main.cc.
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_help_flags = [](absl::string_view path) {
+    return absl::EndsWith(path, "server/main.cc");
+  };
+  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage_config);
+  absl::ParseCommandLine(argc, argv);
+  // SPDLOG_LEVEL=debug turns on the per-request lines.
+  spdlog::cfg::load_env_levels();
+
+  tensorops::ServerOptions options;
+  if (!FlagsToOptions(&options)) return 2;
+
+  // Block the stop signals before any thread exists, so every thread (gRPC's, oneTBB's) inherits
+  // the mask and only sigwait below receives them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  absl::StatusOr<std::unique_ptr<tensorops::Server>> server = tensorops::Server::Start(options);
+  if (!server.ok()) {
+    spdlog::error("tensorops-server: {}", server.status().ToString());
+    return 1;
+  }
+
+  int signal = 0;
+  sigwait(&stop_signals, &signal);
+  spdlog::info("received {}, shutting down", signal == SIGINT ? "SIGINT" : "SIGTERM");
+  (*server)->Shutdown();
+  (*server)->Wait();
+  return 0;
+}

@@ -1,0 +1,126 @@
+#include "server/server.h"
+
+#include <chrono>
+#include <climits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "kernels/device.h"
+#include "proto/codec.h"
+#include "spdlog/spdlog.h"
+
+#ifndef TENSOROPS_VERSION
+#define TENSOROPS_VERSION "unknown"
+#endif
+#ifndef TENSOROPS_GIT_REVISION
+#define TENSOROPS_GIT_REVISION "unknown"
+#endif
+
+namespace tensorops {
+namespace {
+
+// ListenAddress formats host:port, bracketing IPv6 literals ("[::1]:50051") as gRPC expects.
+std::string ListenAddress(const std::string& host, int port) {
+  if (absl::StrContains(host, ':') && !absl::StartsWith(host, "[")) {
+    return absl::StrFormat("[%s]:%d", host, port);
+  }
+  return absl::StrFormat("%s:%d", host, port);
+}
+
+// DevicesSummary describes the CPU thread count and the GPUs (or why there are none) for the
+// start-up line.
+std::string DevicesSummary(int cpu_threads) {
+  const DeviceInventory inventory = QueryDevices();
+  std::string cuda;
+  if (inventory.cuda_devices.empty()) {
+    cuda = absl::StrFormat("none (%s)", inventory.note);
+  } else {
+    std::vector<std::string> names;
+    for (const CudaDevice& device : inventory.cuda_devices) {
+      names.push_back(absl::StrFormat("%d: %s (%.1f GiB, sm_%d%d)", device.ordinal, device.name,
+                                      static_cast<double>(device.total_memory_bytes) / (1 << 30),
+                                      device.compute_capability_major,
+                                      device.compute_capability_minor));
+    }
+    cuda = absl::StrJoin(names, ", ");
+  }
+  return absl::StrFormat("cpu (%d threads), cuda: %s", cpu_threads, cuda);
+}
+
+}  // namespace
+
+Server::Server(const ServerOptions& options)
+    : service_(std::make_unique<TensorOpsService>(
+          wire::DecodeLimits{.max_rank = options.limits.max_rank,
+                             .max_elements = options.limits.max_elements,
+                             .max_bytes = options.limits.max_message_bytes})) {
+  if (options.threads > 0) {
+    thread_limit_.emplace(oneapi::tbb::global_control::max_allowed_parallelism,
+                          static_cast<size_t>(options.threads));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
+  const ServerOptions::Limits& limits = options.limits;
+  // gRPC takes message sizes as int.
+  if (limits.max_message_bytes < 1 || limits.max_message_bytes > INT_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_message_bytes = %d is out of range (expected 1..%d)",
+                        limits.max_message_bytes, INT_MAX));
+  }
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("port = %d is out of range (expected 0..65535)", options.port));
+  }
+
+  std::unique_ptr<Server> server(new Server(options));
+  const std::string address = ListenAddress(options.host, options.port);
+  int selected_port = 0;
+  grpc::ServerBuilder builder;
+  // TODO(tls): insecure until the TLS/auth issue lands.
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &selected_port);
+  // gRPC enables SO_REUSEPORT by default, which would let a second server share a busy port
+  // silently; a port conflict must be an error instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(limits.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(limits.max_message_bytes));
+  builder.RegisterService(server->service_.get());
+  server->grpc_server_ = builder.BuildAndStart();
+  if (server->grpc_server_ == nullptr || selected_port == 0) {
+    return absl::UnavailableError(
+        absl::StrFormat("cannot listen on %s (port in use, or host not a local address)", address));
+  }
+  server->port_ = selected_port;
+
+  const int cpu_threads = static_cast<int>(oneapi::tbb::global_control::active_value(
+      oneapi::tbb::global_control::max_allowed_parallelism));
+  spdlog::info(
+      "tensorops-server {} (rev {}) listening on {}; devices: {}; limits: max_message_bytes={}, "
+      "max_elements={}, max_rank={}",
+      TENSOROPS_VERSION, TENSOROPS_GIT_REVISION, ListenAddress(options.host, selected_port),
+      DevicesSummary(cpu_threads), limits.max_message_bytes, limits.max_elements, limits.max_rank);
+  return server;
+}
+
+Server::~Server() {
+  Shutdown();
+  if (grpc_server_ != nullptr) grpc_server_->Wait();
+}
+
+void Server::Shutdown(absl::Duration grace) {
+  absl::MutexLock lock(&shutdown_mu_);
+  if (shut_down_ || grpc_server_ == nullptr) return;
+  shut_down_ = true;
+  grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+}
+
+void Server::Wait() {
+  if (grpc_server_ != nullptr) grpc_server_->Wait();
+}
+
+}  // namespace tensorops

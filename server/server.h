@@ -1,0 +1,70 @@
+// Server: a running tensorops gRPC server (the TensorOps service on one listening port).
+//
+//   absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
+//   if (!server.ok()) return Fail(server.status());
+//   ... (*server)->port() ...
+//   (*server)->Shutdown();  // from any thread; Wait() then returns
+//
+// Start logs the one start-up summary line (version, address, devices, limits).
+#ifndef TENSOROPS_SERVER_SERVER_H_
+#define TENSOROPS_SERVER_SERVER_H_
+
+#include <memory>
+#include <optional>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "oneapi/tbb/global_control.h"
+#include "server/server_options.h"
+#include "server/tensor_ops_service.h"
+
+namespace tensorops {
+
+// Server owns the gRPC server, the service it serves and, when ServerOptions::threads > 0, the
+// oneTBB parallelism limit the kernels run under (process-wide while this object lives; with two
+// servers in one process the smaller limit wins). Not copyable or movable. The destructor shuts
+// down (like Shutdown()) and waits for in-flight calls.
+class Server {
+ public:
+  // kDefaultShutdownGrace is how long Shutdown lets in-flight calls finish before cancelling them.
+  static constexpr absl::Duration kDefaultShutdownGrace = absl::Seconds(5);
+
+  // Start builds and starts a server for `options`. UNAVAILABLE when the address cannot be bound
+  // (port in use, unknown host); INVALID_ARGUMENT for options gRPC cannot take (message size out
+  // of int range).
+  static absl::StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options);
+
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+  ~Server();
+
+  // port returns the port actually bound (the chosen one when options.port was 0).
+  int port() const { return port_; }
+
+  // Shutdown stops accepting calls, lets in-flight ones finish for up to `grace`, then cancels
+  // them. Thread-safe and idempotent; returns once the server has stopped.
+  void Shutdown(absl::Duration grace = kDefaultShutdownGrace);
+
+  // Wait blocks until Shutdown (from another thread) has completed.
+  void Wait();
+
+ private:
+  explicit Server(const ServerOptions& options);
+
+  // Declared before grpc_server_ so that it outlives it: the gRPC server calls into it until
+  // destroyed.
+  std::unique_ptr<TensorOpsService> service_;
+  std::optional<oneapi::tbb::global_control> thread_limit_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  int port_ = 0;
+
+  absl::Mutex shutdown_mu_;
+  bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
+};
+
+}  // namespace tensorops
+
+#endif  // TENSOROPS_SERVER_SERVER_H_

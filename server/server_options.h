@@ -1,0 +1,45 @@
+// ServerOptions: everything a tensorops server is configured with. `main` turns flags into this
+// struct once; tests build it directly.
+//
+//   ServerOptions options;
+//   options.port = 0;  // any free port
+//   options.limits.max_elements = 1 << 20;
+#ifndef TENSOROPS_SERVER_SERVER_OPTIONS_H_
+#define TENSOROPS_SERVER_SERVER_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/shape.h"
+
+namespace tensorops {
+
+// ServerOptions configure Server::Start. Values are not validated here beyond what Start needs to
+// refuse (an unbindable address); `main` checks flag ranges and exits with a usage error.
+struct ServerOptions {
+  // Limits on one call, applied by the codec (per tensor) and to every result; exceeding one gives
+  // RESOURCE_EXHAUSTED naming the flag.
+  struct Limits {
+    // Largest gRPC message accepted and sent, in bytes (both directions); 1..2^31-1 because gRPC
+    // takes an int. Default 1 GiB.
+    int64_t max_message_bytes = int64_t{1} << 30;
+    // Largest element count of any one tensor, request or result. The default (2^32) lets SPEC's
+    // counts above 2^31 through; raise max_message_bytes to actually send such tensors.
+    int64_t max_elements = int64_t{1} << 32;
+    // Largest rank of any one tensor, 0..16 (SPEC's range).
+    int max_rank = kMaxRank;
+  };
+
+  // Interface to listen on: an IPv4/IPv6 address or a host name. Default loopback only.
+  std::string host = "127.0.0.1";
+  // TCP port, 0..65535; 0 picks a free port (read it back with Server::port()).
+  int port = 50051;
+  // Threads the CPU kernels may use (oneTBB's max_allowed_parallelism, process-wide);
+  // 0 = all cores.
+  int threads = 0;
+  Limits limits;
+};
+
+}  // namespace tensorops
+
+#endif  // TENSOROPS_SERVER_SERVER_OPTIONS_H_

@@ -1,0 +1,46 @@
+// TensorOpsService: the gRPC front end of tensorops.v1.TensorOps on the callback API.
+//
+//   TensorOpsService service(wire::DecodeLimits{.max_elements = 1 << 30});
+//   grpc::ServerBuilder builder;
+//   builder.RegisterService(&service);
+//
+// Each unary handler decodes the request with the wire codec (views into the request's bytes, no
+// copy), plans the op with `kernels` (all op-level validation lives there), allocates the result
+// directly inside the response message and runs the CPU kernel into it. Errors reach the caller as
+// the kernels' absl::Status mapped to grpc::Status, with the message unchanged.
+#ifndef TENSOROPS_SERVER_TENSOR_OPS_SERVICE_H_
+#define TENSOROPS_SERVER_TENSOR_OPS_SERVICE_H_
+
+#include "absl/status/status.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/codec.h"
+#include "tensorops/v1/service.grpc.pb.h"
+
+namespace tensorops {
+
+// TensorOpsService serves Gather and Scatter. Thread-safe: handlers share nothing but the
+// immutable limits. The kernels run inline on the gRPC callback thread for now; the scheduler will
+// take over that one step (see ExecuteOp in the .cc).
+class TensorOpsService final : public v1::TensorOps::CallbackService {
+ public:
+  // `limits` bound every decoded tensor and every result; exceeding one is RESOURCE_EXHAUSTED.
+  explicit TensorOpsService(const wire::DecodeLimits& limits);
+
+  TensorOpsService(const TensorOpsService&) = delete;
+  TensorOpsService& operator=(const TensorOpsService&) = delete;
+
+  grpc::ServerUnaryReactor* Gather(grpc::CallbackServerContext* context,
+                                   const v1::GatherRequest* request,
+                                   v1::GatherResponse* response) override;
+
+  grpc::ServerUnaryReactor* Scatter(grpc::CallbackServerContext* context,
+                                    const v1::ScatterRequest* request,
+                                    v1::ScatterResponse* response) override;
+
+ private:
+  const wire::DecodeLimits limits_;
+};
+
+}  // namespace tensorops
+
+#endif  // TENSOROPS_SERVER_TENSOR_OPS_SERVICE_H_

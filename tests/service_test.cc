@@ -1,0 +1,437 @@
+// Tests of the gRPC service: a real Server in-process on a free loopback port, called through the
+// raw generated stub, so that what is tested is exactly what goes over the wire.
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "server/server.h"
+#include "server/tensor_ops_service.h"
+#include "tensorops/v1/service.grpc.pb.h"
+
+namespace tensorops {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+
+template <typename T>
+v1::DataType WireDtype();
+template <>
+v1::DataType WireDtype<int32_t>() {
+  return v1::DATA_TYPE_INT32;
+}
+template <>
+v1::DataType WireDtype<int64_t>() {
+  return v1::DATA_TYPE_INT64;
+}
+template <>
+v1::DataType WireDtype<float>() {
+  return v1::DATA_TYPE_FLOAT32;
+}
+
+// MakeTensor builds a wire tensor of `shape` holding `values` (row-major).
+template <typename T>
+v1::Tensor MakeTensor(std::vector<int64_t> shape, const std::vector<T>& values) {
+  v1::Tensor tensor;
+  tensor.set_dtype(WireDtype<T>());
+  for (int64_t size : shape) tensor.add_shape(size);
+  tensor.set_data(
+      std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T)));
+  return tensor;
+}
+
+// Values reads the elements of a wire tensor as T.
+template <typename T>
+std::vector<T> Values(const v1::Tensor& tensor) {
+  EXPECT_EQ(tensor.dtype(), WireDtype<T>());
+  std::vector<T> values(tensor.data().size() / sizeof(T));
+  std::memcpy(values.data(), tensor.data().data(), values.size() * sizeof(T));
+  return values;
+}
+
+// StartServer starts a server on a free loopback port with `limits`.
+std::unique_ptr<Server> StartServer(ServerOptions::Limits limits = {}) {
+  ServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  options.threads = 2;
+  options.limits = limits;
+  absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
+  EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? std::move(*server) : nullptr;
+}
+
+std::unique_ptr<v1::TensorOps::Stub> Connect(int port) {
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(-1);
+  args.SetMaxReceiveMessageSize(-1);
+  return v1::TensorOps::NewStub(grpc::CreateCustomChannel(
+      absl::StrFormat("127.0.0.1:%d", port), grpc::InsecureChannelCredentials(), args));
+}
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = StartServer();
+    ASSERT_NE(server_, nullptr);
+    ASSERT_GT(server_->port(), 0);
+    stub_ = Connect(server_->port());
+  }
+
+  grpc::Status Gather(const v1::GatherRequest& request, v1::GatherResponse* response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    return stub_->Gather(&context, request, response);
+  }
+
+  grpc::Status Scatter(const v1::ScatterRequest& request, v1::ScatterResponse* response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    return stub_->Scatter(&context, request, response);
+  }
+
+  // ExpectStillServing checks a good call succeeds (after a bad one).
+  void ExpectStillServing() {
+    v1::GatherRequest request;
+    *request.mutable_input() = MakeTensor<int64_t>({3}, {10, 20, 30});
+    *request.mutable_index() = MakeTensor<int64_t>({2}, {2, 0});
+    v1::GatherResponse response;
+    const grpc::Status status = Gather(request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_THAT(Values<int64_t>(response.result()), ElementsAre(30, 10));
+  }
+
+  std::unique_ptr<Server> server_;
+  std::unique_ptr<v1::TensorOps::Stub> stub_;
+};
+
+void ExpectStatus(const grpc::Status& status, grpc::StatusCode code, const std::string& substring) {
+  EXPECT_EQ(status.error_code(), code) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr(substring));
+}
+
+// --- Happy paths (PyTorch's documented examples) ------------------------------------------------
+
+TEST_F(ServiceTest, GatherTorchExample) {
+  // torch.gather(torch.tensor([[1, 2], [3, 4]]), 1, torch.tensor([[0, 0], [1, 0]]))
+  v1::GatherRequest request;
+  *request.mutable_input() = MakeTensor<int64_t>({2, 2}, {1, 2, 3, 4});
+  *request.mutable_index() = MakeTensor<int64_t>({2, 2}, {0, 0, 1, 0});
+  request.set_axis(1);
+  v1::GatherResponse response;
+  const grpc::Status status = Gather(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_THAT(response.result().shape(), ElementsAre(2, 2));
+  EXPECT_THAT(Values<int64_t>(response.result()), ElementsAre(1, 1, 4, 3));
+}
+
+TEST_F(ServiceTest, GatherFloatWithInt32AndNegativeIndices) {
+  v1::GatherRequest request;
+  *request.mutable_input() = MakeTensor<float>({2, 3}, {1, 2, 3, 4, 5, 6});
+  *request.mutable_index() = MakeTensor<int32_t>({2, 2}, {-1, 0, 1, -3});
+  request.set_axis(-1);
+  v1::GatherResponse response;
+  const grpc::Status status = Gather(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_THAT(response.result().shape(), ElementsAre(2, 2));
+  EXPECT_THAT(Values<float>(response.result()), ElementsAre(3, 1, 5, 4));
+}
+
+TEST_F(ServiceTest, GatherOfZeroElements) {
+  v1::GatherRequest request;
+  *request.mutable_input() = MakeTensor<float>({2, 3}, {1, 2, 3, 4, 5, 6});
+  *request.mutable_index() = MakeTensor<int64_t>({2, 0}, {});
+  request.set_axis(1);
+  v1::GatherResponse response;
+  const grpc::Status status = Gather(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_THAT(response.result().shape(), ElementsAre(2, 0));
+  EXPECT_TRUE(response.result().data().empty());
+}
+
+TEST_F(ServiceTest, ScatterAddTorchExample) {
+  // torch.zeros(3, 5).scatter_add_(0, torch.tensor([[0, 1, 2, 0, 0]]), torch.ones((2, 5)))
+  v1::ScatterRequest request;
+  *request.mutable_input() = MakeTensor<float>({3, 5}, std::vector<float>(15, 0.0f));
+  *request.mutable_index() = MakeTensor<int64_t>({1, 5}, {0, 1, 2, 0, 0});
+  *request.mutable_src() = MakeTensor<float>({2, 5}, std::vector<float>(10, 1.0f));
+  request.set_axis(0);
+  request.set_reduce(v1::REDUCTION_SUM);
+  v1::ScatterResponse response;
+  const grpc::Status status = Scatter(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_THAT(response.result().shape(), ElementsAre(3, 5));
+  EXPECT_THAT(Values<float>(response.result()),
+              ElementsAreArray({1, 0, 0, 1, 1, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0}));
+}
+
+TEST_F(ServiceTest, ScatterReduceAmaxIncludeSelf) {
+  // input2 = torch.tensor([5., 4., 3., 2.]); src = torch.tensor([1., 2., 3., 4., 5., 6.])
+  // index = torch.tensor([0, 1, 0, 1, 2, 1])
+  // input2.scatter_reduce(0, index, src, reduce="amax")                      -> [5, 6, 5, 2]
+  // input2.scatter_reduce(0, index, src, reduce="amax", include_self=False)  -> [3, 6, 5, 2]
+  v1::ScatterRequest request;
+  *request.mutable_input() = MakeTensor<float>({4}, {5, 4, 3, 2});
+  *request.mutable_index() = MakeTensor<int64_t>({6}, {0, 1, 0, 1, 2, 1});
+  *request.mutable_src() = MakeTensor<float>({6}, {1, 2, 3, 4, 5, 6});
+  request.set_reduce(v1::REDUCTION_AMAX);
+
+  v1::ScatterResponse response;
+  grpc::Status status = Scatter(request, &response);  // include_self absent: true.
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_THAT(Values<float>(response.result()), ElementsAre(5, 6, 5, 2));
+
+  request.set_include_self(false);
+  status = Scatter(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_THAT(Values<float>(response.result()), ElementsAre(3, 6, 5, 2));
+
+  request.set_include_self(true);
+  status = Scatter(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_THAT(Values<float>(response.result()), ElementsAre(5, 6, 5, 2));
+}
+
+TEST_F(ServiceTest, ScatterScalarValue) {
+  // torch.zeros(2, 4, dtype=torch.int32).scatter_(1, torch.tensor([[2], [3]]), 7)
+  v1::ScatterRequest request;
+  *request.mutable_input() = MakeTensor<int32_t>({2, 4}, std::vector<int32_t>(8, 0));
+  *request.mutable_index() = MakeTensor<int64_t>({2, 1}, {2, 3});
+  request.mutable_value()->set_int_value(7);
+  request.set_axis(1);
+  v1::ScatterResponse response;
+  const grpc::Status status = Scatter(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_THAT(response.result().shape(), ElementsAre(2, 4));
+  EXPECT_THAT(Values<int32_t>(response.result()), ElementsAre(0, 0, 7, 0, 0, 0, 0, 7));
+}
+
+TEST_F(ServiceTest, ConcurrentCallsAllSucceed) {
+  std::vector<std::thread> threads;
+  std::vector<int> failures(8, 0);
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        v1::GatherRequest request;
+        *request.mutable_input() = MakeTensor<int64_t>({4}, {t, t + 1, t + 2, t + 3});
+        *request.mutable_index() = MakeTensor<int64_t>({2}, {3, 0});
+        v1::GatherResponse response;
+        grpc::ClientContext context;
+        const grpc::Status status = stub_->Gather(&context, request, &response);
+        if (!status.ok() || Values<int64_t>(response.result()) != std::vector<int64_t>{t + 3, t}) {
+          ++failures[t];
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_THAT(failures, ::testing::Each(0));
+}
+
+// --- Bad requests: INVALID_ARGUMENT with SPEC's message, and the server keeps serving ----------
+
+TEST_F(ServiceTest, OutOfRangeIndex) {
+  v1::GatherRequest request;
+  *request.mutable_input() = MakeTensor<int64_t>({2, 2}, {1, 2, 3, 4});
+  *request.mutable_index() = MakeTensor<int64_t>({2, 2}, {0, 0, 5, 0});
+  request.set_axis(1);
+  v1::GatherResponse response;
+  ExpectStatus(Gather(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "gather: index[1, 0] = 5 is out of range for axis 1 of input with size 2");
+  ExpectStillServing();
+
+  v1::ScatterRequest scatter;
+  *scatter.mutable_input() = MakeTensor<float>({3}, {0, 0, 0});
+  *scatter.mutable_index() = MakeTensor<int64_t>({2}, {1, -4});
+  *scatter.mutable_src() = MakeTensor<float>({2}, {1, 2});
+  v1::ScatterResponse scatter_response;
+  ExpectStatus(Scatter(scatter, &scatter_response), grpc::StatusCode::INVALID_ARGUMENT,
+               "scatter: index[1] = -4 is out of range for axis 0 of input with size 3");
+  ExpectStillServing();
+}
+
+TEST_F(ServiceTest, DtypeMismatch) {
+  v1::ScatterRequest request;
+  *request.mutable_input() = MakeTensor<float>({3}, {0, 0, 0});
+  *request.mutable_index() = MakeTensor<int64_t>({1}, {1});
+  *request.mutable_src() = MakeTensor<int32_t>({1}, {1});
+  v1::ScatterResponse response;
+  ExpectStatus(Scatter(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "scatter: src.dtype = int32 does not match input.dtype = float32");
+  ExpectStillServing();
+}
+
+TEST_F(ServiceTest, FloatIndexIsRejected) {
+  v1::GatherRequest request;
+  *request.mutable_input() = MakeTensor<float>({3}, {0, 0, 0});
+  *request.mutable_index() = MakeTensor<float>({1}, {1});
+  v1::GatherResponse response;
+  ExpectStatus(Gather(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "gather: index.dtype = float32 is not an index type");
+}
+
+TEST_F(ServiceTest, MissingSource) {
+  v1::ScatterRequest request;
+  *request.mutable_input() = MakeTensor<float>({3}, {0, 0, 0});
+  *request.mutable_index() = MakeTensor<int64_t>({1}, {1});
+  v1::ScatterResponse response;
+  ExpectStatus(Scatter(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "scatter: one of src or value is required");
+  ExpectStillServing();
+}
+
+TEST_F(ServiceTest, EmptyScalarValue) {
+  v1::ScatterRequest request;
+  *request.mutable_input() = MakeTensor<float>({3}, {0, 0, 0});
+  *request.mutable_index() = MakeTensor<int64_t>({1}, {1});
+  request.mutable_value();  // Set, but holding nothing.
+  v1::ScatterResponse response;
+  ExpectStatus(Scatter(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "scatter: value has no value set");
+}
+
+TEST_F(ServiceTest, BadAxis) {
+  v1::GatherRequest request;
+  *request.mutable_input() = MakeTensor<int64_t>({2, 2}, {1, 2, 3, 4});
+  *request.mutable_index() = MakeTensor<int64_t>({2, 2}, {0, 0, 1, 0});
+  request.set_axis(2);
+  v1::GatherResponse response;
+  ExpectStatus(Gather(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "gather: axis = 2 is out of range");
+  ExpectStillServing();
+}
+
+TEST_F(ServiceTest, UnknownReduction) {
+  v1::ScatterRequest request;
+  *request.mutable_input() = MakeTensor<float>({3}, {0, 0, 0});
+  *request.mutable_index() = MakeTensor<int64_t>({1}, {1});
+  *request.mutable_src() = MakeTensor<float>({1}, {1});
+  request.set_reduce(static_cast<v1::Reduction>(17));
+  v1::ScatterResponse response;
+  ExpectStatus(Scatter(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "scatter: reduce = 17 is not a known reduction");
+}
+
+TEST_F(ServiceTest, MalformedWireTensor) {
+  v1::GatherRequest request;
+  *request.mutable_input() = MakeTensor<int64_t>({2, 2}, {1, 2, 3, 4});
+  *request.mutable_index() = MakeTensor<int64_t>({2, 3}, {0, 0, 1, 0});
+  v1::GatherResponse response;
+  ExpectStatus(Gather(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "gather: index.data has 32 bytes but shape [2, 3] of int64 needs 48");
+  request.mutable_input()->set_dtype(v1::DATA_TYPE_UNSPECIFIED);
+  ExpectStatus(Gather(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "gather: input.dtype = 0 is not a known dtype");
+  ExpectStillServing();
+}
+
+// --- Limits
+// ---------------------------------------------------------------------------------------
+
+TEST(ServiceLimitsTest, MessageLargerThanMaxMessageBytes) {
+  ServerOptions::Limits limits;
+  limits.max_message_bytes = 64 << 10;
+  std::unique_ptr<Server> server = StartServer(limits);
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<v1::TensorOps::Stub> stub = Connect(server->port());
+
+  v1::GatherRequest request;
+  *request.mutable_input() = MakeTensor<float>({32 << 10}, std::vector<float>(32 << 10, 1.0f));
+  *request.mutable_index() = MakeTensor<int64_t>({1}, {0});
+  v1::GatherResponse response;
+  {
+    grpc::ClientContext context;
+    ExpectStatus(stub->Gather(&context, request, &response), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                 "");
+  }
+  // A request under the limit still works.
+  *request.mutable_input() = MakeTensor<float>({4}, {1, 2, 3, 4});
+  *request.mutable_index() = MakeTensor<int64_t>({1}, {3});
+  grpc::ClientContext context;
+  const grpc::Status status = stub->Gather(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_THAT(Values<float>(response.result()), ElementsAre(4));
+}
+
+TEST(ServiceLimitsTest, TensorsAndResultsOverMaxElements) {
+  ServerOptions::Limits limits;
+  limits.max_elements = 10;
+  std::unique_ptr<Server> server = StartServer(limits);
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<v1::TensorOps::Stub> stub = Connect(server->port());
+
+  v1::GatherRequest request;
+  *request.mutable_input() = MakeTensor<float>({12}, std::vector<float>(12, 0.0f));
+  *request.mutable_index() = MakeTensor<int64_t>({1}, {0});
+  v1::GatherResponse response;
+  {
+    grpc::ClientContext context;
+    ExpectStatus(stub->Gather(&context, request, &response), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                 "gather: input.shape [12] has 12 elements, more than the server's limit of 10 "
+                 "(--max_elements)");
+  }
+  // take_along_axis broadcast: input [5, 1] and index [1, 3] are each under the limit, the
+  // broadcast result [5, 3] is not; it is refused before it is allocated.
+  *request.mutable_input() = MakeTensor<float>({5, 1}, {1, 2, 3, 4, 5});
+  *request.mutable_index() = MakeTensor<int64_t>({1, 3}, {0, 0, 0});
+  request.set_axis(1);
+  request.set_broadcast(true);
+  grpc::ClientContext context;
+  ExpectStatus(stub->Gather(&context, request, &response), grpc::StatusCode::RESOURCE_EXHAUSTED,
+               "gather: result.shape [5, 3] has 15 elements");
+}
+
+TEST(ServiceLimitsTest, RankOverMaxRank) {
+  ServerOptions::Limits limits;
+  limits.max_rank = 1;
+  std::unique_ptr<Server> server = StartServer(limits);
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<v1::TensorOps::Stub> stub = Connect(server->port());
+  v1::GatherRequest request;
+  *request.mutable_input() = MakeTensor<float>({1, 1}, {1});
+  *request.mutable_index() = MakeTensor<int64_t>({1, 1}, {0});
+  v1::GatherResponse response;
+  grpc::ClientContext context;
+  ExpectStatus(stub->Gather(&context, request, &response), grpc::StatusCode::RESOURCE_EXHAUSTED,
+               "--max_rank");
+}
+
+// --- Server lifecycle
+// -----------------------------------------------------------------------------
+
+TEST(ServerTest, PortInUseIsAnError) {
+  std::unique_ptr<Server> first = StartServer();
+  ASSERT_NE(first, nullptr);
+  ServerOptions options;
+  options.port = first->port();
+  absl::StatusOr<std::unique_ptr<Server>> second = Server::Start(options);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
+}
+
+TEST(ServerTest, ShutdownIsIdempotentAndEndsWait) {
+  std::unique_ptr<Server> server = StartServer();
+  ASSERT_NE(server, nullptr);
+  std::thread waiter([&] { server->Wait(); });
+  server->Shutdown(absl::Seconds(1));
+  server->Shutdown();
+  waiter.join();
+}
+
+TEST(ServerTest, InvalidMessageSizeIsRejected) {
+  ServerOptions options;
+  options.port = 0;
+  options.limits.max_message_bytes = int64_t{1} << 31;
+  EXPECT_EQ(Server::Start(options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tensorops

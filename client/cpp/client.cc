@@ -1,0 +1,140 @@
+#include "client/cpp/client.h"
+
+#include <limits>
+#include <optional>
+#include <string_view>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
+#include "proto/codec.h"
+#include "proto/grpc_status.h"
+
+namespace tensorops {
+
+namespace {
+
+// CallDeadline returns when a call starting now must finish: `timeout`, or the client's default
+// when unset, from now; InfiniteFuture() for no deadline.
+absl::Time CallDeadline(const std::optional<absl::Duration>& timeout,
+                        absl::Duration default_timeout) {
+  return absl::Now() + timeout.value_or(default_timeout);
+}
+
+// PrepareContext sets `deadline` on `context`, or returns DEADLINE_EXCEEDED when it has already
+// passed (encoding the request took longer than the timeout). gRPC alone does not guarantee that:
+// over a warm loopback connection a call whose deadline is already past can still come back OK.
+absl::Status PrepareContext(absl::Time deadline, std::string_view op,
+                            grpc::ClientContext* context) {
+  if (deadline == absl::InfiniteFuture()) return absl::OkStatus();
+  if (absl::Now() >= deadline) {
+    return absl::DeadlineExceededError(
+        absl::StrFormat("%s: the deadline passed before the request was sent", op));
+  }
+  context->set_deadline(absl::ToChronoTime(deadline));
+  return absl::OkStatus();
+}
+
+// DecodeResult validates `result` and copies it into an owning tensor, so that the caller may
+// drop the response message.
+absl::StatusOr<Tensor> DecodeResult(const v1::Tensor& result, std::string_view op,
+                                    const ClientOptions& options) {
+  wire::DecodeLimits limits;
+  limits.max_bytes = options.max_message_bytes;
+  absl::StatusOr<TensorView> view = wire::DecodeTensor(result, op, "result", limits);
+  if (!view.ok()) {
+    // The server validated the request and built this tensor itself, so a bad one is its bug.
+    return absl::InternalError(
+        absl::StrFormat("%s: the server sent a malformed result: %s", op, view.status().message()));
+  }
+  return Tensor::FromView(*view);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::string target, ClientOptions options) {
+  if (target.empty()) {
+    return absl::InvalidArgumentError("Client::Create: target is empty (expected \"host:port\")");
+  }
+  if (options.max_message_bytes < 1 ||
+      options.max_message_bytes > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("Client::Create: max_message_bytes = %d is out of range (expected 1 to %d)",
+                        options.max_message_bytes, std::numeric_limits<int>::max()));
+  }
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  arguments.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), arguments);
+  return std::unique_ptr<Client>(new Client(std::move(channel), options));
+}
+
+Client::Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options)
+    : options_(options), channel_(std::move(channel)), stub_(v1::TensorOps::NewStub(channel_)) {}
+
+absl::StatusOr<Tensor> Client::Gather(const TensorView& input, int64_t axis,
+                                      const TensorView& index, const GatherOptions& options) {
+  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
+  v1::GatherRequest request;
+  wire::EncodeTensor(input, request.mutable_input());
+  wire::EncodeTensor(index, request.mutable_index());
+  request.set_axis(axis);
+  request.set_broadcast(options.broadcast);
+
+  grpc::ClientContext context;
+  if (absl::Status prepared = PrepareContext(deadline, "gather", &context); !prepared.ok()) {
+    return prepared;
+  }
+  v1::GatherResponse response;
+  const grpc::Status status = stub_->Gather(&context, request, &response);
+  if (!status.ok()) return wire::FromGrpcStatus(status);
+  return DecodeResult(response.result(), "gather", options_);
+}
+
+absl::StatusOr<Tensor> Client::Scatter(const TensorView& input, int64_t axis,
+                                       const TensorView& index, const TensorView& src,
+                                       const ScatterOptions& options) {
+  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
+  v1::ScatterRequest request;
+  wire::EncodeTensor(src, request.mutable_src());
+  return CallScatter(deadline, &request, input, axis, index, options);
+}
+
+absl::StatusOr<Tensor> Client::Scatter(const TensorView& input, int64_t axis,
+                                       const TensorView& index, const Scalar& value,
+                                       const ScatterOptions& options) {
+  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
+  v1::ScatterRequest request;
+  wire::EncodeScalar(value, request.mutable_value());
+  return CallScatter(deadline, &request, input, axis, index, options);
+}
+
+absl::StatusOr<Tensor> Client::CallScatter(absl::Time deadline, v1::ScatterRequest* request,
+                                           const TensorView& input, int64_t axis,
+                                           const TensorView& index, const ScatterOptions& options) {
+  wire::EncodeTensor(input, request->mutable_input());
+  wire::EncodeTensor(index, request->mutable_index());
+  request->set_axis(axis);
+  request->set_reduce(wire::ReductionToProto(options.reduce));
+  request->set_include_self(options.include_self);
+  request->set_broadcast(options.broadcast);
+  request->set_deterministic(options.deterministic);
+
+  grpc::ClientContext context;
+  if (absl::Status prepared = PrepareContext(deadline, "scatter", &context); !prepared.ok()) {
+    return prepared;
+  }
+  v1::ScatterResponse response;
+  const grpc::Status status = stub_->Scatter(&context, *request, &response);
+  if (!status.ok()) return wire::FromGrpcStatus(status);
+  return DecodeResult(response.result(), "scatter", options_);
+}
+
+}  // namespace tensorops

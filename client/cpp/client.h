@@ -1,0 +1,111 @@
+// Client: the C++ client of the tensorops service. It sends tensors in the caller's memory and
+// returns results as owning `Tensor`s; errors are `absl::Status`es carrying the server's code and
+// message.
+//
+//   absl::StatusOr<std::unique_ptr<Client>> client = Client::Create("127.0.0.1:50051");
+//   if (!client.ok()) return client.status();
+//   absl::StatusOr<Tensor> out = (*client)->Gather(x.view(), /*axis=*/1, index.view());
+//   if (!out.ok()) std::cerr << out.status() << "\n";  // e.g. INVALID_ARGUMENT: gather: index...
+//
+// One Client may be shared by any number of threads; every call is a blocking unary RPC on one
+// gRPC channel. The channel connects lazily, so Create succeeds while the server is down and the
+// first call reports UNAVAILABLE.
+#ifndef TENSOROPS_CLIENT_CPP_CLIENT_H_
+#define TENSOROPS_CLIENT_CPP_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/channel.h"
+#include "kernels/reduction.h"
+#include "kernels/scalar.h"
+#include "kernels/tensor.h"
+#include "tensorops/v1/service.grpc.pb.h"
+
+namespace tensorops {
+
+// ClientOptions configure the channel and the defaults of every call. The channel uses insecure
+// credentials.
+struct ClientOptions {
+  // Largest message the channel sends or receives, in bytes: 1 to 2^31 - 1 (gRPC's own limit).
+  // Matches the server's default --max_message_bytes; results larger than this fail with
+  // RESOURCE_EXHAUSTED. Create rejects values outside the range.
+  int64_t max_message_bytes = int64_t{1} << 30;
+  // Deadline of a call whose options leave `timeout` unset; InfiniteDuration() means none.
+  absl::Duration default_timeout = absl::InfiniteDuration();
+};
+
+// GatherOptions are the optional arguments of Client::Gather.
+struct GatherOptions {
+  // Paddle's take_along_axis broadcast: input and index are broadcast against each other on every
+  // dimension but the axis (SPEC, operation 1).
+  bool broadcast = false;
+  // The call's deadline, counted from when the call starts (encoding the request included);
+  // nullopt uses ClientOptions::default_timeout. A deadline that passes gives DEADLINE_EXCEEDED;
+  // one that passes before the request is sent fails without sending it.
+  std::optional<absl::Duration> timeout;
+};
+
+// ScatterOptions are the optional arguments of Client::Scatter.
+struct ScatterOptions {
+  // How a source element combines with its destination (SPEC, Reductions).
+  Reduction reduce = Reduction::kAssign;
+  // Whether the destination's original value takes part in the reduction.
+  bool include_self = true;
+  // Paddle's put_along_axis broadcast (SPEC, operation 2).
+  bool broadcast = false;
+  // Ask for bitwise reproducible floating SUM/MEAN/PROD results.
+  bool deterministic = false;
+  // As GatherOptions::timeout.
+  std::optional<absl::Duration> timeout;
+};
+
+// Client calls the tensorops.v1.TensorOps service. Thread-safe; not copyable.
+class Client {
+ public:
+  // Create returns a client for `target` (a gRPC target such as "host:port" or "dns:///host:port").
+  // Returns INVALID_ARGUMENT for an empty target or options out of range. Does not connect.
+  static absl::StatusOr<std::unique_ptr<Client>> Create(std::string target,
+                                                        ClientOptions options = {});
+
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Gather returns `torch.gather(input, axis, index)` (SPEC, operation 1) computed by the server.
+  // Returns the server's status on error: INVALID_ARGUMENT naming the argument, value and rule for
+  // a bad request, RESOURCE_EXHAUSTED for tensors over the limits, DEADLINE_EXCEEDED when the
+  // timeout passes, UNAVAILABLE when the server cannot be reached.
+  absl::StatusOr<Tensor> Gather(const TensorView& input, int64_t axis, const TensorView& index,
+                                const GatherOptions& options = {});
+
+  // Scatter returns `input` with `src` scattered into it along `axis` at `index`, combined by
+  // options.reduce (SPEC, operation 2). `input` itself is not modified. Errors as Gather.
+  absl::StatusOr<Tensor> Scatter(const TensorView& input, int64_t axis, const TensorView& index,
+                                 const TensorView& src, const ScatterOptions& options = {});
+
+  // Scatter with a scalar `value` broadcast to the index's shape, converted to input's dtype by
+  // the server (a value that does not fit is INVALID_ARGUMENT). Errors as Gather.
+  absl::StatusOr<Tensor> Scatter(const TensorView& input, int64_t axis, const TensorView& index,
+                                 const Scalar& value, const ScatterOptions& options = {});
+
+ private:
+  Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options);
+
+  // Fills in the rest of `request`, whose source the caller has set, and sends it to finish by
+  // `deadline`.
+  absl::StatusOr<Tensor> CallScatter(absl::Time deadline, v1::ScatterRequest* request,
+                                     const TensorView& input, int64_t axis, const TensorView& index,
+                                     const ScatterOptions& options);
+
+  ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::TensorOps::Stub> stub_;
+};
+
+}  // namespace tensorops
+
+#endif  // TENSOROPS_CLIENT_CPP_CLIENT_H_

@@ -1,0 +1,726 @@
+// End-to-end tests: the real tensorops-server binary on a free loopback port, called through
+// tensorops::Client and through the tensorops-cli binary. Results are compared with the in-process
+// kernels (the same code the server runs, so exactly), with the independent reference in
+// reference.h, and with hand cases from PyTorch's documentation.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <complex>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/random/random.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/cpp/client.h"
+#include "client/cpp/npy.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/gather.h"
+#include "kernels/scatter.h"
+#include "tests/reference.h"
+
+extern char** environ;
+
+namespace tensorops {
+namespace {
+
+namespace ref = ::tensorops::testing;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kStartupTimeout = absl::Seconds(10);
+constexpr absl::Duration kShutdownTimeout = absl::Seconds(10);
+constexpr absl::Duration kCliTimeout = absl::Seconds(60);
+
+// ChildProcess runs a binary with stdin from /dev/null and stdout and stderr captured by two
+// threads (so that a chatty child never blocks on a full pipe). The destructor kills a child that
+// is still running.
+class ChildProcess {
+ public:
+  static absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(const std::vector<std::string>& argv) {
+    std::array<int, 2> stdout_pipe, stderr_pipe;
+    if (pipe2(stdout_pipe.data(), O_CLOEXEC) != 0 || pipe2(stderr_pipe.data(), O_CLOEXEC) != 0) {
+      return absl::ErrnoToStatus(errno, "pipe2");
+    }
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&actions, stdout_pipe[1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, stderr_pipe[1], STDERR_FILENO);
+    std::vector<char*> args;
+    for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+    args.push_back(nullptr);
+    pid_t pid = 0;
+    const int spawn_error = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    close(stdout_pipe[1]);
+    close(stderr_pipe[1]);
+    if (spawn_error != 0) {
+      close(stdout_pipe[0]);
+      close(stderr_pipe[0]);
+      return absl::ErrnoToStatus(spawn_error, absl::StrCat("posix_spawn ", argv[0]));
+    }
+    return std::unique_ptr<ChildProcess>(new ChildProcess(pid, stdout_pipe[0], stderr_pipe[0]));
+  }
+
+  ~ChildProcess() {
+    if (!exit_status_.has_value()) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    for (std::thread& reader : readers_) reader.join();
+  }
+
+  // WaitForMatch waits up to `timeout` for `pattern` to match stdout or stderr and returns the
+  // text of capture group 1; nullopt when the time passes or both streams close without a match.
+  std::optional<std::string> WaitForMatch(const std::regex& pattern, absl::Duration timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    std::optional<std::string> match;
+    cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] {
+      for (const std::string& text : output_) {
+        std::smatch found;
+        if (std::regex_search(text, found, pattern)) {
+          match = found[1].str();
+          return true;
+        }
+      }
+      return open_streams_ == 0;
+    });
+    return match;
+  }
+
+  // WaitForExit waits up to `timeout` for the child to exit, kills it with SIGKILL after that, and
+  // returns its wait status.
+  int WaitForExit(absl::Duration timeout) {
+    if (exit_status_.has_value()) return *exit_status_;
+    const absl::Time deadline = absl::Now() + timeout;
+    int status = 0;
+    while (waitpid(pid_, &status, WNOHANG) == 0) {
+      if (absl::Now() > deadline) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &status, 0);
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    exit_status_ = status;
+    for (std::thread& reader : readers_) reader.join();
+    readers_.clear();
+    return status;
+  }
+
+  // Terminate sends SIGTERM and then waits as WaitForExit.
+  int Terminate(absl::Duration timeout) {
+    if (!exit_status_.has_value()) kill(pid_, SIGTERM);
+    return WaitForExit(timeout);
+  }
+
+  std::string stdout_text() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return output_[0];
+  }
+  std::string stderr_text() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return output_[1];
+  }
+
+ private:
+  ChildProcess(pid_t pid, int stdout_fd, int stderr_fd) : pid_(pid) {
+    readers_.emplace_back([this, stdout_fd] { Drain(stdout_fd, 0); });
+    readers_.emplace_back([this, stderr_fd] { Drain(stderr_fd, 1); });
+  }
+
+  void Drain(int fd, int stream) {
+    char buffer[4096];
+    ssize_t count = 0;
+    while ((count = read(fd, buffer, sizeof(buffer))) != 0) {
+      if (count < 0) {
+        if (errno == EINTR) continue;
+        break;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      output_[stream].append(buffer, static_cast<size_t>(count));
+      cv_.notify_all();
+    }
+    close(fd);
+    std::lock_guard<std::mutex> lock(mu_);
+    --open_streams_;
+    cv_.notify_all();
+  }
+
+  const pid_t pid_;
+  std::optional<int> exit_status_;
+  std::vector<std::thread> readers_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::string output_[2];  // stdout, stderr; guarded by mu_.
+  int open_streams_ = 2;   // Guarded by mu_.
+};
+
+// Describes a wait status for failure messages.
+std::string DescribeExit(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exit code ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return absl::StrCat("killed by signal ", WTERMSIG(status));
+  return absl::StrCat("wait status ", status);
+}
+
+bool ExitedWith(int status, int code) { return WIFEXITED(status) && WEXITSTATUS(status) == code; }
+
+// ServerProcess is a tensorops-server child listening on a free loopback port.
+struct ServerProcess {
+  std::unique_ptr<ChildProcess> process;
+  std::string target;
+};
+
+absl::StatusOr<ServerProcess> StartServer() {
+  absl::StatusOr<std::unique_ptr<ChildProcess>> process =
+      ChildProcess::Spawn({TENSOROPS_SERVER_PATH, "--host=127.0.0.1", "--port=0", "--threads=2"});
+  if (!process.ok()) return process.status();
+  // "... listening on 127.0.0.1:41234; devices: ...", possibly inside ANSI colour codes. The
+  // greedy host part leaves the last ":digits" to the port.
+  static const std::regex kListening(R"(listening on \S*:(\d+))");
+  std::optional<std::string> port = (*process)->WaitForMatch(kListening, kStartupTimeout);
+  if (!port.has_value()) {
+    const int status = (*process)->Terminate(kShutdownTimeout);
+    return absl::UnavailableError(absl::StrFormat(
+        "tensorops-server did not report 'listening on' within %s (%s); stdout:\n%s\nstderr:\n%s",
+        absl::FormatDuration(kStartupTimeout), DescribeExit(status), (*process)->stdout_text(),
+        (*process)->stderr_text()));
+  }
+  return ServerProcess{std::move(*process), absl::StrCat("127.0.0.1:", *port)};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensors for the hand cases.
+
+Tensor Int64Tensor(const Shape& shape, const std::vector<int64_t>& values) {
+  return ref::IndexTensor(shape, values, DataType::kInt64);
+}
+
+Tensor Float32Tensor(const Shape& shape, const std::vector<double>& values) {
+  return ref::TensorFromValues(DataType::kFloat32, shape, values);
+}
+
+// ---------------------------------------------------------------------------------------------
+// One server for every test of the suite.
+
+class E2eTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    startup_status_ = absl::OkStatus();
+    absl::StatusOr<ServerProcess> server = StartServer();
+    if (!server.ok()) {
+      startup_status_ = server.status();
+      return;
+    }
+    server_ = new ServerProcess(std::move(*server));
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(server_->target);
+    if (!client.ok()) {
+      startup_status_ = client.status();
+      return;
+    }
+    client_ = client->release();
+  }
+
+  static void TearDownTestSuite() {
+    delete client_;
+    client_ = nullptr;
+    if (server_ != nullptr) {
+      const int status = server_->process->Terminate(kShutdownTimeout);
+      EXPECT_TRUE(ExitedWith(status, 0))
+          << "tensorops-server after SIGTERM: " << DescribeExit(status) << "; stderr:\n"
+          << server_->process->stderr_text();
+      delete server_;
+      server_ = nullptr;
+    }
+  }
+
+  void SetUp() override { ASSERT_TRUE(startup_status_.ok()) << startup_status_; }
+
+  Client& client() { return *client_; }
+  const std::string& target() { return server_->target; }
+
+ private:
+  static inline absl::Status startup_status_;
+  static inline ServerProcess* server_ = nullptr;
+  static inline Client* client_ = nullptr;
+};
+
+// Hand cases, from the examples in PyTorch's documentation of gather, scatter_ and scatter_reduce.
+
+TEST_F(E2eTest, GatherTorchDocExample) {
+  // torch.gather(torch.tensor([[1, 2], [3, 4]]), 1, torch.tensor([[0, 0], [1, 0]]))
+  const Tensor input = Int64Tensor({2, 2}, {1, 2, 3, 4});
+  const Tensor index = Int64Tensor({2, 2}, {0, 0, 1, 0});
+  absl::StatusOr<Tensor> result = client().Gather(input.view(), 1, index.view());
+  ASSERT_TRUE(result.ok()) << result.status();
+  ref::ExpectTensorsNear(*result, Int64Tensor({2, 2}, {1, 1, 4, 3}));
+}
+
+TEST_F(E2eTest, ScatterTorchDocExamples) {
+  // src = torch.arange(1, 11).reshape((2, 5))
+  const Tensor src = Int64Tensor({2, 5}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+  const Tensor zeros = Tensor::Zeros(DataType::kInt64, {3, 5});
+  {
+    // torch.zeros(3, 5, dtype=src.dtype).scatter_(0, torch.tensor([[0, 1, 2, 0]]), src)
+    const Tensor index = Int64Tensor({1, 4}, {0, 1, 2, 0});
+    absl::StatusOr<Tensor> result = client().Scatter(zeros.view(), 0, index.view(), src.view());
+    ASSERT_TRUE(result.ok()) << result.status();
+    ref::ExpectTensorsNear(*result,
+                           Int64Tensor({3, 5}, {1, 0, 0, 4, 0, 0, 2, 0, 0, 0, 0, 0, 3, 0, 0}));
+  }
+  {
+    // torch.zeros(3, 5, dtype=src.dtype).scatter_(1, torch.tensor([[0, 1, 2], [0, 1, 4]]), src)
+    const Tensor index = Int64Tensor({2, 3}, {0, 1, 2, 0, 1, 4});
+    absl::StatusOr<Tensor> result = client().Scatter(zeros.view(), 1, index.view(), src.view());
+    ASSERT_TRUE(result.ok()) << result.status();
+    ref::ExpectTensorsNear(*result,
+                           Int64Tensor({3, 5}, {1, 2, 3, 0, 0, 6, 7, 0, 0, 8, 0, 0, 0, 0, 0}));
+  }
+  {
+    // torch.full((2, 4), 2.).scatter_(1, torch.tensor([[2], [3]]), 1.23, reduce='multiply'|'add')
+    const Tensor twos = Float32Tensor({2, 4}, std::vector<double>(8, 2.0));
+    const Tensor index = Int64Tensor({2, 1}, {2, 3});
+    ScatterOptions options;
+    options.reduce = Reduction::kProd;
+    absl::StatusOr<Tensor> product =
+        client().Scatter(twos.view(), 1, index.view(), Scalar(1.23), options);
+    ASSERT_TRUE(product.ok()) << product.status();
+    ref::ExpectTensorsNear(*product, Float32Tensor({2, 4}, {2, 2, 2.46, 2, 2, 2, 2, 2.46}),
+                           ref::ToleranceFor(DataType::kFloat32, Reduction::kProd, 2));
+    options.reduce = Reduction::kSum;
+    absl::StatusOr<Tensor> sum =
+        client().Scatter(twos.view(), 1, index.view(), Scalar(1.23), options);
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    ref::ExpectTensorsNear(*sum, Float32Tensor({2, 4}, {2, 2, 3.23, 2, 2, 2, 2, 3.23}),
+                           ref::ToleranceFor(DataType::kFloat32, Reduction::kSum, 2));
+  }
+}
+
+TEST_F(E2eTest, ScatterReduceTorchDocExamples) {
+  const Tensor src = Float32Tensor({6}, {1, 2, 3, 4, 5, 6});
+  const Tensor index = Int64Tensor({6}, {0, 1, 0, 1, 2, 1});
+  const Tensor input = Float32Tensor({4}, {1, 2, 3, 4});
+  const Tensor input2 = Float32Tensor({4}, {5, 4, 3, 2});
+  struct Case {
+    const Tensor* input;
+    Reduction reduce;
+    bool include_self;
+    std::vector<double> expected;
+  };
+  const Case cases[] = {
+      {&input, Reduction::kSum, true, {5, 14, 8, 4}},
+      {&input, Reduction::kSum, false, {4, 12, 5, 4}},
+      {&input2, Reduction::kAmax, true, {5, 6, 5, 2}},
+      {&input2, Reduction::kAmax, false, {3, 6, 5, 2}},
+  };
+  for (const Case& test_case : cases) {
+    SCOPED_TRACE(absl::StrFormat("%s include_self=%v", ReductionName(test_case.reduce),
+                                 test_case.include_self));
+    ScatterOptions options;
+    options.reduce = test_case.reduce;
+    options.include_self = test_case.include_self;
+    absl::StatusOr<Tensor> result =
+        client().Scatter(test_case.input->view(), 0, index.view(), src.view(), options);
+    ASSERT_TRUE(result.ok()) << result.status();
+    ref::ExpectTensorsNear(*result, Float32Tensor({4}, test_case.expected));
+  }
+}
+
+// Random calls for every dtype, compared with the in-process kernel (exactly: the server runs the
+// same code, and `deterministic` pins floating reductions) and with the reference.
+
+class E2eRandomTest : public E2eTest, public ::testing::WithParamInterface<DataType> {};
+
+// A random shape of rank 1..3 with sizes 1..5.
+Shape RandomShape(absl::BitGen& gen) {
+  Shape shape(absl::Uniform<int>(absl::IntervalClosed, gen, 1, 3));
+  for (int64_t& size : shape) size = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, 5);
+  return shape;
+}
+
+TEST_P(E2eRandomTest, GatherMatchesKernelAndReference) {
+  const DataType dtype = GetParam();
+  absl::BitGen gen;
+  for (int trial = 0; trial < 12; ++trial) {
+    const Shape input_shape = RandomShape(gen);
+    const int64_t rank = static_cast<int64_t>(input_shape.size());
+    const int64_t axis = absl::Uniform<int64_t>(gen, -rank, rank);
+    const int64_t positive_axis = axis < 0 ? axis + rank : axis;
+    Shape index_shape = input_shape;
+    for (int64_t d = 0; d < rank; ++d) {
+      index_shape[d] = d == positive_axis
+                           ? absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, 6)
+                           : absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, input_shape[d]);
+    }
+    const DataType index_dtype = trial % 2 == 0 ? DataType::kInt32 : DataType::kInt64;
+    SCOPED_TRACE(absl::StrFormat("input %s axis %d index %s %s", ShapeToString(input_shape), axis,
+                                 ShapeToString(index_shape), DataTypeName(index_dtype)));
+    const Tensor input = ref::RandomTensor(dtype, input_shape, gen);
+    const Tensor index =
+        ref::RandomIndex(index_dtype, index_shape, positive_axis, input_shape[positive_axis],
+                         ref::IndexPattern::kRandom, gen);
+
+    absl::StatusOr<Tensor> result = client().Gather(input.view(), axis, index.view());
+    ASSERT_TRUE(result.ok()) << result.status();
+    absl::StatusOr<Tensor> kernel =
+        Gather(GatherArgs{.input = input.view(), .index = index.view(), .axis = axis});
+    ASSERT_TRUE(kernel.ok()) << kernel.status();
+    ref::ExpectTensorsNear(*result, *kernel);
+    absl::StatusOr<Tensor> expected =
+        ref::ReferenceGather(input.view(), axis, index.view(), /*broadcast=*/false);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    ref::ExpectTensorsNear(*result, *expected);
+  }
+}
+
+TEST_P(E2eRandomTest, ScatterMatchesKernelAndReference) {
+  const DataType dtype = GetParam();
+  absl::BitGen gen;
+  for (Reduction reduce : {Reduction::kAssign, Reduction::kSum, Reduction::kProd, Reduction::kMean,
+                           Reduction::kAmax, Reduction::kAmin}) {
+    if (IsComplex(dtype) && (reduce == Reduction::kAmax || reduce == Reduction::kAmin)) continue;
+    if (dtype == DataType::kBool && reduce == Reduction::kMean) continue;
+    for (int trial = 0; trial < 6; ++trial) {
+      const Shape input_shape = RandomShape(gen);
+      const int64_t rank = static_cast<int64_t>(input_shape.size());
+      const int64_t axis = absl::Uniform<int64_t>(gen, -rank, rank);
+      const int64_t positive_axis = axis < 0 ? axis + rank : axis;
+      Shape index_shape = input_shape;
+      Shape src_shape = input_shape;
+      for (int64_t d = 0; d < rank; ++d) {
+        index_shape[d] = d == positive_axis
+                             ? absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, 6)
+                             : absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, input_shape[d]);
+        src_shape[d] = index_shape[d] + absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, 1);
+      }
+      const bool include_self = trial % 3 != 2;
+      const bool use_value = trial % 3 == 1;
+      const DataType index_dtype = trial % 2 == 0 ? DataType::kInt32 : DataType::kInt64;
+      SCOPED_TRACE(absl::StrFormat("%s input %s axis %d index %s %s include_self=%v",
+                                   ReductionName(reduce), ShapeToString(input_shape), axis,
+                                   ShapeToString(index_shape), use_value ? "value" : "src",
+                                   include_self));
+      ref::ValueOptions values;
+      values.product_friendly = reduce == Reduction::kProd;
+      const Tensor input = ref::RandomTensor(dtype, input_shape, gen, values);
+      const Tensor src = ref::RandomTensor(dtype, src_shape, gen, values);
+      const Tensor index =
+          ref::RandomIndex(index_dtype, index_shape, positive_axis, input_shape[positive_axis],
+                           ref::IndexPattern::kDuplicateHeavy, gen);
+      // A scalar value of the matching kind, and the same value as a rank-0 tensor of `dtype`.
+      const Tensor value_tensor = ref::RandomTensor(dtype, {}, gen, values);
+      const std::complex<double> first = ref::ElementAsComplex(value_tensor, 0);
+      const Scalar value = IsComplex(dtype)           ? Scalar(first)
+                           : dtype == DataType::kBool ? Scalar(first.real() != 0.0)
+                           : IsIntegral(dtype, /*include_bool=*/false)
+                               ? Scalar(static_cast<int64_t>(first.real()))
+                               : Scalar(first.real());
+
+      ScatterOptions options;
+      options.reduce = reduce;
+      options.include_self = include_self;
+      options.deterministic = true;
+      absl::StatusOr<Tensor> result =
+          use_value ? client().Scatter(input.view(), axis, index.view(), value, options)
+                    : client().Scatter(input.view(), axis, index.view(), src.view(), options);
+      ASSERT_TRUE(result.ok()) << result.status();
+
+      ScatterArgs args{.input = input.view(),
+                       .index = index.view(),
+                       .source = src.view(),
+                       .axis = axis,
+                       .reduce = reduce,
+                       .include_self = include_self};
+      if (use_value) args.source = value;
+      absl::StatusOr<Tensor> kernel = Scatter(args);
+      ASSERT_TRUE(kernel.ok()) << kernel.status();
+      ref::ExpectTensorsNear(*result, *kernel);
+
+      const TensorView reference_src =
+          use_value ? ref::BroadcastScalarView(value_tensor, index_shape) : src.view();
+      absl::StatusOr<Tensor> expected = ref::ReferenceScatter(input.view(), axis, index.view(),
+                                                              reference_src, reduce, include_self,
+                                                              /*broadcast=*/false);
+      ASSERT_TRUE(expected.ok()) << expected.status();
+      ref::ExpectTensorsNear(*result, *expected,
+                             ref::ToleranceFor(dtype, reduce, index_shape[positive_axis] + 1));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDataTypes, E2eRandomTest, ::testing::ValuesIn(kAllDataTypes),
+                         [](const ::testing::TestParamInfo<DataType>& info) {
+                           return std::string(DataTypeName(info.param));
+                         });
+
+TEST_F(E2eTest, BroadcastGather) {
+  // Paddle's take_along_axis: input [3, 1] and index [1, 2] broadcast to [3, 2] off the axis.
+  const Tensor input = Float32Tensor({3, 4}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  const Tensor index = Int64Tensor({1, 2}, {3, -4});
+  GatherOptions options;
+  options.broadcast = true;
+  absl::StatusOr<Tensor> result = client().Gather(input.view(), 1, index.view(), options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ref::ExpectTensorsNear(*result, Float32Tensor({3, 2}, {3, 0, 7, 4, 11, 8}));
+}
+
+TEST_F(E2eTest, LargeTensorsUseTheRaisedMessageLimit) {
+  // 16 MiB each way, above gRPC's 4 MiB default: passes only because both ends raise the limit.
+  const int64_t rows = 1024, columns = 4096;
+  Tensor input(DataType::kFloat32, {rows, columns});
+  for (int64_t i = 0; i < input.numel(); ++i) input.data_as<float>()[i] = static_cast<float>(i);
+  const Tensor index = Tensor::Zeros(DataType::kInt64, {rows, columns});
+  absl::StatusOr<Tensor> result = client().Gather(input.view(), 0, index.view());
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->shape(), (Shape{rows, columns}));
+  EXPECT_EQ(result->data_as<float>()[columns * (rows - 1) + 5], 5.0f);
+}
+
+// Bad requests: INVALID_ARGUMENT in SPEC's form, and the server keeps serving.
+
+TEST_F(E2eTest, BadRequestsAreRejectedAndTheServerKeepsServing) {
+  const Tensor input = Int64Tensor({2, 2}, {1, 2, 3, 4});
+  const Tensor out_of_range = Int64Tensor({2, 2}, {0, 0, 5, 0});
+  absl::StatusOr<Tensor> result = client().Gather(input.view(), 1, out_of_range.view());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(result.status().message(),
+              HasSubstr("gather: index[1, 0] = 5 is out of range for axis 1 of input with size 2"));
+
+  const Tensor scatter_index = Int64Tensor({1, 2}, {0, -3});
+  const Tensor src = Int64Tensor({1, 2}, {7, 8});
+  result = client().Scatter(input.view(), 0, scatter_index.view(), src.view());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      result.status().message(),
+      HasSubstr("scatter: index[0, 1] = -3 is out of range for axis 0 of input with size 2"));
+
+  const Tensor float_src = Float32Tensor({1, 2}, {7, 8});
+  result = client().Scatter(input.view(), 0, Int64Tensor({1, 2}, {0, 1}).view(), float_src.view());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(result.status().message(), AllOf(HasSubstr("scatter"), HasSubstr("float32")));
+
+  const Tensor float_index = Float32Tensor({2, 2}, {0, 0, 0, 0});
+  result = client().Gather(input.view(), 1, float_index.view());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(result.status().message(), AllOf(HasSubstr("gather"), HasSubstr("index")));
+
+  result = client().Gather(input.view(), 2, Int64Tensor({2, 2}, {0, 0, 0, 0}).view());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(result.status().message(), AllOf(HasSubstr("gather"), HasSubstr("axis = 2")));
+
+  // The same connection still works.
+  result = client().Gather(input.view(), 1, Int64Tensor({2, 2}, {0, 0, 1, 0}).view());
+  ASSERT_TRUE(result.ok()) << result.status();
+  ref::ExpectTensorsNear(*result, Int64Tensor({2, 2}, {1, 1, 4, 3}));
+}
+
+TEST_F(E2eTest, TimeoutsGiveDeadlineExceeded) {
+  const Tensor input = Int64Tensor({2, 2}, {1, 2, 3, 4});
+  const Tensor index = Int64Tensor({2, 2}, {0, 0, 1, 0});
+  GatherOptions gather_options;
+  gather_options.timeout = absl::Nanoseconds(1);
+  EXPECT_EQ(client().Gather(input.view(), 1, index.view(), gather_options).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  ScatterOptions scatter_options;
+  scatter_options.timeout = absl::Nanoseconds(1);
+  EXPECT_EQ(client()
+                .Scatter(input.view(), 1, index.view(), Scalar(int64_t{1}), scatter_options)
+                .status()
+                .code(),
+            absl::StatusCode::kDeadlineExceeded);
+
+  // The client-wide default applies when a call sets none, and a call's own timeout overrides it.
+  ClientOptions options;
+  options.default_timeout = absl::Nanoseconds(1);
+  absl::StatusOr<std::unique_ptr<Client>> impatient = Client::Create(target(), options);
+  ASSERT_TRUE(impatient.ok()) << impatient.status();
+  EXPECT_EQ((*impatient)->Gather(input.view(), 1, index.view()).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  gather_options.timeout = absl::Seconds(30);
+  EXPECT_TRUE((*impatient)->Gather(input.view(), 1, index.view(), gather_options).ok());
+}
+
+TEST(ClientTest, CreateValidatesItsArguments) {
+  EXPECT_EQ(Client::Create("").status().code(), absl::StatusCode::kInvalidArgument);
+  ClientOptions options;
+  options.max_message_bytes = int64_t{1} << 31;
+  EXPECT_EQ(Client::Create("127.0.0.1:1", options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ClientTest, UnreachableServerIsUnavailable) {
+  // Port 1 on loopback: nothing listens there, so the connection is refused at once.
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Create("127.0.0.1:1");
+  ASSERT_TRUE(client.ok()) << client.status();
+  const Tensor input = Int64Tensor({2}, {1, 2});
+  const Tensor index = Int64Tensor({1}, {0});
+  GatherOptions options;
+  options.timeout = absl::Seconds(30);
+  EXPECT_EQ((*client)->Gather(input.view(), 0, index.view(), options).status().code(),
+            absl::StatusCode::kUnavailable);
+}
+
+TEST(ServerProcessTest, ExitsWithZeroOnSigterm) {
+  absl::StatusOr<ServerProcess> server = StartServer();
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int status = server->process->Terminate(kShutdownTimeout);
+  EXPECT_TRUE(ExitedWith(status, 0)) << DescribeExit(status) << "; stderr:\n"
+                                     << server->process->stderr_text();
+}
+
+// Through the tensorops-cli binary.
+
+class CliTest : public E2eTest {
+ protected:
+  void SetUp() override {
+    E2eTest::SetUp();
+    std::string pattern = (std::filesystem::path(::testing::TempDir()) / "e2e_cli_XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr) << "mkdtemp: " << std::strerror(errno);
+    directory_ = pattern;
+  }
+  void TearDown() override {
+    if (!directory_.empty()) std::filesystem::remove_all(directory_);
+  }
+
+  // Writes `tensor` to `name` in the test's directory and returns the path.
+  std::string Write(const std::string& name, const Tensor& tensor) {
+    const std::string path = (std::filesystem::path(directory_) / name).string();
+    EXPECT_TRUE(WriteNpy(path, tensor.view()).ok());
+    return path;
+  }
+  std::string PathOf(const std::string& name) {
+    return (std::filesystem::path(directory_) / name).string();
+  }
+
+  struct CliResult {
+    int status = 0;
+    std::string stdout_text;
+    std::string stderr_text;
+  };
+
+  // Runs tensorops-cli with `args` against the suite's server.
+  CliResult RunCli(std::vector<std::string> args) {
+    args.insert(args.begin(), {TENSOROPS_CLI_PATH, absl::StrCat("--target=", target())});
+    absl::StatusOr<std::unique_ptr<ChildProcess>> process = ChildProcess::Spawn(args);
+    EXPECT_TRUE(process.ok()) << process.status();
+    if (!process.ok()) return CliResult{-1, "", ""};
+    const int status = (*process)->WaitForExit(kCliTimeout);
+    return CliResult{status, (*process)->stdout_text(), (*process)->stderr_text()};
+  }
+
+  std::string directory_;
+};
+
+TEST_F(CliTest, GatherWritesTheResult) {
+  absl::BitGen gen;
+  const Tensor input = ref::RandomTensor(DataType::kFloat32, {4, 5}, gen);
+  const Tensor index =
+      ref::RandomIndex(DataType::kInt32, {4, 3}, 1, 5, ref::IndexPattern::kRandom, gen);
+  const CliResult run =
+      RunCli({"gather", "--input=" + Write("x.npy", input), "--index=" + Write("i.npy", index),
+              "--axis=1", "--output=" + PathOf("out.npy")});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  absl::StatusOr<Tensor> output = ReadNpy(PathOf("out.npy"));
+  ASSERT_TRUE(output.ok()) << output.status();
+  absl::StatusOr<Tensor> expected =
+      ref::ReferenceGather(input.view(), 1, index.view(), /*broadcast=*/false);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  ref::ExpectTensorsNear(*output, *expected);
+}
+
+TEST_F(CliTest, ScatterAddWritesTheResult) {
+  absl::BitGen gen;
+  const Tensor input = ref::RandomTensor(DataType::kFloat64, {3, 4}, gen);
+  const Tensor src = ref::RandomTensor(DataType::kFloat64, {5, 4}, gen);
+  const Tensor index =
+      ref::RandomIndex(DataType::kInt64, {5, 4}, 0, 3, ref::IndexPattern::kDuplicateHeavy, gen);
+  const CliResult run = RunCli({"scatter", "--input=" + Write("x.npy", input),
+                                "--index=" + Write("i.npy", index), "--src=" + Write("s.npy", src),
+                                "--axis=0", "--reduce=add", "--output=" + PathOf("out.npy")});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  absl::StatusOr<Tensor> output = ReadNpy(PathOf("out.npy"));
+  ASSERT_TRUE(output.ok()) << output.status();
+  absl::StatusOr<Tensor> expected = ref::ReferenceScatter(input.view(), 0, index.view(), src.view(),
+                                                          Reduction::kSum, /*include_self=*/true,
+                                                          /*broadcast=*/false);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  ref::ExpectTensorsNear(*output, *expected,
+                         ref::ToleranceFor(DataType::kFloat64, Reduction::kSum, 6));
+}
+
+TEST_F(CliTest, ScatterValuePrintsTheResult) {
+  // torch.full((2, 4), 2).scatter_(1, torch.tensor([[2], [3]]), 5, reduce='add'), printed.
+  const Tensor input = Int64Tensor({2, 4}, {2, 2, 2, 2, 2, 2, 2, 2});
+  const Tensor index = Int64Tensor({2, 1}, {2, 3});
+  const CliResult run =
+      RunCli({"scatter", "--input=" + Write("x.npy", input), "--index=" + Write("i.npy", index),
+              "--value=5", "--axis=1", "--reduce=add"});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  EXPECT_EQ(run.stdout_text, "shape=(2, 4) dtype=int64\n[[2, 2, 7, 2],\n [2, 2, 2, 7]]\n");
+}
+
+TEST_F(CliTest, OutOfRangeIndexExitsWithOne) {
+  const Tensor input = Int64Tensor({2, 2}, {1, 2, 3, 4});
+  const Tensor index = Int64Tensor({2, 2}, {0, 0, 5, 0});
+  const CliResult run = RunCli({"gather", "--input=" + Write("x.npy", input),
+                                "--index=" + Write("i.npy", index), "--axis=1"});
+  EXPECT_TRUE(ExitedWith(run.status, 1)) << DescribeExit(run.status);
+  EXPECT_THAT(run.stderr_text,
+              AllOf(HasSubstr("error: INVALID_ARGUMENT: "), HasSubstr("is out of range")));
+}
+
+TEST_F(CliTest, UsageErrorsExitWithTwo) {
+  const std::string input = Write("x.npy", Int64Tensor({2}, {1, 2}));
+  const std::vector<std::vector<std::string>> bad_command_lines = {
+      {},
+      {"transpose", "--input=" + input, "--index=" + input, "--axis=0"},
+      {"gather", "--input=" + input, "--axis=0"},
+      {"gather", "--input=" + input, "--index=" + input, "--axis=0", "--src=" + input},
+      {"scatter", "--input=" + input, "--index=" + input, "--axis=0"},
+      {"scatter", "--input=" + input, "--index=" + input, "--axis=0", "--value=1",
+       "--reduce=median"},
+      {"scatter", "--input=" + input, "--index=" + input, "--axis=0", "--value=abc"},
+      {"gather", "--input=" + input, "--index=" + input, "--axis=one"},
+      {"gather", "--no_such_flag=1"},
+  };
+  for (const std::vector<std::string>& args : bad_command_lines) {
+    const CliResult run = RunCli(args);
+    EXPECT_TRUE(ExitedWith(run.status, 2))
+        << absl::StrJoin(args, " ") << ": " << DescribeExit(run.status);
+    EXPECT_THAT(run.stderr_text, AllOf(HasSubstr("error: "), HasSubstr("usage:")))
+        << absl::StrJoin(args, " ");
+  }
+}
+
+TEST_F(CliTest, HelpListsCommandsAndFlags) {
+  const CliResult run = RunCli({"--help"});
+  EXPECT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status);
+  EXPECT_THAT(run.stdout_text, AllOf(HasSubstr("gather"), HasSubstr("scatter"),
+                                     HasSubstr("--reduce"), HasSubstr("--timeout")));
+}
+
+}  // namespace
+}  // namespace tensorops

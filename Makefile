@@ -1,0 +1,39 @@
+# The two commands of the README, and a few more for development.
+#
+#   make run    install dependencies if missing, build, start tensorops-server on 127.0.0.1:50051
+#   make test   install dependencies if missing, build, run every test
+#
+# BUILD_DIR, BUILD_TYPE, JOBS and CMAKE_ARGS can be overridden: make test CMAKE_ARGS=-DTENSOROPS_ENABLE_CUDA=OFF
+BUILD_DIR ?= build/release
+BUILD_TYPE ?= Release
+JOBS ?= $(shell nproc)
+CMAKE_ARGS ?=
+SERVER_ARGS ?= --host=127.0.0.1 --port=50051
+
+.PHONY: all deps configure build run test test-kernels-cpu bench format clean
+
+all: build
+
+deps:
+	@scripts/install-deps
+
+configure: deps
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_ARGS)
+
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+run: build
+	$(BUILD_DIR)/server/tensorops-server $(SERVER_ARGS)
+
+test: build
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+
+bench: build
+	$(BUILD_DIR)/bench/kernels_bench
+
+format:
+	find kernels proto server client/cpp tests bench \( -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.proto' \) -print0 | xargs -0 clang-format -i
+
+clean:
+	rm -rf build

@@ -98,26 +98,24 @@ bool GatherWalk(const GatherPlan& plan, const MutableTensorView& result) {
     const int64_t index_step = step[AxisWalk::kIndex];
     const int64_t out_step = step[AxisWalk::kDirect];
     const int64_t input_step = step[AxisWalk::kIndexed];
-    bool in_range = true;
     for (int64_t i = 0; i < count; ++i) {
       const int64_t value = index_run[i * index_step];
-      in_range &= InRange(value, axis_size);
-      // Clamp so a bad index reads in-bounds memory; the run then reports failure.
-      const int64_t row = in_range ? WrapIndex(value, axis_size) : 0;
-      out_run[i * out_step] = input_run[i * input_step + row * axis_stride];
+      if (!InRange(value, axis_size)) return false;
+      out_run[i * out_step] = input_run[i * input_step + WrapIndex(value, axis_size) * axis_stride];
     }
-    return in_range;
+    return true;
   };
   return walk.ForEachRun(run, /*ordered=*/false);
 }
 
 // Accumulator of a reduction over elements of type T: float32 for the 16-bit floats under
 // SUM/PROD/MEAN (rounded once at the end), T itself otherwise.
+template <typename T>
+constexpr bool kIsHalf = std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>;
+template <typename Op>
+constexpr bool kIsArithmetic = std::is_same_v<Op, SumOp> || std::is_same_v<Op, ProdOp>;
 template <typename T, typename Op>
-using Accumulator =
-    std::conditional_t<(std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>)&&(
-                           std::is_same_v<Op, SumOp> || std::is_same_v<Op, ProdOp>),
-                       float, T>;
+using Accumulator = std::conditional_t<kIsHalf<T> && kIsArithmetic<Op>, float, T>;
 
 template <typename T, typename Acc>
 Acc ToAccumulator(T value) {

@@ -94,9 +94,11 @@ struct MaxOp {
       dest = dest || value;
     } else {
       // `value > dest` is false when dest is NaN, so a NaN destination stays.
-      if (internal::IsNan(value) || internal::Comparable(value) > internal::Comparable(dest)) {
-        dest = value;
-      }
+      // An unconditional store of a select: the compiler emits a branchless blend, where a
+      // conditional store would mispredict on random data.
+      const bool take =
+          internal::IsNan(value) || internal::Comparable(value) > internal::Comparable(dest);
+      dest = take ? value : dest;
     }
   }
 };
@@ -108,9 +110,11 @@ struct MinOp {
     if constexpr (std::is_same_v<T, bool>) {
       dest = dest && value;
     } else {
-      if (internal::IsNan(value) || internal::Comparable(value) < internal::Comparable(dest)) {
-        dest = value;
-      }
+      // An unconditional store of a select: the compiler emits a branchless blend, where a
+      // conditional store would mispredict on random data.
+      const bool take =
+          internal::IsNan(value) || internal::Comparable(value) < internal::Comparable(dest);
+      dest = take ? value : dest;
     }
   }
 };

@@ -11,6 +11,7 @@
 #define TENSOROPS_KERNELS_GATHER_H_
 
 #include <cstdint>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -33,6 +34,8 @@ struct GatherArgs {
 // GatherPlan is a validated Gather call: views already broadcast and the axis normalized. It points
 // into the memory of the GatherArgs it came from.
 struct GatherPlan {
+  // The op that planned this call (errors name it): "gather", "index_select".
+  std::string_view op = "gather";
   DataType result_dtype;
   Shape result_shape;
   // The input with its `axis` stride kept in `input_axis_stride` and zeroed in the view, viewed at

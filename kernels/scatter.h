@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <variant>
 
 #include "absl/status/status.h"
@@ -42,6 +43,8 @@ struct ScatterArgs {
 // ScatterPlan is a validated Scatter call. It points into the memory of the ScatterArgs it came
 // from, except for a scalar value, which it owns.
 struct ScatterPlan {
+  // The op that planned this call (errors name it): "scatter", "index_reduce".
+  std::string_view op = "scatter";
   DataType result_dtype;
   Shape result_shape;
   TensorView input;
@@ -53,8 +56,8 @@ struct ScatterPlan {
   Reduction reduce = Reduction::kAssign;
   bool include_self = true;
   TensorView original_index;
-  // Owns the converted scalar when the call sent `value`.
-  std::optional<Tensor> value_storage;
+  // Owns the source when the plan made it: a converted scalar `value`, or a scaled copy.
+  std::optional<Tensor> source_storage;
 };
 
 // PlanScatter validates `args` against SPEC and returns the plan, or INVALID_ARGUMENT with the

@@ -1,34 +1,21 @@
 // Validation and planning of Gather and Scatter: every check that does not depend on the device
 // or on index values. The kernels trust a plan.
+#include <algorithm>
 #include <variant>
 
 #include "absl/strings/str_format.h"
 #include "kernels/gather.h"
+#include "kernels/plan_checks.h"
 #include "kernels/scatter.h"
 
 namespace tensorops {
 namespace {
 
-// A tensor's shape and strides as the walk sees them: rank-0 tensors act as shape [1], the way
-// PyTorch's gather/scatter treat scalars.
-struct WalkShape {
-  Shape shape;
-  Shape strides;
-};
-
-WalkShape AsWalkShape(const TensorView& view) {
-  if (view.rank() == 0) return {Shape{1}, Shape{1}};
-  return {view.shape(), view.strides()};
-}
+using internal::AsWalkShape;
+using internal::CheckIndexDtype;
+using internal::WalkShape;
 
 int64_t WalkRank(const TensorView& view) { return std::max<int64_t>(view.rank(), 1); }
-
-absl::Status CheckIndexDtype(std::string_view op, const TensorView& index) {
-  if (IsIndexType(index.dtype())) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrFormat("%s: index.dtype = %s is not an index type (expected int32 or int64)", op,
-                      DataTypeName(index.dtype())));
-}
 
 absl::Status CheckSameRank(std::string_view op, std::string_view name, const TensorView& view,
                            std::string_view other_name, const TensorView& other) {
@@ -150,8 +137,8 @@ absl::StatusOr<ScatterPlan> PlanScatter(const ScatterArgs& args) {
     absl::StatusOr<Tensor> value =
         ScalarToTensor(std::get<Scalar>(args.source), dtype, kOp, "value");
     if (!value.ok()) return value.status();
-    plan.value_storage = std::move(*value);
-    source = plan.value_storage->view();
+    plan.source_storage = std::move(*value);
+    source = plan.source_storage->view();
   }
   const bool is_value = std::holds_alternative<Scalar>(args.source);
 
@@ -242,19 +229,11 @@ absl::StatusOr<ScatterPlan> PlanScatter(const ScatterArgs& args) {
 }
 
 absl::StatusOr<Tensor> Gather(const GatherArgs& args) {
-  absl::StatusOr<GatherPlan> plan = PlanGather(args);
-  if (!plan.ok()) return plan.status();
-  Tensor result(plan->result_dtype, plan->result_shape);
-  if (absl::Status status = cpu::Gather(*plan, result.mutable_view()); !status.ok()) return status;
-  return result;
+  return internal::RunIntoNewTensor(PlanGather(args), cpu::Gather);
 }
 
 absl::StatusOr<Tensor> Scatter(const ScatterArgs& args) {
-  absl::StatusOr<ScatterPlan> plan = PlanScatter(args);
-  if (!plan.ok()) return plan.status();
-  Tensor result(plan->result_dtype, plan->result_shape);
-  if (absl::Status status = cpu::Scatter(*plan, result.mutable_view()); !status.ok()) return status;
-  return result;
+  return internal::RunIntoNewTensor(PlanScatter(args), cpu::Scatter);
 }
 
 }  // namespace tensorops

@@ -237,7 +237,7 @@ class ScatterKernel {
   }
 
   absl::Status IndexError() const {
-    return OutOfRangeError("scatter", plan_.original_index, plan_.axis, axis_size_, "input");
+    return OutOfRangeError(plan_.op, plan_.original_index, plan_.axis, axis_size_, "input");
   }
 
   const ScatterPlan& plan_;
@@ -260,7 +260,7 @@ absl::Status Gather(const GatherPlan& plan, const MutableTensorView& result) {
     });
   });
   if (ok) return absl::OkStatus();
-  return OutOfRangeError("gather", plan.original_index, plan.axis, plan.input_axis_size, "input");
+  return OutOfRangeError(plan.op, plan.original_index, plan.axis, plan.input_axis_size, "input");
 }
 
 absl::Status Scatter(const ScatterPlan& plan, const MutableTensorView& result) {

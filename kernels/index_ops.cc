@@ -1,0 +1,211 @@
+// Planning of IndexSelect and IndexReduce onto the Gather and Scatter kernels. The 1-D index is
+// viewed at the iteration shape with stride 0 on every dimension but `axis` (where it keeps its
+// own stride), so every slice of the input (IndexSelect) or of the source (IndexReduce) along
+// `axis` reads the same index entry. No loop over indices lives here: the kernels walk, range-check
+// and report (naming `index[k]` of the 1-D index the caller sent).
+#include "kernels/index_ops.h"
+
+#include <complex>
+#include <cstdint>
+#include <string_view>
+#include <type_traits>
+#include <variant>
+
+#include "absl/strings/str_format.h"
+#include "kernels/dispatch.h"
+#include "kernels/half.h"
+#include "kernels/plan_checks.h"
+
+namespace tensorops {
+namespace {
+
+// The index of index_select and index_add/copy/reduce: a vector (rank 0 counts as one index) of
+// int32 or int64, as PyTorch requires even when it is empty.
+absl::Status CheckIndexVector(std::string_view op, const TensorView& index) {
+  if (index.rank() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: index has rank %d (shape %s) but must be 1-D (or rank 0, as one "
+                        "index)",
+                        op, index.rank(), ShapeToString(index.shape())));
+  }
+  return internal::CheckIndexDtype(op, index);
+}
+
+using internal::AsWalkShape;
+using internal::WalkShape;
+
+// The 1-D index broadcast to `shape`: stride 0 on every dimension but `axis`.
+TensorView BroadcastIndexAlongAxis(const TensorView& index, const Shape& shape, int64_t axis) {
+  Shape strides(shape.size(), 0);
+  if (index.rank() == 1) strides[axis] = index.strides()[0];
+  return TensorView(index.dtype(), shape, strides, index.data());
+}
+
+bool IsOne(const Scalar& alpha) {
+  struct Visitor {
+    bool operator()(bool v) const { return v; }
+    bool operator()(int64_t v) const { return v == 1; }
+    bool operator()(double v) const { return v == 1.0; }
+    bool operator()(std::complex<double> v) const { return v == std::complex<double>(1.0, 0.0); }
+  };
+  return std::visit(Visitor{}, alpha.value());
+}
+
+// PyTorch's alpha_check: a bool alpha only for bool input, an integral one for integral input.
+absl::Status CheckAlphaKind(std::string_view op, const Scalar& alpha, DataType dtype) {
+  const bool is_bool = std::holds_alternative<bool>(alpha.value());
+  const bool is_integral = is_bool || std::holds_alternative<int64_t>(alpha.value());
+  if (is_bool && dtype != DataType::kBool) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: alpha = %s is a bool, which is only allowed for bool input (input.dtype = %s)", op,
+        alpha.ToString(), DataTypeName(dtype)));
+  }
+  if (IsIntegral(dtype, /*include_bool=*/true) && !is_integral) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: alpha = %s must be an integer (or bool) for input.dtype = %s", op,
+                        alpha.ToString(), DataTypeName(dtype)));
+  }
+  return absl::OkStatus();
+}
+
+// Multiplies every element of the contiguous `values` by the rank-0 `factor` of the same dtype,
+// in the dtype (integers wrap, bool is a logical and, float16/bfloat16 multiply in float and round
+// once).
+void ScaleInPlace(Tensor& values, const Tensor& factor) {
+  DispatchDataType(values.dtype(), [&]<typename T>(TypeTag<T>) {
+    T* data = values.data_as<T>();
+    const T scale = *factor.data_as<T>();
+    const int64_t count = values.numel();
+    for (int64_t i = 0; i < count; ++i) {
+      if constexpr (std::is_same_v<T, bool>) {
+        data[i] = data[i] && scale;
+      } else if constexpr (std::is_integral_v<T>) {
+        // Unsigned arithmetic wraps without undefined behaviour; the narrowing is modular.
+        data[i] = static_cast<T>(static_cast<uint64_t>(data[i]) * static_cast<uint64_t>(scale));
+      } else if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
+        data[i] = T(static_cast<float>(data[i]) * static_cast<float>(scale));
+      } else {
+        data[i] = data[i] * scale;
+      }
+    }
+  });
+}
+
+}  // namespace
+
+absl::StatusOr<GatherPlan> PlanIndexSelect(const IndexSelectArgs& args) {
+  constexpr std::string_view kOp = "index_select";
+  if (absl::Status status = CheckIndexVector(kOp, args.index); !status.ok()) return status;
+  absl::StatusOr<int64_t> axis = NormalizeAxis(kOp, "axis", args.axis, args.input.rank());
+  if (!axis.ok()) return axis.status();
+  const int64_t count = args.index.numel();
+  if (args.input.rank() == 0 && count != 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: index has %d elements but input is rank 0 (a scalar input takes exactly one index)",
+        kOp, count));
+  }
+
+  const WalkShape input = AsWalkShape(args.input);
+  Shape iteration_shape = input.shape;
+  iteration_shape[*axis] = count;
+
+  GatherPlan plan;
+  plan.op = kOp;
+  plan.result_dtype = args.input.dtype();
+  // Like torch.index_select, a scalar input gives a scalar result.
+  plan.result_shape = args.input.rank() == 0 ? Shape{} : iteration_shape;
+  plan.axis = *axis;
+  plan.input_axis_size = input.shape[*axis];
+  plan.input_axis_stride = input.strides[*axis];
+  Shape input_strides = input.strides;
+  input_strides[*axis] = 0;
+  plan.input = TensorView(args.input.dtype(), iteration_shape, input_strides, args.input.data());
+  plan.index = BroadcastIndexAlongAxis(args.index, iteration_shape, *axis);
+  plan.original_index = args.index;
+  return plan;
+}
+
+absl::StatusOr<ScatterPlan> PlanIndexReduce(const IndexReduceArgs& args) {
+  constexpr std::string_view kOp = "index_reduce";
+  const DataType dtype = args.input.dtype();
+  if (absl::Status status = CheckIndexVector(kOp, args.index); !status.ok()) return status;
+  if (args.source.dtype() != dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: src.dtype = %s does not match input.dtype = %s (no implicit casts)",
+                        kOp, DataTypeName(args.source.dtype()), DataTypeName(dtype)));
+  }
+  if (IsComplex(dtype) && (args.reduce == Reduction::kAmax || args.reduce == Reduction::kAmin)) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: reduce = %s is not defined for %s input",
+                                                      kOp, ReductionName(args.reduce),
+                                                      DataTypeName(dtype)));
+  }
+  if (dtype == DataType::kBool && args.reduce == Reduction::kMean) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: reduce = MEAN is not defined for bool input", kOp));
+  }
+  const bool scale = !IsOne(args.alpha);
+  if (scale && args.reduce != Reduction::kSum) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: alpha = %s is only defined for reduce = SUM (reduce = %s)", kOp,
+                        args.alpha.ToString(), ReductionName(args.reduce)));
+  }
+  if (absl::Status status = CheckAlphaKind(kOp, args.alpha, dtype); !status.ok()) return status;
+  absl::StatusOr<int64_t> axis = NormalizeAxis(kOp, "axis", args.axis, args.input.rank());
+  if (!axis.ok()) return axis.status();
+
+  // src has input's shape with `axis` sized like the index (rank 0 acting as [1] on both sides).
+  const WalkShape input = AsWalkShape(args.input);
+  const WalkShape source = AsWalkShape(args.source);
+  if (source.shape.size() != input.shape.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: src has rank %d but input has rank %d (they must be equal)", kOp,
+                        args.source.rank(), args.input.rank()));
+  }
+  const int64_t count = args.index.numel();
+  for (size_t d = 0; d < input.shape.size(); ++d) {
+    if (static_cast<int64_t>(d) == *axis) {
+      if (source.shape[d] != count) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: src.shape[%d] = %d does not match the index's length %d (src must have one "
+            "slice along axis %d per index)",
+            kOp, d, source.shape[d], count, *axis));
+      }
+    } else if (source.shape[d] != input.shape[d]) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: src.shape[%d] = %d does not match input.shape[%d] = %d (src must have input's "
+          "shape in every dimension but axis %d)",
+          kOp, d, source.shape[d], d, input.shape[d], *axis));
+    }
+  }
+
+  ScatterPlan plan;
+  plan.op = kOp;
+  plan.result_dtype = dtype;
+  plan.result_shape = args.input.shape();
+  plan.input = args.input;
+  plan.index = BroadcastIndexAlongAxis(args.index, source.shape, *axis);
+  plan.source = TensorView(dtype, source.shape, source.strides, args.source.data());
+  if (scale) {
+    absl::StatusOr<Tensor> alpha = ScalarToTensor(args.alpha, dtype, kOp, "alpha");
+    if (!alpha.ok()) return alpha.status();
+    Tensor scaled = Tensor::FromView(plan.source);
+    ScaleInPlace(scaled, *alpha);
+    plan.source_storage = std::move(scaled);
+    plan.source = plan.source_storage->view();
+  }
+  plan.axis = *axis;
+  plan.reduce = args.reduce;
+  plan.include_self = args.include_self;
+  plan.original_index = args.index;
+  return plan;
+}
+
+absl::StatusOr<Tensor> IndexSelect(const IndexSelectArgs& args) {
+  return internal::RunIntoNewTensor(PlanIndexSelect(args), cpu::Gather);
+}
+
+absl::StatusOr<Tensor> IndexReduce(const IndexReduceArgs& args) {
+  return internal::RunIntoNewTensor(PlanIndexReduce(args), cpu::Scatter);
+}
+
+}  // namespace tensorops

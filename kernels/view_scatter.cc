@@ -1,0 +1,220 @@
+// Planning and the CPU kernel of SelectScatter, SliceScatter and DiagonalScatter. Each plan
+// describes its window the way PyTorch's select/slice/diagonal describe a view (sizes, strides and
+// a storage offset), but over the contiguous result, so the kernel is two copies: the input into
+// the result, then src into the window.
+#include "kernels/view_scatter.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/strings/str_format.h"
+#include "kernels/dtype.h"
+#include "kernels/plan_checks.h"
+#include "kernels/shape.h"
+
+namespace tensorops {
+namespace {
+
+constexpr std::string_view kSelectScatter = "select_scatter";
+constexpr std::string_view kSliceScatter = "slice_scatter";
+constexpr std::string_view kDiagonalScatter = "diagonal_scatter";
+
+// CheckRank rejects inputs with fewer dimensions than the op's view needs (PyTorch: "select()
+// cannot be applied to a 0-dim tensor", "diagonal dimensions cannot be identical" for rank 1).
+absl::Status CheckRank(std::string_view op, const TensorView& input, int64_t min_rank) {
+  if (input.rank() >= min_rank) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%s: rank of input = %d is too small (input of shape %s; expected rank >= %d)", op,
+      input.rank(), ShapeToString(input.shape()), min_rank));
+}
+
+absl::Status CheckDtype(std::string_view op, const TensorView& input, const TensorView& src) {
+  if (src.dtype() == input.dtype()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("%s: src dtype = %s must equal input dtype %s (no implicit casts)", op,
+                      DataTypeName(src.dtype()), DataTypeName(input.dtype())));
+}
+
+// CheckSrcShape requires src to have exactly the window's shape (PyTorch does not broadcast src
+// in the *_scatter ops). `window_text` says what the window is, for the message.
+absl::Status CheckSrcShape(std::string_view op, const TensorView& src, const Shape& window_shape,
+                           std::string_view window_text) {
+  if (src.shape() == window_shape) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat("%s: src shape = %s must equal %s = %s", op,
+                                                    ShapeToString(src.shape()), window_text,
+                                                    ShapeToString(window_shape)));
+}
+
+// StartPlan fills what every plan shares: result = input's dtype and shape, the window starts as
+// the whole contiguous result.
+ViewScatterPlan StartPlan(const TensorView& input, const TensorView& src) {
+  ViewScatterPlan plan;
+  plan.result_dtype = input.dtype();
+  plan.result_shape = input.shape();
+  plan.input = input;
+  plan.src = src;
+  plan.window_shape = input.shape();
+  plan.window_strides = ContiguousStrides(input.shape());
+  plan.window_offset = 0;
+  return plan;
+}
+
+}  // namespace
+
+absl::StatusOr<ViewScatterPlan> PlanSelectScatter(const SelectScatterArgs& args) {
+  const TensorView& input = args.input;
+  if (absl::Status status = CheckRank(kSelectScatter, input, 1); !status.ok()) return status;
+  absl::StatusOr<int64_t> axis = NormalizeAxis(kSelectScatter, "axis", args.axis, input.rank());
+  if (!axis.ok()) return axis.status();
+  const int64_t size = input.size(*axis);
+  if (!InRange(args.index, size)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: index = %d is out of range for axis %d of input with size %d (expected %d <= index "
+        "< %d)",
+        kSelectScatter, args.index, *axis, size, -size, size));
+  }
+  if (absl::Status status = CheckDtype(kSelectScatter, input, args.src); !status.ok()) {
+    return status;
+  }
+
+  ViewScatterPlan plan = StartPlan(input, args.src);
+  plan.window_offset = WrapIndex(args.index, size) * plan.window_strides[*axis];
+  plan.window_shape.erase(plan.window_shape.begin() + *axis);
+  plan.window_strides.erase(plan.window_strides.begin() + *axis);
+  if (absl::Status status = CheckSrcShape(kSelectScatter, args.src, plan.window_shape,
+                                          absl::StrFormat("the shape of input %s without axis %d",
+                                                          ShapeToString(input.shape()), *axis));
+      !status.ok()) {
+    return status;
+  }
+  return plan;
+}
+
+absl::StatusOr<ViewScatterPlan> PlanSliceScatter(const SliceScatterArgs& args) {
+  const TensorView& input = args.input;
+  if (absl::Status status = CheckRank(kSliceScatter, input, 1); !status.ok()) return status;
+  absl::StatusOr<int64_t> axis = NormalizeAxis(kSliceScatter, "axis", args.axis, input.rank());
+  if (!axis.ok()) return axis.status();
+  if (args.step <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: step = %d must be positive", kSliceScatter, args.step));
+  }
+  if (absl::Status status = CheckDtype(kSliceScatter, input, args.src); !status.ok()) {
+    return status;
+  }
+
+  // Python slice bounds, as torch.slice clamps them: negative counts from the end, then both are
+  // clamped to [0, size] and an end before the start gives an empty slice. Adding `size` to a
+  // negative bound cannot overflow.
+  const int64_t size = input.size(*axis);
+  const auto clamp_bound = [size](std::optional<int64_t> bound, int64_t absent) {
+    int64_t value = bound.value_or(absent);
+    if (value < 0) value += size;
+    return std::clamp<int64_t>(value, 0, size);
+  };
+  const int64_t start = clamp_bound(args.start, 0);
+  const int64_t end = std::max(start, clamp_bound(args.end, size));
+  const int64_t length = (end - start + args.step - 1) / args.step;
+
+  ViewScatterPlan plan = StartPlan(input, args.src);
+  plan.window_offset = length == 0 ? 0 : start * plan.window_strides[*axis];
+  plan.window_shape[*axis] = length;
+  plan.window_strides[*axis] *= args.step;
+  if (absl::Status status = CheckSrcShape(
+          kSliceScatter, args.src, plan.window_shape,
+          absl::StrFormat("the shape of input %s sliced along axis %d from %d to %d step %d",
+                          ShapeToString(input.shape()), *axis, start, end, args.step));
+      !status.ok()) {
+    return status;
+  }
+  return plan;
+}
+
+absl::StatusOr<ViewScatterPlan> PlanDiagonalScatter(const DiagonalScatterArgs& args) {
+  const TensorView& input = args.input;
+  if (absl::Status status = CheckRank(kDiagonalScatter, input, 2); !status.ok()) return status;
+  absl::StatusOr<int64_t> axis1 =
+      NormalizeAxis(kDiagonalScatter, "axis1", args.axis1, input.rank());
+  if (!axis1.ok()) return axis1.status();
+  absl::StatusOr<int64_t> axis2 =
+      NormalizeAxis(kDiagonalScatter, "axis2", args.axis2, input.rank());
+  if (!axis2.ok()) return axis2.status();
+  if (*axis1 == *axis2) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: axis1 = %d and axis2 = %d refer to the same dimension %d (expected "
+                        "two different dimensions)",
+                        kDiagonalScatter, args.axis1, args.axis2, *axis1));
+  }
+  if (absl::Status status = CheckDtype(kDiagonalScatter, input, args.src); !status.ok()) {
+    return status;
+  }
+
+  // torch.diagonal: a positive offset drops the first `offset` positions along axis2, a negative
+  // one the first `-offset` along axis1. Neither subtraction can overflow: sizes are >= 0 and the
+  // offset's sign is known in each branch.
+  const int64_t size1 = input.size(*axis1);
+  const int64_t size2 = input.size(*axis2);
+  const int64_t offset = args.offset;
+  const int64_t length = offset >= 0 ? std::max<int64_t>(0, std::min(size1, size2 - offset))
+                                     : std::max<int64_t>(0, std::min(size1 + offset, size2));
+
+  ViewScatterPlan plan = StartPlan(input, args.src);
+  const int64_t stride1 = plan.window_strides[*axis1];
+  const int64_t stride2 = plan.window_strides[*axis2];
+  if (length > 0) plan.window_offset = offset >= 0 ? offset * stride2 : -offset * stride1;
+  // Drop the higher axis first so that the lower one's position stays put.
+  for (const int64_t axis : {std::max(*axis1, *axis2), std::min(*axis1, *axis2)}) {
+    plan.window_shape.erase(plan.window_shape.begin() + axis);
+    plan.window_strides.erase(plan.window_strides.begin() + axis);
+  }
+  plan.window_shape.push_back(length);
+  plan.window_strides.push_back(stride1 + stride2);
+  if (absl::Status status = CheckSrcShape(
+          kDiagonalScatter, args.src, plan.window_shape,
+          absl::StrFormat("the shape of the diagonal of input %s with offset %d between axes %d "
+                          "and %d",
+                          ShapeToString(input.shape()), offset, *axis1, *axis2));
+      !status.ok()) {
+    return status;
+  }
+  return plan;
+}
+
+namespace cpu {
+
+absl::Status ViewScatter(const ViewScatterPlan& plan, const MutableTensorView& result) {
+  if (result.dtype() != plan.result_dtype || result.shape() != plan.result_shape ||
+      !result.is_contiguous()) {
+    return absl::InternalError(absl::StrFormat(
+        "view_scatter: result of shape %s does not match the plan's contiguous %s %s",
+        ShapeToString(result.shape()), DataTypeName(plan.result_dtype),
+        ShapeToString(plan.result_shape)));
+  }
+  CopyElements(plan.input, result);
+  if (NumElements(plan.window_shape) == 0) return absl::OkStatus();
+  auto* result_bytes = static_cast<std::byte*>(result.data());
+  const MutableTensorView window(plan.result_dtype, plan.window_shape, plan.window_strides,
+                                 result_bytes + plan.window_offset * result.itemsize());
+  CopyElements(plan.src, window);
+  return absl::OkStatus();
+}
+
+}  // namespace cpu
+
+absl::StatusOr<Tensor> SelectScatter(const SelectScatterArgs& args) {
+  return internal::RunIntoNewTensor(PlanSelectScatter(args), cpu::ViewScatter);
+}
+
+absl::StatusOr<Tensor> SliceScatter(const SliceScatterArgs& args) {
+  return internal::RunIntoNewTensor(PlanSliceScatter(args), cpu::ViewScatter);
+}
+
+absl::StatusOr<Tensor> DiagonalScatter(const DiagonalScatterArgs& args) {
+  return internal::RunIntoNewTensor(PlanDiagonalScatter(args), cpu::ViewScatter);
+}
+
+}  // namespace tensorops

@@ -1,0 +1,86 @@
+// SelectScatter, SliceScatter and DiagonalScatter (SPEC, operations 8-10): each returns the input
+// with one strided window replaced by `src`. The window is a view of the result (a selected slice,
+// a stepped slice, a diagonal), so all three plan to the same ViewScatterPlan and share one kernel.
+//
+//   absl::StatusOr<ViewScatterPlan> plan = PlanSliceScatter({.input = x, .src = s, .axis = 1,
+//                                                            .start = 0, .end = 4, .step = 2});
+//   Tensor out(plan->result_dtype, plan->result_shape);
+//   absl::Status status = cpu::ViewScatter(*plan, out.mutable_view());
+#ifndef TENSOROPS_KERNELS_VIEW_SCATTER_H_
+#define TENSOROPS_KERNELS_VIEW_SCATTER_H_
+
+#include <cstdint>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/tensor.h"
+
+namespace tensorops {
+
+// SelectScatterArgs: `torch.select_scatter(input, src, axis, index)`.
+struct SelectScatterArgs {
+  TensorView input;
+  // input's shape without `axis`; same dtype.
+  TensorView src;
+  int64_t axis = 0;
+  // In [-size, size) of `axis` (Python rules).
+  int64_t index = 0;
+};
+
+// SliceScatterArgs: `torch.slice_scatter(input, src, axis, start, end, step)`.
+struct SliceScatterArgs {
+  TensorView input;
+  // input's shape with `axis` sized like the slice; same dtype.
+  TensorView src;
+  int64_t axis = 0;
+  // Python slice rules: absent = the whole range; negative counts from the end; clamped.
+  std::optional<int64_t> start;
+  std::optional<int64_t> end;
+  // > 0.
+  int64_t step = 1;
+};
+
+// DiagonalScatterArgs: `torch.diagonal_scatter(input, src, offset, axis1, axis2)`.
+struct DiagonalScatterArgs {
+  TensorView input;
+  // The shape of torch.diagonal(input, offset, axis1, axis2): the other dimensions in order, then
+  // the diagonal.
+  TensorView src;
+  int64_t offset = 0;
+  int64_t axis1 = 0;
+  int64_t axis2 = 1;
+};
+
+// ViewScatterPlan: result = input, then the window of the result (window_shape, window_strides,
+// window_offset, in elements of the contiguous result) = src.
+struct ViewScatterPlan {
+  DataType result_dtype;
+  Shape result_shape;
+  TensorView input;
+  // Viewed at window_shape.
+  TensorView src;
+  Shape window_shape;
+  Shape window_strides;
+  int64_t window_offset = 0;
+};
+
+// Plan* validate the arguments against SPEC and PyTorch (INVALID_ARGUMENT naming the op,
+// argument, value and rule: "select_scatter", "slice_scatter", "diagonal_scatter").
+absl::StatusOr<ViewScatterPlan> PlanSelectScatter(const SelectScatterArgs& args);
+absl::StatusOr<ViewScatterPlan> PlanSliceScatter(const SliceScatterArgs& args);
+absl::StatusOr<ViewScatterPlan> PlanDiagonalScatter(const DiagonalScatterArgs& args);
+
+namespace cpu {
+// ViewScatter runs `plan` into `result`, a contiguous tensor of plan.result_shape.
+absl::Status ViewScatter(const ViewScatterPlan& plan, const MutableTensorView& result);
+}  // namespace cpu
+
+// Plan and run on the CPU.
+absl::StatusOr<Tensor> SelectScatter(const SelectScatterArgs& args);
+absl::StatusOr<Tensor> SliceScatter(const SliceScatterArgs& args);
+absl::StatusOr<Tensor> DiagonalScatter(const DiagonalScatterArgs& args);
+
+}  // namespace tensorops
+
+#endif  // TENSOROPS_KERNELS_VIEW_SCATTER_H_

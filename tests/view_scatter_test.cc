@@ -1,0 +1,535 @@
+// SelectScatter, SliceScatter and DiagonalScatter (SPEC operations 8-10) against the independent
+// reference in view_scatter_reference.h: randomized over dtype x op, ranks, axes (negative too),
+// Python slice bounds, diagonal offsets (past the edge too), zero-size dimensions and strided
+// input/src views, one large case per op for the parallel copies; plus the PyTorch doc examples,
+// SPEC's reference equalities and every error. These ops only copy, so results must match byte
+// for byte.
+#include "kernels/view_scatter.h"
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/random/random.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/reference.h"
+#include "tests/view_scatter_reference.h"
+
+namespace tensorops {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using testing::RandomTensor;
+using testing::ReferenceDiagonal;
+using testing::ReferenceDiagonalScatter;
+using testing::ReferenceDiagonalShape;
+using testing::ReferenceSelectScatter;
+using testing::ReferenceSliceLength;
+using testing::ReferenceSliceScatter;
+using testing::TensorFromValues;
+using testing::ToDoubles;
+using testing::reference_internal::ShapeString;
+
+enum class Op { kSelect, kSlice, kDiagonal };
+
+const char* OpName(Op op) {
+  switch (op) {
+    case Op::kSelect:
+      return "select";
+    case Op::kSlice:
+      return "slice";
+    case Op::kDiagonal:
+      return "diagonal";
+  }
+  return "?";
+}
+
+absl::BitGen SeededGen(uint64_t seed) {
+  std::seed_seq sequence = {seed, uint64_t{0x51ce}};
+  return absl::BitGen(sequence);
+}
+
+// ExpectSameBytes requires equal dtype and shape and identical bytes (NaN payloads and signed
+// zeros included); on a mismatch it lets TensorsNear name the first differing element.
+void ExpectSameBytes(const Tensor& actual, const Tensor& expected) {
+  ASSERT_EQ(actual.dtype(), expected.dtype());
+  ASSERT_EQ(actual.shape(), expected.shape());
+  if (std::memcmp(actual.data(), expected.data(), static_cast<size_t>(actual.nbytes())) == 0) {
+    return;
+  }
+  EXPECT_TRUE(testing::TensorsNear(actual.view(), expected.view()));
+  ADD_FAILURE() << "bytes differ";
+}
+
+// A tensor viewed in one of a few layouts, to exercise the kernels' strided paths: contiguous,
+// every other element of a buffer twice as long in the last dimension, or (for a leading
+// dimension) broadcast from one row with stride 0.
+struct LaidOut {
+  Tensor buffer;
+  TensorView view;
+};
+
+LaidOut RandomLaidOut(DataType dtype, const Shape& shape, absl::BitGen& gen) {
+  testing::ValueOptions values;
+  values.nan_fraction = 0.05;
+  values.signed_zero_fraction = 0.05;
+  const int layout = shape.empty() ? 0 : absl::Uniform(gen, 0, 4);
+  if (layout == 1) {  // Stepped along the last dimension.
+    Shape buffer_shape = shape;
+    buffer_shape.back() *= 2;
+    LaidOut laid_out{RandomTensor(dtype, buffer_shape, gen, values), {}};
+    Shape strides = testing::RowMajorStrides(buffer_shape);
+    strides.back() = 2;
+    laid_out.view = TensorView(dtype, shape, strides, laid_out.buffer.data());
+    return laid_out;
+  }
+  if (layout == 2 && shape.size() >= 2) {  // Broadcast along the first dimension.
+    Shape buffer_shape = shape;
+    buffer_shape[0] = 1;
+    LaidOut laid_out{RandomTensor(dtype, buffer_shape, gen, values), {}};
+    Shape strides = testing::RowMajorStrides(buffer_shape);
+    strides[0] = 0;
+    laid_out.view = TensorView(dtype, shape, strides, laid_out.buffer.data());
+    return laid_out;
+  }
+  LaidOut laid_out{RandomTensor(dtype, shape, gen, values), {}};
+  laid_out.view = laid_out.buffer.view();
+  return laid_out;
+}
+
+Shape RandomShape(absl::BitGen& gen, int64_t rank, int64_t max_size) {
+  Shape shape;
+  for (int64_t d = 0; d < rank; ++d) {
+    shape.push_back(absl::Bernoulli(gen, 0.08)
+                        ? 0
+                        : absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, max_size));
+  }
+  return shape;
+}
+
+std::optional<int64_t> RandomBound(absl::BitGen& gen, int64_t size) {
+  if (absl::Bernoulli(gen, 0.2)) return std::nullopt;
+  return absl::Uniform<int64_t>(absl::IntervalClosed, gen, -size - 3, size + 3);
+}
+
+// --------------------------------------------------------------------------------------------
+// Randomized against the reference.
+
+class ViewScatterRandomTest : public ::testing::TestWithParam<std::tuple<DataType, Op>> {};
+
+TEST_P(ViewScatterRandomTest, MatchesReference) {
+  const auto [dtype, op] = GetParam();
+  absl::BitGen gen = SeededGen(static_cast<uint64_t>(dtype) * 7 + static_cast<uint64_t>(op));
+  for (int trial = 0; trial < 150; ++trial) {
+    const int64_t min_rank = op == Op::kDiagonal ? 2 : 1;
+    const int64_t rank = absl::Uniform<int64_t>(absl::IntervalClosed, gen, min_rank, 5);
+    Shape shape = RandomShape(gen, rank, rank <= 3 ? 6 : 3);
+    const int64_t axis = absl::Uniform<int64_t>(gen, -rank, rank);
+    const int64_t axis_wrapped = axis < 0 ? axis + rank : axis;
+    const LaidOut input_storage = [&] {
+      if (op == Op::kSelect && shape[axis_wrapped] == 0) shape[axis_wrapped] = 2;
+      return RandomLaidOut(dtype, shape, gen);
+    }();
+    const TensorView& input = input_storage.view;
+
+    std::string what;
+    Shape src_shape;
+    std::optional<int64_t> start, end;
+    int64_t index = 0, step = 1, offset = 0, axis1 = 0, axis2 = 1;
+    switch (op) {
+      case Op::kSelect: {
+        const int64_t size = shape[axis_wrapped];
+        index = absl::Uniform<int64_t>(gen, -size, size);
+        src_shape = shape;
+        src_shape.erase(src_shape.begin() + axis_wrapped);
+        what = absl::StrCat("axis ", axis, " index ", index);
+        break;
+      }
+      case Op::kSlice: {
+        const int64_t size = shape[axis_wrapped];
+        start = RandomBound(gen, size);
+        end = RandomBound(gen, size);
+        step = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, 3);
+        src_shape = shape;
+        src_shape[axis_wrapped] = ReferenceSliceLength(size, start, end, step);
+        what = absl::StrCat("axis ", axis, " start ", start ? absl::StrCat(*start) : "none",
+                            " end ", end ? absl::StrCat(*end) : "none", " step ", step);
+        break;
+      }
+      case Op::kDiagonal: {
+        axis1 = axis;
+        do {
+          axis2 = absl::Uniform<int64_t>(gen, -rank, rank);
+        } while ((axis2 < 0 ? axis2 + rank : axis2) == axis_wrapped);
+        const int64_t size1 = shape[axis_wrapped];
+        const int64_t size2 = shape[axis2 < 0 ? axis2 + rank : axis2];
+        offset = absl::Uniform<int64_t>(absl::IntervalClosed, gen, -size1 - 2, size2 + 2);
+        src_shape = ReferenceDiagonalShape(shape, offset, axis1, axis2);
+        what = absl::StrCat("offset ", offset, " axis1 ", axis1, " axis2 ", axis2);
+        break;
+      }
+    }
+    const LaidOut src_storage = RandomLaidOut(dtype, src_shape, gen);
+    const TensorView& src = src_storage.view;
+    SCOPED_TRACE(absl::StrCat("trial ", trial, ": input ", ShapeString(shape), " src ",
+                              ShapeString(src_shape), " ", what));
+
+    absl::StatusOr<Tensor> actual;
+    Tensor expected;
+    switch (op) {
+      case Op::kSelect:
+        actual = SelectScatter({.input = input, .src = src, .axis = axis, .index = index});
+        expected = ReferenceSelectScatter(input, src, axis, index);
+        break;
+      case Op::kSlice:
+        actual = SliceScatter(
+            {.input = input, .src = src, .axis = axis, .start = start, .end = end, .step = step});
+        expected = ReferenceSliceScatter(input, src, axis, start, end, step);
+        break;
+      case Op::kDiagonal:
+        actual = DiagonalScatter(
+            {.input = input, .src = src, .offset = offset, .axis1 = axis1, .axis2 = axis2});
+        expected = ReferenceDiagonalScatter(input, src, offset, axis1, axis2);
+        break;
+    }
+    ASSERT_TRUE(actual.ok()) << actual.status();
+    ExpectSameBytes(*actual, expected);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, ViewScatterRandomTest,
+                         ::testing::Combine(::testing::ValuesIn(kAllDataTypes),
+                                            ::testing::Values(Op::kSelect, Op::kSlice,
+                                                              Op::kDiagonal)),
+                         [](const auto& info) {
+                           return absl::StrCat(std::string(DataTypeName(std::get<0>(info.param))),
+                                               "_", OpName(std::get<1>(info.param)));
+                         });
+
+// --------------------------------------------------------------------------------------------
+// Large windows: the parallel copies (the input copy, and many outer positions of the window).
+
+TEST(ViewScatterLargeTest, SelectScatterMiddleAxis) {
+  absl::BitGen gen = SeededGen(1);
+  const Tensor input = RandomTensor(DataType::kFloat32, {1024, 2, 1024}, gen);
+  const Tensor src = RandomTensor(DataType::kFloat32, {1024, 1024}, gen);
+  absl::StatusOr<Tensor> actual =
+      SelectScatter({.input = input.view(), .src = src.view(), .axis = -2, .index = 1});
+  ASSERT_TRUE(actual.ok()) << actual.status();
+  ExpectSameBytes(*actual, ReferenceSelectScatter(input.view(), src.view(), -2, 1));
+}
+
+TEST(ViewScatterLargeTest, SliceScatterSteppedLastAxis) {
+  absl::BitGen gen = SeededGen(2);
+  const Tensor input = RandomTensor(DataType::kComplex128, {1024, 2048}, gen);
+  const Tensor src = RandomTensor(DataType::kComplex128, {1024, 1023}, gen);
+  absl::StatusOr<Tensor> actual = SliceScatter(
+      {.input = input.view(), .src = src.view(), .axis = 1, .start = -2046, .step = 2});
+  ASSERT_TRUE(actual.ok()) << actual.status();
+  ExpectSameBytes(*actual,
+                  ReferenceSliceScatter(input.view(), src.view(), 1, -2046, std::nullopt, 2));
+}
+
+TEST(ViewScatterLargeTest, DiagonalScatterBatchedSwappedAxes) {
+  absl::BitGen gen = SeededGen(3);
+  const Tensor input = RandomTensor(DataType::kInt16, {4096, 24, 24}, gen);
+  const Tensor src = RandomTensor(DataType::kInt16, {4096, 24}, gen);
+  absl::StatusOr<Tensor> actual = DiagonalScatter(
+      {.input = input.view(), .src = src.view(), .offset = 0, .axis1 = 2, .axis2 = 1});
+  ASSERT_TRUE(actual.ok()) << actual.status();
+  ExpectSameBytes(*actual, ReferenceDiagonalScatter(input.view(), src.view(), 0, 2, 1));
+}
+
+TEST(ViewScatterLargeTest, BroadcastSrcIntoLongRow) {
+  // A src broadcast along one long row: a single run split across cores.
+  absl::BitGen gen = SeededGen(4);
+  const Tensor input = RandomTensor(DataType::kInt64, {3, 1 << 20}, gen);
+  const Tensor scalar = TensorFromValues(DataType::kInt64, {1}, {5});
+  const TensorView src(DataType::kInt64, {1 << 20}, {0}, scalar.data());
+  absl::StatusOr<Tensor> actual =
+      SelectScatter({.input = input.view(), .src = src, .axis = 0, .index = 1});
+  ASSERT_TRUE(actual.ok()) << actual.status();
+  ExpectSameBytes(*actual, ReferenceSelectScatter(input.view(), src, 0, 1));
+}
+
+// --------------------------------------------------------------------------------------------
+// PyTorch's documentation examples.
+
+std::vector<double> Zeros(int64_t count) { return std::vector<double>(count, 0.0); }
+std::vector<double> Ones(int64_t count) { return std::vector<double>(count, 1.0); }
+
+TEST(ViewScatterDocTest, SelectScatter) {
+  // torch.select_scatter(torch.zeros(2, 2), torch.ones(2), 0, 0)
+  const Tensor input = TensorFromValues(DataType::kFloat32, {2, 2}, Zeros(4));
+  const Tensor src = TensorFromValues(DataType::kFloat32, {2}, Ones(2));
+  absl::StatusOr<Tensor> out =
+      SelectScatter({.input = input.view(), .src = src.view(), .axis = 0, .index = 0});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(ToDoubles(*out), (std::vector<double>{1, 1, 0, 0}));
+}
+
+TEST(ViewScatterDocTest, SliceScatterRows) {
+  // torch.slice_scatter(torch.zeros(8, 8), torch.ones(2, 8), start=6)
+  const Tensor input = TensorFromValues(DataType::kFloat32, {8, 8}, Zeros(64));
+  const Tensor src = TensorFromValues(DataType::kFloat32, {2, 8}, Ones(16));
+  absl::StatusOr<Tensor> out = SliceScatter({.input = input.view(), .src = src.view(), .start = 6});
+  ASSERT_TRUE(out.ok()) << out.status();
+  std::vector<double> expected = Zeros(64);
+  for (int i = 48; i < 64; ++i) expected[i] = 1;
+  EXPECT_EQ(ToDoubles(*out), expected);
+}
+
+TEST(ViewScatterDocTest, SliceScatterSteppedColumns) {
+  // torch.slice_scatter(torch.zeros(8, 8), torch.ones(8, 2), dim=1, start=2, end=6, step=2)
+  const Tensor input = TensorFromValues(DataType::kFloat32, {8, 8}, Zeros(64));
+  const Tensor src = TensorFromValues(DataType::kFloat32, {8, 2}, Ones(16));
+  absl::StatusOr<Tensor> out = SliceScatter(
+      {.input = input.view(), .src = src.view(), .axis = 1, .start = 2, .end = 6, .step = 2});
+  ASSERT_TRUE(out.ok()) << out.status();
+  std::vector<double> expected = Zeros(64);
+  for (int row = 0; row < 8; ++row) expected[row * 8 + 2] = expected[row * 8 + 4] = 1;
+  EXPECT_EQ(ToDoubles(*out), expected);
+}
+
+TEST(ViewScatterDocTest, DiagonalScatter) {
+  // torch.diagonal_scatter(torch.zeros(3, 3), torch.ones(3), 0), then ones(2) at offsets 1, -1.
+  const Tensor input = TensorFromValues(DataType::kFloat32, {3, 3}, Zeros(9));
+  const Tensor three = TensorFromValues(DataType::kFloat32, {3}, Ones(3));
+  const Tensor two = TensorFromValues(DataType::kFloat32, {2}, Ones(2));
+  absl::StatusOr<Tensor> main_diagonal =
+      DiagonalScatter({.input = input.view(), .src = three.view(), .offset = 0});
+  ASSERT_TRUE(main_diagonal.ok()) << main_diagonal.status();
+  EXPECT_EQ(ToDoubles(*main_diagonal), (std::vector<double>{1, 0, 0, 0, 1, 0, 0, 0, 1}));
+  absl::StatusOr<Tensor> above =
+      DiagonalScatter({.input = input.view(), .src = two.view(), .offset = 1});
+  ASSERT_TRUE(above.ok()) << above.status();
+  EXPECT_EQ(ToDoubles(*above), (std::vector<double>{0, 1, 0, 0, 0, 1, 0, 0, 0}));
+  absl::StatusOr<Tensor> below =
+      DiagonalScatter({.input = input.view(), .src = two.view(), .offset = -1});
+  ASSERT_TRUE(below.ok()) << below.status();
+  EXPECT_EQ(ToDoubles(*below), (std::vector<double>{0, 0, 0, 1, 0, 0, 0, 1, 0}));
+}
+
+TEST(ViewScatterDocTest, EmptyInputsAndWindows) {
+  const Tensor input = TensorFromValues(DataType::kInt32, {0, 3}, {});
+  const Tensor src = TensorFromValues(DataType::kInt32, {0}, {});
+  absl::StatusOr<Tensor> select =
+      SelectScatter({.input = input.view(), .src = src.view(), .axis = 1, .index = -3});
+  ASSERT_TRUE(select.ok()) << select.status();
+  EXPECT_EQ(select->shape(), (Shape{0, 3}));
+
+  const Tensor square = TensorFromValues(DataType::kInt32, {2, 2}, {1, 2, 3, 4});
+  const Tensor none = TensorFromValues(DataType::kInt32, {0}, {});
+  absl::StatusOr<Tensor> past_edge =
+      DiagonalScatter({.input = square.view(), .src = none.view(), .offset = 5});
+  ASSERT_TRUE(past_edge.ok()) << past_edge.status();
+  EXPECT_EQ(ToDoubles(*past_edge), (std::vector<double>{1, 2, 3, 4}));
+  const Tensor no_rows = TensorFromValues(DataType::kInt32, {0, 2}, {});
+  absl::StatusOr<Tensor> empty_slice = SliceScatter(
+      {.input = square.view(), .src = no_rows.view(), .start = 5, .end = -9, .step = 3});
+  ASSERT_TRUE(empty_slice.ok()) << empty_slice.status();
+  EXPECT_EQ(ToDoubles(*empty_slice), (std::vector<double>{1, 2, 3, 4}));
+}
+
+// --------------------------------------------------------------------------------------------
+// SPEC's reference equalities.
+
+class ViewScatterEqualityTest : public ::testing::TestWithParam<DataType> {};
+
+TEST_P(ViewScatterEqualityTest, SelectScatterIsSliceScatterOfUnsqueezedSrc) {
+  const DataType dtype = GetParam();
+  absl::BitGen gen = SeededGen(100 + static_cast<uint64_t>(dtype));
+  for (int trial = 0; trial < 30; ++trial) {
+    const int64_t rank = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, 4);
+    Shape shape = RandomShape(gen, rank, 5);
+    const int64_t axis = absl::Uniform<int64_t>(gen, -rank, rank);
+    const int64_t wrapped_axis = axis < 0 ? axis + rank : axis;
+    if (shape[wrapped_axis] == 0) shape[wrapped_axis] = 3;
+    const int64_t size = shape[wrapped_axis];
+    // The equality holds for every index but -1, whose Python slice -1:0 is empty (PyTorch rejects
+    // that slice_scatter's src shape too; checked below): -1 is tested as size - 1.
+    int64_t index = absl::Uniform<int64_t>(gen, -size, size);
+    if (index == -1) index = size - 1;
+    Shape src_shape = shape;
+    src_shape.erase(src_shape.begin() + wrapped_axis);
+    const Tensor input = RandomTensor(dtype, shape, gen);
+    const Tensor src = RandomTensor(dtype, src_shape, gen);
+    // s.unsqueeze(ax): the same bytes with a size-1 dimension at the (wrapped) axis.
+    Shape unsqueezed_shape = src_shape;
+    unsqueezed_shape.insert(unsqueezed_shape.begin() + wrapped_axis, 1);
+    const TensorView unsqueezed(dtype, unsqueezed_shape, src.data());
+    SCOPED_TRACE(absl::StrCat("input ", ShapeString(shape), " axis ", axis, " index ", index));
+
+    absl::StatusOr<Tensor> selected =
+        SelectScatter({.input = input.view(), .src = src.view(), .axis = axis, .index = index});
+    absl::StatusOr<Tensor> sliced = SliceScatter({.input = input.view(),
+                                                  .src = unsqueezed,
+                                                  .axis = axis,
+                                                  .start = index,
+                                                  .end = index + 1,
+                                                  .step = 1});
+    ASSERT_TRUE(selected.ok()) << selected.status();
+    ASSERT_TRUE(sliced.ok()) << sliced.status();
+    ExpectSameBytes(*selected, *sliced);
+  }
+}
+
+TEST(ViewScatterSliceBoundsTest, MinusOneToZeroIsEmpty) {
+  const Tensor input = TensorFromValues(DataType::kFloat32, {2, 3}, Zeros(6));
+  const Tensor src = TensorFromValues(DataType::kFloat32, {1, 3}, Ones(3));
+  absl::StatusOr<Tensor> sliced = SliceScatter(
+      {.input = input.view(), .src = src.view(), .axis = 0, .start = -1, .end = 0, .step = 1});
+  EXPECT_THAT(sliced.status().message(), HasSubstr("= [0, 3]"));
+}
+
+TEST_P(ViewScatterEqualityTest, DiagonalScatterOfOwnDiagonalIsIdentity) {
+  const DataType dtype = GetParam();
+  absl::BitGen gen = SeededGen(200 + static_cast<uint64_t>(dtype));
+  for (int trial = 0; trial < 30; ++trial) {
+    const int64_t rank = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 2, 4);
+    const Shape shape = RandomShape(gen, rank, 5);
+    const int64_t axis1 = absl::Uniform<int64_t>(gen, -rank, rank);
+    int64_t axis2 = 0;
+    do {
+      axis2 = absl::Uniform<int64_t>(gen, -rank, rank);
+    } while ((axis2 + rank) % rank == (axis1 + rank) % rank);
+    const int64_t offset = absl::Uniform<int64_t>(absl::IntervalClosed, gen, -6, 6);
+    const Tensor input = RandomTensor(dtype, shape, gen);
+    const Tensor diagonal = ReferenceDiagonal(input.view(), offset, axis1, axis2);
+    SCOPED_TRACE(absl::StrCat("input ", ShapeString(shape), " offset ", offset, " axes ", axis1,
+                              ", ", axis2));
+    absl::StatusOr<Tensor> out = DiagonalScatter({.input = input.view(),
+                                                  .src = diagonal.view(),
+                                                  .offset = offset,
+                                                  .axis1 = axis1,
+                                                  .axis2 = axis2});
+    ASSERT_TRUE(out.ok()) << out.status();
+    ExpectSameBytes(*out, input);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDataTypes, ViewScatterEqualityTest, ::testing::ValuesIn(kAllDataTypes),
+                         [](const auto& info) { return std::string(DataTypeName(info.param)); });
+
+// --------------------------------------------------------------------------------------------
+// Errors: INVALID_ARGUMENT naming the op, the argument and the value.
+
+void ExpectInvalid(const absl::Status& status, const std::vector<std::string>& parts) {
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  for (const std::string& part : parts) EXPECT_THAT(status.message(), HasSubstr(part));
+}
+
+class ViewScatterErrorTest : public ::testing::Test {
+ protected:
+  Tensor scalar_ = TensorFromValues(DataType::kFloat32, {}, {1});
+  Tensor matrix_ = TensorFromValues(DataType::kFloat32, {2, 3}, Zeros(6));
+  Tensor vector2_ = TensorFromValues(DataType::kFloat32, {2}, Ones(2));
+  Tensor vector3_ = TensorFromValues(DataType::kFloat32, {3}, Ones(3));
+};
+
+TEST_F(ViewScatterErrorTest, RankZeroInput) {
+  ExpectInvalid(SelectScatter({.input = scalar_.view(), .src = scalar_.view()}).status(),
+                {"select_scatter", "rank of input = 0", ">= 1"});
+  ExpectInvalid(SliceScatter({.input = scalar_.view(), .src = scalar_.view()}).status(),
+                {"slice_scatter", "rank of input = 0", ">= 1"});
+  ExpectInvalid(DiagonalScatter({.input = scalar_.view(), .src = scalar_.view()}).status(),
+                {"diagonal_scatter", "rank of input = 0", ">= 2"});
+}
+
+TEST_F(ViewScatterErrorTest, RankOneInputToDiagonalScatter) {
+  ExpectInvalid(DiagonalScatter({.input = vector3_.view(), .src = scalar_.view()}).status(),
+                {"diagonal_scatter", "rank of input = 1", ">= 2"});
+}
+
+TEST_F(ViewScatterErrorTest, BadAxis) {
+  ExpectInvalid(
+      SelectScatter({.input = matrix_.view(), .src = vector3_.view(), .axis = 2}).status(),
+      {"select_scatter", "axis = 2", "-2 <= axis < 2"});
+  ExpectInvalid(SliceScatter({.input = matrix_.view(), .src = matrix_.view(), .axis = -3}).status(),
+                {"slice_scatter", "axis = -3", "-2 <= axis < 2"});
+  ExpectInvalid(
+      DiagonalScatter({.input = matrix_.view(), .src = vector2_.view(), .axis1 = 5}).status(),
+      {"diagonal_scatter", "axis1 = 5"});
+  ExpectInvalid(
+      DiagonalScatter({.input = matrix_.view(), .src = vector2_.view(), .axis2 = -3}).status(),
+      {"diagonal_scatter", "axis2 = -3"});
+}
+
+TEST_F(ViewScatterErrorTest, IndexOutOfRange) {
+  ExpectInvalid(
+      SelectScatter({.input = matrix_.view(), .src = vector2_.view(), .axis = 1, .index = 5})
+          .status(),
+      {"select_scatter: index = 5 is out of range for axis 1 of input with size 3 "
+       "(expected -3 <= index < 3)"});
+  ExpectInvalid(
+      SelectScatter({.input = matrix_.view(), .src = vector3_.view(), .axis = 0, .index = -3})
+          .status(),
+      {"select_scatter", "index = -3", "size 2"});
+  const Tensor empty_axis = TensorFromValues(DataType::kFloat32, {2, 0}, {});
+  ExpectInvalid(
+      SelectScatter({.input = empty_axis.view(), .src = vector2_.view(), .axis = 1, .index = 0})
+          .status(),
+      {"select_scatter", "index = 0", "size 0"});
+}
+
+TEST_F(ViewScatterErrorTest, NonPositiveStep) {
+  ExpectInvalid(SliceScatter({.input = matrix_.view(), .src = matrix_.view(), .step = 0}).status(),
+                {"slice_scatter: step = 0 must be positive"});
+  ExpectInvalid(SliceScatter({.input = matrix_.view(), .src = matrix_.view(), .step = -1}).status(),
+                {"slice_scatter", "step = -1", "positive"});
+}
+
+TEST_F(ViewScatterErrorTest, SrcShapeMismatch) {
+  ExpectInvalid(
+      SelectScatter({.input = matrix_.view(), .src = vector2_.view(), .axis = 0}).status(),
+      {"select_scatter", "src shape = [2]", "[3]", "[2, 3]"});
+  ExpectInvalid(
+      SliceScatter({.input = matrix_.view(), .src = matrix_.view(), .axis = 1, .start = 1})
+          .status(),
+      {"slice_scatter", "src shape = [2, 3]", "[2, 2]"});
+  ExpectInvalid(
+      DiagonalScatter({.input = matrix_.view(), .src = vector3_.view(), .offset = 0}).status(),
+      {"diagonal_scatter", "src shape = [3]", "= [2]"});
+  // No broadcasting of src (PyTorch requires the exact shape).
+  const Tensor one = TensorFromValues(DataType::kFloat32, {1}, {1});
+  ExpectInvalid(SelectScatter({.input = matrix_.view(), .src = one.view(), .axis = 0}).status(),
+                {"select_scatter", "src shape = [1]", "[3]"});
+}
+
+TEST_F(ViewScatterErrorTest, DtypeMismatch) {
+  const Tensor ints = TensorFromValues(DataType::kInt32, {3}, {1, 2, 3});
+  ExpectInvalid(SelectScatter({.input = matrix_.view(), .src = ints.view()}).status(),
+                {"select_scatter", "src dtype = int32", "float32"});
+  const Tensor int_matrix = TensorFromValues(DataType::kInt64, {2, 3}, Zeros(6));
+  ExpectInvalid(SliceScatter({.input = matrix_.view(), .src = int_matrix.view()}).status(),
+                {"slice_scatter", "src dtype = int64", "float32"});
+  const Tensor doubles = TensorFromValues(DataType::kFloat64, {2}, {1, 2});
+  ExpectInvalid(DiagonalScatter({.input = matrix_.view(), .src = doubles.view()}).status(),
+                {"diagonal_scatter", "src dtype = float64", "float32"});
+}
+
+TEST_F(ViewScatterErrorTest, SameDiagonalAxes) {
+  ExpectInvalid(
+      DiagonalScatter({.input = matrix_.view(), .src = vector2_.view(), .axis1 = 0, .axis2 = -2})
+          .status(),
+      {"diagonal_scatter: axis1 = 0 and axis2 = -2 refer to the same dimension 0"});
+}
+
+TEST_F(ViewScatterErrorTest, SwappedAxesDiagonalLength) {
+  absl::StatusOr<ViewScatterPlan> plan = PlanDiagonalScatter(
+      {.input = matrix_.view(), .src = vector2_.view(), .offset = 1, .axis1 = 1, .axis2 = 0});
+  // axis1 = 1 (size 3), axis2 = 0 (size 2), offset 1: the diagonal starts at axis2 = 1 and has
+  // min(3, 2 - 1) = 1 element, so a src of 2 elements is rejected with the window's shape.
+  ASSERT_FALSE(plan.ok());
+  EXPECT_THAT(plan.status().message(), AllOf(HasSubstr("src shape = [2]"), HasSubstr("= [1]")));
+}
+
+}  // namespace
+}  // namespace tensorops

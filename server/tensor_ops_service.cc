@@ -10,8 +10,10 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "kernels/gather.h"
+#include "kernels/index_ops.h"
 #include "kernels/scatter.h"
 #include "kernels/shape.h"
+#include "kernels/view_scatter.h"
 #include "proto/grpc_status.h"
 #include "spdlog/spdlog.h"
 
@@ -50,6 +52,30 @@ absl::StatusOr<MutableTensorView> AllocateResult(std::string_view op, DataType d
   return wire::AllocateTensor(dtype, shape, result);
 }
 
+// The CPU kernel of each plan type, as ExecuteOp runs it.
+absl::Status RunGather(const GatherPlan& plan, const MutableTensorView& result) {
+  return cpu::Gather(plan, result);
+}
+absl::Status RunScatter(const ScatterPlan& plan, const MutableTensorView& result) {
+  return cpu::Scatter(plan, result);
+}
+absl::Status RunViewScatter(const ViewScatterPlan& plan, const MutableTensorView& result) {
+  return cpu::ViewScatter(plan, result);
+}
+
+// PlanAndRun is the common tail of every handler: take the plan (or its error), allocate the
+// result inside the response and run the kernel into it.
+template <typename Plan, typename Kernel>
+absl::Status PlanAndRun(std::string_view op, const absl::StatusOr<Plan>& plan,
+                        const wire::DecodeLimits& limits, v1::Tensor* response_result,
+                        Kernel kernel) {
+  if (!plan.ok()) return plan.status();
+  absl::StatusOr<MutableTensorView> result =
+      AllocateResult(op, plan->result_dtype, plan->result_shape, limits, response_result);
+  if (!result.ok()) return result.status();
+  return ExecuteOp([&] { return kernel(*plan, *result); });
+}
+
 absl::Status HandleGather(const v1::GatherRequest& request, const wire::DecodeLimits& limits,
                           v1::GatherResponse* response) {
   constexpr std::string_view kOp = "gather";
@@ -60,12 +86,7 @@ absl::Status HandleGather(const v1::GatherRequest& request, const wire::DecodeLi
 
   const GatherArgs args{
       .input = *input, .index = *index, .axis = request.axis(), .broadcast = request.broadcast()};
-  absl::StatusOr<GatherPlan> plan = PlanGather(args);
-  if (!plan.ok()) return plan.status();
-  absl::StatusOr<MutableTensorView> result = AllocateResult(
-      kOp, plan->result_dtype, plan->result_shape, limits, response->mutable_result());
-  if (!result.ok()) return result.status();
-  return ExecuteOp([&] { return cpu::Gather(*plan, *result); });
+  return PlanAndRun(kOp, PlanGather(args), limits, response->mutable_result(), RunGather);
 }
 
 absl::Status HandleScatter(const v1::ScatterRequest& request, const wire::DecodeLimits& limits,
@@ -104,12 +125,92 @@ absl::Status HandleScatter(const v1::ScatterRequest& request, const wire::Decode
   args.broadcast = request.broadcast();
   // `deterministic` needs nothing here: the CPU kernels are always bitwise reproducible.
 
-  absl::StatusOr<ScatterPlan> plan = PlanScatter(args);
-  if (!plan.ok()) return plan.status();
-  absl::StatusOr<MutableTensorView> result = AllocateResult(
-      kOp, plan->result_dtype, plan->result_shape, limits, response->mutable_result());
-  if (!result.ok()) return result.status();
-  return ExecuteOp([&] { return cpu::Scatter(*plan, *result); });
+  return PlanAndRun(kOp, PlanScatter(args), limits, response->mutable_result(), RunScatter);
+}
+
+absl::Status HandleIndexSelect(const v1::IndexSelectRequest& request,
+                               const wire::DecodeLimits& limits,
+                               v1::IndexSelectResponse* response) {
+  constexpr std::string_view kOp = "index_select";
+  absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
+  if (!input.ok()) return input.status();
+  absl::StatusOr<TensorView> index = wire::DecodeTensor(request.index(), kOp, "index", limits);
+  if (!index.ok()) return index.status();
+  const IndexSelectArgs args{.input = *input, .index = *index, .axis = request.axis()};
+  return PlanAndRun(kOp, PlanIndexSelect(args), limits, response->mutable_result(), RunGather);
+}
+
+absl::Status HandleIndexReduce(const v1::IndexReduceRequest& request,
+                               const wire::DecodeLimits& limits,
+                               v1::IndexReduceResponse* response) {
+  constexpr std::string_view kOp = "index_reduce";
+  absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
+  if (!input.ok()) return input.status();
+  absl::StatusOr<TensorView> index = wire::DecodeTensor(request.index(), kOp, "index", limits);
+  if (!index.ok()) return index.status();
+  absl::StatusOr<TensorView> src = wire::DecodeTensor(request.src(), kOp, "src", limits);
+  if (!src.ok()) return src.status();
+  absl::StatusOr<Reduction> reduce = wire::ReductionFromProto(request.reduce(), kOp);
+  if (!reduce.ok()) return reduce.status();
+  IndexReduceArgs args{.input = *input,
+                       .index = *index,
+                       .source = *src,
+                       .axis = request.axis(),
+                       .reduce = *reduce,
+                       .include_self = request.has_include_self() ? request.include_self() : true};
+  if (request.has_alpha()) {
+    absl::StatusOr<Scalar> alpha = wire::DecodeScalar(request.alpha(), kOp, "alpha");
+    if (!alpha.ok()) return alpha.status();
+    args.alpha = *alpha;
+  }
+  return PlanAndRun(kOp, PlanIndexReduce(args), limits, response->mutable_result(), RunScatter);
+}
+
+absl::Status HandleSelectScatter(const v1::SelectScatterRequest& request,
+                                 const wire::DecodeLimits& limits,
+                                 v1::SelectScatterResponse* response) {
+  constexpr std::string_view kOp = "select_scatter";
+  absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
+  if (!input.ok()) return input.status();
+  absl::StatusOr<TensorView> src = wire::DecodeTensor(request.src(), kOp, "src", limits);
+  if (!src.ok()) return src.status();
+  const SelectScatterArgs args{
+      .input = *input, .src = *src, .axis = request.axis(), .index = request.index()};
+  return PlanAndRun(kOp, PlanSelectScatter(args), limits, response->mutable_result(),
+                    RunViewScatter);
+}
+
+absl::Status HandleSliceScatter(const v1::SliceScatterRequest& request,
+                                const wire::DecodeLimits& limits,
+                                v1::SliceScatterResponse* response) {
+  constexpr std::string_view kOp = "slice_scatter";
+  absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
+  if (!input.ok()) return input.status();
+  absl::StatusOr<TensorView> src = wire::DecodeTensor(request.src(), kOp, "src", limits);
+  if (!src.ok()) return src.status();
+  SliceScatterArgs args{.input = *input, .src = *src, .axis = request.axis()};
+  if (request.has_start()) args.start = request.start();
+  if (request.has_end()) args.end = request.end();
+  if (request.has_step()) args.step = request.step();
+  return PlanAndRun(kOp, PlanSliceScatter(args), limits, response->mutable_result(),
+                    RunViewScatter);
+}
+
+absl::Status HandleDiagonalScatter(const v1::DiagonalScatterRequest& request,
+                                   const wire::DecodeLimits& limits,
+                                   v1::DiagonalScatterResponse* response) {
+  constexpr std::string_view kOp = "diagonal_scatter";
+  absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
+  if (!input.ok()) return input.status();
+  absl::StatusOr<TensorView> src = wire::DecodeTensor(request.src(), kOp, "src", limits);
+  if (!src.ok()) return src.status();
+  const DiagonalScatterArgs args{.input = *input,
+                                 .src = *src,
+                                 .offset = request.offset(),
+                                 .axis1 = request.has_axis1() ? request.axis1() : 0,
+                                 .axis2 = request.has_axis2() ? request.axis2() : 1};
+  return PlanAndRun(kOp, PlanDiagonalScatter(args), limits, response->mutable_result(),
+                    RunViewScatter);
 }
 
 // FinishCall logs the outcome (errors at info, one line; every call at debug) and finishes the
@@ -130,29 +231,61 @@ void FinishCall(grpc::CallbackServerContext* context, grpc::ServerUnaryReactor* 
 
 TensorOpsService::TensorOpsService(const wire::DecodeLimits& limits) : limits_(limits) {}
 
+template <typename Request, typename Response, typename Handler>
+grpc::ServerUnaryReactor* TensorOpsService::Serve(grpc::CallbackServerContext* context,
+                                                  std::string_view method, std::string_view op,
+                                                  const Request* request, Response* response,
+                                                  Handler handler) {
+  const absl::Time start = absl::Now();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const absl::Status status = RunGuarded(op, [&] { return handler(*request, limits_, response); });
+  // A failed call sends no response; drop a half-written result now rather than with the call.
+  if (!status.ok()) response->Clear();
+  FinishCall(context, reactor, method, start, status);
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* TensorOpsService::Gather(grpc::CallbackServerContext* context,
                                                    const v1::GatherRequest* request,
                                                    v1::GatherResponse* response) {
-  const absl::Time start = absl::Now();
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const absl::Status status =
-      RunGuarded("gather", [&] { return HandleGather(*request, limits_, response); });
-  // A failed call sends no response; drop a half-written result now rather than with the call.
-  if (!status.ok()) response->Clear();
-  FinishCall(context, reactor, "Gather", start, status);
-  return reactor;
+  return Serve(context, "Gather", "gather", request, response, HandleGather);
 }
 
 grpc::ServerUnaryReactor* TensorOpsService::Scatter(grpc::CallbackServerContext* context,
                                                     const v1::ScatterRequest* request,
                                                     v1::ScatterResponse* response) {
-  const absl::Time start = absl::Now();
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const absl::Status status =
-      RunGuarded("scatter", [&] { return HandleScatter(*request, limits_, response); });
-  if (!status.ok()) response->Clear();
-  FinishCall(context, reactor, "Scatter", start, status);
-  return reactor;
+  return Serve(context, "Scatter", "scatter", request, response, HandleScatter);
+}
+
+grpc::ServerUnaryReactor* TensorOpsService::IndexSelect(grpc::CallbackServerContext* context,
+                                                        const v1::IndexSelectRequest* request,
+                                                        v1::IndexSelectResponse* response) {
+  return Serve(context, "IndexSelect", "index_select", request, response, HandleIndexSelect);
+}
+
+grpc::ServerUnaryReactor* TensorOpsService::IndexReduce(grpc::CallbackServerContext* context,
+                                                        const v1::IndexReduceRequest* request,
+                                                        v1::IndexReduceResponse* response) {
+  return Serve(context, "IndexReduce", "index_reduce", request, response, HandleIndexReduce);
+}
+
+grpc::ServerUnaryReactor* TensorOpsService::SelectScatter(grpc::CallbackServerContext* context,
+                                                          const v1::SelectScatterRequest* request,
+                                                          v1::SelectScatterResponse* response) {
+  return Serve(context, "SelectScatter", "select_scatter", request, response, HandleSelectScatter);
+}
+
+grpc::ServerUnaryReactor* TensorOpsService::SliceScatter(grpc::CallbackServerContext* context,
+                                                         const v1::SliceScatterRequest* request,
+                                                         v1::SliceScatterResponse* response) {
+  return Serve(context, "SliceScatter", "slice_scatter", request, response, HandleSliceScatter);
+}
+
+grpc::ServerUnaryReactor* TensorOpsService::DiagonalScatter(
+    grpc::CallbackServerContext* context, const v1::DiagonalScatterRequest* request,
+    v1::DiagonalScatterResponse* response) {
+  return Serve(context, "DiagonalScatter", "diagonal_scatter", request, response,
+               HandleDiagonalScatter);
 }
 
 }  // namespace tensorops

@@ -11,6 +11,8 @@
 #ifndef TENSOROPS_SERVER_TENSOR_OPS_SERVICE_H_
 #define TENSOROPS_SERVER_TENSOR_OPS_SERVICE_H_
 
+#include <string_view>
+
 #include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/codec.h"
@@ -18,9 +20,9 @@
 
 namespace tensorops {
 
-// TensorOpsService serves Gather and Scatter. Thread-safe: handlers share nothing but the
-// immutable limits. The kernels run inline on the gRPC callback thread for now; the scheduler will
-// take over that one step (see ExecuteOp in the .cc).
+// TensorOpsService serves every op of the TensorOps service. Thread-safe: handlers share nothing
+// but the immutable limits. The kernels run inline on the gRPC callback thread for now; the
+// scheduler will take over that one step (see ExecuteOp in the .cc).
 class TensorOpsService final : public v1::TensorOps::CallbackService {
  public:
   // `limits` bound every decoded tensor and every result; exceeding one is RESOURCE_EXHAUSTED.
@@ -37,7 +39,34 @@ class TensorOpsService final : public v1::TensorOps::CallbackService {
                                     const v1::ScatterRequest* request,
                                     v1::ScatterResponse* response) override;
 
+  grpc::ServerUnaryReactor* IndexSelect(grpc::CallbackServerContext* context,
+                                        const v1::IndexSelectRequest* request,
+                                        v1::IndexSelectResponse* response) override;
+
+  grpc::ServerUnaryReactor* IndexReduce(grpc::CallbackServerContext* context,
+                                        const v1::IndexReduceRequest* request,
+                                        v1::IndexReduceResponse* response) override;
+
+  grpc::ServerUnaryReactor* SelectScatter(grpc::CallbackServerContext* context,
+                                          const v1::SelectScatterRequest* request,
+                                          v1::SelectScatterResponse* response) override;
+
+  grpc::ServerUnaryReactor* SliceScatter(grpc::CallbackServerContext* context,
+                                         const v1::SliceScatterRequest* request,
+                                         v1::SliceScatterResponse* response) override;
+
+  grpc::ServerUnaryReactor* DiagonalScatter(grpc::CallbackServerContext* context,
+                                            const v1::DiagonalScatterRequest* request,
+                                            v1::DiagonalScatterResponse* response) override;
+
  private:
+  // Serve runs one unary call: `handler` decodes, plans and executes; exceptions become statuses;
+  // the outcome is logged and the reactor finished.
+  template <typename Request, typename Response, typename Handler>
+  grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context, std::string_view method,
+                                  std::string_view op, const Request* request, Response* response,
+                                  Handler handler);
+
   const wire::DecodeLimits limits_;
 };
 

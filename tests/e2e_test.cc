@@ -352,6 +352,119 @@ TEST_F(E2eTest, ScatterReduceTorchDocExamples) {
 // Random calls for every dtype, compared with the in-process kernel (exactly: the server runs the
 // same code, and `deterministic` pins floating reductions) and with the reference.
 
+// The 1-D-index and view-scatter ops, with the examples of PyTorch's documentation.
+
+TEST_F(E2eTest, IndexSelectTorchDocExample) {
+  // x = torch.arange(12.).reshape(3, 4); torch.index_select(x, 0/1, torch.tensor([0, 2]))
+  const Tensor input = Float32Tensor({3, 4}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  const Tensor index = Int64Tensor({2}, {0, 2});
+  absl::StatusOr<Tensor> rows = client().IndexSelect(input.view(), 0, index.view());
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ref::ExpectTensorsNear(*rows, Float32Tensor({2, 4}, {0, 1, 2, 3, 8, 9, 10, 11}));
+  absl::StatusOr<Tensor> columns = client().IndexSelect(input.view(), -1, index.view());
+  ASSERT_TRUE(columns.ok()) << columns.status();
+  ref::ExpectTensorsNear(*columns, Float32Tensor({3, 2}, {0, 2, 4, 6, 8, 10}));
+}
+
+TEST_F(E2eTest, IndexReduceTorchDocExamples) {
+  const Tensor index = Int64Tensor({3}, {0, 4, 2});
+  const Tensor t = Float32Tensor({3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  // torch.ones(5, 3).index_add_(0, index, t)
+  const Tensor ones = Float32Tensor({5, 3}, std::vector<double>(15, 1.0));
+  absl::StatusOr<Tensor> added = client().IndexReduce(ones.view(), 0, index.view(), t.view());
+  ASSERT_TRUE(added.ok()) << added.status();
+  ref::ExpectTensorsNear(*added,
+                         Float32Tensor({5, 3}, {2, 3, 4, 1, 1, 1, 8, 9, 10, 1, 1, 1, 5, 6, 7}));
+  // ... with alpha=-1.
+  absl::StatusOr<Tensor> subtracted =
+      client().IndexReduce(ones.view(), 0, index.view(), t.view(), {.alpha = Scalar(int64_t{-1})});
+  ASSERT_TRUE(subtracted.ok()) << subtracted.status();
+  ref::ExpectTensorsNear(
+      *subtracted, Float32Tensor({5, 3}, {0, -1, -2, 1, 1, 1, -6, -7, -8, 1, 1, 1, -3, -4, -5}));
+
+  // torch.full((5, 3), 2.).index_reduce_(0, [0, 4, 2, 0], t4, 'prod'[, include_self=False])
+  const Tensor twos = Float32Tensor({5, 3}, std::vector<double>(15, 2.0));
+  const Tensor prod_index = Int64Tensor({4}, {0, 4, 2, 0});
+  const Tensor t4 = Float32Tensor({4, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  absl::StatusOr<Tensor> prod = client().IndexReduce(twos.view(), 0, prod_index.view(), t4.view(),
+                                                     {.reduce = Reduction::kProd});
+  ASSERT_TRUE(prod.ok()) << prod.status();
+  ref::ExpectTensorsNear(
+      *prod, Float32Tensor({5, 3}, {20, 44, 72, 2, 2, 2, 14, 16, 18, 2, 2, 2, 8, 10, 12}));
+  absl::StatusOr<Tensor> prod_without_self =
+      client().IndexReduce(twos.view(), 0, prod_index.view(), t4.view(),
+                           {.reduce = Reduction::kProd, .include_self = false});
+  ASSERT_TRUE(prod_without_self.ok()) << prod_without_self.status();
+  ref::ExpectTensorsNear(*prod_without_self,
+                         Float32Tensor({5, 3}, {10, 22, 36, 2, 2, 2, 7, 8, 9, 2, 2, 2, 4, 5, 6}));
+}
+
+TEST_F(E2eTest, ViewScatterTorchDocExamples) {
+  // torch.select_scatter(torch.zeros(2, 2), torch.ones(2), 0, 0)
+  const Tensor zeros2 = Tensor::Zeros(DataType::kFloat32, {2, 2});
+  const Tensor ones2 = Float32Tensor({2}, {1, 1});
+  absl::StatusOr<Tensor> selected = client().SelectScatter(zeros2.view(), ones2.view(), 0, 0);
+  ASSERT_TRUE(selected.ok()) << selected.status();
+  ref::ExpectTensorsNear(*selected, Float32Tensor({2, 2}, {1, 1, 0, 0}));
+
+  // torch.slice_scatter(torch.zeros(8, 8), torch.ones(8, 2), dim=1, start=2, end=6, step=2)
+  const Tensor zeros8 = Tensor::Zeros(DataType::kFloat32, {8, 8});
+  const Tensor ones82 = Float32Tensor({8, 2}, std::vector<double>(16, 1.0));
+  absl::StatusOr<Tensor> sliced =
+      client().SliceScatter(zeros8.view(), ones82.view(), 1, {.start = 2, .end = 6, .step = 2});
+  ASSERT_TRUE(sliced.ok()) << sliced.status();
+  std::vector<double> expected_slice(64, 0.0);
+  for (int row = 0; row < 8; ++row) expected_slice[row * 8 + 2] = expected_slice[row * 8 + 4] = 1;
+  ref::ExpectTensorsNear(*sliced, Float32Tensor({8, 8}, expected_slice));
+
+  // torch.diagonal_scatter(torch.zeros(3, 3), torch.ones(2), 1) and offset -1.
+  const Tensor zeros3 = Tensor::Zeros(DataType::kFloat32, {3, 3});
+  const Tensor ones22 = Float32Tensor({2}, {1, 1});
+  absl::StatusOr<Tensor> above =
+      client().DiagonalScatter(zeros3.view(), ones22.view(), {.offset = 1});
+  ASSERT_TRUE(above.ok()) << above.status();
+  ref::ExpectTensorsNear(*above, Float32Tensor({3, 3}, {0, 1, 0, 0, 0, 1, 0, 0, 0}));
+  absl::StatusOr<Tensor> below =
+      client().DiagonalScatter(zeros3.view(), ones22.view(), {.offset = -1});
+  ASSERT_TRUE(below.ok()) << below.status();
+  ref::ExpectTensorsNear(*below, Float32Tensor({3, 3}, {0, 0, 0, 1, 0, 0, 0, 1, 0}));
+}
+
+TEST_F(E2eTest, IndexAndViewOpErrorsNameTheOpAndTheServerKeepsServing) {
+  const Tensor input = Float32Tensor({3, 4}, std::vector<double>(12, 0.0));
+  const Tensor index = Int64Tensor({2}, {0, 7});
+  absl::StatusOr<Tensor> selected = client().IndexSelect(input.view(), 1, index.view());
+  EXPECT_EQ(selected.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(selected.status().message(),
+              HasSubstr("index_select: index[1] = 7 is out of range for axis 1"));
+
+  const Tensor row = Float32Tensor({4}, {1, 2, 3, 4});
+  absl::StatusOr<Tensor> bad_select = client().SelectScatter(input.view(), row.view(), 0, 3);
+  EXPECT_EQ(bad_select.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad_select.status().message(), HasSubstr("select_scatter: index = 3"));
+
+  absl::StatusOr<Tensor> bad_step =
+      client().SliceScatter(input.view(), input.view(), 0, {.step = 0});
+  EXPECT_EQ(bad_step.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad_step.status().message(), HasSubstr("slice_scatter: step = 0"));
+
+  absl::StatusOr<Tensor> same_axes =
+      client().DiagonalScatter(input.view(), row.view(), {.axis1 = 0, .axis2 = -2});
+  EXPECT_EQ(same_axes.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(same_axes.status().message(), HasSubstr("diagonal_scatter: axis1 = 0"));
+
+  absl::StatusOr<Tensor> alpha_with_prod =
+      client().IndexReduce(input.view(), 0, Int64Tensor({1}, {0}).view(), row.view(),
+                           {.reduce = Reduction::kProd, .alpha = Scalar(int64_t{2})});
+  EXPECT_EQ(alpha_with_prod.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(alpha_with_prod.status().message(), HasSubstr("index_reduce"));
+
+  absl::StatusOr<Tensor> fine =
+      client().IndexSelect(input.view(), 0, Int64Tensor({1}, {-1}).view());
+  ASSERT_TRUE(fine.ok()) << fine.status();
+  EXPECT_EQ(fine->shape(), (Shape{1, 4}));
+}
+
 class E2eRandomTest : public E2eTest, public ::testing::WithParamInterface<DataType> {};
 
 // A random shape of rank 1..3 with sizes 1..5.
@@ -682,6 +795,51 @@ TEST_F(CliTest, ScatterValuePrintsTheResult) {
   EXPECT_EQ(run.stdout_text, "shape=(2, 4) dtype=int64\n[[2, 2, 7, 2],\n [2, 2, 2, 7]]\n");
 }
 
+TEST_F(CliTest, IndexReduceDefaultsToSumAndTakesAlpha) {
+  // torch.ones(5, 3).index_add_(0, torch.tensor([0, 4, 2]), t, alpha=2), printed.
+  const Tensor ones = Float32Tensor({5, 3}, std::vector<double>(15, 1.0));
+  const Tensor index = Int64Tensor({3}, {0, 4, 2});
+  const Tensor t = Float32Tensor({3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  const CliResult run = RunCli({"index_reduce", "--input=" + Write("x.npy", ones),
+                                "--index=" + Write("i.npy", index), "--src=" + Write("t.npy", t),
+                                "--axis=0", "--alpha=2", "--output=" + PathOf("o.npy")});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  absl::StatusOr<Tensor> output = ReadNpy(PathOf("o.npy"));
+  ASSERT_TRUE(output.ok()) << output.status();
+  ref::ExpectTensorsNear(*output,
+                         Float32Tensor({5, 3}, {3, 5, 7, 1, 1, 1, 15, 17, 19, 1, 1, 1, 9, 11, 13}));
+}
+
+TEST_F(CliTest, IndexSelectAndViewScattersPrintTheirResults) {
+  const Tensor input = Int64Tensor({3, 3}, {0, 0, 0, 0, 0, 0, 0, 0, 0});
+  const std::string x = Write("x.npy", input);
+  struct Case {
+    std::vector<std::string> args;
+    std::string printed;
+  };
+  const std::vector<Case> cases = {
+      {{"index_select", "--input=" + Write("a.npy", Int64Tensor({3}, {7, 8, 9})),
+        "--index=" + Write("i.npy", Int64Tensor({2}, {2, -3})), "--axis=0"},
+       "shape=(2,) dtype=int64\n[9, 7]\n"},
+      {{"select_scatter", "--input=" + x, "--src=" + Write("r.npy", Int64Tensor({3}, {1, 2, 3})),
+        "--axis=1", "--select_index=-1"},
+       "shape=(3, 3) dtype=int64\n[[0, 0, 1],\n [0, 0, 2],\n [0, 0, 3]]\n"},
+      {{"slice_scatter", "--input=" + x,
+        "--src=" + Write("s.npy", Int64Tensor({2, 3}, {1, 1, 1, 2, 2, 2})), "--axis=0", "--start=0",
+        "--step=2"},
+       "shape=(3, 3) dtype=int64\n[[1, 1, 1],\n [0, 0, 0],\n [2, 2, 2]]\n"},
+      {{"diagonal_scatter", "--input=" + x, "--src=" + Write("d.npy", Int64Tensor({3}, {4, 5, 6}))},
+       "shape=(3, 3) dtype=int64\n[[4, 0, 0],\n [0, 5, 0],\n [0, 0, 6]]\n"},
+  };
+  for (const Case& test_case : cases) {
+    const CliResult run = RunCli(test_case.args);
+    ASSERT_TRUE(ExitedWith(run.status, 0))
+        << absl::StrJoin(test_case.args, " ") << ": " << DescribeExit(run.status) << "\n"
+        << run.stderr_text;
+    EXPECT_EQ(run.stdout_text, test_case.printed) << absl::StrJoin(test_case.args, " ");
+  }
+}
+
 TEST_F(CliTest, OutOfRangeIndexExitsWithOne) {
   const Tensor input = Int64Tensor({2, 2}, {1, 2, 3, 4});
   const Tensor index = Int64Tensor({2, 2}, {0, 0, 5, 0});
@@ -705,6 +863,10 @@ TEST_F(CliTest, UsageErrorsExitWithTwo) {
       {"scatter", "--input=" + input, "--index=" + input, "--axis=0", "--value=abc"},
       {"gather", "--input=" + input, "--index=" + input, "--axis=one"},
       {"gather", "--no_such_flag=1"},
+      {"index_reduce", "--input=" + input, "--index=" + input, "--axis=0"},
+      {"select_scatter", "--input=" + input, "--src=" + input, "--axis=0"},
+      {"diagonal_scatter", "--input=" + input, "--src=" + input, "--index=" + input},
+      {"slice_scatter", "--input=" + input, "--src=" + input, "--axis=0", "--reduce=sum"},
   };
   for (const std::vector<std::string>& args : bad_command_lines) {
     const CliResult run = RunCli(args);
@@ -718,8 +880,11 @@ TEST_F(CliTest, UsageErrorsExitWithTwo) {
 TEST_F(CliTest, HelpListsCommandsAndFlags) {
   const CliResult run = RunCli({"--help"});
   EXPECT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status);
-  EXPECT_THAT(run.stdout_text, AllOf(HasSubstr("gather"), HasSubstr("scatter"),
-                                     HasSubstr("--reduce"), HasSubstr("--timeout")));
+  EXPECT_THAT(run.stdout_text,
+              AllOf(HasSubstr("gather"), HasSubstr("scatter"), HasSubstr("index_select"),
+                    HasSubstr("index_reduce"), HasSubstr("select_scatter"),
+                    HasSubstr("slice_scatter"), HasSubstr("diagonal_scatter"),
+                    HasSubstr("--reduce"), HasSubstr("--timeout"), HasSubstr("--select_index")));
 }
 
 }  // namespace

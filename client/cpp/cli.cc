@@ -6,6 +6,7 @@
 //
 // Exit status: 0 on success, 1 when the call or a file fails ("error: CODE: message" on stderr),
 // 2 for a bad command line (with the usage text on stderr).
+#include <algorithm>
 #include <cstdint>
 #include <iostream>
 #include <iterator>
@@ -40,16 +41,26 @@ ABSL_FLAG(absl::Duration, timeout, absl::InfiniteDuration(),
           "Deadline of the call, e.g. 10s or 500ms; inf for none.");
 ABSL_FLAG(std::string, input, "", "Input tensor, a .npy file (required).");
 ABSL_FLAG(std::string, index, "", "Index tensor, a .npy file of int32 or int64 (required).");
-ABSL_FLAG(int64_t, axis, 0, "Axis to gather or scatter along, -rank <= axis < rank (required).");
+ABSL_FLAG(int64_t, axis, 0, "Axis the op works along, -rank <= axis < rank.");
 ABSL_FLAG(bool, broadcast, false,
           "Broadcast as Paddle's take_along_axis / put_along_axis do (SPEC, operations 1 and 2).");
-ABSL_FLAG(std::string, src, "", "scatter: source tensor, a .npy file of input's dtype.");
+ABSL_FLAG(std::string, src, "", "Source tensor, a .npy file of input's dtype.");
 ABSL_FLAG(std::string, value, "",
           "scatter: scalar source instead of --src: true/false, an integer, or a float.");
 ABSL_FLAG(std::string, reduce, "assign",
-          "scatter: assign|sum|prod|mean|amax|amin, or an alias add|mul|multiply|update|max|min.");
+          "scatter, index_reduce: assign|sum|prod|mean|amax|amin, or an alias "
+          "add|mul|multiply|update|max|min (index_reduce defaults to sum).");
 ABSL_FLAG(bool, include_self, true,
-          "scatter: whether the destination's original value takes part in the reduction.");
+          "scatter, index_reduce: whether the destination's original value takes part in the "
+          "reduction.");
+ABSL_FLAG(std::string, alpha, "1", "index_reduce: scales src under sum (index_add's alpha).");
+ABSL_FLAG(int64_t, select_index, 0, "select_scatter: the position along --axis to replace.");
+ABSL_FLAG(int64_t, start, 0, "slice_scatter: slice start (Python rules; absent = beginning).");
+ABSL_FLAG(int64_t, end, 0, "slice_scatter: slice end (Python rules; absent = end).");
+ABSL_FLAG(int64_t, step, 1, "slice_scatter: slice step, > 0.");
+ABSL_FLAG(int64_t, offset, 0, "diagonal_scatter: diagonal offset (> 0 above, < 0 below).");
+ABSL_FLAG(int64_t, axis1, 0, "diagonal_scatter: first axis of the diagonal.");
+ABSL_FLAG(int64_t, axis2, 1, "diagonal_scatter: second axis of the diagonal.");
 ABSL_FLAG(bool, deterministic, false,
           "scatter: ask for bitwise reproducible floating sum/mean/prod results.");
 ABSL_FLAG(std::string, output, "",
@@ -72,10 +83,16 @@ constexpr int64_t kEdgeItems = 3;
 constexpr std::string_view kUsage =
     R"(usage: tensorops-cli [--target=HOST:PORT] [--timeout=DURATION] COMMAND FLAGS...
 
-Commands:
-  gather   --input=X.npy --index=I.npy --axis=N [--broadcast] [--output=OUT.npy]
-  scatter  --input=X.npy --index=I.npy (--src=S.npy | --value=V) --axis=N [--reduce=R]
-           [--include_self=false] [--broadcast] [--deterministic] [--output=OUT.npy]
+Commands (every one also takes [--output=OUT.npy] [--bfloat16]):
+  gather            --input=X.npy --index=I.npy --axis=N [--broadcast]
+  scatter           --input=X.npy --index=I.npy (--src=S.npy | --value=V) --axis=N [--reduce=R]
+                    [--include_self=false] [--broadcast] [--deterministic]
+  index_select      --input=X.npy --index=I.npy --axis=N
+  index_reduce      --input=X.npy --index=I.npy --src=S.npy --axis=N [--reduce=R (default sum)]
+                    [--include_self=false] [--alpha=A]
+  select_scatter    --input=X.npy --src=S.npy --axis=N --select_index=I
+  slice_scatter     --input=X.npy --src=S.npy --axis=N [--start=A] [--end=B] [--step=C]
+  diagonal_scatter  --input=X.npy --src=S.npy [--offset=K] [--axis1=A] [--axis2=B]
 
 Without --output the result's shape, dtype and values are printed. Exit status: 0 on success,
 1 when the call fails, 2 for a bad command line.
@@ -83,31 +100,48 @@ Without --output the result's shape, dtype and values are printed. Exit status: 
 Flags:
 )";
 
-// The flags both commands take, and those only scatter takes: every flag this CLI defines.
-constexpr std::string_view kCommonFlags[] = {"target", "timeout",   "input",  "index",
-                                             "axis",   "broadcast", "output", "bfloat16"};
-constexpr std::string_view kScatterFlags[] = {"src", "value", "reduce", "include_self",
-                                              "deterministic"};
-// Flags every command needs; their defaults mean nothing, so the usage text leaves them out.
-constexpr std::string_view kRequiredFlags[] = {"input", "index", "axis"};
+// Flags every command takes.
+constexpr std::string_view kCommonFlags[] = {"target", "timeout", "input", "output", "bfloat16"};
+
+// CommandSpec describes one command: the flags it takes beyond the common ones, those it needs,
+// and how it calls the client.
+struct CommandSpec {
+  absl::string_view name;
+  std::vector<absl::string_view> flags;
+  std::vector<absl::string_view> required;
+  absl::StatusOr<Tensor> (*run)(Client& client, const Tensor& input,
+                                const absl::flat_hash_set<std::string>& given,
+                                const NpyReadOptions& read_options);
+};
+
+const std::vector<CommandSpec>& Commands();
 
 // IsCliFlag tells this CLI's flags from the ones linked-in libraries may register.
 bool IsCliFlag(std::string_view name) {
-  return absl::c_linear_search(kCommonFlags, name) || absl::c_linear_search(kScatterFlags, name);
+  if (absl::c_linear_search(kCommonFlags, name)) return true;
+  return absl::c_any_of(Commands(), [&](const CommandSpec& command) {
+    return absl::c_linear_search(command.flags, absl::string_view(name.data(), name.size()));
+  });
 }
 
 // UsageText lists the commands and the flags with their help and defaults.
 std::string UsageText() {
   std::vector<std::string_view> names(std::begin(kCommonFlags), std::end(kCommonFlags));
-  names.insert(names.end(), std::begin(kScatterFlags), std::end(kScatterFlags));
+  for (const CommandSpec& command : Commands()) {
+    for (absl::string_view flag : command.flags) names.emplace_back(flag.data(), flag.size());
+  }
   absl::c_sort(names);
+  names.erase(std::unique(names.begin(), names.end()), names.end());
   std::string text(kUsage);
   for (std::string_view name : names) {
     const absl::CommandLineFlag* flag =
         absl::FindCommandLineFlag(absl::string_view(name.data(), name.size()));
     absl::StrAppendFormat(&text, "  --%s\n      %s", name, flag->Help());
     const std::string default_value = flag->DefaultValue();
-    if (!default_value.empty() && !absl::c_linear_search(kRequiredFlags, name)) {
+    // Positional flags (files, axis, slice bounds) have defaults that mean nothing.
+    constexpr std::string_view kNoDefault[] = {"input", "index", "src",         "axis",
+                                               "start", "end",   "select_index"};
+    if (!default_value.empty() && !absl::c_linear_search(kNoDefault, name)) {
       absl::StrAppendFormat(&text, " Default: %s.", default_value);
     }
     text.push_back('\n');
@@ -262,66 +296,167 @@ std::string FormatTensor(const Tensor& tensor) {
   return text;
 }
 
-// Runs the command; returns the error to report, or the result tensor.
-absl::StatusOr<Tensor> RunCommand(const std::string& command, Client& client,
-                                  const NpyReadOptions& read_options) {
-  absl::StatusOr<Tensor> input = ReadNpy(absl::GetFlag(FLAGS_input), read_options);
-  if (!input.ok()) return input.status();
-  absl::StatusOr<Tensor> index = ReadNpy(absl::GetFlag(FLAGS_index), read_options);
-  if (!index.ok()) return index.status();
-  const int64_t axis = absl::GetFlag(FLAGS_axis);
+// ReadFlagNpy reads the .npy file a flag names.
+absl::StatusOr<Tensor> ReadFlagNpy(const absl::Flag<std::string>& flag,
+                                   const NpyReadOptions& read_options) {
+  return ReadNpy(absl::GetFlag(flag), read_options);
+}
 
-  if (command == "gather") {
-    GatherOptions options;
-    options.broadcast = absl::GetFlag(FLAGS_broadcast);
-    return client.Gather(input->view(), axis, index->view(), options);
-  }
+absl::StatusOr<Tensor> RunGather(Client& client, const Tensor& input,
+                                 const absl::flat_hash_set<std::string>&,
+                                 const NpyReadOptions& read_options) {
+  absl::StatusOr<Tensor> index = ReadFlagNpy(FLAGS_index, read_options);
+  if (!index.ok()) return index.status();
+  GatherOptions options;
+  options.broadcast = absl::GetFlag(FLAGS_broadcast);
+  return client.Gather(input.view(), absl::GetFlag(FLAGS_axis), index->view(), options);
+}
+
+absl::StatusOr<Tensor> RunScatter(Client& client, const Tensor& input,
+                                  const absl::flat_hash_set<std::string>& given,
+                                  const NpyReadOptions& read_options) {
+  absl::StatusOr<Tensor> index = ReadFlagNpy(FLAGS_index, read_options);
+  if (!index.ok()) return index.status();
   ScatterOptions options;
-  // main() validated --reduce and --value before connecting.
+  // ValidateCommandLine checked --reduce and --value before connecting.
   options.reduce = *ParseReduction(absl::GetFlag(FLAGS_reduce));
   options.include_self = absl::GetFlag(FLAGS_include_self);
   options.broadcast = absl::GetFlag(FLAGS_broadcast);
   options.deterministic = absl::GetFlag(FLAGS_deterministic);
-  if (!absl::GetFlag(FLAGS_src).empty()) {
-    absl::StatusOr<Tensor> src = ReadNpy(absl::GetFlag(FLAGS_src), read_options);
+  const int64_t axis = absl::GetFlag(FLAGS_axis);
+  if (given.contains("src")) {
+    absl::StatusOr<Tensor> src = ReadFlagNpy(FLAGS_src, read_options);
     if (!src.ok()) return src.status();
-    return client.Scatter(input->view(), axis, index->view(), src->view(), options);
+    return client.Scatter(input.view(), axis, index->view(), src->view(), options);
   }
-  return client.Scatter(input->view(), axis, index->view(), *ParseValue(absl::GetFlag(FLAGS_value)),
+  return client.Scatter(input.view(), axis, index->view(), *ParseValue(absl::GetFlag(FLAGS_value)),
                         options);
 }
 
+absl::StatusOr<Tensor> RunIndexSelect(Client& client, const Tensor& input,
+                                      const absl::flat_hash_set<std::string>&,
+                                      const NpyReadOptions& read_options) {
+  absl::StatusOr<Tensor> index = ReadFlagNpy(FLAGS_index, read_options);
+  if (!index.ok()) return index.status();
+  return client.IndexSelect(input.view(), absl::GetFlag(FLAGS_axis), index->view());
+}
+
+absl::StatusOr<Tensor> RunIndexReduce(Client& client, const Tensor& input,
+                                      const absl::flat_hash_set<std::string>& given,
+                                      const NpyReadOptions& read_options) {
+  absl::StatusOr<Tensor> index = ReadFlagNpy(FLAGS_index, read_options);
+  if (!index.ok()) return index.status();
+  absl::StatusOr<Tensor> src = ReadFlagNpy(FLAGS_src, read_options);
+  if (!src.ok()) return src.status();
+  IndexReduceOptions options;
+  // index_add is the common case, so an absent --reduce means sum here.
+  if (given.contains("reduce")) options.reduce = *ParseReduction(absl::GetFlag(FLAGS_reduce));
+  options.include_self = absl::GetFlag(FLAGS_include_self);
+  options.alpha = *ParseValue(absl::GetFlag(FLAGS_alpha));
+  return client.IndexReduce(input.view(), absl::GetFlag(FLAGS_axis), index->view(), src->view(),
+                            options);
+}
+
+absl::StatusOr<Tensor> RunSelectScatter(Client& client, const Tensor& input,
+                                        const absl::flat_hash_set<std::string>&,
+                                        const NpyReadOptions& read_options) {
+  absl::StatusOr<Tensor> src = ReadFlagNpy(FLAGS_src, read_options);
+  if (!src.ok()) return src.status();
+  return client.SelectScatter(input.view(), src->view(), absl::GetFlag(FLAGS_axis),
+                              absl::GetFlag(FLAGS_select_index));
+}
+
+absl::StatusOr<Tensor> RunSliceScatter(Client& client, const Tensor& input,
+                                       const absl::flat_hash_set<std::string>& given,
+                                       const NpyReadOptions& read_options) {
+  absl::StatusOr<Tensor> src = ReadFlagNpy(FLAGS_src, read_options);
+  if (!src.ok()) return src.status();
+  SliceOptions options;
+  if (given.contains("start")) options.start = absl::GetFlag(FLAGS_start);
+  if (given.contains("end")) options.end = absl::GetFlag(FLAGS_end);
+  options.step = absl::GetFlag(FLAGS_step);
+  return client.SliceScatter(input.view(), src->view(), absl::GetFlag(FLAGS_axis), options);
+}
+
+absl::StatusOr<Tensor> RunDiagonalScatter(Client& client, const Tensor& input,
+                                          const absl::flat_hash_set<std::string>&,
+                                          const NpyReadOptions& read_options) {
+  absl::StatusOr<Tensor> src = ReadFlagNpy(FLAGS_src, read_options);
+  if (!src.ok()) return src.status();
+  DiagonalOptions options;
+  options.offset = absl::GetFlag(FLAGS_offset);
+  options.axis1 = absl::GetFlag(FLAGS_axis1);
+  options.axis2 = absl::GetFlag(FLAGS_axis2);
+  return client.DiagonalScatter(input.view(), src->view(), options);
+}
+
+const std::vector<CommandSpec>& Commands() {
+  static const auto* const kCommands = new std::vector<CommandSpec>{
+      {"gather", {"index", "axis", "broadcast"}, {"index", "axis"}, RunGather},
+      {"scatter",
+       {"index", "axis", "src", "value", "reduce", "include_self", "broadcast", "deterministic"},
+       {"index", "axis"},
+       RunScatter},
+      {"index_select", {"index", "axis"}, {"index", "axis"}, RunIndexSelect},
+      {"index_reduce",
+       {"index", "axis", "src", "reduce", "include_self", "alpha"},
+       {"index", "axis", "src"},
+       RunIndexReduce},
+      {"select_scatter",
+       {"src", "axis", "select_index"},
+       {"src", "axis", "select_index"},
+       RunSelectScatter},
+      {"slice_scatter", {"src", "axis", "start", "end", "step"}, {"src", "axis"}, RunSliceScatter},
+      {"diagonal_scatter", {"src", "offset", "axis1", "axis2"}, {"src"}, RunDiagonalScatter},
+  };
+  return *kCommands;
+}
+
+const CommandSpec* FindCommand(absl::string_view name) {
+  for (const CommandSpec& command : Commands()) {
+    if (command.name == name) return &command;
+  }
+  return nullptr;
+}
+
 // ValidateCommandLine checks what can be checked without files or a server: one known command,
-// the required flags present, no flag of the other command, --reduce and --value well-formed.
+// its required flags present, no flag it does not take, --reduce, --value and --alpha well-formed.
 absl::Status ValidateCommandLine(const CommandLine& command_line) {
+  std::vector<absl::string_view> names;
+  for (const CommandSpec& command : Commands()) names.push_back(command.name);
   if (command_line.positional.size() != 1) {
     return absl::InvalidArgumentError(
         command_line.positional.empty()
-            ? "missing command (gather or scatter)"
+            ? absl::StrFormat("missing command (one of %s)", absl::StrJoin(names, ", "))
             : absl::StrFormat("expected one command, got: %s",
                               absl::StrJoin(command_line.positional, " ")));
   }
-  const std::string& command = command_line.positional[0];
-  if (command != "gather" && command != "scatter") {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("unknown command '%s' (expected gather or scatter)", command));
+  const std::string& name = command_line.positional[0];
+  const CommandSpec* command = FindCommand(name);
+  if (command == nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat("unknown command '%s' (expected one of %s)",
+                                                      name, absl::StrJoin(names, ", ")));
   }
-  for (const std::string& name : command_line.given) {
-    if (!absl::c_linear_search(kCommonFlags, name) &&
-        !(command == "scatter" && absl::c_linear_search(kScatterFlags, name))) {
+  for (const std::string& flag : command_line.given) {
+    if (!absl::c_linear_search(kCommonFlags, flag) &&
+        !absl::c_linear_search(command->flags, flag)) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("flag --%s does not apply to %s", name, command));
+          absl::StrFormat("flag --%s does not apply to %s", flag, name));
     }
   }
-  for (absl::string_view required : {"input", "index", "axis"}) {
+  for (absl::string_view required : command->required) {
     if (!command_line.given.contains(required)) {
-      return absl::InvalidArgumentError(absl::StrFormat("%s needs --%s", command, required));
+      return absl::InvalidArgumentError(absl::StrFormat("%s needs --%s", name, required));
     }
   }
-  if (command == "scatter") {
-    if (command_line.given.contains("src") == command_line.given.contains("value")) {
-      return absl::InvalidArgumentError("scatter needs exactly one of --src and --value");
-    }
+  if (!command_line.given.contains("input")) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s needs --input", name));
+  }
+  if (name == "scatter" &&
+      command_line.given.contains("src") == command_line.given.contains("value")) {
+    return absl::InvalidArgumentError("scatter needs exactly one of --src and --value");
+  }
+  if (command_line.given.contains("reduce")) {
     const std::string reduce = absl::GetFlag(FLAGS_reduce);
     if (!ParseReduction(reduce).has_value()) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -329,9 +464,15 @@ absl::Status ValidateCommandLine(const CommandLine& command_line) {
           "multiply, update, max, min)",
           reduce));
     }
-    if (command_line.given.contains("value")) {
-      absl::Status value_status = ParseValue(absl::GetFlag(FLAGS_value)).status();
-      if (!value_status.ok()) return value_status;
+  }
+  if (command_line.given.contains("value")) {
+    if (absl::Status status = ParseValue(absl::GetFlag(FLAGS_value)).status(); !status.ok()) {
+      return status;
+    }
+  }
+  if (command_line.given.contains("alpha")) {
+    if (absl::Status status = ParseValue(absl::GetFlag(FLAGS_alpha)).status(); !status.ok()) {
+      return status;
     }
   }
   return absl::OkStatus();
@@ -355,10 +496,13 @@ int Main(int argc, char** argv) {
   client_options.default_timeout = absl::GetFlag(FLAGS_timeout);
   absl::StatusOr<std::unique_ptr<Client>> client =
       Client::Create(absl::GetFlag(FLAGS_target), client_options);
+  const NpyReadOptions read_options{.uint16_as_bfloat16 = absl::GetFlag(FLAGS_bfloat16)};
+  absl::StatusOr<Tensor> input = ReadFlagNpy(FLAGS_input, read_options);
   absl::StatusOr<Tensor> result =
-      client.ok() ? RunCommand(command_line->positional[0], **client,
-                               NpyReadOptions{.uint16_as_bfloat16 = absl::GetFlag(FLAGS_bfloat16)})
-                  : client.status();
+      !client.ok()  ? client.status()
+      : !input.ok() ? input.status()
+                    : FindCommand(command_line->positional[0])
+                          ->run(**client, *input, command_line->given, read_options);
   if (result.ok() && !absl::GetFlag(FLAGS_output).empty()) {
     if (absl::Status written = WriteNpy(absl::GetFlag(FLAGS_output), result->view());
         !written.ok()) {

@@ -56,6 +56,21 @@ absl::StatusOr<Tensor> DecodeResult(const v1::Tensor& result, std::string_view o
   return Tensor::FromView(*view);
 }
 
+// CallUnary sends one request through `send(context, response)` with `deadline` and returns the
+// response's result as an owning tensor, or the call's status.
+template <typename Response, typename Send>
+absl::StatusOr<Tensor> CallUnary(std::string_view op, absl::Time deadline,
+                                 const ClientOptions& options, Send send) {
+  grpc::ClientContext context;
+  if (absl::Status prepared = PrepareContext(deadline, op, &context); !prepared.ok()) {
+    return prepared;
+  }
+  Response response;
+  const grpc::Status status = send(&context, &response);
+  if (!status.ok()) return wire::FromGrpcStatus(status);
+  return DecodeResult(response.result(), op, options);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::string target, ClientOptions options) {
@@ -88,14 +103,10 @@ absl::StatusOr<Tensor> Client::Gather(const TensorView& input, int64_t axis,
   request.set_axis(axis);
   request.set_broadcast(options.broadcast);
 
-  grpc::ClientContext context;
-  if (absl::Status prepared = PrepareContext(deadline, "gather", &context); !prepared.ok()) {
-    return prepared;
-  }
-  v1::GatherResponse response;
-  const grpc::Status status = stub_->Gather(&context, request, &response);
-  if (!status.ok()) return wire::FromGrpcStatus(status);
-  return DecodeResult(response.result(), "gather", options_);
+  return CallUnary<v1::GatherResponse>("gather", deadline, options_,
+                                       [&](grpc::ClientContext* context, auto* response) {
+                                         return stub_->Gather(context, request, response);
+                                       });
 }
 
 absl::StatusOr<Tensor> Client::Scatter(const TensorView& input, int64_t axis,
@@ -127,14 +138,87 @@ absl::StatusOr<Tensor> Client::CallScatter(absl::Time deadline, v1::ScatterReque
   request->set_broadcast(options.broadcast);
   request->set_deterministic(options.deterministic);
 
-  grpc::ClientContext context;
-  if (absl::Status prepared = PrepareContext(deadline, "scatter", &context); !prepared.ok()) {
-    return prepared;
-  }
-  v1::ScatterResponse response;
-  const grpc::Status status = stub_->Scatter(&context, *request, &response);
-  if (!status.ok()) return wire::FromGrpcStatus(status);
-  return DecodeResult(response.result(), "scatter", options_);
+  return CallUnary<v1::ScatterResponse>("scatter", deadline, options_,
+                                        [&](grpc::ClientContext* context, auto* response) {
+                                          return stub_->Scatter(context, *request, response);
+                                        });
+}
+
+absl::StatusOr<Tensor> Client::IndexSelect(const TensorView& input, int64_t axis,
+                                           const TensorView& index, const CallOptions& options) {
+  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
+  v1::IndexSelectRequest request;
+  wire::EncodeTensor(input, request.mutable_input());
+  wire::EncodeTensor(index, request.mutable_index());
+  request.set_axis(axis);
+  return CallUnary<v1::IndexSelectResponse>("index_select", deadline, options_,
+                                            [&](grpc::ClientContext* context, auto* response) {
+                                              return stub_->IndexSelect(context, request, response);
+                                            });
+}
+
+absl::StatusOr<Tensor> Client::IndexReduce(const TensorView& input, int64_t axis,
+                                           const TensorView& index, const TensorView& src,
+                                           const IndexReduceOptions& options) {
+  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
+  v1::IndexReduceRequest request;
+  wire::EncodeTensor(input, request.mutable_input());
+  wire::EncodeTensor(index, request.mutable_index());
+  wire::EncodeTensor(src, request.mutable_src());
+  request.set_axis(axis);
+  request.set_reduce(wire::ReductionToProto(options.reduce));
+  request.set_include_self(options.include_self);
+  wire::EncodeScalar(options.alpha, request.mutable_alpha());
+  return CallUnary<v1::IndexReduceResponse>("index_reduce", deadline, options_,
+                                            [&](grpc::ClientContext* context, auto* response) {
+                                              return stub_->IndexReduce(context, request, response);
+                                            });
+}
+
+absl::StatusOr<Tensor> Client::SelectScatter(const TensorView& input, const TensorView& src,
+                                             int64_t axis, int64_t index,
+                                             const CallOptions& options) {
+  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
+  v1::SelectScatterRequest request;
+  wire::EncodeTensor(input, request.mutable_input());
+  wire::EncodeTensor(src, request.mutable_src());
+  request.set_axis(axis);
+  request.set_index(index);
+  return CallUnary<v1::SelectScatterResponse>(
+      "select_scatter", deadline, options_, [&](grpc::ClientContext* context, auto* response) {
+        return stub_->SelectScatter(context, request, response);
+      });
+}
+
+absl::StatusOr<Tensor> Client::SliceScatter(const TensorView& input, const TensorView& src,
+                                            int64_t axis, const SliceOptions& options) {
+  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
+  v1::SliceScatterRequest request;
+  wire::EncodeTensor(input, request.mutable_input());
+  wire::EncodeTensor(src, request.mutable_src());
+  request.set_axis(axis);
+  if (options.start.has_value()) request.set_start(*options.start);
+  if (options.end.has_value()) request.set_end(*options.end);
+  request.set_step(options.step);
+  return CallUnary<v1::SliceScatterResponse>(
+      "slice_scatter", deadline, options_, [&](grpc::ClientContext* context, auto* response) {
+        return stub_->SliceScatter(context, request, response);
+      });
+}
+
+absl::StatusOr<Tensor> Client::DiagonalScatter(const TensorView& input, const TensorView& src,
+                                               const DiagonalOptions& options) {
+  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
+  v1::DiagonalScatterRequest request;
+  wire::EncodeTensor(input, request.mutable_input());
+  wire::EncodeTensor(src, request.mutable_src());
+  request.set_offset(options.offset);
+  request.set_axis1(options.axis1);
+  request.set_axis2(options.axis2);
+  return CallUnary<v1::DiagonalScatterResponse>(
+      "diagonal_scatter", deadline, options_, [&](grpc::ClientContext* context, auto* response) {
+        return stub_->DiagonalScatter(context, request, response);
+      });
 }
 
 }  // namespace tensorops

@@ -64,6 +64,45 @@ struct ScatterOptions {
   std::optional<absl::Duration> timeout;
 };
 
+// CallOptions are the optional arguments of calls that have no others.
+struct CallOptions {
+  // As GatherOptions::timeout.
+  std::optional<absl::Duration> timeout;
+};
+
+// IndexReduceOptions are the optional arguments of Client::IndexReduce.
+struct IndexReduceOptions {
+  // SUM is index_add, ASSIGN index_copy, the others index_reduce.
+  Reduction reduce = Reduction::kSum;
+  bool include_self = true;
+  // Scales src under SUM (index_add's alpha); other reductions require 1.
+  Scalar alpha = Scalar(int64_t{1});
+  // As GatherOptions::timeout.
+  std::optional<absl::Duration> timeout;
+};
+
+// SliceOptions are the slice of Client::SliceScatter, under Python's rules.
+struct SliceOptions {
+  // nullopt: from the beginning.
+  std::optional<int64_t> start;
+  // nullopt: to the end.
+  std::optional<int64_t> end;
+  // > 0.
+  int64_t step = 1;
+  // As GatherOptions::timeout.
+  std::optional<absl::Duration> timeout;
+};
+
+// DiagonalOptions choose the diagonal of Client::DiagonalScatter, as torch.diagonal does.
+struct DiagonalOptions {
+  // > 0 above the main diagonal, < 0 below.
+  int64_t offset = 0;
+  int64_t axis1 = 0;
+  int64_t axis2 = 1;
+  // As GatherOptions::timeout.
+  std::optional<absl::Duration> timeout;
+};
+
 // Client calls the tensorops.v1.TensorOps service. Thread-safe; not copyable.
 class Client {
  public:
@@ -91,6 +130,32 @@ class Client {
   // the server (a value that does not fit is INVALID_ARGUMENT). Errors as Gather.
   absl::StatusOr<Tensor> Scatter(const TensorView& input, int64_t axis, const TensorView& index,
                                  const Scalar& value, const ScatterOptions& options = {});
+
+  // IndexSelect returns `torch.index_select(input, axis, index)` (SPEC, operation 5). Errors as
+  // Gather.
+  absl::StatusOr<Tensor> IndexSelect(const TensorView& input, int64_t axis, const TensorView& index,
+                                     const CallOptions& options = {});
+
+  // IndexReduce returns `input` with the slices of `src` along `axis` combined into the slices
+  // `index` names: index_add (SUM, alpha), index_copy (ASSIGN) or index_reduce (SPEC, operation
+  // 6). Errors as Gather.
+  absl::StatusOr<Tensor> IndexReduce(const TensorView& input, int64_t axis, const TensorView& index,
+                                     const TensorView& src, const IndexReduceOptions& options = {});
+
+  // SelectScatter returns `torch.select_scatter(input, src, axis, index)` (SPEC, operation 8).
+  // Errors as Gather.
+  absl::StatusOr<Tensor> SelectScatter(const TensorView& input, const TensorView& src, int64_t axis,
+                                       int64_t index, const CallOptions& options = {});
+
+  // SliceScatter returns `torch.slice_scatter(input, src, axis, start, end, step)` (SPEC,
+  // operation 9). Errors as Gather.
+  absl::StatusOr<Tensor> SliceScatter(const TensorView& input, const TensorView& src, int64_t axis,
+                                      const SliceOptions& options = {});
+
+  // DiagonalScatter returns `torch.diagonal_scatter(input, src, offset, axis1, axis2)` (SPEC,
+  // operation 10). Errors as Gather.
+  absl::StatusOr<Tensor> DiagonalScatter(const TensorView& input, const TensorView& src,
+                                         const DiagonalOptions& options = {});
 
  private:
   Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options);

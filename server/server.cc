@@ -82,7 +82,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   const std::string address = ListenAddress(options.host, options.port);
   int selected_port = 0;
   grpc::ServerBuilder builder;
-  // TODO(tls): insecure until the TLS/auth issue lands.
+  // Plain-text transport: TLS and token auth belong to the service issue and are not built yet.
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &selected_port);
   // gRPC enables SO_REUSEPORT by default, which would let a second server share a busy port
   // silently; a port conflict must be an error instead.

@@ -333,18 +333,7 @@ void ExpectIndexReduceMatchesReference(const IndexReduceCase& c) {
   ExpectTensorsNear(*actual, *expected, ToleranceFor(c.input.dtype(), c.reduce, c.max_terms));
 }
 
-using IndexReduceParam = std::tuple<DataType, Reduction, bool>;
-
-class IndexReduceRandomTest : public ::testing::TestWithParam<IndexReduceParam> {
- protected:
-  DataType dtype() const { return std::get<0>(GetParam()); }
-  Reduction reduce() const { return std::get<1>(GetParam()); }
-  bool include_self() const { return std::get<2>(GetParam()); }
-  uint64_t ParamSeed() const {
-    return static_cast<uint64_t>(dtype()) * 1000 + static_cast<uint64_t>(reduce()) * 10 +
-           include_self();
-  }
-};
+class IndexReduceRandomTest : public testing::DtypeReductionTest {};
 
 TEST_P(IndexReduceRandomTest, MatchesReference) {
   for (uint64_t seed = 0; seed < 150; ++seed) {
@@ -354,16 +343,10 @@ TEST_P(IndexReduceRandomTest, MatchesReference) {
   }
 }
 
-std::string IndexReduceParamName(const ::testing::TestParamInfo<IndexReduceParam>& info) {
-  return absl::StrCat(std::string(DataTypeName(std::get<0>(info.param))), "_",
-                      std::string(ReductionName(std::get<1>(info.param))), "_",
-                      std::get<2>(info.param) ? "self" : "noself");
-}
-
 INSTANTIATE_TEST_SUITE_P(All, IndexReduceRandomTest,
                          ::testing::Combine(::testing::ValuesIn(kAllDataTypes),
                                             ::testing::ValuesIn(kReductions), ::testing::Bool()),
-                         IndexReduceParamName);
+                         testing::DtypeReductionParamName);
 
 // ~300k source elements per reduction, so the multi-threaded Scatter walk runs; duplicate-heavy
 // indices check that ASSIGN keeps the last occurrence in index order and that nothing races.

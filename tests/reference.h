@@ -25,6 +25,7 @@
 #include <limits>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/random/bit_gen_ref.h"
@@ -995,6 +996,29 @@ inline ::testing::AssertionResult TensorsNear(const TensorView& actual, const Te
 inline void ExpectTensorsNear(const Tensor& actual, const Tensor& expected,
                               const Tolerance& tolerance = {}) {
   EXPECT_TRUE(TensorsNear(actual.view(), expected.view(), tolerance));
+}
+
+// DtypeReductionTest is the fixture of the randomized suites parameterized over dtype x
+// reduction x include_self, with a seed derived from the parameter so every case is reproducible.
+using DtypeReductionParam = std::tuple<DataType, Reduction, bool>;
+
+class DtypeReductionTest : public ::testing::TestWithParam<DtypeReductionParam> {
+ protected:
+  DataType dtype() const { return std::get<0>(GetParam()); }
+  Reduction reduce() const { return std::get<1>(GetParam()); }
+  bool include_self() const { return std::get<2>(GetParam()); }
+  uint64_t ParamSeed() const {
+    return static_cast<uint64_t>(dtype()) * 1000 + static_cast<uint64_t>(reduce()) * 10 +
+           include_self();
+  }
+};
+
+// DtypeReductionParamName names a DtypeReductionTest case "float32_SUM_self".
+inline std::string DtypeReductionParamName(
+    const ::testing::TestParamInfo<DtypeReductionParam>& info) {
+  return absl::StrCat(std::string(DataTypeName(std::get<0>(info.param))), "_",
+                      std::string(ReductionName(std::get<1>(info.param))), "_",
+                      std::get<2>(info.param) ? "self" : "noself");
 }
 
 }  // namespace tensorops::testing

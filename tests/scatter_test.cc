@@ -227,18 +227,7 @@ void ExpectScatterMatchesReference(const ScatterCase& c) {
   ExpectTensorsNear(*actual, *expected, ToleranceFor(c.input.dtype(), c.reduce, c.max_terms));
 }
 
-using ScatterParam = std::tuple<DataType, Reduction, bool>;
-
-class ScatterRandomTest : public ::testing::TestWithParam<ScatterParam> {
- protected:
-  DataType dtype() const { return std::get<0>(GetParam()); }
-  Reduction reduce() const { return std::get<1>(GetParam()); }
-  bool include_self() const { return std::get<2>(GetParam()); }
-  uint64_t ParamSeed() const {
-    return static_cast<uint64_t>(dtype()) * 1000 + static_cast<uint64_t>(reduce()) * 10 +
-           include_self();
-  }
-};
+class ScatterRandomTest : public testing::DtypeReductionTest {};
 
 TEST_P(ScatterRandomTest, MatchesReference) {
   for (uint64_t seed = 0; seed < 25; ++seed) {
@@ -290,16 +279,10 @@ TEST_P(ScatterRandomTest, LargeMatchesReference) {
   ExpectScatterMatchesReference(c);
 }
 
-std::string ScatterParamName(const ::testing::TestParamInfo<ScatterParam>& info) {
-  return absl::StrCat(std::string(DataTypeName(std::get<0>(info.param))), "_",
-                      std::string(ReductionName(std::get<1>(info.param))), "_",
-                      std::get<2>(info.param) ? "self" : "noself");
-}
-
 INSTANTIATE_TEST_SUITE_P(All, ScatterRandomTest,
                          ::testing::Combine(::testing::ValuesIn(kAllDataTypes),
                                             ::testing::ValuesIn(kReductions), ::testing::Bool()),
-                         ScatterParamName);
+                         testing::DtypeReductionParamName);
 
 // Gather(Scatter(zeros, ax, idx, src, ASSIGN), ax, idx) == src for idx unique along ax (SPEC).
 class ScatterGatherRoundTripTest : public ::testing::TestWithParam<DataType> {};

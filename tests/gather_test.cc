@@ -27,9 +27,6 @@ using testing::ReferenceGather;
 using testing::TensorFromValues;
 using testing::ToDoubles;
 
-constexpr IndexPattern kPatterns[] = {IndexPattern::kUnique, IndexPattern::kRandom,
-                                      IndexPattern::kDuplicateHeavy, IndexPattern::kNegative};
-
 struct GatherCase {
   Tensor input;
   Tensor index;
@@ -72,7 +69,8 @@ GatherCase RandomGatherCase(DataType dtype, bool broadcast, absl::BitGen& gen) {
                            : absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, size);
     }
   }
-  IndexPattern pattern = kPatterns[absl::Uniform<size_t>(gen, 0, std::size(kPatterns))];
+  IndexPattern pattern = testing::kAllIndexPatterns[absl::Uniform<size_t>(
+      gen, 0, std::size(testing::kAllIndexPatterns))];
   int64_t axis_size = 1;
   if (rank > 0) {
     input_shape[axis] = RandomSize(gen, max_size);

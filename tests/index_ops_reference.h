@@ -160,19 +160,7 @@ inline absl::StatusOr<Tensor> ReferenceIndexReduce(const TensorView& input, int6
     }
     ++counts[dest];
   }
-  Tensor result(dtype, input.shape());
-  for (int64_t position = 0; position < out_count; ++position) {
-    Element element = accumulators[position];
-    if (reduce == Reduction::kMean && counts[position] > 1) {
-      if (IsIntegerKind(kind)) {
-        element.integer = FloorQuotient(WrapToDtype(dtype, element.integer), counts[position]);
-      } else {
-        element.number /= static_cast<double>(counts[position]);
-      }
-    }
-    StoreElement(dtype, result.data(), position, element);
-  }
-  return result;
+  return reference_internal::FinishReduction(dtype, input.shape(), reduce, accumulators, counts);
 }
 
 }  // namespace tensorops::testing

@@ -25,6 +25,7 @@
 #include <limits>
 #include <numeric>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -34,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/dtype.h"
 #include "kernels/reduction.h"
@@ -457,6 +459,27 @@ inline int64_t FloorQuotient(int64_t dividend, int64_t divisor) {
   return quotient;
 }
 
+// FinishReduction rounds every accumulator to `dtype` once, into a new tensor of `shape`, after
+// dividing MEAN sums by their counts (floor division for integer dtypes, as PyTorch).
+inline Tensor FinishReduction(DataType dtype, const Shape& shape, Reduction reduce,
+                              const std::vector<Element>& accumulators,
+                              const std::vector<int64_t>& counts) {
+  const Kind kind = KindOf(dtype);
+  Tensor result(dtype, shape);
+  for (size_t position = 0; position < accumulators.size(); ++position) {
+    Element element = accumulators[position];
+    if (reduce == Reduction::kMean && counts[position] > 1) {
+      if (IsIntegerKind(kind)) {
+        element.integer = FloorQuotient(WrapToDtype(dtype, element.integer), counts[position]);
+      } else {
+        element.number /= static_cast<double>(counts[position]);
+      }
+    }
+    StoreElement(dtype, result.data(), static_cast<int64_t>(position), element);
+  }
+  return result;
+}
+
 }  // namespace reference_internal
 
 // ReferenceGather computes SPEC operation 1: out[i] = x[i with i_ax := idx[i]], out.shape =
@@ -624,19 +647,7 @@ inline absl::StatusOr<Tensor> ReferenceScatter(const TensorView& input, int64_t 
     }
     ++counts[dest];
   }
-  Tensor result(dtype, x_shape);
-  for (int64_t position = 0; position < out_count; ++position) {
-    Element element = accumulators[position];
-    if (reduce == Reduction::kMean && counts[position] > 1) {
-      if (IsIntegerKind(kind)) {
-        element.integer = FloorQuotient(WrapToDtype(dtype, element.integer), counts[position]);
-      } else {
-        element.number /= static_cast<double>(counts[position]);
-      }
-    }
-    StoreElement(dtype, result.data(), position, element);
-  }
-  return result;
+  return FinishReduction(dtype, x_shape, reduce, accumulators, counts);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -808,6 +819,16 @@ enum class IndexPattern {
   // Uniform in [-axis_size, 0).
   kNegative,
 };
+
+// kAllIndexPatterns lists every IndexPattern, for tests that draw one at random.
+inline constexpr IndexPattern kAllIndexPatterns[] = {IndexPattern::kUnique, IndexPattern::kRandom,
+                                                     IndexPattern::kDuplicateHeavy,
+                                                     IndexPattern::kNegative};
+
+// kAllReductions lists every Reduction, in enum order.
+inline constexpr Reduction kAllReductions[] = {Reduction::kAssign, Reduction::kSum,
+                                               Reduction::kProd,   Reduction::kMean,
+                                               Reduction::kAmax,   Reduction::kAmin};
 
 inline const char* IndexPatternName(IndexPattern pattern) {
   switch (pattern) {
@@ -1019,6 +1040,35 @@ inline std::string DtypeReductionParamName(
   return absl::StrCat(std::string(DataTypeName(std::get<0>(info.param))), "_",
                       std::string(ReductionName(std::get<1>(info.param))), "_",
                       std::get<2>(info.param) ? "self" : "noself");
+}
+
+// ReductionDefined is false for the (dtype, reduction) pairs SPEC rejects: AMAX/AMIN on complex
+// and MEAN on bool.
+inline bool ReductionDefined(DataType dtype, Reduction reduce) {
+  const bool complex = dtype == DataType::kComplex64 || dtype == DataType::kComplex128;
+  if (complex && (reduce == Reduction::kAmax || reduce == Reduction::kAmin)) return false;
+  return !(dtype == DataType::kBool && reduce == Reduction::kMean);
+}
+
+// ExpectReductionResult checks a reducing op's `actual` result against the reference's
+// `expected`: for a pair ReductionDefined rejects, both must fail, the op with INVALID_ARGUMENT
+// "<op>: reduce = <NAME> ..."; otherwise both succeed and agree within the tolerance of
+// `max_terms` combined terms.
+inline void ExpectReductionResult(std::string_view op, DataType dtype, Reduction reduce,
+                                  int64_t max_terms, const absl::StatusOr<Tensor>& actual,
+                                  const absl::StatusOr<Tensor>& expected) {
+  if (!ReductionDefined(dtype, reduce)) {
+    EXPECT_FALSE(expected.ok());
+    ASSERT_FALSE(actual.ok());
+    EXPECT_EQ(actual.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(
+        std::string(actual.status().message()),
+        ::testing::HasSubstr(std::string(op) + ": reduce = " + std::string(ReductionName(reduce))));
+    return;
+  }
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  ASSERT_TRUE(actual.ok()) << actual.status();
+  ExpectTensorsNear(*actual, *expected, ToleranceFor(dtype, reduce, max_terms));
 }
 
 }  // namespace tensorops::testing

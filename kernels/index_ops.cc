@@ -129,19 +129,13 @@ absl::StatusOr<ScatterPlan> PlanIndexReduce(const IndexReduceArgs& args) {
   constexpr std::string_view kOp = "index_reduce";
   const DataType dtype = args.input.dtype();
   if (absl::Status status = CheckIndexVector(kOp, args.index); !status.ok()) return status;
-  if (args.source.dtype() != dtype) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: src.dtype = %s does not match input.dtype = %s (no implicit casts)",
-                        kOp, DataTypeName(args.source.dtype()), DataTypeName(dtype)));
+  if (absl::Status status = internal::CheckSourceDtype(kOp, args.source.dtype(), dtype);
+      !status.ok()) {
+    return status;
   }
-  if (IsComplex(dtype) && (args.reduce == Reduction::kAmax || args.reduce == Reduction::kAmin)) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: reduce = %s is not defined for %s input",
-                                                      kOp, ReductionName(args.reduce),
-                                                      DataTypeName(dtype)));
-  }
-  if (dtype == DataType::kBool && args.reduce == Reduction::kMean) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: reduce = MEAN is not defined for bool input", kOp));
+  if (absl::Status status = internal::CheckReductionDefined(kOp, args.reduce, dtype);
+      !status.ok()) {
+    return status;
   }
   const bool scale = !IsOne(args.alpha);
   if (scale && args.reduce != Reduction::kSum) {

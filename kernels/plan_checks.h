@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/reduction.h"
 #include "kernels/shape.h"
 #include "kernels/tensor.h"
 
@@ -26,6 +27,14 @@ WalkShape AsWalkShape(const TensorView& view);
 // CheckIndexDtype returns INVALID_ARGUMENT "<op>: index.dtype = <dtype> is not an index type
 // (expected int32 or int64)" unless `index` is int32 or int64.
 absl::Status CheckIndexDtype(std::string_view op, const TensorView& index);
+
+// CheckSourceDtype returns INVALID_ARGUMENT "<op>: src.dtype = <a> does not match input.dtype = <b>
+// (no implicit casts)" unless the two are equal.
+absl::Status CheckSourceDtype(std::string_view op, DataType source_dtype, DataType input_dtype);
+
+// CheckReductionDefined rejects the reductions SPEC leaves undefined: AMAX/AMIN on complex input
+// and MEAN on bool input.
+absl::Status CheckReductionDefined(std::string_view op, Reduction reduce, DataType dtype);
 
 // RunIntoNewTensor runs a planned op on the CPU into a new tensor: the body of every `Op(args)`
 // convenience function. Returns the plan's error, or the kernel's.

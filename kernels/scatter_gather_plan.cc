@@ -128,10 +128,9 @@ absl::StatusOr<ScatterPlan> PlanScatter(const ScatterArgs& args) {
   TensorView source;
   if (const auto* source_tensor = std::get_if<TensorView>(&args.source)) {
     source = *source_tensor;
-    if (source.dtype() != dtype) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: src.dtype = %s does not match input.dtype = %s (no implicit casts)",
-                          kOp, DataTypeName(source.dtype()), DataTypeName(dtype)));
+    if (absl::Status status = internal::CheckSourceDtype(kOp, source.dtype(), dtype);
+        !status.ok()) {
+      return status;
     }
   } else {
     absl::StatusOr<Tensor> value =
@@ -142,14 +141,9 @@ absl::StatusOr<ScatterPlan> PlanScatter(const ScatterArgs& args) {
   }
   const bool is_value = std::holds_alternative<Scalar>(args.source);
 
-  if (IsComplex(dtype) && (args.reduce == Reduction::kAmax || args.reduce == Reduction::kAmin)) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: reduce = %s is not defined for %s input",
-                                                      kOp, ReductionName(args.reduce),
-                                                      DataTypeName(dtype)));
-  }
-  if (dtype == DataType::kBool && args.reduce == Reduction::kMean) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: reduce = MEAN is not defined for bool input", kOp));
+  if (absl::Status status = internal::CheckReductionDefined(kOp, args.reduce, dtype);
+      !status.ok()) {
+    return status;
   }
   absl::StatusOr<int64_t> axis = NormalizeAxis(kOp, "axis", args.axis, args.input.rank());
   if (!axis.ok()) return axis.status();

@@ -1,16 +1,9 @@
 // CPU kernels of Gather and Scatter. Both walk the index tensor with AxisWalk and differ only in
 // the run they apply; dtype and reduction are dispatched once per call.
 //
-// Scatter's order of work:
-//   1. result = input (a parallel copy);
-//   2. when accumulating float16/bfloat16 (SUM, PROD, MEAN), a float32 shadow of the result;
-//   3. when include_self is false, every destination that receives a source is reset to the
-//      reduction's identity (the same walk, so PyTorch's semantics fall out exactly);
-//   4. the reducing walk (MEAN also counts arrivals per destination);
-//   5. MEAN divides by the counts (floor division for integers); shadows round once into the
-//   result.
-// An out-of-range index stops the walk; the error names the first bad index in row-major order,
-// found by a scan that only runs on that error path.
+// Scatter enumerates its updates for ReducingScatter, which owns the reduction steps (shadows,
+// include_self, MEAN). An out-of-range index stops the walk; the error names the first bad index in
+// row-major order, found by a scan that only runs on that error path.
 #include <complex>
 #include <cstdint>
 #include <type_traits>
@@ -18,7 +11,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "kernels/cpu/axis_walk.h"
+#include "kernels/cpu/item_size.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/reducing_scatter.h"
 #include "kernels/dispatch.h"
 #include "kernels/gather.h"
 #include "kernels/reduction.h"
@@ -58,28 +53,6 @@ absl::Status OutOfRangeError(std::string_view op, const TensorView& index, int64
   });
 }
 
-// Element storage of one size: Gather moves elements without looking at them.
-template <int kBytes>
-struct alignas(kBytes < 16 ? kBytes : 8) Bytes {
-  unsigned char bytes[kBytes];
-};
-
-template <typename Fn>
-decltype(auto) DispatchItemSize(int64_t itemsize, Fn&& fn) {
-  switch (itemsize) {
-    case 1:
-      return fn(TypeTag<uint8_t>{});
-    case 2:
-      return fn(TypeTag<uint16_t>{});
-    case 4:
-      return fn(TypeTag<uint32_t>{});
-    case 8:
-      return fn(TypeTag<uint64_t>{});
-    default:
-      return fn(TypeTag<Bytes<16>>{});
-  }
-}
-
 template <typename Elem, typename Index>
 bool GatherWalk(const GatherPlan& plan, const MutableTensorView& result) {
   const Index* index = plan.index.data_as<Index>();
@@ -108,95 +81,21 @@ bool GatherWalk(const GatherPlan& plan, const MutableTensorView& result) {
   return walk.ForEachRun(run, /*ordered=*/false);
 }
 
-// Accumulator of a reduction over elements of type T: float32 for the 16-bit floats under
-// SUM/PROD/MEAN (rounded once at the end), T itself otherwise.
-template <typename T>
-constexpr bool kIsHalf = std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>;
-template <typename Op>
-constexpr bool kIsArithmetic = std::is_same_v<Op, SumOp> || std::is_same_v<Op, ProdOp>;
-template <typename T, typename Op>
-using Accumulator = std::conditional_t<kIsHalf<T> && kIsArithmetic<Op>, float, T>;
-
-template <typename T, typename Acc>
-Acc ToAccumulator(T value) {
-  if constexpr (std::is_same_v<T, Acc>) {
-    return value;
-  } else {
-    return static_cast<Acc>(value);
-  }
-}
-
-template <typename T, typename Index, typename Op>
-class ScatterKernel {
+// ScatterUpdates enumerates Scatter's updates for ReducingScatter: the index walked with AxisWalk,
+// whose ordering guarantee is the one ReducingScatter asks for.
+template <typename T, typename Index>
+class ScatterUpdates {
  public:
-  using Acc = Accumulator<T, Op>;
-
-  ScatterKernel(const ScatterPlan& plan, const MutableTensorView& result)
-      : plan_(plan),
-        result_(result.data_as<T>()),
-        numel_(result.numel()),
-        index_(plan.index.data_as<Index>()),
+  explicit ScatterUpdates(const ScatterPlan& plan)
+      : index_(plan.index.data_as<Index>()),
         source_(plan.source.data_as<T>()),
         axis_size_(plan.input.rank() == 0 ? 1 : plan.input.size(plan.axis)),
         walk_(plan.index.shape(), plan.axis, DestinationWalkStrides(plan, &axis_stride_)) {}
 
-  absl::Status Run() {
-    Acc* dest = reinterpret_cast<Acc*>(result_);
-    Tensor shadow;
-    if constexpr (!std::is_same_v<Acc, T>) {
-      shadow = Tensor(DataType::kFloat32, {numel_});
-      dest = shadow.data_as<Acc>();
-      ParallelFor(numel_, kMinParallelElements, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) dest[i] = static_cast<Acc>(result_[i]);
-      });
-    }
-    if (!plan_.include_self && plan_.reduce != Reduction::kAssign) {
-      if (!Walk<false>(dest, nullptr, [](Acc& d, T) { d = Identity<Op, Acc>(); })) {
-        return IndexError();
-      }
-    }
-    if constexpr (std::is_same_v<Op, SumOp>) {
-      if (plan_.reduce == Reduction::kMean) return RunMean(dest);
-    }
-    if (!Walk<false>(dest, nullptr, Reduce())) return IndexError();
-    if constexpr (!std::is_same_v<Acc, T>) {
-      ParallelFor(numel_, kMinParallelElements, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) result_[i] = T(dest[i]);
-      });
-    }
-    return absl::OkStatus();
-  }
+  int64_t axis_size() const { return axis_size_; }
 
- private:
-  // MEAN: sums and arrival counts in one walk, then one division pass.
-  absl::Status RunMean(Acc* dest) {
-    Tensor counts = Tensor(DataType::kInt64, {numel_});
-    int64_t* count = counts.data_as<int64_t>();
-    const int64_t initial = plan_.include_self ? 1 : 0;
-    ParallelFor(numel_, kMinParallelElements, [&](int64_t begin, int64_t end) {
-      std::fill(count + begin, count + end, initial);
-    });
-    if (!Walk<true>(dest, count, Reduce())) return IndexError();
-    DivideByCounts(dest, count);
-    return absl::OkStatus();
-  }
-
-  // The walk's strides: index and source as planned; the destination (contiguous, the input's
-  // shape) with its axis stride moved out into `axis_stride`.
-  static std::array<Shape, AxisWalk::kOperands> DestinationWalkStrides(const ScatterPlan& plan,
-                                                                       int64_t* axis_stride) {
-    Shape dest_strides = plan.input.rank() == 0 ? Shape{1} : ContiguousStrides(plan.input.shape());
-    *axis_stride = dest_strides[plan.axis];
-    dest_strides[plan.axis] = 0;
-    return {plan.index.strides(), plan.source.strides(), dest_strides};
-  }
-
-  static auto Reduce() {
-    return [](Acc& dest, T value) { Op{}(dest, ToAccumulator<T, Acc>(value)); };
-  }
-
-  template <bool kCount, typename Combine>
-  bool Walk(Acc* dest, int64_t* count, const Combine& combine) const {
+  template <typename Apply>
+  bool ForEach(const Apply& apply) const {
     const int64_t axis_size = axis_size_;
     const int64_t axis_stride = axis_stride_;
     const auto run = [&](const Offsets& at, int64_t length, const Offsets& step) {
@@ -209,40 +108,25 @@ class ScatterKernel {
       for (int64_t i = 0; i < length; ++i) {
         const int64_t value = index_run[i * index_step];
         if (!InRange(value, axis_size)) return false;
-        const int64_t offset =
-            dest_base + i * dest_step + WrapIndex(value, axis_size) * axis_stride;
-        combine(dest[offset], source_run[i * source_step]);
-        if constexpr (kCount) ++count[offset];
+        apply(dest_base + i * dest_step + WrapIndex(value, axis_size) * axis_stride,
+              source_run[i * source_step]);
       }
       return true;
     };
     return walk_.ForEachRun(run);
   }
 
-  void DivideByCounts(Acc* dest, const int64_t* count) const {
-    ParallelFor(numel_, kMinParallelElements, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        // A destination nobody wrote (count 0 without include_self) keeps its value.
-        const int64_t n = std::max<int64_t>(count[i], 1);
-        if constexpr (std::is_integral_v<Acc>) {
-          result_[i] = FloorDivide(dest[i], n);
-        } else if constexpr (std::is_same_v<Acc, T>) {
-          using Real = decltype(std::abs(dest[i]));
-          result_[i] = dest[i] / static_cast<Real>(n);
-        } else {
-          result_[i] = T(dest[i] / static_cast<float>(n));
-        }
-      }
-    });
+ private:
+  // The walk's strides: index and source as planned; the destination (contiguous, the input's
+  // shape) with its axis stride moved out into `axis_stride`.
+  static std::array<Shape, AxisWalk::kOperands> DestinationWalkStrides(const ScatterPlan& plan,
+                                                                       int64_t* axis_stride) {
+    Shape dest_strides = plan.input.rank() == 0 ? Shape{1} : ContiguousStrides(plan.input.shape());
+    *axis_stride = dest_strides[plan.axis];
+    dest_strides[plan.axis] = 0;
+    return {plan.index.strides(), plan.source.strides(), dest_strides};
   }
 
-  absl::Status IndexError() const {
-    return OutOfRangeError(plan_.op, plan_.original_index, plan_.axis, axis_size_, "input");
-  }
-
-  const ScatterPlan& plan_;
-  T* result_;
-  int64_t numel_;
   const Index* index_;
   const T* source_;
   int64_t axis_size_;
@@ -273,7 +157,14 @@ absl::Status Scatter(const ScatterPlan& plan, const MutableTensorView& result) {
         if constexpr (kOrdered && internal::IsComplexType<T>::value) {
           return absl::InternalError("scatter: AMAX/AMIN on complex passed planning");
         } else {
-          return ScatterKernel<T, Index, Op>(plan, result).Run();
+          const ScatterUpdates<T, Index> updates(plan);
+          ReducingScatter<T, Op> scatter(result.data_as<T>(), result.numel(), plan.reduce,
+                                         plan.include_self);
+          if (scatter.Run([&](const auto& apply) { return updates.ForEach(apply); })) {
+            return absl::OkStatus();
+          }
+          return OutOfRangeError(plan.op, plan.original_index, plan.axis, updates.axis_size(),
+                                 "input");
         }
       });
     });

@@ -1,0 +1,327 @@
+// CPU kernels of GatherNd and ScatterNd over an NdPlan.
+//
+// Both start from the same step, ForEachAddress: walk the positions B in row-major order with an
+// odometer and turn each index row into the offset of the slice it addresses (checking every
+// coordinate's range on the way).
+//
+// GatherNd then copies one slice per position; positions are independent, so they split freely
+// across threads.
+//
+// ScatterNd cannot split positions freely: two index rows may address the same slice (duplicates
+// are the point of SUM and the hazard of ASSIGN), and SPEC wants the last row to win. It resolves
+// every position's destination once, then orders the updates by destination with a stable
+// counting sort into buckets of disjoint destination blocks. Each bucket is applied by one thread
+// in the original row order, so no two threads touch one element and duplicates keep their
+// row-major order: the ordering contract of ReducingScatter, which does the reduction itself.
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "kernels/cpu/item_size.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/reducing_scatter.h"
+#include "kernels/dispatch.h"
+#include "kernels/nd_ops.h"
+#include "kernels/reduction.h"
+#include "tbb/blocked_range.h"
+#include "tbb/parallel_for.h"
+#include "tbb/task_arena.h"
+
+namespace tensorops::cpu {
+namespace {
+
+// ForEachAddress calls `fn(position, offset)` for the positions [begin, end) of plan.positions in
+// row-major order, `offset` being the first addressed element (in the contiguous addressed
+// tensor). Returns false at the first index value out of range.
+template <typename Index, typename Fn>
+bool ForEachAddress(const NdPlan& plan, int64_t begin, int64_t end, Fn&& fn) {
+  const int64_t rank = static_cast<int64_t>(plan.positions.size());
+  const int64_t components = static_cast<int64_t>(plan.component_sizes.size());
+  const Index* index = plan.index.data_as<Index>();
+  const Shape& index_strides = plan.index.strides();
+  const int64_t component_step = index_strides[rank];
+
+  std::array<int64_t, kMaxRank + 1> coords{};
+  int64_t index_offset = 0;
+  int64_t direct_offset = 0;
+  for (int64_t d = rank - 1, rest = begin; d >= 0; --d) {
+    coords[d] = rest % plan.positions[d];
+    rest /= plan.positions[d];
+    index_offset += coords[d] * index_strides[d];
+    direct_offset += coords[d] * plan.position_strides[d];
+  }
+  for (int64_t position = begin; position < end; ++position) {
+    int64_t offset = direct_offset;
+    for (int64_t j = 0; j < components; ++j) {
+      const int64_t value = index[index_offset + j * component_step];
+      const int64_t size = plan.component_sizes[j];
+      if (!InRange(value, size)) return false;
+      offset += WrapIndex(value, size) * plan.component_strides[j];
+    }
+    fn(position, offset);
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      index_offset += index_strides[d];
+      direct_offset += plan.position_strides[d];
+      if (++coords[d] < plan.positions[d]) break;
+      index_offset -= index_strides[d] * plan.positions[d];
+      direct_offset -= plan.position_strides[d] * plan.positions[d];
+      coords[d] = 0;
+    }
+  }
+  return true;
+}
+
+// Builds the INVALID_ARGUMENT for the first out-of-range value of the index the caller sent, in
+// row-major order. Only runs on the error path.
+absl::Status OutOfRangeError(const NdPlan& plan) {
+  const TensorView& index = plan.original_index;
+  const std::string_view operand = plan.input.data() == nullptr ? "output" : "input";
+  return DispatchIndexType(index.dtype(), [&]<typename Index>(TypeTag<Index>) -> absl::Status {
+    const Index* data = index.data_as<Index>();
+    const int64_t count = index.numel();
+    for (int64_t position = 0; position < count; ++position) {
+      const Shape coords = UnravelIndex(position, index.shape());
+      int64_t offset = 0;
+      for (int64_t d = 0; d < index.rank(); ++d) offset += coords[d] * index.strides()[d];
+      const int64_t component = coords.back();
+      const int64_t value = data[offset];
+      const int64_t size = plan.component_sizes[component];
+      if (InRange(value, size)) continue;
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: index[%s] = %d is out of range for axis %d of %s with size %d (expected %d <= "
+          "index < %d)",
+          plan.op, absl::StrJoin(coords, ", "), value, plan.component_axes[component], operand,
+          size, -size, size));
+    }
+    return absl::InternalError(absl::StrFormat(
+        "%s: the kernel reported an out-of-range index that a rescan did not find", plan.op));
+  });
+}
+
+// Positions per task: enough that a task moves about kMinParallelElements elements.
+int64_t PositionGrain(int64_t slice_size) {
+  return std::max<int64_t>(1, kMinParallelElements / std::max<int64_t>(slice_size, 1));
+}
+
+// ForEachAddressParallel runs ForEachAddress over all positions, split across threads.
+template <typename Index, typename Fn>
+bool ForEachAddressParallel(const NdPlan& plan, const Fn& fn) {
+  std::atomic<bool> ok{true};
+  ParallelFor(NumElements(plan.positions), PositionGrain(plan.slice_size),
+              [&](int64_t begin, int64_t end) {
+                if (!ok.load(std::memory_order_relaxed)) return;
+                if (!ForEachAddress<Index>(plan, begin, end, fn)) {
+                  ok.store(false, std::memory_order_relaxed);
+                }
+              });
+  return ok.load();
+}
+
+template <typename Elem, typename Index>
+bool GatherSlices(const NdPlan& plan, const Elem* input, Elem* out) {
+  const int64_t slice = plan.slice_size;
+  if (slice == 1) {
+    return ForEachAddressParallel<Index>(
+        plan, [&](int64_t position, int64_t offset) { out[position] = input[offset]; });
+  }
+  return ForEachAddressParallel<Index>(plan, [&](int64_t position, int64_t offset) {
+    std::copy_n(input + offset, slice, out + position * slice);
+  });
+}
+
+// NdUpdates enumerates ScatterNd's updates for ReducingScatter: destinations resolved once,
+// then applied bucket by bucket (see the file comment).
+class NdUpdates {
+ public:
+  NdUpdates(const NdPlan& plan, int64_t dest_numel)
+      : plan_(plan),
+        positions_(NumElements(plan.positions)),
+        slice_(plan.slice_size),
+        dest_numel_(dest_numel) {}
+
+  // Resolve computes every position's destination; false when an index is out of range.
+  template <typename Index>
+  bool Resolve() {
+    destinations_ = Tensor(DataType::kInt64, {positions_});
+    int64_t* destination = destinations_.data_as<int64_t>();
+    if (!ForEachAddressParallel<Index>(plan_, [destination](int64_t position, int64_t offset) {
+          destination[position] = offset;
+        })) {
+      return false;
+    }
+    PlanOrder();
+    return true;
+  }
+
+  // ForEach calls apply(dest_offset, source_offset) for every updated element, honouring
+  // ReducingScatter's ordering contract.
+  template <typename Apply>
+  void ForEach(const Apply& apply) const {
+    const int64_t* destination = destinations_.data_as<int64_t>();
+    const int64_t slice = slice_;
+    const auto apply_position = [&](int64_t position) {
+      const int64_t dest = destination[position];
+      const int64_t source = position * slice;
+      for (int64_t s = 0; s < slice; ++s) apply(dest + s, source + s);
+    };
+    if (bucket_begin_.empty()) {
+      if (slice_ >= kMinParallelElements) {
+        // Few large slices: positions in order, each slice split across threads.
+        for (int64_t position = 0; position < positions_; ++position) {
+          const int64_t dest = destination[position];
+          const int64_t source = position * slice;
+          ParallelFor(slice, kMinParallelElements, [&](int64_t begin, int64_t end) {
+            for (int64_t s = begin; s < end; ++s) apply(dest + s, source + s);
+          });
+        }
+      } else {
+        for (int64_t position = 0; position < positions_; ++position) apply_position(position);
+      }
+      return;
+    }
+    const int64_t* order = order_.data_as<int64_t>();
+    const int64_t buckets = static_cast<int64_t>(bucket_begin_.size()) - 1;
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, buckets, 1),
+                      [&](const tbb::blocked_range<int64_t>& range) {
+                        for (int64_t b = range.begin(); b < range.end(); ++b) {
+                          for (int64_t i = bucket_begin_[b]; i < bucket_begin_[b + 1]; ++i) {
+                            apply_position(order[i]);
+                          }
+                        }
+                      });
+  }
+
+ private:
+  // PlanOrder sorts the positions by destination bucket (stable), when the work is large enough
+  // to share and made of many small slices.
+  void PlanOrder() {
+    const int64_t work = positions_ * slice_;
+    if (work < kMinParallelElements || slice_ >= kMinParallelElements || slice_ == 0) return;
+    const int64_t rows = dest_numel_ / slice_;
+    const int64_t threads = tbb::this_task_arena::max_concurrency();
+    if (threads < 2) return;
+    // Destinations are dealt to buckets in blocks of about kBlockElements, round robin: blocks
+    // keep each thread's writes on its own cache lines, and dealing them out spreads destinations
+    // that cluster (duplicate-heavy indices) over every bucket.
+    constexpr int64_t kBlockElements = 4096;
+    const int64_t rows_per_block = std::max<int64_t>(1, kBlockElements / slice_);
+    const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
+    const int64_t buckets = std::min<int64_t>(blocks, 4 * threads);
+    if (buckets < 2) return;
+    const int64_t chunks = std::min<int64_t>(positions_, 4 * threads);
+    const int64_t chunk_length = (positions_ + chunks - 1) / chunks;
+    const int64_t* destination = destinations_.data_as<int64_t>();
+    const auto bucket_of = [&](int64_t position) {
+      return destination[position] / slice_ / rows_per_block % buckets;
+    };
+
+    // counts[c * buckets + b]: positions of chunk c that fall in bucket b; then, by an exclusive
+    // scan in bucket-major order, where chunk c's positions of bucket b start in `order_`.
+    std::vector<int64_t> counts(chunks * buckets, 0);
+    const auto for_each_chunk = [&](const auto& body) {
+      tbb::parallel_for(tbb::blocked_range<int64_t>(0, chunks, 1),
+                        [&](const tbb::blocked_range<int64_t>& range) {
+                          for (int64_t c = range.begin(); c < range.end(); ++c) {
+                            body(c, c * chunk_length, std::min(positions_, (c + 1) * chunk_length));
+                          }
+                        });
+    };
+    for_each_chunk([&](int64_t c, int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) ++counts[c * buckets + bucket_of(p)];
+    });
+    bucket_begin_.assign(buckets + 1, 0);
+    int64_t running = 0;
+    for (int64_t b = 0; b < buckets; ++b) {
+      bucket_begin_[b] = running;
+      for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t count = counts[c * buckets + b];
+        counts[c * buckets + b] = running;
+        running += count;
+      }
+    }
+    bucket_begin_[buckets] = running;
+    order_ = Tensor(DataType::kInt64, {positions_});
+    int64_t* order = order_.data_as<int64_t>();
+    for_each_chunk([&](int64_t c, int64_t begin, int64_t end) {
+      int64_t* cursor = &counts[c * buckets];
+      for (int64_t p = begin; p < end; ++p) order[cursor[bucket_of(p)]++] = p;
+    });
+  }
+
+  const NdPlan& plan_;
+  int64_t positions_;
+  int64_t slice_;
+  int64_t dest_numel_;
+  Tensor destinations_;
+  // When set: positions grouped by bucket, bucket b being order_[bucket_begin_[b], ..[b + 1]).
+  Tensor order_;
+  std::vector<int64_t> bucket_begin_;
+};
+
+// Contiguous returns `view` itself when it is contiguous, else a contiguous copy kept in `storage`.
+TensorView Contiguous(const TensorView& view, Tensor& storage) {
+  if (view.is_contiguous()) return view;
+  storage = Tensor::FromView(view);
+  return storage.view();
+}
+
+}  // namespace
+
+absl::Status GatherNd(const NdPlan& plan, const MutableTensorView& result) {
+  if (NumElements(plan.positions) == 0) return absl::OkStatus();
+  Tensor input_storage;
+  const TensorView input = Contiguous(plan.input, input_storage);
+  const bool ok = DispatchItemSize(ItemSize(plan.result_dtype), [&]<typename Elem>(TypeTag<Elem>) {
+    return DispatchIndexType(plan.index.dtype(), [&]<typename Index>(TypeTag<Index>) {
+      return GatherSlices<Elem, Index>(plan, static_cast<const Elem*>(input.data()),
+                                       static_cast<Elem*>(result.data()));
+    });
+  });
+  return ok ? absl::OkStatus() : OutOfRangeError(plan);
+}
+
+absl::Status ScatterNd(const NdPlan& plan, const MutableTensorView& result) {
+  if (plan.input.data() == nullptr) {
+    // Zero bytes are zero in every dtype.
+    ParallelFor(result.numel() * result.itemsize(), kParallelGrainBytes,
+                [&](int64_t begin, int64_t end) {
+                  std::memset(static_cast<char*>(result.data()) + begin, 0, end - begin);
+                });
+  } else {
+    CopyElements(plan.input, result);
+  }
+  if (NumElements(plan.positions) == 0) return absl::OkStatus();
+
+  NdUpdates updates(plan, result.numel());
+  const bool resolved = DispatchIndexType(
+      plan.index.dtype(), [&]<typename Index>(TypeTag<Index>) { return updates.Resolve<Index>(); });
+  if (!resolved) return OutOfRangeError(plan);
+  if (plan.slice_size == 0) return absl::OkStatus();
+
+  Tensor source_storage;
+  const TensorView source = Contiguous(plan.source, source_storage);
+  return DispatchDataType(plan.result_dtype, [&]<typename T>(TypeTag<T>) {
+    return DispatchReduction(plan.reduce, [&]<typename Op>(Op) -> absl::Status {
+      constexpr bool kOrdered = std::is_same_v<Op, MaxOp> || std::is_same_v<Op, MinOp>;
+      if constexpr (kOrdered && internal::IsComplexType<T>::value) {
+        return absl::InternalError("scatter_nd: AMAX/AMIN on complex passed planning");
+      } else {
+        const T* source_data = source.data_as<T>();
+        ReducingScatter<T, Op> scatter(result.data_as<T>(), result.numel(), plan.reduce,
+                                       plan.include_self);
+        scatter.Run([&](const auto& apply) {
+          updates.ForEach([&](int64_t dest, int64_t from) { apply(dest, source_data[from]); });
+          return true;
+        });
+        return absl::OkStatus();
+      }
+    });
+  });
+}
+
+}  // namespace tensorops::cpu

@@ -1,0 +1,192 @@
+// Planning and the CPU kernel of MaskedScatter. The kernel is the prefix-sum design of seeds/003
+// (PyTorch's CUDA masked_scatter) rather than PyTorch's serial CPU loop, so that the CPU and the
+// GPU run one algorithm and agree by construction:
+//   1. the mask is viewed contiguous at the result shape (materialized when broadcast or strided);
+//   2. the true positions are counted per block of the mask, in parallel;
+//   3. an exclusive scan of the block counts gives each block's first source element, and the
+//      total is checked against src.numel before anything is written;
+//   4. result = input (broadcast), then every block writes its true positions independently.
+// Small results (below kMinParallelElements) skip the scan: one serial pass counts and writes,
+// and stops when the source runs out.
+//
+// Elements move as unsigned integers of the dtype's size (DispatchItemSize): masked_scatter never
+// looks at values.
+#include "kernels/masked_scatter.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "kernels/cpu/item_size.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/dtype.h"
+#include "kernels/plan_checks.h"
+#include "kernels/shape.h"
+
+namespace tensorops {
+namespace {
+
+constexpr std::string_view kMaskedScatter = "masked_scatter";
+
+}  // namespace
+
+absl::StatusOr<MaskedScatterPlan> PlanMaskedScatter(const MaskedScatterArgs& args) {
+  const TensorView& input = args.input;
+  const TensorView& mask = args.mask;
+  // PyTorch's order: broadcast (expand_outplace), then the source's dtype, then the mask's.
+  absl::StatusOr<Shape> result_shape =
+      BroadcastShapes(kMaskedScatter, "input", input.shape(), "mask", mask.shape());
+  if (!result_shape.ok()) return result_shape.status();
+  if (absl::Status status =
+          internal::CheckSourceDtype(kMaskedScatter, args.source.dtype(), input.dtype());
+      !status.ok()) {
+    return status;
+  }
+  if (mask.dtype() != DataType::kBool) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: mask.dtype = %s must be bool",
+                                                      kMaskedScatter, DataTypeName(mask.dtype())));
+  }
+
+  MaskedScatterPlan plan;
+  plan.result_dtype = input.dtype();
+  plan.result_shape = *std::move(result_shape);
+  plan.input =
+      TensorView(input.dtype(), plan.result_shape,
+                 BroadcastStrides(input.shape(), input.strides(), plan.result_shape), input.data());
+  plan.mask =
+      TensorView(mask.dtype(), plan.result_shape,
+                 BroadcastStrides(mask.shape(), mask.strides(), plan.result_shape), mask.data());
+  plan.source = args.source;
+  return plan;
+}
+
+namespace cpu {
+namespace {
+
+// kScanBlockElements: the mask positions one block of the count and write passes covers. Large
+// enough that a block's task overhead is noise, small enough that a big mask splits across every
+// core.
+constexpr int64_t kScanBlockElements = kMinParallelElements;
+
+absl::Status SourceTooSmallError(int64_t source_count, int64_t true_count) {
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%s: src has %d elements but mask has %d true positions (src must have at least one element "
+      "per true position)",
+      kMaskedScatter, source_count, true_count));
+}
+
+// Mask bytes are read as uint8_t and any nonzero byte is true: a bool tensor from the wire may
+// hold bytes other than 0 and 1, and loading those as C++ bool would be undefined.
+int64_t CountTrue(const uint8_t* mask, int64_t begin, int64_t end) {
+  int64_t count = 0;
+  for (int64_t i = begin; i < end; ++i) count += mask[i] != 0;
+  return count;
+}
+
+// WriteBlock copies consecutive source elements, from `source_next` on, into the true positions
+// of mask[begin, end). The caller has checked that the source holds enough.
+template <typename Elem>
+void WriteBlock(const uint8_t* mask, int64_t begin, int64_t end, const Elem* source,
+                int64_t source_next, Elem* result) {
+  for (int64_t i = begin; i < end; ++i) {
+    if (mask[i] == 0) continue;
+    result[i] = source[source_next++];
+  }
+}
+
+// SerialMaskedScatter counts and writes in one pass; when the source runs out it counts the rest
+// of the mask for the error message.
+template <typename Elem>
+absl::Status SerialMaskedScatter(const uint8_t* mask, int64_t count, const Elem* source,
+                                 int64_t source_count, Elem* result) {
+  int64_t source_next = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    if (mask[i] == 0) continue;
+    if (source_next == source_count) {
+      return SourceTooSmallError(source_count, source_next + CountTrue(mask, i, count));
+    }
+    result[i] = source[source_next++];
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status MaskedScatter(const MaskedScatterPlan& plan, const MutableTensorView& result) {
+  if (result.dtype() != plan.result_dtype || result.shape() != plan.result_shape ||
+      !result.is_contiguous()) {
+    return absl::InternalError(
+        absl::StrFormat("%s: result of shape %s does not match the plan's contiguous %s %s",
+                        kMaskedScatter, ShapeToString(result.shape()),
+                        DataTypeName(plan.result_dtype), ShapeToString(plan.result_shape)));
+  }
+  const int64_t count = NumElements(plan.result_shape);
+  if (count == 0) return absl::OkStatus();
+
+  std::optional<Tensor> mask_storage;
+  if (!plan.mask.is_contiguous()) mask_storage = Tensor::FromView(plan.mask);
+  const auto* mask =
+      static_cast<const uint8_t*>(mask_storage ? mask_storage->data() : plan.mask.data());
+
+  // The source is read at computed offsets, so it must be contiguous too. On the parallel path it
+  // is materialized only once the count is known to fit, so a rejected request copies nothing.
+  const int64_t source_count = plan.source.numel();
+  std::optional<Tensor> source_storage;
+  const auto contiguous_source = [&]() -> const void* {
+    if (plan.source.is_contiguous()) return plan.source.data();
+    source_storage = Tensor::FromView(plan.source);
+    return source_storage->data();
+  };
+
+  if (count < kMinParallelElements) {
+    CopyElements(plan.input, result);
+    const void* source = contiguous_source();
+    return DispatchItemSize(result.itemsize(), [&]<typename Elem>(TypeTag<Elem>) {
+      return SerialMaskedScatter(mask, count, static_cast<const Elem*>(source), source_count,
+                                 result.data_as<Elem>());
+    });
+  }
+
+  // Pass 1: true positions per block. Pass 2 needs each block's first source element, which is
+  // the exclusive scan of the counts of the blocks before it.
+  const int64_t block_count = (count + kScanBlockElements - 1) / kScanBlockElements;
+  const auto block_end = [&](int64_t block) {
+    return std::min(count, (block + 1) * kScanBlockElements);
+  };
+  std::vector<int64_t> block_offsets(static_cast<size_t>(block_count));
+  ParallelFor(block_count, 1, [&](int64_t first_block, int64_t last_block) {
+    for (int64_t block = first_block; block < last_block; ++block) {
+      block_offsets[block] = CountTrue(mask, block * kScanBlockElements, block_end(block));
+    }
+  });
+  const int64_t last_block_count = block_offsets.back();
+  std::exclusive_scan(block_offsets.begin(), block_offsets.end(), block_offsets.begin(),
+                      int64_t{0});
+  const int64_t true_count = block_offsets.back() + last_block_count;
+  if (true_count > source_count) return SourceTooSmallError(source_count, true_count);
+
+  CopyElements(plan.input, result);
+  if (true_count == 0) return absl::OkStatus();
+  const void* source = contiguous_source();
+  DispatchItemSize(result.itemsize(), [&]<typename Elem>(TypeTag<Elem>) {
+    ParallelFor(block_count, 1, [&](int64_t first_block, int64_t last_block) {
+      for (int64_t block = first_block; block < last_block; ++block) {
+        WriteBlock(mask, block * kScanBlockElements, block_end(block),
+                   static_cast<const Elem*>(source), block_offsets[block], result.data_as<Elem>());
+      }
+    });
+  });
+  return absl::OkStatus();
+}
+
+}  // namespace cpu
+
+absl::StatusOr<Tensor> MaskedScatter(const MaskedScatterArgs& args) {
+  return internal::RunIntoNewTensor(PlanMaskedScatter(args), cpu::MaskedScatter);
+}
+
+}  // namespace tensorops

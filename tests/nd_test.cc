@@ -1,0 +1,1497 @@
+// GatherNd and ScatterNd (SPEC operations 3 and 4) against the independent reference in
+// nd_reference.h: randomized over dtype (x reduction x include_self for ScatterNd), both forms
+// (TensorFlow's with batch_dims and k from 0 to rank, and the axes form with negative and unsorted
+// axes), input ranks 0-5, int32/int64 and strided indices, duplicate-heavy and negative index
+// values, empty B, zero-size dimensions and ScatterNd's shape-only zeros; ~1M-element cases for
+// the parallel paths (ASSIGN last-writer-wins, SUM under heavy duplicates, slice sizes 1 and
+// large); the TensorFlow, Paddle and seeds/002 examples; SPEC's reference equalities with Gather
+// and Scatter; and every error these ops give, with its message.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/random/random.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/gather.h"
+#include "kernels/nd_ops.h"
+#include "kernels/scatter.h"
+#include "tbb/task_arena.h"
+#include "tests/nd_reference.h"
+#include "tests/reference.h"
+
+namespace tensorops {
+namespace {
+
+using testing::ExpectTensorsNear;
+using ::testing::HasSubstr;
+using testing::IndexPattern;
+using testing::IndexTensor;
+using testing::RandomIndex;
+using testing::RandomTensor;
+using testing::ReferenceGatherNd;
+using testing::ReferenceScatterNd;
+using testing::TensorFromValues;
+using testing::ToDoubles;
+using testing::ToleranceFor;
+using testing::reference_internal::Count;
+using testing::reference_internal::ShapeString;
+
+absl::BitGen SeededGen(uint64_t seed) {
+  std::seed_seq sequence = {seed, uint64_t{0x9d0}};
+  return absl::BitGen(sequence);
+}
+
+testing::ValueOptions ValuesFor(Reduction reduce) {
+  testing::ValueOptions values;
+  values.signed_zero_fraction = 0.05;
+  if (reduce == Reduction::kProd) values.product_friendly = true;
+  if (reduce == Reduction::kAssign || reduce == Reduction::kAmax || reduce == Reduction::kAmin) {
+    values.nan_fraction = 0.03;
+  }
+  return values;
+}
+
+// An operand and, when `gapped`, a non-contiguous view of the same values: storage twice as wide
+// along the last dimension, read with stride 2 there.
+struct Operand {
+  Tensor tensor;
+  Tensor gapped_storage;
+  bool gapped = false;
+
+  TensorView view() const {
+    if (!gapped) return tensor.view();
+    Shape wide = tensor.shape();
+    wide.back() *= 2;
+    Shape strides = testing::RowMajorStrides(wide);
+    strides.back() = 2;
+    return TensorView(tensor.dtype(), tensor.shape(), strides, gapped_storage.data());
+  }
+};
+
+Operand MakeOperand(Tensor tensor, bool gapped) {
+  Operand operand;
+  operand.gapped = gapped && tensor.rank() > 0;
+  if (operand.gapped) {
+    Shape wide = tensor.shape();
+    wide.back() *= 2;
+    operand.gapped_storage = Tensor::Zeros(tensor.dtype(), wide);
+    const int64_t itemsize = ItemSize(tensor.dtype());
+    for (int64_t i = 0; i < tensor.numel(); ++i) {
+      std::memcpy(static_cast<char*>(operand.gapped_storage.data()) + 2 * i * itemsize,
+                  static_cast<const char*>(tensor.data()) + i * itemsize,
+                  static_cast<size_t>(itemsize));
+    }
+  }
+  operand.tensor = std::move(tensor);
+  return operand;
+}
+
+int64_t RandomSize(absl::BitGen& gen, int64_t max_size) {
+  if (absl::Bernoulli(gen, 0.06)) return 0;
+  return absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, max_size);
+}
+
+// A random shape of `rank`, sizes shrinking as the rank grows, some zero.
+Shape RandomShape(absl::BitGen& gen, int64_t rank) {
+  const int64_t max_size = rank >= 4 ? 3 : (rank == 3 ? 4 : 6);
+  Shape shape(rank);
+  for (int64_t d = 0; d < rank; ++d) shape[d] = RandomSize(gen, max_size);
+  return shape;
+}
+
+IndexPattern RandomPattern(absl::BitGen& gen) {
+  return testing::kAllIndexPatterns[absl::Uniform<size_t>(gen, 0,
+                                                          std::size(testing::kAllIndexPatterns))];
+}
+
+// NdIndex builds an index of shape `positions + [k]` whose coordinate j is valid for a dimension
+// of size `sizes[j]`, drawn with `pattern` (kUnique: distinct along B's first dimension, where
+// that fits). A zero size needs an empty B.
+Tensor NdIndex(DataType dtype, const Shape& positions, const std::vector<int64_t>& sizes,
+               IndexPattern pattern, absl::BitGen& gen) {
+  const int64_t k = static_cast<int64_t>(sizes.size());
+  const int64_t rows = Count(positions);
+  std::vector<int64_t> values(static_cast<size_t>(rows * k), 0);
+  for (int64_t j = 0; j < k; ++j) {
+    IndexPattern component_pattern = pattern;
+    if (pattern == IndexPattern::kUnique && (positions.empty() || positions[0] > sizes[j])) {
+      component_pattern = IndexPattern::kRandom;
+    }
+    const Tensor component =
+        RandomIndex(DataType::kInt64, positions, 0, sizes[j], component_pattern, gen);
+    for (int64_t row = 0; row < rows; ++row) {
+      values[row * k + j] = component.data_as<int64_t>()[row];
+    }
+  }
+  Shape shape = positions;
+  shape.push_back(k);
+  return IndexTensor(shape, values, dtype);
+}
+
+// The layout of an Nd call: the addressed tensor (GatherNd's input, ScatterNd's result), B and
+// the form's arguments.
+struct NdLayout {
+  Shape target_shape;
+  Shape positions;
+  // As passed: empty for the TensorFlow form; otherwise possibly negative and unsorted.
+  std::vector<int64_t> axes;
+  int64_t batch_dims = 0;
+  // Per coordinate: the size of the dimension it addresses.
+  std::vector<int64_t> component_sizes;
+  // TensorFlow form: target_shape[batch_dims + k:].
+  Shape slice_shape;
+
+  Shape IndexShape() const {
+    Shape shape = positions;
+    shape.push_back(static_cast<int64_t>(component_sizes.size()));
+    return shape;
+  }
+  std::string Describe() const {
+    return absl::StrCat("target ", ShapeString(target_shape), " index ", ShapeString(IndexShape()),
+                        axes.empty() ? absl::StrCat(" batch_dims ", batch_dims)
+                                     : absl::StrCat(" axes [", absl::StrJoin(axes, ", "), "]"));
+  }
+};
+
+// Empties B when some addressed dimension is empty (no index value would be valid there):
+// `zero_dim` is the B dimension to zero, or -1 to append a size-0 dimension.
+void EmptyPositionsIfNeeded(NdLayout& layout, int64_t zero_dim) {
+  const bool empty_axis = std::find(layout.component_sizes.begin(), layout.component_sizes.end(),
+                                    0) != layout.component_sizes.end();
+  if (!empty_axis || Count(layout.positions) == 0) return;
+  if (zero_dim < 0) {
+    layout.positions.push_back(0);
+  } else {
+    layout.positions[zero_dim] = 0;
+  }
+}
+
+// TensorFlow form: rank 0-5, batch_dims and k anywhere valid (k = 0 takes whole slices), B = the
+// batch dims plus 0-2 more dimensions.
+NdLayout RandomTensorFlowLayout(absl::BitGen& gen) {
+  NdLayout layout;
+  const int64_t rank = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, 5);
+  layout.target_shape = RandomShape(gen, rank);
+  layout.batch_dims =
+      absl::Bernoulli(gen, 0.5) ? 0 : absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, rank);
+  const int64_t k = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, rank - layout.batch_dims);
+  layout.positions =
+      Shape(layout.target_shape.begin(), layout.target_shape.begin() + layout.batch_dims);
+  const int64_t extra = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, 2);
+  for (int64_t d = 0; d < extra; ++d) layout.positions.push_back(RandomSize(gen, 4));
+  for (int64_t j = 0; j < k; ++j) {
+    layout.component_sizes.push_back(layout.target_shape[layout.batch_dims + j]);
+  }
+  EmptyPositionsIfNeeded(layout,
+                         extra > 0 ? static_cast<int64_t>(layout.positions.size()) - 1 : -1);
+  layout.slice_shape =
+      Shape(layout.target_shape.begin() + layout.batch_dims + k, layout.target_shape.end());
+  return layout;
+}
+
+// Axes form: rank 0-5, 1..rank distinct axes in random order, some negative; B may exceed the
+// target along the indexed axes and fits inside it elsewhere. A rank-0 target is addressed like
+// PyTorch's scalars: as shape [1], axes [0] or [-1], B = [].
+NdLayout RandomAxesLayout(absl::BitGen& gen) {
+  NdLayout layout;
+  const int64_t rank = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, 5);
+  layout.target_shape = RandomShape(gen, rank);
+  if (rank == 0) {
+    layout.axes = {absl::Bernoulli(gen, 0.5) ? 0 : -1};
+    layout.component_sizes = {1};
+    return layout;
+  }
+  const int64_t k = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, rank);
+  std::vector<int64_t> order(static_cast<size_t>(rank));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), gen);
+  order.resize(static_cast<size_t>(k));
+  layout.positions = Shape(rank);
+  for (int64_t d = 0; d < rank; ++d) {
+    const bool indexed = std::find(order.begin(), order.end(), d) != order.end();
+    if (indexed) {
+      layout.positions[d] = RandomSize(gen, 5);
+    } else {
+      layout.positions[d] =
+          absl::Bernoulli(gen, 0.6)
+              ? layout.target_shape[d]
+              : absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, layout.target_shape[d]);
+    }
+  }
+  for (int64_t axis : order) {
+    layout.axes.push_back(absl::Bernoulli(gen, 0.4) ? axis - rank : axis);
+    layout.component_sizes.push_back(layout.target_shape[axis]);
+  }
+  for (int64_t axis : order) {
+    if (layout.target_shape[axis] == 0) EmptyPositionsIfNeeded(layout, axis);
+  }
+  return layout;
+}
+
+// ---------------------------------------------------------------------------------------------
+// GatherNd, randomized.
+
+class GatherNdRandomTest : public ::testing::TestWithParam<DataType> {
+ protected:
+  void ExpectMatchesReference(const NdLayout& layout, absl::BitGen& gen) {
+    const IndexPattern pattern = RandomPattern(gen);
+    const DataType index_dtype = absl::Bernoulli(gen, 0.5) ? DataType::kInt32 : DataType::kInt64;
+    const Operand input =
+        MakeOperand(RandomTensor(GetParam(), layout.target_shape, gen, {.nan_fraction = 0.05}),
+                    absl::Bernoulli(gen, 0.25));
+    const Operand index =
+        MakeOperand(NdIndex(index_dtype, layout.positions, layout.component_sizes, pattern, gen),
+                    absl::Bernoulli(gen, 0.25));
+    SCOPED_TRACE(absl::StrCat(layout.Describe(), input.gapped ? " (strided input)" : "", " ",
+                              std::string(DataTypeName(index_dtype)), " ",
+                              testing::IndexPatternName(pattern),
+                              index.gapped ? " (strided index)" : ""));
+    const absl::StatusOr<Tensor> expected =
+        ReferenceGatherNd(input.view(), index.view(), layout.axes, layout.batch_dims);
+    const absl::StatusOr<Tensor> actual = GatherNd(GatherNdArgs{.input = input.view(),
+                                                                .index = index.view(),
+                                                                .axes = layout.axes,
+                                                                .batch_dims = layout.batch_dims});
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    ASSERT_TRUE(actual.ok()) << actual.status();
+    ExpectTensorsNear(*actual, *expected);
+  }
+};
+
+TEST_P(GatherNdRandomTest, TensorFlowFormMatchesReference) {
+  for (uint64_t seed = 0; seed < 300; ++seed) {
+    absl::BitGen gen = SeededGen(static_cast<uint64_t>(GetParam()) * 100003 + seed);
+    ExpectMatchesReference(RandomTensorFlowLayout(gen), gen);
+  }
+}
+
+TEST_P(GatherNdRandomTest, AxesFormMatchesReference) {
+  for (uint64_t seed = 0; seed < 300; ++seed) {
+    absl::BitGen gen = SeededGen(static_cast<uint64_t>(GetParam()) * 100003 + seed + 50000);
+    ExpectMatchesReference(RandomAxesLayout(gen), gen);
+  }
+}
+
+std::string DtypeName(const ::testing::TestParamInfo<DataType>& info) {
+  return std::string(DataTypeName(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(All, GatherNdRandomTest, ::testing::ValuesIn(kAllDataTypes), DtypeName);
+
+// ---------------------------------------------------------------------------------------------
+// ScatterNd, randomized.
+
+// A ScatterNd call and everything the reference needs for it.
+struct ScatterNdCase {
+  NdLayout layout;
+  // Absent: zeros of layout.target_shape in the source's dtype.
+  std::optional<Operand> input;
+  Operand index;
+  Operand source;
+  Reduction reduce = Reduction::kAssign;
+  bool include_self = true;
+  std::string description;
+
+  ScatterNdArgs Args() const {
+    ScatterNdArgs args{.index = index.view(),
+                       .source = source.view(),
+                       .axes = layout.axes,
+                       .batch_dims = layout.batch_dims,
+                       .reduce = reduce,
+                       .include_self = include_self};
+    if (input.has_value()) {
+      args.input = input->view();
+    } else {
+      args.shape = layout.target_shape;
+    }
+    return args;
+  }
+  absl::StatusOr<Tensor> Reference() const {
+    std::optional<TensorView> input_view;
+    if (input.has_value()) input_view = input->view();
+    return ReferenceScatterNd(input_view, input.has_value() ? Shape{} : layout.target_shape,
+                              index.view(), source.view(), layout.axes, layout.batch_dims, reduce,
+                              include_self);
+  }
+  // At most this many values are reduced into one element.
+  int64_t MaxTerms() const { return Count(layout.positions) + 1; }
+};
+
+ScatterNdCase RandomScatterNdCase(DataType dtype, Reduction reduce, bool include_self,
+                                  bool axes_form, absl::BitGen& gen) {
+  ScatterNdCase c;
+  c.reduce = reduce;
+  c.include_self = include_self;
+  c.layout = axes_form ? RandomAxesLayout(gen) : RandomTensorFlowLayout(gen);
+  Shape source_shape = c.layout.positions;
+  if (axes_form) {
+    for (int64_t& size : source_shape) {
+      if (absl::Bernoulli(gen, 0.3))
+        size += absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, 2);
+    }
+  } else {
+    source_shape.insert(source_shape.end(), c.layout.slice_shape.begin(),
+                        c.layout.slice_shape.end());
+  }
+  const testing::ValueOptions values = ValuesFor(reduce);
+  // Without an input, `shape = []` means rank-0 zeros.
+  const bool zeros = absl::Bernoulli(gen, 0.2);
+  if (!zeros) {
+    c.input = MakeOperand(RandomTensor(dtype, c.layout.target_shape, gen, values),
+                          absl::Bernoulli(gen, 0.25));
+  }
+  const IndexPattern pattern = RandomPattern(gen);
+  const DataType index_dtype = absl::Bernoulli(gen, 0.5) ? DataType::kInt32 : DataType::kInt64;
+  c.index =
+      MakeOperand(NdIndex(index_dtype, c.layout.positions, c.layout.component_sizes, pattern, gen),
+                  absl::Bernoulli(gen, 0.2));
+  c.source =
+      MakeOperand(RandomTensor(dtype, source_shape, gen, values), absl::Bernoulli(gen, 0.25));
+  c.description =
+      absl::StrCat(c.layout.Describe(), zeros ? " (zeros of shape)" : "",
+                   c.input.has_value() && c.input->gapped ? " (strided input)" : "", " src ",
+                   ShapeString(source_shape), c.source.gapped ? " (strided)" : "", " ",
+                   std::string(DataTypeName(index_dtype)), " ", testing::IndexPatternName(pattern),
+                   c.index.gapped ? " (strided index)" : "");
+  return c;
+}
+
+void ExpectScatterNdMatchesReference(const ScatterNdCase& c) {
+  SCOPED_TRACE(c.description);
+  testing::ExpectReductionResult("scatter_nd", c.source.tensor.dtype(), c.reduce, c.MaxTerms(),
+                                 ScatterNd(c.Args()), c.Reference());
+}
+
+class ScatterNdRandomTest : public testing::DtypeReductionTest {};
+
+TEST_P(ScatterNdRandomTest, TensorFlowFormMatchesReference) {
+  for (uint64_t seed = 0; seed < 80; ++seed) {
+    absl::BitGen gen = SeededGen(ParamSeed() * 7919 + seed);
+    ExpectScatterNdMatchesReference(
+        RandomScatterNdCase(dtype(), reduce(), include_self(), /*axes_form=*/false, gen));
+  }
+}
+
+TEST_P(ScatterNdRandomTest, AxesFormMatchesReference) {
+  for (uint64_t seed = 0; seed < 80; ++seed) {
+    absl::BitGen gen = SeededGen(ParamSeed() * 7919 + seed + 300000);
+    ExpectScatterNdMatchesReference(
+        RandomScatterNdCase(dtype(), reduce(), include_self(), /*axes_form=*/true, gen));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, ScatterNdRandomTest,
+                         ::testing::Combine(::testing::ValuesIn(kAllDataTypes),
+                                            ::testing::ValuesIn(testing::kAllReductions),
+                                            ::testing::Bool()),
+                         testing::DtypeReductionParamName);
+
+// ---------------------------------------------------------------------------------------------
+// Large calls: ~1M addressed elements or more, so the kernels' parallel paths run.
+
+struct LargeLayout {
+  const char* name;
+  Shape target_shape;
+  Shape positions;
+  std::vector<int64_t> axes;
+  int64_t batch_dims;
+};
+
+NdLayout FromLarge(const LargeLayout& large) {
+  NdLayout layout;
+  layout.target_shape = large.target_shape;
+  layout.positions = large.positions;
+  layout.axes = large.axes;
+  layout.batch_dims = large.batch_dims;
+  const int64_t rank = static_cast<int64_t>(large.target_shape.size());
+  if (large.axes.empty()) {
+    // Every dimension but the last is a batch dimension or indexed: slices are the last one.
+    const int64_t k = rank - large.batch_dims - 1;
+    for (int64_t j = 0; j < k; ++j) {
+      layout.component_sizes.push_back(large.target_shape[large.batch_dims + j]);
+    }
+    layout.slice_shape =
+        Shape(large.target_shape.begin() + large.batch_dims + k, large.target_shape.end());
+  } else {
+    for (int64_t axis : large.axes) {
+      layout.component_sizes.push_back(large.target_shape[axis < 0 ? axis + rank : axis]);
+    }
+  }
+  return layout;
+}
+
+// The TensorFlow-form layouts here take slices of the last dimension ("elements": of size 1).
+const LargeLayout kLargeGatherLayouts[] = {
+    {"elements", {1024, 1024, 1}, {1 << 20}, {}, 0},
+    {"slices of 4096, batch_dims 1", {16, 64, 4096}, {16, 16}, {}, 1},
+    {"axes [-1]", {512, 2048}, {512, 2048}, {-1}, 0},
+    {"axes [2, 0]", {64, 128, 128}, {64, 128, 128}, {2, 0}, 0},
+};
+
+TEST(GatherNdLargeTest, MatchesReference) {
+  uint64_t seed = 0;
+  for (const LargeLayout& large : kLargeGatherLayouts) {
+    for (DataType dtype : {DataType::kFloat32, DataType::kInt16}) {
+      absl::BitGen gen = SeededGen(1000 + seed++);
+      const NdLayout layout = FromLarge(large);
+      SCOPED_TRACE(
+          absl::StrCat(large.name, " ", layout.Describe(), " ", std::string(DataTypeName(dtype))));
+      const Tensor input = RandomTensor(dtype, layout.target_shape, gen);
+      const Tensor index =
+          NdIndex(seed % 2 == 0 ? DataType::kInt32 : DataType::kInt64, layout.positions,
+                  layout.component_sizes,
+                  seed % 3 == 0 ? IndexPattern::kDuplicateHeavy : IndexPattern::kRandom, gen);
+      const absl::StatusOr<Tensor> expected =
+          ReferenceGatherNd(input.view(), index.view(), layout.axes, layout.batch_dims);
+      const absl::StatusOr<Tensor> actual = GatherNd(GatherNdArgs{.input = input.view(),
+                                                                  .index = index.view(),
+                                                                  .axes = layout.axes,
+                                                                  .batch_dims = layout.batch_dims});
+      ASSERT_TRUE(expected.ok()) << expected.status();
+      ASSERT_TRUE(actual.ok()) << actual.status();
+      ExpectTensorsNear(*actual, *expected);
+    }
+  }
+}
+
+const LargeLayout kLargeScatterLayouts[] = {
+    // 1M single-element updates onto 64k elements.
+    {"elements", {256, 256, 1}, {1 << 20}, {}, 0},
+    // 128 rows of 16384 onto 64 rows (2M updated elements).
+    {"rows of 16384", {64, 16384}, {128}, {}, 0},
+    // batch_dims 1, k 1: [64, 64] rows of 512 onto [64, 32, 512] (2M updated elements).
+    {"rows of 512, batch_dims 1", {64, 32, 512}, {64, 64}, {}, 1},
+    // Scatter along axis 0 in the axes form: 1M updates.
+    {"axes [0]", {1024, 1024}, {1024, 1024}, {0}, 0},
+    // 24 rows of 65536 onto 4 rows: slices large enough to be split themselves.
+    {"rows of 65536", {4, 65536}, {24}, {}, 0},
+};
+
+// Per reduction: every large layout, duplicate-heavy indices where the values allow (PROD's
+// products of ~250k factors would leave float range), float32 sources, and for ASSIGN and SUM
+// int64 sources too (ASSIGN's numbered 0, 1, 2, ... so that the last writer is unambiguous).
+// A large ScatterNd call on `large`. `zeros`: no input. int64 ASSIGN sources are numbered 0, 1, 2,
+// ... so that the last writer is unambiguous.
+ScatterNdCase LargeScatterNdCase(const LargeLayout& large, DataType dtype, Reduction reduce,
+                                 bool include_self, bool zeros, IndexPattern pattern,
+                                 DataType index_dtype, absl::BitGen& gen) {
+  ScatterNdCase c;
+  c.reduce = reduce;
+  c.include_self = include_self;
+  c.layout = FromLarge(large);
+  Shape source_shape = c.layout.positions;
+  source_shape.insert(source_shape.end(), c.layout.slice_shape.begin(), c.layout.slice_shape.end());
+  const testing::ValueOptions values = ValuesFor(reduce);
+  if (!zeros) {
+    c.input = MakeOperand(RandomTensor(dtype, c.layout.target_shape, gen, values), false);
+  }
+  c.index = MakeOperand(
+      NdIndex(index_dtype, c.layout.positions, c.layout.component_sizes, pattern, gen), false);
+  if (dtype == DataType::kInt64 && reduce == Reduction::kAssign) {
+    Tensor numbered(dtype, source_shape);
+    std::iota(numbered.data_as<int64_t>(), numbered.data_as<int64_t>() + numbered.numel(),
+              int64_t{0});
+    c.source = MakeOperand(std::move(numbered), false);
+  } else {
+    c.source = MakeOperand(RandomTensor(dtype, source_shape, gen, values), false);
+  }
+  c.description = absl::StrCat(large.name, " ", c.layout.Describe(), " ",
+                               std::string(DataTypeName(dtype)), " ", zeros ? "zeros " : "",
+                               testing::IndexPatternName(pattern), " include_self ", include_self);
+  return c;
+}
+
+void ExpectLargeScatterNdMatchesReference(const ScatterNdCase& c) {
+  SCOPED_TRACE(c.description);
+  // Quarter-step values keep sums exact; products and means round once or a few times.
+  testing::ExpectReductionResult("scatter_nd", c.source.tensor.dtype(), c.reduce,
+                                 /*max_terms=*/64, ScatterNd(c.Args()), c.Reference());
+}
+
+class ScatterNdLargeTest : public ::testing::TestWithParam<Reduction> {};
+
+TEST_P(ScatterNdLargeTest, MatchesReference) {
+  const Reduction reduce = GetParam();
+  uint64_t seed = 0;
+  for (const LargeLayout& large : kLargeScatterLayouts) {
+    for (DataType dtype : {DataType::kInt64, DataType::kFloat32}) {
+      ++seed;
+      if (dtype == DataType::kInt64 && reduce != Reduction::kAssign && reduce != Reduction::kSum) {
+        continue;
+      }
+      absl::BitGen gen = SeededGen(2000 + 100 * static_cast<uint64_t>(reduce) + seed);
+      ExpectLargeScatterNdMatchesReference(LargeScatterNdCase(
+          large, dtype, reduce, /*include_self=*/(seed + static_cast<uint64_t>(reduce)) % 2 == 0,
+          /*zeros=*/seed % 4 == 1,
+          reduce == Reduction::kProd ? IndexPattern::kRandom : IndexPattern::kDuplicateHeavy,
+          seed % 2 == 0 ? DataType::kInt32 : DataType::kInt64, gen));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, ScatterNdLargeTest, ::testing::ValuesIn(testing::kAllReductions),
+                         [](const ::testing::TestParamInfo<Reduction>& info) {
+                           return std::string(ReductionName(info.param));
+                         });
+
+// The kernels size their work split by the caller's task arena: in a 16-slot arena ScatterNd
+// deals destinations to 64 buckets whatever this machine's core count, the split a 16-core
+// server runs.
+TEST(ScatterNdArenaTest, SixteenSlotArenaMatchesReference) {
+  tbb::task_arena arena(16);
+  uint64_t seed = 0;
+  for (const LargeLayout& large : {kLargeScatterLayouts[0], kLargeScatterLayouts[2]}) {
+    for (Reduction reduce : {Reduction::kAssign, Reduction::kSum}) {
+      for (IndexPattern pattern : {IndexPattern::kDuplicateHeavy, IndexPattern::kRandom}) {
+        absl::BitGen gen = SeededGen(3000 + seed++);
+        const ScatterNdCase c =
+            LargeScatterNdCase(large, DataType::kInt64, reduce, /*include_self=*/seed % 2 == 0,
+                               /*zeros=*/false, pattern, DataType::kInt64, gen);
+        absl::StatusOr<Tensor> actual;
+        arena.execute([&] { actual = ScatterNd(c.Args()); });
+        SCOPED_TRACE(c.description);
+        testing::ExpectReductionResult("scatter_nd", DataType::kInt64, reduce, 1, actual,
+                                       c.Reference());
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SPEC's reference equalities.
+
+// idx[..., None]: the same data with a trailing dimension of size 1.
+TensorView WithTrailingOne(const TensorView& index) {
+  Shape shape = index.shape();
+  shape.push_back(1);
+  Shape strides = index.strides();
+  strides.push_back(1);
+  return TensorView(index.dtype(), shape, strides, index.data());
+}
+
+// A random Gather/Scatter-shaped call of rank 1-5: index within the input off the axis, and, when
+// `unique`, within it along the axis too with distinct values along every line.
+struct AlongAxisCase {
+  Shape input_shape;
+  Shape index_shape;
+  int64_t axis = 0;  // Possibly negative.
+  Tensor index;
+  std::string description;
+};
+
+AlongAxisCase RandomAlongAxisCase(absl::BitGen& gen, bool unique) {
+  AlongAxisCase c;
+  const int64_t rank = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, 5);
+  c.input_shape = RandomShape(gen, rank);
+  const int64_t axis = absl::Uniform<int64_t>(gen, 0, rank);
+  const int64_t axis_size = c.input_shape[axis];
+  c.index_shape = Shape(rank);
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d == axis) {
+      c.index_shape[d] = axis_size == 0 ? 0
+                         : unique ? absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, axis_size)
+                                  : absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, 5);
+    } else {
+      c.index_shape[d] =
+          absl::Bernoulli(gen, 0.6)
+              ? c.input_shape[d]
+              : absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, c.input_shape[d]);
+    }
+  }
+  IndexPattern pattern = unique ? IndexPattern::kUnique : RandomPattern(gen);
+  if (pattern == IndexPattern::kUnique && c.index_shape[axis] > axis_size) {
+    pattern = IndexPattern::kRandom;
+  }
+  const DataType index_dtype = absl::Bernoulli(gen, 0.5) ? DataType::kInt32 : DataType::kInt64;
+  c.index = RandomIndex(index_dtype, c.index_shape, axis, axis_size, pattern, gen);
+  c.axis = absl::Bernoulli(gen, 0.4) ? axis - rank : axis;
+  c.description =
+      absl::StrCat("input ", ShapeString(c.input_shape), " index ", ShapeString(c.index_shape), " ",
+                   std::string(DataTypeName(index_dtype)), " ", testing::IndexPatternName(pattern),
+                   " axis ", c.axis);
+  return c;
+}
+
+class NdEqualityTest : public ::testing::TestWithParam<DataType> {};
+
+// Gather(x, ax, idx) == GatherNd(x, idx[..., None], axes=[ax]).
+TEST_P(NdEqualityTest, GatherEqualsGatherNdWithOneAxis) {
+  for (uint64_t seed = 0; seed < 60; ++seed) {
+    absl::BitGen gen = SeededGen(static_cast<uint64_t>(GetParam()) * 31 + seed + 700000);
+    const AlongAxisCase c = RandomAlongAxisCase(gen, /*unique=*/false);
+    SCOPED_TRACE(c.description);
+    const Tensor input = RandomTensor(GetParam(), c.input_shape, gen, {.nan_fraction = 0.05});
+    const absl::StatusOr<Tensor> gathered =
+        Gather(GatherArgs{.input = input.view(), .index = c.index.view(), .axis = c.axis});
+    const absl::StatusOr<Tensor> gathered_nd = GatherNd(GatherNdArgs{
+        .input = input.view(), .index = WithTrailingOne(c.index.view()), .axes = {c.axis}});
+    ASSERT_TRUE(gathered.ok()) << gathered.status();
+    ASSERT_TRUE(gathered_nd.ok()) << gathered_nd.status();
+    ExpectTensorsNear(*gathered_nd, *gathered);
+  }
+}
+
+// Scatter(x, ax, idx, src, ASSIGN) == ScatterNd(x, idx[..., None], src, axes=[ax]) for idx unique
+// along ax; src may be larger than idx (its leading block is read by both).
+TEST_P(NdEqualityTest, ScatterAssignEqualsScatterNdWithOneAxis) {
+  for (uint64_t seed = 0; seed < 60; ++seed) {
+    absl::BitGen gen = SeededGen(static_cast<uint64_t>(GetParam()) * 31 + seed + 800000);
+    const AlongAxisCase c = RandomAlongAxisCase(gen, /*unique=*/true);
+    Shape source_shape = c.index_shape;
+    for (int64_t& size : source_shape) {
+      if (absl::Bernoulli(gen, 0.3))
+        size += absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, 2);
+    }
+    SCOPED_TRACE(absl::StrCat(c.description, " src ", ShapeString(source_shape)));
+    const Tensor input = RandomTensor(GetParam(), c.input_shape, gen, {.nan_fraction = 0.05});
+    const Tensor source = RandomTensor(GetParam(), source_shape, gen, {.nan_fraction = 0.05});
+    const absl::StatusOr<Tensor> scattered = Scatter(ScatterArgs{.input = input.view(),
+                                                                 .index = c.index.view(),
+                                                                 .source = source.view(),
+                                                                 .axis = c.axis,
+                                                                 .reduce = Reduction::kAssign});
+    const absl::StatusOr<Tensor> scattered_nd =
+        ScatterNd(ScatterNdArgs{.input = input.view(),
+                                .index = WithTrailingOne(c.index.view()),
+                                .source = source.view(),
+                                .axes = {c.axis},
+                                .reduce = Reduction::kAssign});
+    ASSERT_TRUE(scattered.ok()) << scattered.status();
+    ASSERT_TRUE(scattered_nd.ok()) << scattered_nd.status();
+    ExpectTensorsNear(*scattered_nd, *scattered);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, NdEqualityTest, ::testing::ValuesIn(kAllDataTypes), DtypeName);
+
+// Beyond SPEC's list, the same equality holds for every reduction and for duplicate indices,
+// since both ops define ASSIGN's duplicates as last-in-row-major-order.
+class NdScatterEqualityTest : public testing::DtypeReductionTest {};
+
+TEST_P(NdScatterEqualityTest, ScatterEqualsScatterNdWithOneAxis) {
+  if (!testing::ReductionDefined(dtype(), reduce())) GTEST_SKIP();
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    absl::BitGen gen = SeededGen(ParamSeed() * 131 + seed + 900000);
+    const AlongAxisCase c = RandomAlongAxisCase(gen, /*unique=*/false);
+    SCOPED_TRACE(c.description);
+    const testing::ValueOptions values = ValuesFor(reduce());
+    const Tensor input = RandomTensor(dtype(), c.input_shape, gen, values);
+    const Tensor source = RandomTensor(dtype(), c.index_shape, gen, values);
+    const absl::StatusOr<Tensor> scattered = Scatter(ScatterArgs{.input = input.view(),
+                                                                 .index = c.index.view(),
+                                                                 .source = source.view(),
+                                                                 .axis = c.axis,
+                                                                 .reduce = reduce(),
+                                                                 .include_self = include_self()});
+    const absl::StatusOr<Tensor> scattered_nd =
+        ScatterNd(ScatterNdArgs{.input = input.view(),
+                                .index = WithTrailingOne(c.index.view()),
+                                .source = source.view(),
+                                .axes = {c.axis},
+                                .reduce = reduce(),
+                                .include_self = include_self()});
+    ASSERT_TRUE(scattered.ok()) << scattered.status();
+    ASSERT_TRUE(scattered_nd.ok()) << scattered_nd.status();
+    ExpectTensorsNear(*scattered_nd, *scattered,
+                      ToleranceFor(dtype(), reduce(), Count(c.index_shape) + 1));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, NdScatterEqualityTest,
+                         ::testing::Combine(::testing::ValuesIn(kAllDataTypes),
+                                            ::testing::ValuesIn(testing::kAllReductions),
+                                            ::testing::Bool()),
+                         testing::DtypeReductionParamName);
+
+// ---------------------------------------------------------------------------------------------
+// Hand cases from the TensorFlow, Paddle and seeds/002 documentation.
+
+std::vector<double> Doubles(const absl::StatusOr<Tensor>& tensor) {
+  EXPECT_TRUE(tensor.ok()) << tensor.status();
+  if (!tensor.ok()) return {};
+  return ToDoubles(*tensor);
+}
+
+Shape ShapeOf(const absl::StatusOr<Tensor>& tensor) {
+  return tensor.ok() ? tensor->shape() : Shape{-1};
+}
+
+// GatherNd through the kernel, checked against the reference too.
+absl::StatusOr<Tensor> GatherNdChecked(const GatherNdArgs& args) {
+  absl::StatusOr<Tensor> actual = GatherNd(args);
+  const absl::StatusOr<Tensor> expected =
+      ReferenceGatherNd(args.input, args.index, args.axes, args.batch_dims);
+  EXPECT_EQ(actual.ok(), expected.ok()) << actual.status() << " vs " << expected.status();
+  if (actual.ok() && expected.ok()) ExpectTensorsNear(*actual, *expected);
+  return actual;
+}
+
+absl::StatusOr<Tensor> ScatterNdChecked(const ScatterNdArgs& args) {
+  absl::StatusOr<Tensor> actual = ScatterNd(args);
+  const absl::StatusOr<Tensor> expected =
+      ReferenceScatterNd(args.input, args.shape, args.index, args.source, args.axes,
+                         args.batch_dims, args.reduce, args.include_self);
+  EXPECT_EQ(actual.ok(), expected.ok()) << actual.status() << " vs " << expected.status();
+  if (actual.ok() && expected.ok()) {
+    ExpectTensorsNear(*actual, *expected,
+                      ToleranceFor(args.source.dtype(), args.reduce, args.index.numel() + 1));
+  }
+  return actual;
+}
+
+// The TensorFlow docs' letters as numbers: a=1, b=2, c=3, d=4; a0=10, b0=20, c0=30, d0=40,
+// a1=11, b1=21, c1=31, d1=41.
+TEST(GatherNdTest, TensorFlowDocExamples) {
+  const Tensor matrix = TensorFromValues(DataType::kFloat32, {2, 2}, {1, 2, 3, 4});
+  // tf.gather_nd([['a', 'b'], ['c', 'd']], [[0, 0], [1, 1]]) == ['a', 'd'].
+  const Tensor diagonal = IndexTensor({2, 2}, {0, 0, 1, 1});
+  absl::StatusOr<Tensor> out = GatherNdChecked({.input = matrix.view(), .index = diagonal.view()});
+  EXPECT_EQ(ShapeOf(out), Shape({2}));
+  EXPECT_EQ(Doubles(out), std::vector<double>({1, 4}));
+  // Indices [[1], [0]]: the rows swapped.
+  const Tensor rows = IndexTensor({2, 1}, {1, 0}, DataType::kInt32);
+  out = GatherNdChecked({.input = matrix.view(), .index = rows.view()});
+  EXPECT_EQ(ShapeOf(out), Shape({2, 2}));
+  EXPECT_EQ(Doubles(out), std::vector<double>({3, 4, 1, 2}));
+  // Indices [[1]]: [['c', 'd']].
+  const Tensor one_row = IndexTensor({1, 1}, {1});
+  out = GatherNdChecked({.input = matrix.view(), .index = one_row.view()});
+  EXPECT_EQ(ShapeOf(out), Shape({1, 2}));
+  EXPECT_EQ(Doubles(out), std::vector<double>({3, 4}));
+  // Indices [[[0, 0]], [[0, 1]]] on a matrix: [['a'], ['b']].
+  const Tensor nested = IndexTensor({2, 1, 2}, {0, 0, 0, 1});
+  out = GatherNdChecked({.input = matrix.view(), .index = nested.view()});
+  EXPECT_EQ(ShapeOf(out), Shape({2, 1}));
+  EXPECT_EQ(Doubles(out), std::vector<double>({1, 2}));
+
+  const Tensor cube =
+      TensorFromValues(DataType::kFloat32, {2, 2, 2}, {10, 20, 30, 40, 11, 21, 31, 41});
+  // Indices [[1]]: [[['a1', 'b1'], ['c1', 'd1']]].
+  out = GatherNdChecked({.input = cube.view(), .index = one_row.view()});
+  EXPECT_EQ(ShapeOf(out), Shape({1, 2, 2}));
+  EXPECT_EQ(Doubles(out), std::vector<double>({11, 21, 31, 41}));
+  // Indices [[0, 1], [1, 0]]: [['c0', 'd0'], ['a1', 'b1']].
+  const Tensor pairs = IndexTensor({2, 2}, {0, 1, 1, 0});
+  out = GatherNdChecked({.input = cube.view(), .index = pairs.view()});
+  EXPECT_EQ(ShapeOf(out), Shape({2, 2}));
+  EXPECT_EQ(Doubles(out), std::vector<double>({30, 40, 11, 21}));
+  // Indices [[0, 0, 1], [1, 0, 1]]: ['b0', 'b1'].
+  const Tensor triples = IndexTensor({2, 3}, {0, 0, 1, 1, 0, 1});
+  out = GatherNdChecked({.input = cube.view(), .index = triples.view()});
+  EXPECT_EQ(ShapeOf(out), Shape({2}));
+  EXPECT_EQ(Doubles(out), std::vector<double>({20, 21}));
+}
+
+TEST(GatherNdTest, TensorFlowBatchDimsExamples) {
+  const Tensor cube =
+      TensorFromValues(DataType::kInt32, {2, 2, 2}, {10, 20, 30, 40, 11, 21, 31, 41});
+  // tf.gather_nd(indices=[[1], [0]], params=cube, batch_dims=1) == [['c0', 'd0'], ['a1', 'b1']].
+  const Tensor rows = IndexTensor({2, 1}, {1, 0});
+  absl::StatusOr<Tensor> out =
+      GatherNdChecked({.input = cube.view(), .index = rows.view(), .batch_dims = 1});
+  EXPECT_EQ(ShapeOf(out), Shape({2, 2}));
+  EXPECT_EQ(Doubles(out), std::vector<double>({30, 40, 11, 21}));
+  // indices=[[[1]], [[0]]]: [[['c0', 'd0']], [['a1', 'b1']]].
+  const Tensor nested = IndexTensor({2, 1, 1}, {1, 0});
+  out = GatherNdChecked({.input = cube.view(), .index = nested.view(), .batch_dims = 1});
+  EXPECT_EQ(ShapeOf(out), Shape({2, 1, 2}));
+  EXPECT_EQ(Doubles(out), std::vector<double>({30, 40, 11, 21}));
+  // indices=[[[1, 0]], [[0, 1]]]: [['c0'], ['b1']].
+  const Tensor pairs = IndexTensor({2, 1, 2}, {1, 0, 0, 1});
+  out = GatherNdChecked({.input = cube.view(), .index = pairs.view(), .batch_dims = 1});
+  EXPECT_EQ(ShapeOf(out), Shape({2, 1}));
+  EXPECT_EQ(Doubles(out), std::vector<double>({30, 21}));
+  // batch_dims = 2 with k = 1: per (i, j), element idx[i, j, 0] of cube[i, j].
+  const Tensor last = IndexTensor({2, 2, 1}, {1, 0, -1, -2});
+  out = GatherNdChecked({.input = cube.view(), .index = last.view(), .batch_dims = 2});
+  EXPECT_EQ(ShapeOf(out), Shape({2, 2}));
+  EXPECT_EQ(Doubles(out), std::vector<double>({20, 30, 21, 31}));
+}
+
+TEST(GatherNdTest, PaddleDocExample) {
+  // x = [[[1, 2], [3, 4], [5, 6]], [[7, 8], [9, 10], [11, 12]]]
+  const Tensor x =
+      TensorFromValues(DataType::kInt64, {2, 3, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  const Tensor first = IndexTensor({1, 1}, {1});
+  absl::StatusOr<Tensor> out = GatherNdChecked({.input = x.view(), .index = first.view()});
+  EXPECT_EQ(ShapeOf(out), Shape({1, 3, 2}));
+  EXPECT_EQ(Doubles(out), std::vector<double>({7, 8, 9, 10, 11, 12}));
+  const Tensor second = IndexTensor({1, 2}, {0, 2});
+  out = GatherNdChecked({.input = x.view(), .index = second.view()});
+  EXPECT_EQ(ShapeOf(out), Shape({1, 2}));
+  EXPECT_EQ(Doubles(out), std::vector<double>({5, 6}));
+  const Tensor third = IndexTensor({1, 3}, {1, 2, 1});
+  out = GatherNdChecked({.input = x.view(), .index = third.view()});
+  EXPECT_EQ(ShapeOf(out), Shape({1}));
+  EXPECT_EQ(Doubles(out), std::vector<double>({12}));
+}
+
+TEST(GatherNdTest, EmptyCoordinatesTakeWholeSlices) {
+  // k = 0: every row of B takes all of x (TensorFlow and ONNX allow it).
+  const Tensor x = TensorFromValues(DataType::kFloat64, {2, 2}, {1, 2, 3, 4});
+  const Tensor none = IndexTensor({3, 0}, {});
+  absl::StatusOr<Tensor> out = GatherNdChecked({.input = x.view(), .index = none.view()});
+  EXPECT_EQ(ShapeOf(out), Shape({3, 2, 2}));
+  EXPECT_EQ(Doubles(out), std::vector<double>({1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4}));
+  // A scalar input with k = 0.
+  const Tensor scalar = TensorFromValues(DataType::kFloat64, {}, {7});
+  out = GatherNdChecked({.input = scalar.view(), .index = none.view()});
+  EXPECT_EQ(ShapeOf(out), Shape({3}));
+  EXPECT_EQ(Doubles(out), std::vector<double>({7, 7, 7}));
+  // A rank-1 index with k = 0 returns x itself.
+  const Tensor empty_row = IndexTensor({0}, {});
+  out = GatherNdChecked({.input = x.view(), .index = empty_row.view()});
+  EXPECT_EQ(ShapeOf(out), Shape({2, 2}));
+  EXPECT_EQ(Doubles(out), std::vector<double>({1, 2, 3, 4}));
+}
+
+TEST(GatherNdTest, NegativeIndicesCountFromTheEnd) {
+  const Tensor x = TensorFromValues(DataType::kUInt8, {2, 3}, {1, 2, 3, 4, 5, 6});
+  const Tensor index = IndexTensor({3, 2}, {-1, -1, -2, 0, 1, -3}, DataType::kInt32);
+  EXPECT_EQ(Doubles(GatherNdChecked({.input = x.view(), .index = index.view()})),
+            std::vector<double>({6, 1, 4}));
+}
+
+TEST(GatherNdTest, EmptyPositionsAndEmptySlices) {
+  const Tensor x = TensorFromValues(DataType::kFloat32, {2, 3}, {1, 2, 3, 4, 5, 6});
+  const Tensor no_rows = IndexTensor({0, 1}, {});
+  absl::StatusOr<Tensor> out = GatherNdChecked({.input = x.view(), .index = no_rows.view()});
+  EXPECT_EQ(ShapeOf(out), Shape({0, 3}));
+  const Tensor empty_x = Tensor::Zeros(DataType::kFloat32, {2, 0});
+  const Tensor rows = IndexTensor({2, 1}, {1, -2});
+  out = GatherNdChecked({.input = empty_x.view(), .index = rows.view()});
+  EXPECT_EQ(ShapeOf(out), Shape({2, 0}));
+  // An empty addressed axis admits no index value, but no rows means nothing to check.
+  const Tensor empty_rows = Tensor::Zeros(DataType::kFloat32, {0, 3});
+  out = GatherNdChecked({.input = empty_rows.view(), .index = no_rows.view()});
+  EXPECT_EQ(ShapeOf(out), Shape({0, 3}));
+}
+
+// seeds/002: A = range(12).reshape([4, 3]), index = [[0, 1, 1], [3, 2, 0]];
+// gather_nd(dims=[d], input=A, index=index.unsqueeze(-1)) is gather(A, dim=d, index).
+TEST(GatherNdTest, SeedGatherNdWithDims) {
+  const Tensor a =
+      TensorFromValues(DataType::kFloat32, {4, 3}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  const Tensor index = IndexTensor({2, 3, 1}, {0, 1, 1, 3, 2, 0});
+  absl::StatusOr<Tensor> b1 =
+      GatherNdChecked({.input = a.view(), .index = index.view(), .axes = {0}});
+  EXPECT_EQ(ShapeOf(b1), Shape({2, 3}));
+  EXPECT_EQ(Doubles(b1), std::vector<double>({0, 4, 5, 9, 7, 2}));
+  const Tensor columns = IndexTensor({2, 3, 1}, {0, 1, 1, 0, 2, 0});
+  absl::StatusOr<Tensor> b2 =
+      GatherNdChecked({.input = a.view(), .index = columns.view(), .axes = {-1}});
+  EXPECT_EQ(Doubles(b2), std::vector<double>({0, 1, 1, 3, 5, 3}));
+  // Two dims, listed in reverse: out[i, j] = A[index[i, j, 1], index[i, j, 0]].
+  const Tensor both = IndexTensor({2, 2, 2}, {2, 3, 0, 0, 1, 1, -1, -4});
+  absl::StatusOr<Tensor> b3 =
+      GatherNdChecked({.input = a.view(), .index = both.view(), .axes = {1, 0}});
+  EXPECT_EQ(ShapeOf(b3), Shape({2, 2}));
+  EXPECT_EQ(Doubles(b3), std::vector<double>({11, 0, 4, 2}));
+  // B smaller than A off the indexed axis: only A's leading columns are addressed.
+  const Tensor narrow = IndexTensor({1, 2, 1}, {3, 1});
+  absl::StatusOr<Tensor> b4 =
+      GatherNdChecked({.input = a.view(), .index = narrow.view(), .axes = {0}});
+  EXPECT_EQ(ShapeOf(b4), Shape({1, 2}));
+  EXPECT_EQ(Doubles(b4), std::vector<double>({9, 4}));
+}
+
+TEST(ScatterNdTest, SeedScatterNdWithDims) {
+  // C = zeros(4, 3); scatter(C, dim=0, index, src=B_1) == scatter_nd(dims=[0], ...).
+  const Tensor c = Tensor::Zeros(DataType::kFloat32, {4, 3});
+  const Tensor index = IndexTensor({2, 3, 1}, {0, 1, 1, 3, 2, 0});
+  const Tensor b1 = TensorFromValues(DataType::kFloat32, {2, 3}, {0, 4, 5, 9, 7, 2});
+  const std::vector<double> b3 = {0, 0, 2, 0, 4, 5, 0, 7, 0, 9, 0, 0};
+  EXPECT_EQ(Doubles(ScatterNdChecked(
+                {.input = c.view(), .index = index.view(), .source = b1.view(), .axes = {0}})),
+            b3);
+  // The same with the input absent: zeros of `shape`.
+  EXPECT_EQ(Doubles(ScatterNdChecked(
+                {.shape = {4, 3}, .index = index.view(), .source = b1.view(), .axes = {0}})),
+            b3);
+}
+
+TEST(ScatterNdTest, TensorFlowDocExamples) {
+  const Tensor zeros = Tensor::Zeros(DataType::kInt32, {8});
+  const Tensor index = IndexTensor({4, 1}, {4, 3, 1, 7});
+  const Tensor updates = TensorFromValues(DataType::kInt32, {4}, {9, 10, 11, 12});
+  // tf.scatter_nd(indices, updates, shape=[8]).
+  EXPECT_EQ(
+      Doubles(ScatterNdChecked({.shape = {8}, .index = index.view(), .source = updates.view()})),
+      std::vector<double>({0, 11, 0, 10, 9, 0, 0, 12}));
+  // tf.tensor_scatter_nd_update / _add / _max / _min on [1..8].
+  const Tensor tensor = TensorFromValues(DataType::kInt32, {8}, {1, 2, 3, 4, 5, 6, 7, 8});
+  ScatterNdArgs args{.input = tensor.view(), .index = index.view(), .source = updates.view()};
+  EXPECT_EQ(Doubles(ScatterNdChecked(args)), std::vector<double>({1, 11, 3, 10, 9, 6, 7, 12}));
+  args.reduce = Reduction::kSum;
+  EXPECT_EQ(Doubles(ScatterNdChecked(args)), std::vector<double>({1, 13, 3, 14, 14, 6, 7, 20}));
+  const Tensor mixed = TensorFromValues(DataType::kInt32, {4}, {4, 10, -1, 12});
+  args.source = mixed.view();
+  args.reduce = Reduction::kAmax;
+  EXPECT_EQ(Doubles(ScatterNdChecked(args)), std::vector<double>({1, 2, 3, 10, 5, 6, 7, 12}));
+  args.reduce = Reduction::kAmin;
+  EXPECT_EQ(Doubles(ScatterNdChecked(args)), std::vector<double>({1, -1, 3, 4, 4, 6, 7, 8}));
+  // tf.scatter_nd with slices: indices [[0], [2]] put two 4x4 blocks into a 4x4x4 zeros.
+  std::vector<double> blocks(32);
+  std::iota(blocks.begin(), blocks.end(), 1.0);
+  const Tensor block_updates = TensorFromValues(DataType::kFloat32, {2, 4, 4}, blocks);
+  const Tensor block_index = IndexTensor({2, 1}, {0, 2});
+  absl::StatusOr<Tensor> out = ScatterNdChecked(
+      {.shape = {4, 4, 4}, .index = block_index.view(), .source = block_updates.view()});
+  EXPECT_EQ(ShapeOf(out), Shape({4, 4, 4}));
+  std::vector<double> expected(64, 0.0);
+  std::iota(expected.begin(), expected.begin() + 16, 1.0);
+  std::iota(expected.begin() + 32, expected.begin() + 48, 17.0);
+  EXPECT_EQ(Doubles(out), expected);
+}
+
+TEST(ScatterNdTest, PaddleScatterNdAddDocExamples) {
+  // Case 1: ref = [0, 1, 2, 3, 4, 5], index = [[1], [2], [3], [1]], updates = [9, 10, 11, 12]
+  // -> [0, 22, 12, 14, 4, 5].
+  const Tensor ref = TensorFromValues(DataType::kFloat32, {6}, {0, 1, 2, 3, 4, 5});
+  const Tensor index = IndexTensor({4, 1}, {1, 2, 3, 1});
+  const Tensor updates = TensorFromValues(DataType::kFloat32, {4}, {9, 10, 11, 12});
+  EXPECT_EQ(Doubles(ScatterNdChecked({.input = ref.view(),
+                                      .index = index.view(),
+                                      .source = updates.view(),
+                                      .reduce = Reduction::kSum})),
+            std::vector<double>({0, 22, 12, 14, 4, 5}));
+  // Case 2: ref = [[65, 17], [-14, -25]], index = [[], []], updates =
+  // [[[-1, -2], [1, 2]], [[3, 4], [-3, -4]]] -> [[67, 19], [-16, -27]].
+  const Tensor ref2 = TensorFromValues(DataType::kInt64, {2, 2}, {65, 17, -14, -25});
+  const Tensor empty_rows = IndexTensor({2, 0}, {});
+  const Tensor updates2 =
+      TensorFromValues(DataType::kInt64, {2, 2, 2}, {-1, -2, 1, 2, 3, 4, -3, -4});
+  EXPECT_EQ(Doubles(ScatterNdChecked({.input = ref2.view(),
+                                      .index = empty_rows.view(),
+                                      .source = updates2.view(),
+                                      .reduce = Reduction::kSum})),
+            std::vector<double>({67, 19, -16, -27}));
+}
+
+// paddle.scatter_nd_add(x[3, 5, 9, 10], index [[1, 1], [0, 1], [1, 3]], updates[3, 9, 10]) and
+// paddle.scatter_nd(index, updates, shape=[3, 5, 9, 10]): x, updates numbered.
+TEST(ScatterNdTest, PaddleScatterNdAddAndScatterNdShapes) {
+  std::vector<double> x_values(3 * 5 * 9 * 10);
+  std::iota(x_values.begin(), x_values.end(), 0.0);
+  std::vector<double> update_values(3 * 9 * 10);
+  std::iota(update_values.begin(), update_values.end(), 10000.0);
+  const Tensor x = TensorFromValues(DataType::kFloat64, {3, 5, 9, 10}, x_values);
+  const Tensor updates = TensorFromValues(DataType::kFloat64, {3, 9, 10}, update_values);
+  const Tensor index = IndexTensor({3, 2}, {1, 1, 0, 1, 1, 3});
+  const int64_t targets[] = {1 * 5 + 1, 0 * 5 + 1, 1 * 5 + 3};
+  std::vector<double> added = x_values;
+  std::vector<double> scattered(x_values.size(), 0.0);
+  for (int64_t row = 0; row < 3; ++row) {
+    for (int64_t e = 0; e < 90; ++e) {
+      added[targets[row] * 90 + e] += update_values[row * 90 + e];
+      scattered[targets[row] * 90 + e] += update_values[row * 90 + e];
+    }
+  }
+  absl::StatusOr<Tensor> out = ScatterNdChecked({.input = x.view(),
+                                                 .index = index.view(),
+                                                 .source = updates.view(),
+                                                 .reduce = Reduction::kSum});
+  EXPECT_EQ(ShapeOf(out), Shape({3, 5, 9, 10}));
+  EXPECT_EQ(Doubles(out), added);
+  out = ScatterNdChecked({.shape = {3, 5, 9, 10},
+                          .index = index.view(),
+                          .source = updates.view(),
+                          .reduce = Reduction::kSum});
+  EXPECT_EQ(Doubles(out), scattered);
+}
+
+TEST(ScatterNdTest, AssignDuplicatesLastWriterWins) {
+  const Tensor x = TensorFromValues(DataType::kFloat32, {2, 2}, {0, 0, 0, 0});
+  const Tensor index = IndexTensor({2, 2, 2}, {1, 1, 0, 0, -1, -1, 1, 1});
+  const Tensor source = TensorFromValues(DataType::kFloat32, {2, 2}, {1, 2, 3, 4});
+  EXPECT_EQ(Doubles(ScatterNdChecked(
+                {.input = x.view(), .index = index.view(), .source = source.view()})),
+            std::vector<double>({2, 0, 0, 4}));
+  // Slices: rows 0, 1, 0 -> row 0 from the third slice.
+  const Tensor rows = IndexTensor({3, 1}, {0, 1, -2});
+  const Tensor slices = TensorFromValues(DataType::kFloat32, {3, 2}, {1, 2, 3, 4, 5, 6});
+  EXPECT_EQ(
+      Doubles(ScatterNdChecked({.input = x.view(), .index = rows.view(), .source = slices.view()})),
+      std::vector<double>({5, 6, 3, 4}));
+}
+
+TEST(ScatterNdTest, IncludeSelfAndMean) {
+  const Tensor x = TensorFromValues(DataType::kInt32, {3}, {-3, 5, 7});
+  const Tensor index = IndexTensor({3, 1}, {0, 1, 1});
+  const Tensor source = TensorFromValues(DataType::kInt32, {3}, {-4, 2, 4});
+  ScatterNdArgs args{.input = x.view(),
+                     .index = index.view(),
+                     .source = source.view(),
+                     .reduce = Reduction::kMean};
+  // PyTorch: the mean of -3 and -4 is -4; (5 + 2 + 4) / 3 floors to 3.
+  EXPECT_EQ(Doubles(ScatterNdChecked(args)), std::vector<double>({-4, 3, 7}));
+  args.include_self = false;
+  EXPECT_EQ(Doubles(ScatterNdChecked(args)), std::vector<double>({-4, 3, 7}));
+  args.reduce = Reduction::kProd;
+  EXPECT_EQ(Doubles(ScatterNdChecked(args)), std::vector<double>({-4, 8, 7}));
+  args.include_self = true;
+  EXPECT_EQ(Doubles(ScatterNdChecked(args)), std::vector<double>({12, 40, 7}));
+  // Zeros of `shape` without include_self: the untouched element stays 0.
+  EXPECT_EQ(Doubles(ScatterNdChecked({.shape = {3},
+                                      .index = index.view(),
+                                      .source = source.view(),
+                                      .reduce = Reduction::kAmin,
+                                      .include_self = false})),
+            std::vector<double>({-4, 2, 0}));
+}
+
+TEST(ScatterNdTest, AmaxAminPropagateNan) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor x = TensorFromValues(DataType::kFloat32, {3}, {nan, 1, 1});
+  const Tensor index = IndexTensor({3, 1}, {0, 1, 2});
+  const Tensor source = TensorFromValues(DataType::kFloat32, {3}, {5, nan, 0});
+  for (Reduction reduce : {Reduction::kAmax, Reduction::kAmin}) {
+    const std::vector<double> out = Doubles(ScatterNdChecked(
+        {.input = x.view(), .index = index.view(), .source = source.view(), .reduce = reduce}));
+    ASSERT_EQ(out.size(), 3u);
+    EXPECT_TRUE(std::isnan(out[0]));
+    EXPECT_TRUE(std::isnan(out[1]));
+    EXPECT_EQ(out[2], reduce == Reduction::kAmax ? 1 : 0);
+  }
+}
+
+TEST(ScatterNdTest, BoolReductionsAreLogical) {
+  const Tensor x = TensorFromValues(DataType::kBool, {4}, {0, 1, 0, 1});
+  const Tensor index = IndexTensor({4, 1}, {0, 0, 1, 1});
+  const Tensor source = TensorFromValues(DataType::kBool, {4}, {1, 0, 0, 0});
+  ScatterNdArgs args{.input = x.view(), .index = index.view(), .source = source.view()};
+  args.reduce = Reduction::kSum;
+  EXPECT_EQ(Doubles(ScatterNdChecked(args)), std::vector<double>({1, 1, 0, 1}));
+  args.reduce = Reduction::kProd;
+  EXPECT_EQ(Doubles(ScatterNdChecked(args)), std::vector<double>({0, 0, 0, 1}));
+  args.reduce = Reduction::kAmax;
+  EXPECT_EQ(Doubles(ScatterNdChecked(args)), std::vector<double>({1, 1, 0, 1}));
+  args.reduce = Reduction::kAmin;
+  EXPECT_EQ(Doubles(ScatterNdChecked(args)), std::vector<double>({0, 0, 0, 1}));
+}
+
+TEST(ScatterNdTest, HalfPrecisionSumsAccumulateInFloat32) {
+  // 2048 + 1 + 1 in float16: rounding per step would stay at 2048; float32 accumulation gives 2050.
+  for (DataType dtype : {DataType::kFloat16, DataType::kBFloat16}) {
+    const double big = dtype == DataType::kFloat16 ? 2048 : 256;
+    const Tensor x = TensorFromValues(dtype, {1}, {big});
+    const Tensor index = IndexTensor({2, 1}, {0, 0});
+    const Tensor source = TensorFromValues(dtype, {2}, {1, 1});
+    EXPECT_EQ(Doubles(ScatterNdChecked({.input = x.view(),
+                                        .index = index.view(),
+                                        .source = source.view(),
+                                        .reduce = Reduction::kSum})),
+              std::vector<double>({big + 2}))
+        << DataTypeName(dtype);
+  }
+}
+
+TEST(ScatterNdTest, ScalarTargets) {
+  // TensorFlow form with k = 0 on a rank-0 input: every row updates the one element.
+  const Tensor x = TensorFromValues(DataType::kFloat32, {}, {1});
+  const Tensor none = IndexTensor({3, 0}, {});
+  const Tensor source = TensorFromValues(DataType::kFloat32, {3}, {2, 3, 4});
+  absl::StatusOr<Tensor> out = ScatterNdChecked({.input = x.view(),
+                                                 .index = none.view(),
+                                                 .source = source.view(),
+                                                 .reduce = Reduction::kSum});
+  EXPECT_EQ(ShapeOf(out), Shape({}));
+  EXPECT_EQ(Doubles(out), std::vector<double>({10}));
+  // Without an input, shape = [] is a rank-0 zeros (tf.scatter_nd(indices, updates, shape=[])).
+  out =
+      ScatterNdChecked({.index = none.view(), .source = source.view(), .reduce = Reduction::kSum});
+  EXPECT_EQ(ShapeOf(out), Shape({}));
+  EXPECT_EQ(Doubles(out), std::vector<double>({9}));
+  // Axes form on a rank-0 input: the scalar acts as shape [1]; index [k = 1], B = [].
+  const Tensor at = IndexTensor({1}, {-1});
+  const Tensor five = TensorFromValues(DataType::kFloat32, {}, {5});
+  for (const int64_t axis : {0, -1}) {
+    out = ScatterNdChecked({.input = x.view(),
+                            .index = at.view(),
+                            .source = five.view(),
+                            .axes = {axis},
+                            .reduce = Reduction::kProd});
+    EXPECT_EQ(ShapeOf(out), Shape({}));
+    EXPECT_EQ(Doubles(out), std::vector<double>({5}));
+  }
+}
+
+TEST(GatherNdTest, ScalarInputInTheAxesForm) {
+  // Like Gather on a scalar: Gather(x, 0, idx) == GatherNd(x, idx[..., None], axes=[0]).
+  const Tensor x = TensorFromValues(DataType::kInt8, {}, {-7});
+  const Tensor at = IndexTensor({1}, {0}, DataType::kInt32);
+  for (const int64_t axis : {0, -1}) {
+    absl::StatusOr<Tensor> out =
+        GatherNdChecked({.input = x.view(), .index = at.view(), .axes = {axis}});
+    EXPECT_EQ(ShapeOf(out), Shape({}));
+    EXPECT_EQ(Doubles(out), std::vector<double>({-7}));
+  }
+  const Tensor scalar_index = IndexTensor({}, {-1});
+  EXPECT_EQ(Doubles(Gather(GatherArgs{.input = x.view(), .index = scalar_index.view()})),
+            Doubles(GatherNdChecked({.input = x.view(), .index = at.view(), .axes = {0}})));
+}
+
+// Zero-stride views: every index row is the same (the most duplicated index there is), and a
+// broadcast input.
+TEST(ScatterNdTest, BroadcastViews) {
+  const Tensor row = IndexTensor({1, 1}, {2});
+  const TensorView same_rows(DataType::kInt64, Shape{5, 1}, Shape{0, 1}, row.data());
+  const Tensor x = TensorFromValues(DataType::kInt32, {4}, {1, 1, 1, 1});
+  const Tensor source = TensorFromValues(DataType::kInt32, {5}, {3, 1, 4, 1, 5});
+  EXPECT_EQ(
+      Doubles(ScatterNdChecked({.input = x.view(), .index = same_rows, .source = source.view()})),
+      std::vector<double>({1, 1, 5, 1}));
+  EXPECT_EQ(Doubles(ScatterNdChecked({.input = x.view(),
+                                      .index = same_rows,
+                                      .source = source.view(),
+                                      .reduce = Reduction::kSum})),
+            std::vector<double>({1, 1, 15, 1}));
+  const Tensor one = TensorFromValues(DataType::kInt32, {}, {9});
+  const TensorView nines(DataType::kInt32, Shape{4}, Shape{0}, one.data());
+  EXPECT_EQ(Doubles(ScatterNdChecked({.input = nines,
+                                      .index = same_rows,
+                                      .source = source.view(),
+                                      .reduce = Reduction::kAmin})),
+            std::vector<double>({9, 9, 1, 9}));
+  EXPECT_EQ(Doubles(GatherNdChecked({.input = nines, .index = same_rows})),
+            std::vector<double>({9, 9, 9, 9, 9}));
+}
+
+TEST(ScatterNdTest, InputIsNotModified) {
+  const Tensor x = TensorFromValues(DataType::kInt16, {2, 3}, {1, 2, 3, 4, 5, 6});
+  const Tensor before = x.Clone();
+  const Tensor index = IndexTensor({2, 2}, {0, 0, 1, 2});
+  const Tensor source = TensorFromValues(DataType::kInt16, {2}, {7, 8});
+  EXPECT_EQ(Doubles(ScatterNdChecked({.input = x.view(),
+                                      .index = index.view(),
+                                      .source = source.view(),
+                                      .reduce = Reduction::kSum})),
+            std::vector<double>({8, 2, 3, 4, 5, 14}));
+  ExpectTensorsNear(x, before);
+}
+
+TEST(NdPlanTest, TwoPhasePlanAndRun) {
+  const Tensor x = TensorFromValues(DataType::kFloat32, {2, 3, 4}, std::vector<double>(24, 1));
+  const Tensor index = IndexTensor({2, 5, 1}, {0, 1, 2, 0, 1, 2, 1, 0, 2, 1});
+  absl::StatusOr<NdPlan> plan =
+      PlanGatherNd({.input = x.view(), .index = index.view(), .batch_dims = 1});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->op, "gather_nd");
+  EXPECT_EQ(plan->result_dtype, DataType::kFloat32);
+  EXPECT_EQ(plan->result_shape, Shape({2, 5, 4}));
+  EXPECT_EQ(plan->slice_size, 4);
+  EXPECT_EQ(plan->component_axes, Shape({1}));
+  EXPECT_EQ(plan->component_sizes, Shape({3}));
+  Tensor out(plan->result_dtype, plan->result_shape);
+  EXPECT_TRUE(cpu::GatherNd(*plan, out.mutable_view()).ok());
+  EXPECT_EQ(ToDoubles(out), std::vector<double>(40, 1));
+
+  const Tensor source = TensorFromValues(DataType::kFloat32, {2, 5, 4}, std::vector<double>(40, 1));
+  absl::StatusOr<NdPlan> scatter_plan = PlanScatterNd({.shape = {2, 3, 4},
+                                                       .index = index.view(),
+                                                       .source = source.view(),
+                                                       .batch_dims = 1,
+                                                       .reduce = Reduction::kSum});
+  ASSERT_TRUE(scatter_plan.ok()) << scatter_plan.status();
+  EXPECT_EQ(scatter_plan->op, "scatter_nd");
+  EXPECT_EQ(scatter_plan->result_shape, Shape({2, 3, 4}));
+  Tensor scattered(scatter_plan->result_dtype, scatter_plan->result_shape);
+  EXPECT_TRUE(cpu::ScatterNd(*scatter_plan, scattered.mutable_view()).ok());
+  // Batch 0 sends rows 0, 1, 2, 0, 1; batch 1 rows 2, 1, 0, 2, 1.
+  std::vector<double> expected;
+  for (double count : {2, 2, 1, 1, 2, 2}) expected.insert(expected.end(), 4, count);
+  EXPECT_EQ(ToDoubles(scattered), expected);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors: INVALID_ARGUMENT naming the op, the argument, the value and the rule. The reference
+// rejects the same inputs.
+
+absl::Status GatherNdError(const GatherNdArgs& args) {
+  EXPECT_FALSE(ReferenceGatherNd(args.input, args.index, args.axes, args.batch_dims).ok())
+      << "the reference accepts this input";
+  absl::StatusOr<Tensor> out = GatherNd(args);
+  EXPECT_FALSE(out.ok()) << "the kernel accepts this input";
+  if (out.ok()) return absl::OkStatus();
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  return out.status();
+}
+
+absl::Status ScatterNdError(const ScatterNdArgs& args) {
+  EXPECT_FALSE(ReferenceScatterNd(args.input, args.shape, args.index, args.source, args.axes,
+                                  args.batch_dims, args.reduce, args.include_self)
+                   .ok())
+      << "the reference accepts this input";
+  absl::StatusOr<Tensor> out = ScatterNd(args);
+  EXPECT_FALSE(out.ok()) << "the kernel accepts this input";
+  if (out.ok()) return absl::OkStatus();
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  return out.status();
+}
+
+void ExpectMessageHas(const absl::Status& status, const std::vector<std::string>& parts) {
+  for (const std::string& part : parts) EXPECT_THAT(status.message(), HasSubstr(part));
+}
+
+TEST(NdErrorTest, IndexOutOfRangeNamesTheFirstOffenderAndItsAxis) {
+  const Tensor x = Tensor::Zeros(DataType::kFloat32, {4, 5, 6});
+  // TensorFlow form, batch_dims 1: coordinate j addresses axis 1 + j.
+  const Tensor index = IndexTensor({4, 2, 2},
+                                   {0, 0, 1, 1, 2, 2, 3, 3,  //
+                                    4, 6, -5, 0, 9, 9, 0, 0},
+                                   DataType::kInt32);
+  EXPECT_EQ(GatherNdError({.input = x.view(), .index = index.view(), .batch_dims = 1}).message(),
+            "gather_nd: index[2, 0, 1] = 6 is out of range for axis 2 of input with size 6 "
+            "(expected -6 <= index < 6)");
+  // batch_dims 0: the same values address axes 0 and 1.
+  const Tensor flat = IndexTensor({3, 2}, {3, -5, -5, 0, 9, 9});
+  EXPECT_EQ(GatherNdError({.input = x.view(), .index = flat.view()}).message(),
+            "gather_nd: index[1, 0] = -5 is out of range for axis 0 of input with size 4 "
+            "(expected -4 <= index < 4)");
+  // Axes form: coordinate j addresses axes[j].
+  const Tensor axes_index = IndexTensor({1, 2, 1, 2}, {0, 4, 5, -7});
+  EXPECT_EQ(
+      GatherNdError({.input = x.view(), .index = axes_index.view(), .axes = {-1, 1}}).message(),
+      "gather_nd: index[0, 1, 0, 1] = -7 is out of range for axis 1 of input with size 5 "
+      "(expected -5 <= index < 5)");
+  // ScatterNd, every reduction, with and without an input.
+  const Tensor source = Tensor::Zeros(DataType::kFloat32, {3, 6});
+  for (Reduction reduce : testing::kAllReductions) {
+    EXPECT_EQ(
+        ScatterNdError(
+            {.input = x.view(), .index = flat.view(), .source = source.view(), .reduce = reduce})
+            .message(),
+        "scatter_nd: index[1, 0] = -5 is out of range for axis 0 of input with size 4 "
+        "(expected -4 <= index < 4)");
+  }
+  // Without an input the addressed tensor is the output, and the message says so.
+  EXPECT_EQ(ScatterNdError({.shape = {4, 5, 6},
+                            .index = flat.view(),
+                            .source = source.view(),
+                            .reduce = Reduction::kSum,
+                            .include_self = false})
+                .message(),
+            "scatter_nd: index[1, 0] = -5 is out of range for axis 0 of output with size 4 "
+            "(expected -4 <= index < 4)");
+  // A rank-0 input in the axes form has one element along its one axis.
+  const Tensor scalar = Tensor::Zeros(DataType::kFloat32, {});
+  const Tensor one = IndexTensor({1}, {1});
+  EXPECT_EQ(GatherNdError({.input = scalar.view(), .index = one.view(), .axes = {-1}}).message(),
+            "gather_nd: index[0] = 1 is out of range for axis 0 of input with size 1 "
+            "(expected -1 <= index < 1)");
+  // An empty addressed axis rejects every value.
+  const Tensor empty_axis = Tensor::Zeros(DataType::kFloat32, {0, 3});
+  const Tensor zero = IndexTensor({1, 1}, {0});
+  EXPECT_THAT(GatherNdError({.input = empty_axis.view(), .index = zero.view()}).message(),
+              HasSubstr("gather_nd: index[0, 0] = 0 is out of range for axis 0 of input with "
+                        "size 0"));
+}
+
+TEST(NdErrorTest, FirstOffenderInLargeParallelWalk) {
+  const Tensor x = Tensor::Zeros(DataType::kFloat32, {500, 600});
+  const Tensor source = Tensor::Zeros(DataType::kFloat32, {300000});
+  absl::BitGen gen = SeededGen(4242);
+  Tensor index = NdIndex(DataType::kInt32, {300000}, {500, 600}, IndexPattern::kRandom, gen);
+  int32_t* values = index.data_as<int32_t>();
+  values[299999 * 2 + 0] = -1000;
+  values[200000 * 2 + 0] = 2000;
+  values[123456 * 2 + 1] = 1000;  // The first in row-major order.
+  values[123457 * 2 + 0] = 3000;
+  EXPECT_THAT(GatherNdError({.input = x.view(), .index = index.view()}).message(),
+              HasSubstr("gather_nd: index[123456, 1] = 1000 is out of range for axis 1"));
+  for (Reduction reduce : {Reduction::kAssign, Reduction::kSum, Reduction::kMean}) {
+    for (bool include_self : {true, false}) {
+      EXPECT_THAT(ScatterNdError({.input = x.view(),
+                                  .index = index.view(),
+                                  .source = source.view(),
+                                  .reduce = reduce,
+                                  .include_self = include_self})
+                      .message(),
+                  HasSubstr("scatter_nd: index[123456, 1] = 1000 is out of range for axis 1"));
+    }
+  }
+}
+
+TEST(NdErrorTest, IndexDtypeAndRank) {
+  const Tensor x = Tensor::Zeros(DataType::kFloat32, {3, 4});
+  const Tensor floats = TensorFromValues(DataType::kFloat32, {2, 1}, {0, 1});
+  ExpectMessageHas(GatherNdError({.input = x.view(), .index = floats.view()}),
+                   {"gather_nd: index.dtype = float32", "int32 or int64"});
+  const Tensor source = Tensor::Zeros(DataType::kFloat32, {2, 4});
+  ExpectMessageHas(
+      ScatterNdError({.input = x.view(), .index = floats.view(), .source = source.view()}),
+      {"scatter_nd: index.dtype = float32", "int32 or int64"});
+  const Tensor scalar_index = IndexTensor({}, {0});
+  ExpectMessageHas(GatherNdError({.input = x.view(), .index = scalar_index.view()}),
+                   {"gather_nd: index has rank 0", "rank >= 1"});
+  const Tensor scalar_source = Tensor::Zeros(DataType::kFloat32, {});
+  ExpectMessageHas(
+      ScatterNdError(
+          {.input = x.view(), .index = scalar_index.view(), .source = scalar_source.view()}),
+      {"scatter_nd", "index", "rank 0"});
+}
+
+TEST(NdErrorTest, TooManyCoordinates) {
+  const Tensor x = Tensor::Zeros(DataType::kFloat32, {3, 4});
+  const Tensor triples = IndexTensor({1, 3}, {0, 0, 0});
+  ExpectMessageHas(GatherNdError({.input = x.view(), .index = triples.view()}),
+                   {"gather_nd: index.shape[-1] = 3 is too large", "input has rank 2"});
+  // With batch_dims the coordinates start later: batch_dims 1 + k 2 > rank 2.
+  const Tensor pairs = IndexTensor({3, 2}, {0, 0, 0, 0, 0, 0});
+  ExpectMessageHas(
+      GatherNdError({.input = x.view(), .index = pairs.view(), .batch_dims = 1}),
+      {"gather_nd: index.shape[-1] = 2 is too large", "batch_dims = 1", "input has rank 2"});
+  const Tensor source = Tensor::Zeros(DataType::kFloat32, {1});
+  ExpectMessageHas(
+      ScatterNdError({.input = x.view(), .index = triples.view(), .source = source.view()}),
+      {"scatter_nd", "3", "rank 2"});
+}
+
+TEST(NdErrorTest, BatchDims) {
+  const Tensor x = Tensor::Zeros(DataType::kFloat32, {3, 4});
+  const Tensor index = IndexTensor({3, 1}, {0, 0, 0});
+  ExpectMessageHas(GatherNdError({.input = x.view(), .index = index.view(), .batch_dims = -1}),
+                   {"gather_nd: batch_dims = -1", "0 <= batch_dims < 2"});
+  // batch_dims must stay below index.rank (2).
+  ExpectMessageHas(GatherNdError({.input = x.view(), .index = index.view(), .batch_dims = 2}),
+                   {"gather_nd: batch_dims = 2", "0 <= batch_dims < 2"});
+  // The batch dimensions of index and input must match: 2 vs 3.
+  const Tensor short_batch = IndexTensor({2, 1}, {0, 0});
+  ExpectMessageHas(GatherNdError({.input = x.view(), .index = short_batch.view(), .batch_dims = 1}),
+                   {"gather_nd", "index.shape[0] = 2", "input.shape[0] = 3"});
+  const Tensor source = Tensor::Zeros(DataType::kFloat32, {2});
+  ExpectMessageHas(ScatterNdError({.input = x.view(),
+                                   .index = short_batch.view(),
+                                   .source = source.view(),
+                                   .batch_dims = 1}),
+                   {"scatter_nd", "index.shape[0] = 2", "input.shape[0] = 3"});
+  const Tensor source3 = Tensor::Zeros(DataType::kFloat32, {3});
+  ExpectMessageHas(
+      ScatterNdError(
+          {.input = x.view(), .index = index.view(), .source = source3.view(), .batch_dims = -2}),
+      {"scatter_nd: batch_dims = -2"});
+  // batch_dims belongs to the TensorFlow form.
+  const Tensor axes_index = IndexTensor({3, 4, 1}, std::vector<int64_t>(12, 0));
+  ExpectMessageHas(
+      GatherNdError({.input = x.view(), .index = axes_index.view(), .axes = {0}, .batch_dims = 1}),
+      {"gather_nd", "batch_dims = 1", "axes"});
+}
+
+TEST(NdErrorTest, Axes) {
+  const Tensor x = Tensor::Zeros(DataType::kFloat32, {3, 4});
+  const Tensor pairs = IndexTensor({3, 4, 2}, std::vector<int64_t>(24, 0));
+  // One axis per coordinate.
+  ExpectMessageHas(GatherNdError({.input = x.view(), .index = pairs.view(), .axes = {0}}),
+                   {"gather_nd: axes has 1 entries but index.shape[-1] = 2"});
+  // Distinct after wrapping.
+  ExpectMessageHas(GatherNdError({.input = x.view(), .index = pairs.view(), .axes = {1, -1}}),
+                   {"gather_nd: axes[1] = -1 repeats axis 1"});
+  // In [-rank, rank).
+  ExpectMessageHas(GatherNdError({.input = x.view(), .index = pairs.view(), .axes = {0, 2}}),
+                   {"gather_nd: axes[1] = 2 is out of range", "-2 <= axes[1] < 2"});
+  ExpectMessageHas(GatherNdError({.input = x.view(), .index = pairs.view(), .axes = {-3, 0}}),
+                   {"gather_nd: axes[0] = -3 is out of range"});
+  // idx.rank == x.rank + 1.
+  const Tensor flat_pairs = IndexTensor({3, 2}, std::vector<int64_t>(6, 0));
+  ExpectMessageHas(GatherNdError({.input = x.view(), .index = flat_pairs.view(), .axes = {0, 1}}),
+                   {"gather_nd: index has rank 2", "input.rank + 1 = 3"});
+  // B may not exceed the input off the indexed axes: B[1] = 5 > 4.
+  const Tensor wide = IndexTensor({2, 5, 1}, std::vector<int64_t>(10, 0));
+  ExpectMessageHas(GatherNdError({.input = x.view(), .index = wide.view(), .axes = {0}}),
+                   {"gather_nd", "index.shape[1] = 5", "input.shape[1] = 4"});
+  // ... but may exceed it along them.
+  EXPECT_TRUE(GatherNd({.input = x.view(), .index = wide.view(), .axes = {1}}).ok());
+  const Tensor source = Tensor::Zeros(DataType::kFloat32, {3, 4});
+  ExpectMessageHas(
+      ScatterNdError(
+          {.input = x.view(), .index = pairs.view(), .source = source.view(), .axes = {0, 0}}),
+      {"scatter_nd: axes[1] = 0 repeats axis 0"});
+  const Tensor source_wide = Tensor::Zeros(DataType::kFloat32, {2, 5});
+  ExpectMessageHas(
+      ScatterNdError(
+          {.input = x.view(), .index = wide.view(), .source = source_wide.view(), .axes = {0}}),
+      {"scatter_nd", "index.shape[1] = 5", "input.shape[1] = 4"});
+}
+
+TEST(NdErrorTest, SourceShape) {
+  const Tensor x = Tensor::Zeros(DataType::kFloat32, {4, 5});
+  const Tensor rows = IndexTensor({3, 1}, {0, 1, 2});
+  // TensorFlow form: exactly B + x.shape[batch_dims + k:] = [3, 5].
+  for (const Shape& shape : {Shape{3, 4}, Shape{3, 6}, Shape{2, 5}, Shape{3}, Shape{3, 5, 1}}) {
+    const Tensor source = Tensor::Zeros(DataType::kFloat32, shape);
+    ExpectMessageHas(
+        ScatterNdError({.input = x.view(), .index = rows.view(), .source = source.view()}),
+        {"scatter_nd", "src", ShapeString(shape), "[3, 5]"});
+  }
+  // Axes form: rank of x and at least B everywhere.
+  const Tensor index = IndexTensor({2, 3, 1}, std::vector<int64_t>(6, 0));
+  const Tensor flat_source = Tensor::Zeros(DataType::kFloat32, {6});
+  ExpectMessageHas(
+      ScatterNdError(
+          {.input = x.view(), .index = index.view(), .source = flat_source.view(), .axes = {1}}),
+      {"scatter_nd", "src", "rank 1"});
+  const Tensor small_source = Tensor::Zeros(DataType::kFloat32, {2, 2});
+  ExpectMessageHas(
+      ScatterNdError(
+          {.input = x.view(), .index = index.view(), .source = small_source.view(), .axes = {1}}),
+      {"scatter_nd", "index.shape[1] = 3", "src.shape[1] = 2"});
+}
+
+TEST(NdErrorTest, DtypesAndReductions) {
+  const Tensor x = Tensor::Zeros(DataType::kFloat32, {4});
+  const Tensor index = IndexTensor({2, 1}, {0, 1});
+  const Tensor doubles = Tensor::Zeros(DataType::kFloat64, {2});
+  ExpectMessageHas(
+      ScatterNdError({.input = x.view(), .index = index.view(), .source = doubles.view()}),
+      {"scatter_nd: src.dtype = float64", "float32"});
+  for (DataType dtype : {DataType::kComplex64, DataType::kComplex128}) {
+    const Tensor complex_source = Tensor::Zeros(dtype, {2});
+    for (Reduction reduce : {Reduction::kAmax, Reduction::kAmin}) {
+      ExpectMessageHas(ScatterNdError({.shape = {4},
+                                       .index = index.view(),
+                                       .source = complex_source.view(),
+                                       .reduce = reduce}),
+                       {absl::StrCat("scatter_nd: reduce = ", std::string(ReductionName(reduce))),
+                        std::string(DataTypeName(dtype))});
+    }
+  }
+  const Tensor bools = Tensor::Zeros(DataType::kBool, {4});
+  const Tensor bool_source = Tensor::Zeros(DataType::kBool, {2});
+  ExpectMessageHas(ScatterNdError({.input = bools.view(),
+                                   .index = index.view(),
+                                   .source = bool_source.view(),
+                                   .reduce = Reduction::kMean}),
+                   {"scatter_nd: reduce = MEAN", "bool"});
+}
+
+TEST(NdErrorTest, InputAndShape) {
+  const Tensor x = Tensor::Zeros(DataType::kFloat32, {4});
+  const Tensor index = IndexTensor({2, 1}, {0, 1});
+  const Tensor source = Tensor::Zeros(DataType::kFloat32, {2});
+  ExpectMessageHas(
+      ScatterNdError(
+          {.input = x.view(), .shape = {4}, .index = index.view(), .source = source.view()}),
+      {"scatter_nd", "shape", "input"});
+  ExpectMessageHas(
+      ScatterNdError({.shape = {4, -1}, .index = index.view(), .source = source.view()}),
+      {"scatter_nd", "shape", "-1"});
+  // A shape whose element count overflows int64 is rejected before anything is allocated.
+  const int64_t huge = int64_t{1} << 40;
+  EXPECT_EQ(ScatterNd({.shape = {huge, huge}, .index = index.view(), .source = source.view()})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tensorops

@@ -99,34 +99,39 @@ v1::DataType DataTypeToProto(DataType dtype) {
   return v1::DATA_TYPE_UNSPECIFIED;
 }
 
-absl::StatusOr<int64_t> CheckShape(DataType dtype, ShapeSpan shape, std::string_view op,
-                                   std::string_view arg, const DecodeLimits& limits) {
+namespace {
+
+// CheckShapeNamed is CheckShape and CheckShapeField: `name` names the tensor in the rank messages
+// ("input has rank 17"), `shape_name` its shape in the others ("input.shape[0] = -1").
+absl::StatusOr<int64_t> CheckShapeNamed(DataType dtype, ShapeSpan shape, std::string_view op,
+                                        std::string_view name, std::string_view shape_name,
+                                        const DecodeLimits& limits) {
   const int64_t rank = static_cast<int64_t>(shape.size());
   if (rank > kMaxRank) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: %s has rank %d > %d (the largest rank tensorops accepts)", op, arg, rank, kMaxRank));
+        "%s: %s has rank %d > %d (the largest rank tensorops accepts)", op, name, rank, kMaxRank));
   }
   if (rank > limits.max_rank) {
     return absl::ResourceExhaustedError(
-        absl::StrFormat("%s: %s has rank %d > %d, the server's limit (--max_rank)", op, arg, rank,
+        absl::StrFormat("%s: %s has rank %d > %d, the server's limit (--max_rank)", op, name, rank,
                         limits.max_rank));
   }
   for (int64_t d = 0; d < rank; ++d) {
     if (shape[d] < 0) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: %s.shape[%d] = %d is negative (sizes must be >= 0)", op, arg, d, shape[d]));
+          "%s: %s[%d] = %d is negative (sizes must be >= 0)", op, shape_name, d, shape[d]));
     }
   }
   int64_t nonzero_product = 0;
   if (!ProductOfNonzeroSizes(shape, &nonzero_product)) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: %s.shape %s has more elements than fit in int64", op, arg, ShapeToString(shape)));
+        "%s: %s %s has more elements than fit in int64", op, shape_name, ShapeToString(shape)));
   }
   const int64_t itemsize = ItemSize(dtype);
   int64_t nonzero_bytes = 0;
   if (__builtin_mul_overflow(nonzero_product, itemsize, &nonzero_bytes)) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: %s.shape %s of %s has more bytes than fit in int64 (%d elements * %d bytes)", op, arg,
+        "%s: %s %s of %s has more bytes than fit in int64 (%d elements * %d bytes)", op, shape_name,
         ShapeToString(shape), DataTypeName(dtype), nonzero_product, itemsize));
   }
   const bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
@@ -134,16 +139,28 @@ absl::StatusOr<int64_t> CheckShape(DataType dtype, ShapeSpan shape, std::string_
   const int64_t nbytes = numel * itemsize;
   if (numel > limits.max_elements) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "%s: %s.shape %s has %d elements, more than the server's limit of %d (--max_elements)", op,
-        arg, ShapeToString(shape), numel, limits.max_elements));
+        "%s: %s %s has %d elements, more than the server's limit of %d (--max_elements)", op,
+        shape_name, ShapeToString(shape), numel, limits.max_elements));
   }
   if (nbytes > limits.max_bytes) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "%s: %s.shape %s of %s has %d bytes, more than the server's limit of %d "
+        "%s: %s %s of %s has %d bytes, more than the server's limit of %d "
         "(--max_message_bytes)",
-        op, arg, ShapeToString(shape), DataTypeName(dtype), nbytes, limits.max_bytes));
+        op, shape_name, ShapeToString(shape), DataTypeName(dtype), nbytes, limits.max_bytes));
   }
   return numel;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> CheckShape(DataType dtype, ShapeSpan shape, std::string_view op,
+                                   std::string_view arg, const DecodeLimits& limits) {
+  return CheckShapeNamed(dtype, shape, op, arg, std::string(arg) + ".shape", limits);
+}
+
+absl::StatusOr<int64_t> CheckShapeField(DataType dtype, ShapeSpan shape, std::string_view op,
+                                        std::string_view field, const DecodeLimits& limits) {
+  return CheckShapeNamed(dtype, shape, op, field, field, limits);
 }
 
 absl::StatusOr<TensorView> DecodeTensor(const v1::Tensor& tensor, std::string_view op,

@@ -56,6 +56,12 @@ absl::StatusOr<TensorView> DecodeTensor(const v1::Tensor& tensor, std::string_vi
 absl::StatusOr<int64_t> CheckShape(DataType dtype, ShapeSpan shape, std::string_view op,
                                    std::string_view arg, const DecodeLimits& limits);
 
+// CheckShapeField is CheckShape for a shape a request sends as a field of its own rather than as a
+// tensor's (ScatterNdRequest.shape, the shape of a result to start from zeros); its messages name
+// `field` itself: "scatter_nd: shape[1] = -2 is negative (sizes must be >= 0)".
+absl::StatusOr<int64_t> CheckShapeField(DataType dtype, ShapeSpan shape, std::string_view op,
+                                        std::string_view field, const DecodeLimits& limits);
+
 // AllocateTensor sets `tensor`'s dtype and shape, sizes its data for them, and returns a view to
 // write the elements into. The shape must be valid (the kernels' plan produced it).
 MutableTensorView AllocateTensor(DataType dtype, ShapeSpan shape, v1::Tensor* tensor);

@@ -11,6 +11,8 @@
 #include "absl/time/time.h"
 #include "kernels/gather.h"
 #include "kernels/index_ops.h"
+#include "kernels/masked_scatter.h"
+#include "kernels/nd_ops.h"
 #include "kernels/scatter.h"
 #include "kernels/shape.h"
 #include "kernels/view_scatter.h"
@@ -61,6 +63,15 @@ absl::Status RunScatter(const ScatterPlan& plan, const MutableTensorView& result
 }
 absl::Status RunViewScatter(const ViewScatterPlan& plan, const MutableTensorView& result) {
   return cpu::ViewScatter(plan, result);
+}
+absl::Status RunGatherNd(const NdPlan& plan, const MutableTensorView& result) {
+  return cpu::GatherNd(plan, result);
+}
+absl::Status RunScatterNd(const NdPlan& plan, const MutableTensorView& result) {
+  return cpu::ScatterNd(plan, result);
+}
+absl::Status RunMaskedScatter(const MaskedScatterPlan& plan, const MutableTensorView& result) {
+  return cpu::MaskedScatter(plan, result);
 }
 
 // PlanAndRun is the common tail of every handler: take the plan (or its error), allocate the
@@ -213,6 +224,74 @@ absl::Status HandleDiagonalScatter(const v1::DiagonalScatterRequest& request,
                     RunViewScatter);
 }
 
+absl::Status HandleGatherNd(const v1::GatherNdRequest& request, const wire::DecodeLimits& limits,
+                            v1::GatherNdResponse* response) {
+  constexpr std::string_view kOp = "gather_nd";
+  absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
+  if (!input.ok()) return input.status();
+  absl::StatusOr<TensorView> index = wire::DecodeTensor(request.index(), kOp, "index", limits);
+  if (!index.ok()) return index.status();
+  const GatherNdArgs args{.input = *input,
+                          .index = *index,
+                          .axes = {request.axes().begin(), request.axes().end()},
+                          .batch_dims = request.batch_dims()};
+  return PlanAndRun(kOp, PlanGatherNd(args), limits, response->mutable_result(), RunGatherNd);
+}
+
+absl::Status HandleScatterNd(const v1::ScatterNdRequest& request, const wire::DecodeLimits& limits,
+                             v1::ScatterNdResponse* response) {
+  constexpr std::string_view kOp = "scatter_nd";
+  absl::StatusOr<TensorView> index = wire::DecodeTensor(request.index(), kOp, "index", limits);
+  if (!index.ok()) return index.status();
+  absl::StatusOr<TensorView> src = wire::DecodeTensor(request.src(), kOp, "src", limits);
+  if (!src.ok()) return src.status();
+  absl::StatusOr<Reduction> reduce = wire::ReductionFromProto(request.reduce(), kOp);
+  if (!reduce.ok()) return reduce.status();
+
+  ScatterNdArgs args{.index = *index,
+                     .source = *src,
+                     .axes = {request.axes().begin(), request.axes().end()},
+                     .batch_dims = request.batch_dims(),
+                     .reduce = *reduce,
+                     .include_self = request.has_include_self() ? request.include_self() : true};
+  args.shape.assign(request.shape().begin(), request.shape().end());
+  if (request.has_input()) {
+    // Given together with a shape, the plan rejects the pair, naming both.
+    absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
+    if (!input.ok()) return input.status();
+    args.input = *input;
+  } else {
+    // A repeated field cannot tell an empty shape from an absent one, so the zeros form needs
+    // rank >= 1: a request with neither field is a mistake, not rank-0 zeros.
+    if (args.shape.empty()) {
+      return absl::InvalidArgumentError(
+          "scatter_nd: neither input nor shape is given (input is the tensor to update; shape, "
+          "without input, starts from zeros of that shape)");
+    }
+    // The result is allocated from this shape, so it gets a tensor's checks and limits first.
+    absl::StatusOr<int64_t> numel =
+        wire::CheckShapeField(src->dtype(), args.shape, kOp, "shape", limits);
+    if (!numel.ok()) return numel.status();
+  }
+  // `deterministic` needs nothing here: the CPU kernels are always bitwise reproducible.
+  return PlanAndRun(kOp, PlanScatterNd(args), limits, response->mutable_result(), RunScatterNd);
+}
+
+absl::Status HandleMaskedScatter(const v1::MaskedScatterRequest& request,
+                                 const wire::DecodeLimits& limits,
+                                 v1::MaskedScatterResponse* response) {
+  constexpr std::string_view kOp = "masked_scatter";
+  absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
+  if (!input.ok()) return input.status();
+  absl::StatusOr<TensorView> mask = wire::DecodeTensor(request.mask(), kOp, "mask", limits);
+  if (!mask.ok()) return mask.status();
+  absl::StatusOr<TensorView> src = wire::DecodeTensor(request.src(), kOp, "src", limits);
+  if (!src.ok()) return src.status();
+  const MaskedScatterArgs args{.input = *input, .mask = *mask, .source = *src};
+  return PlanAndRun(kOp, PlanMaskedScatter(args), limits, response->mutable_result(),
+                    RunMaskedScatter);
+}
+
 // FinishCall logs the outcome (errors at info, one line; every call at debug) and finishes the
 // reaction with the status mapped to gRPC.
 void FinishCall(grpc::CallbackServerContext* context, grpc::ServerUnaryReactor* reactor,
@@ -286,6 +365,24 @@ grpc::ServerUnaryReactor* TensorOpsService::DiagonalScatter(
     v1::DiagonalScatterResponse* response) {
   return Serve(context, "DiagonalScatter", "diagonal_scatter", request, response,
                HandleDiagonalScatter);
+}
+
+grpc::ServerUnaryReactor* TensorOpsService::GatherNd(grpc::CallbackServerContext* context,
+                                                     const v1::GatherNdRequest* request,
+                                                     v1::GatherNdResponse* response) {
+  return Serve(context, "GatherNd", "gather_nd", request, response, HandleGatherNd);
+}
+
+grpc::ServerUnaryReactor* TensorOpsService::ScatterNd(grpc::CallbackServerContext* context,
+                                                      const v1::ScatterNdRequest* request,
+                                                      v1::ScatterNdResponse* response) {
+  return Serve(context, "ScatterNd", "scatter_nd", request, response, HandleScatterNd);
+}
+
+grpc::ServerUnaryReactor* TensorOpsService::MaskedScatter(grpc::CallbackServerContext* context,
+                                                          const v1::MaskedScatterRequest* request,
+                                                          v1::MaskedScatterResponse* response) {
+  return Serve(context, "MaskedScatter", "masked_scatter", request, response, HandleMaskedScatter);
 }
 
 }  // namespace tensorops

@@ -59,6 +59,18 @@ class TensorOpsService final : public v1::TensorOps::CallbackService {
                                             const v1::DiagonalScatterRequest* request,
                                             v1::DiagonalScatterResponse* response) override;
 
+  grpc::ServerUnaryReactor* GatherNd(grpc::CallbackServerContext* context,
+                                     const v1::GatherNdRequest* request,
+                                     v1::GatherNdResponse* response) override;
+
+  grpc::ServerUnaryReactor* ScatterNd(grpc::CallbackServerContext* context,
+                                      const v1::ScatterNdRequest* request,
+                                      v1::ScatterNdResponse* response) override;
+
+  grpc::ServerUnaryReactor* MaskedScatter(grpc::CallbackServerContext* context,
+                                          const v1::MaskedScatterRequest* request,
+                                          v1::MaskedScatterResponse* response) override;
+
  private:
   // Serve runs one unary call: `handler` decodes, plans and executes; exceptions become statuses;
   // the outcome is logged and the reactor finished.

@@ -38,6 +38,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/gather.h"
+#include "kernels/masked_scatter.h"
+#include "kernels/nd_ops.h"
 #include "kernels/scatter.h"
 #include "tests/reference.h"
 
@@ -221,6 +223,18 @@ Tensor Int64Tensor(const Shape& shape, const std::vector<int64_t>& values) {
 
 Tensor Float32Tensor(const Shape& shape, const std::vector<double>& values) {
   return ref::TensorFromValues(DataType::kFloat32, shape, values);
+}
+
+Tensor BoolTensor(const Shape& shape, const std::vector<double>& values) {
+  return ref::TensorFromValues(DataType::kBool, shape, values);
+}
+
+// WithTrailingOne copies `index` with a dimension of size 1 appended: SPEC's `idx[..., None]`,
+// which turns a Gather/Scatter index into the GatherNd/ScatterNd one of the axes form.
+Tensor WithTrailingOne(const Tensor& index) {
+  Shape shape = index.shape();
+  shape.push_back(1);
+  return Tensor::FromView(TensorView(index.dtype(), shape, index.data()));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -465,6 +479,171 @@ TEST_F(E2eTest, IndexAndViewOpErrorsNameTheOpAndTheServerKeepsServing) {
   EXPECT_EQ(fine->shape(), (Shape{1, 4}));
 }
 
+// GatherNd, ScatterNd and MaskedScatter, with the examples of TensorFlow's, Paddle's and PyTorch's
+// documentation.
+
+TEST_F(E2eTest, GatherNdTensorFlowDocExamples) {
+  const Tensor matrix = Int64Tensor({2, 2}, {1, 2, 3, 4});
+  // tf.gather_nd(params, [[0, 0], [1, 1]]) -> [a, d]
+  absl::StatusOr<Tensor> elements =
+      client().GatherNd(matrix.view(), Int64Tensor({2, 2}, {0, 0, 1, 1}).view());
+  ASSERT_TRUE(elements.ok()) << elements.status();
+  ref::ExpectTensorsNear(*elements, Int64Tensor({2}, {1, 4}));
+  // tf.gather_nd(params, [[1], [0]]) -> [[c, d], [a, b]]
+  absl::StatusOr<Tensor> rows =
+      client().GatherNd(matrix.view(), Int64Tensor({2, 1}, {1, 0}).view());
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ref::ExpectTensorsNear(*rows, Int64Tensor({2, 2}, {3, 4, 1, 2}));
+  // tf.gather_nd(params of [2, 2, 2], [[1], [0]], batch_dims=1) -> [[c0, d0], [a1, b1]]
+  const Tensor batched = Float32Tensor({2, 2, 2}, {0, 1, 2, 3, 4, 5, 6, 7});
+  absl::StatusOr<Tensor> batch =
+      client().GatherNd(batched.view(), Int64Tensor({2, 1}, {1, 0}).view(), {.batch_dims = 1});
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  ref::ExpectTensorsNear(*batch, Float32Tensor({2, 2}, {2, 3, 4, 5}));
+}
+
+TEST_F(E2eTest, ScatterNdTensorFlowAndPaddleDocExamples) {
+  const Tensor index = Int64Tensor({4, 1}, {4, 3, 1, 7});
+  const Tensor updates = Float32Tensor({4}, {9, 10, 11, 12});
+  const Tensor tensor = Float32Tensor({8}, {1, 2, 3, 4, 5, 6, 7, 8});
+  // tf.tensor_scatter_nd_update(tensor, indices, updates)
+  absl::StatusOr<Tensor> updated = client().ScatterNd(tensor.view(), index.view(), updates.view());
+  ASSERT_TRUE(updated.ok()) << updated.status();
+  ref::ExpectTensorsNear(*updated, Float32Tensor({8}, {1, 11, 3, 10, 9, 6, 7, 12}));
+  // tf.tensor_scatter_nd_add / _sub / _max
+  absl::StatusOr<Tensor> added =
+      client().ScatterNd(tensor.view(), index.view(), updates.view(), {.reduce = Reduction::kSum});
+  ASSERT_TRUE(added.ok()) << added.status();
+  ref::ExpectTensorsNear(*added, Float32Tensor({8}, {1, 13, 3, 14, 14, 6, 7, 20}));
+  absl::StatusOr<Tensor> subtracted =
+      client().ScatterNdSub(tensor.view(), index.view(), updates.view());
+  ASSERT_TRUE(subtracted.ok()) << subtracted.status();
+  ref::ExpectTensorsNear(*subtracted, Float32Tensor({8}, {1, -9, 3, -6, -4, 6, 7, -4}));
+  absl::StatusOr<Tensor> maximum =
+      client().ScatterNd(tensor.view(), index.view(), Float32Tensor({4}, {0, 10, 0, 12}).view(),
+                         {.reduce = Reduction::kAmax});
+  ASSERT_TRUE(maximum.ok()) << maximum.status();
+  ref::ExpectTensorsNear(*maximum, Float32Tensor({8}, {1, 2, 3, 10, 5, 6, 7, 12}));
+
+  // paddle.scatter_nd(index=[[1], [3], [1]], updates=[9, 10, 11], shape=[5]): no input, and
+  // duplicates add up.
+  absl::StatusOr<Tensor> zeros_form = client().ScatterNd(
+      std::nullopt, Int64Tensor({3, 1}, {1, 3, 1}).view(), Float32Tensor({3}, {9, 10, 11}).view(),
+      {.reduce = Reduction::kSum, .shape = {5}});
+  ASSERT_TRUE(zeros_form.ok()) << zeros_form.status();
+  ref::ExpectTensorsNear(*zeros_form, Float32Tensor({5}, {0, 20, 0, 10, 0}));
+}
+
+TEST_F(E2eTest, NdOpsMatchGatherAndScatterInTheAxesForm) {
+  // SPEC: Gather(x, ax, idx) == GatherNd(x, idx[..., None], axes=[ax]), and Scatter with ASSIGN
+  // and unique idx == ScatterNd(x, idx[..., None], src, axes=[ax]).
+  absl::BitGen gen;
+  for (int trial = 0; trial < 20; ++trial) {
+    const Shape input_shape = {absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, 4),
+                               absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, 4),
+                               absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, 3)};
+    const int64_t axis = absl::Uniform<int64_t>(gen, -3, 3);
+    const int64_t positive_axis = axis < 0 ? axis + 3 : axis;
+    Shape index_shape = input_shape;
+    for (int64_t d = 0; d < 3; ++d) {
+      index_shape[d] = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, input_shape[d]);
+    }
+    SCOPED_TRACE(absl::StrFormat("input %s axis %d index %s", ShapeToString(input_shape), axis,
+                                 ShapeToString(index_shape)));
+    const Tensor input = ref::RandomTensor(DataType::kFloat64, input_shape, gen);
+    const Tensor src = ref::RandomTensor(DataType::kFloat64, index_shape, gen);
+    const Tensor index =
+        ref::RandomIndex(DataType::kInt64, index_shape, positive_axis, input_shape[positive_axis],
+                         ref::IndexPattern::kUnique, gen);
+    const Tensor nd_index = WithTrailingOne(index);
+
+    absl::StatusOr<Tensor> gathered = client().Gather(input.view(), axis, index.view());
+    ASSERT_TRUE(gathered.ok()) << gathered.status();
+    absl::StatusOr<Tensor> gathered_nd =
+        client().GatherNd(input.view(), nd_index.view(), {.axes = {axis}});
+    ASSERT_TRUE(gathered_nd.ok()) << gathered_nd.status();
+    ref::ExpectTensorsNear(*gathered_nd, *gathered);
+
+    absl::StatusOr<Tensor> scattered =
+        client().Scatter(input.view(), axis, index.view(), src.view());
+    ASSERT_TRUE(scattered.ok()) << scattered.status();
+    absl::StatusOr<Tensor> scattered_nd =
+        client().ScatterNd(input.view(), nd_index.view(), src.view(), {.axes = {axis}});
+    ASSERT_TRUE(scattered_nd.ok()) << scattered_nd.status();
+    ref::ExpectTensorsNear(*scattered_nd, *scattered);
+  }
+}
+
+TEST_F(E2eTest, MaskedScatterTorchDocExample) {
+  // self = torch.zeros(2, 5, dtype=int64); self.masked_scatter(mask, torch.arange(10).view(2, 5))
+  const Tensor zeros = Tensor::Zeros(DataType::kInt64, {2, 5});
+  const Tensor mask = BoolTensor({2, 5}, {0, 0, 0, 1, 1, 1, 1, 0, 1, 1});
+  const Tensor source = Int64Tensor({2, 5}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+  absl::StatusOr<Tensor> result = client().MaskedScatter(zeros.view(), mask.view(), source.view());
+  ASSERT_TRUE(result.ok()) << result.status();
+  ref::ExpectTensorsNear(*result, Int64Tensor({2, 5}, {0, 0, 0, 0, 1, 2, 3, 0, 4, 5}));
+  // A mask of one row, broadcast over both rows of the input.
+  absl::StatusOr<Tensor> broadcast =
+      client().MaskedScatter(zeros.view(), BoolTensor({5}, {1, 0, 0, 0, 1}).view(), source.view());
+  ASSERT_TRUE(broadcast.ok()) << broadcast.status();
+  ref::ExpectTensorsNear(*broadcast, Int64Tensor({2, 5}, {0, 0, 0, 0, 1, 2, 0, 0, 0, 3}));
+}
+
+TEST_F(E2eTest, NdAndMaskedScatterErrorsNameTheOpAndTheServerKeepsServing) {
+  const Tensor input = Float32Tensor({2, 3}, std::vector<double>(6, 0.0));
+  absl::StatusOr<Tensor> result =
+      client().GatherNd(input.view(), Int64Tensor({1, 2}, {1, 3}).view());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      result.status().message(),
+      HasSubstr("gather_nd: index[0, 1] = 3 is out of range for axis 1 of input with size 3"));
+
+  result = client().GatherNd(input.view(), Int64Tensor({2, 3, 1}, {0, 0, 0, 0, 0, 0}).view(),
+                             {.axes = {-3}});
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(result.status().message(), HasSubstr("gather_nd: axes[0] = -3 is out of range"));
+
+  const Tensor row_index = Int64Tensor({1, 1}, {-3});
+  const Tensor row = Float32Tensor({1, 3}, {1, 2, 3});
+  result = client().ScatterNd(input.view(), row_index.view(), row.view());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(result.status().message(),
+              HasSubstr("scatter_nd: index[0, 0] = -3 is out of range for axis 0 of input with "
+                        "size 2"));
+
+  result = client().ScatterNd(input.view(), Int64Tensor({1, 1}, {0}).view(), row.view(),
+                              {.shape = {2, 3}});
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(result.status().message(),
+              AllOf(HasSubstr("scatter_nd: shape = [2, 3]"), HasSubstr("input")));
+  result = client().ScatterNd(std::nullopt, Int64Tensor({1, 1}, {0}).view(), row.view());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(result.status().message(), HasSubstr("scatter_nd: neither input nor shape"));
+
+  // ScatterNdSub refuses, without a call, what it cannot negate or another reduction.
+  const Tensor unsigned_row = ref::TensorFromValues(DataType::kUInt8, {1, 3}, {1, 2, 3});
+  const Tensor unsigned_input = Tensor::Zeros(DataType::kUInt8, {2, 3});
+  result = client().ScatterNdSub(unsigned_input.view(), Int64Tensor({1, 1}, {0}).view(),
+                                 unsigned_row.view());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(result.status().message(), HasSubstr("scatter_nd_sub: src.dtype = uint8"));
+  result = client().ScatterNdSub(input.view(), Int64Tensor({1, 1}, {0}).view(), row.view(),
+                                 {.reduce = Reduction::kProd});
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(result.status().message(), HasSubstr("scatter_nd_sub: reduce = PROD"));
+
+  result = client().MaskedScatter(input.view(), BoolTensor({3}, {1, 1, 0}).view(),
+                                  Float32Tensor({3}, {1, 2, 3}).view());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(result.status().message(),
+              HasSubstr("masked_scatter: src has 3 elements but mask has 4 true positions"));
+
+  absl::StatusOr<Tensor> fine =
+      client().ScatterNd(input.view(), Int64Tensor({1, 1}, {-1}).view(), row.view());
+  ASSERT_TRUE(fine.ok()) << fine.status();
+  ref::ExpectTensorsNear(*fine, Float32Tensor({2, 3}, {0, 0, 0, 1, 2, 3}));
+}
+
 class E2eRandomTest : public E2eTest, public ::testing::WithParamInterface<DataType> {};
 
 // A random shape of rank 1..3 with sizes 1..5.
@@ -582,6 +761,85 @@ TEST_P(E2eRandomTest, ScatterMatchesKernelAndReference) {
                              ref::ToleranceFor(dtype, reduce, index_shape[positive_axis] + 1));
     }
   }
+}
+
+TEST_P(E2eRandomTest, NdOpsAndMaskedScatterMatchKernel) {
+  const DataType dtype = GetParam();
+  absl::BitGen gen;
+  for (int trial = 0; trial < 6; ++trial) {
+    const Shape input_shape = RandomShape(gen);
+    const int64_t rank = static_cast<int64_t>(input_shape.size());
+    // TensorFlow form: k coordinates after batch_dims, over B = [batch..., n].
+    const int64_t batch_dims = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, rank - 1);
+    const int64_t k = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, rank - batch_dims);
+    Shape index_shape(input_shape.begin(), input_shape.begin() + batch_dims);
+    index_shape.push_back(absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, 4));
+    index_shape.push_back(k);
+    std::vector<int64_t> coordinates;
+    for (int64_t i = 0; i < NumElements(index_shape); ++i) {
+      const int64_t size = input_shape[batch_dims + i % std::max<int64_t>(k, 1)];
+      coordinates.push_back(absl::Uniform<int64_t>(gen, -size, size));
+    }
+    const DataType index_dtype = trial % 2 == 0 ? DataType::kInt32 : DataType::kInt64;
+    const Tensor index = ref::IndexTensor(index_shape, coordinates, index_dtype);
+    SCOPED_TRACE(absl::StrFormat("input %s index %s batch_dims %d", ShapeToString(input_shape),
+                                 ShapeToString(index_shape), batch_dims));
+    const Tensor input = ref::RandomTensor(dtype, input_shape, gen);
+
+    const GatherNdArgs gather_args{
+        .input = input.view(), .index = index.view(), .batch_dims = batch_dims};
+    absl::StatusOr<Tensor> gathered =
+        client().GatherNd(input.view(), index.view(), {.batch_dims = batch_dims});
+    ASSERT_TRUE(gathered.ok()) << gathered.status();
+    absl::StatusOr<Tensor> gathered_here = GatherNd(gather_args);
+    ASSERT_TRUE(gathered_here.ok()) << gathered_here.status();
+    ref::ExpectTensorsNear(*gathered, *gathered_here);
+
+    // ScatterNd of updates shaped like that gather, with duplicates, every defined reduction.
+    const Tensor updates = ref::RandomTensor(dtype, gathered->shape(), gen);
+    for (Reduction reduce : {Reduction::kAssign, Reduction::kSum, Reduction::kAmax}) {
+      if (!ref::ReductionDefined(dtype, reduce)) continue;
+      absl::StatusOr<Tensor> scattered =
+          client().ScatterNd(input.view(), index.view(), updates.view(),
+                             {.batch_dims = batch_dims, .reduce = reduce, .deterministic = true});
+      ASSERT_TRUE(scattered.ok()) << ReductionName(reduce) << ": " << scattered.status();
+      absl::StatusOr<Tensor> scattered_here = ScatterNd(ScatterNdArgs{.input = input.view(),
+                                                                      .index = index.view(),
+                                                                      .source = updates.view(),
+                                                                      .batch_dims = batch_dims,
+                                                                      .reduce = reduce});
+      ASSERT_TRUE(scattered_here.ok()) << scattered_here.status();
+      ref::ExpectTensorsNear(*scattered, *scattered_here);
+    }
+
+    // MaskedScatter with a random mask over the input, from a src with a spare element.
+    const Tensor mask = ref::RandomTensor(DataType::kBool, input_shape, gen);
+    const Tensor source = ref::RandomTensor(dtype, {input.numel() + 1}, gen);
+    absl::StatusOr<Tensor> masked =
+        client().MaskedScatter(input.view(), mask.view(), source.view());
+    ASSERT_TRUE(masked.ok()) << masked.status();
+    absl::StatusOr<Tensor> masked_here = MaskedScatter(
+        MaskedScatterArgs{.input = input.view(), .mask = mask.view(), .source = source.view()});
+    ASSERT_TRUE(masked_here.ok()) << masked_here.status();
+    ref::ExpectTensorsNear(*masked, *masked_here);
+  }
+}
+
+TEST_P(E2eRandomTest, ScatterNdSubNegatesOnTheClient) {
+  // tf.tensor_scatter_nd_sub([1..8], [[4], [3], [1], [7]], [9, 10, 11, 12]).
+  const DataType dtype = GetParam();
+  const Tensor tensor = ref::TensorFromValues(dtype, {8}, {1, 2, 3, 4, 5, 6, 7, 8});
+  const Tensor index = Int64Tensor({4, 1}, {4, 3, 1, 7});
+  const Tensor updates = ref::TensorFromValues(dtype, {4}, {9, 10, 11, 12});
+  absl::StatusOr<Tensor> result =
+      client().ScatterNdSub(tensor.view(), index.view(), updates.view());
+  if (dtype == DataType::kBool || dtype == DataType::kUInt8) {
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();
+    EXPECT_THAT(result.status().message(), HasSubstr("cannot be negated"));
+    return;
+  }
+  ASSERT_TRUE(result.ok()) << result.status();
+  ref::ExpectTensorsNear(*result, ref::TensorFromValues(dtype, {8}, {1, -9, 3, -6, -4, 6, 7, -4}));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllDataTypes, E2eRandomTest, ::testing::ValuesIn(kAllDataTypes),
@@ -840,6 +1098,77 @@ TEST_F(CliTest, IndexSelectAndViewScattersPrintTheirResults) {
   }
 }
 
+TEST_F(CliTest, NdOpsAndMaskedScatterPrintTheirResults) {
+  const std::string matrix = Write("m.npy", Int64Tensor({2, 2}, {1, 2, 3, 4}));
+  const std::string rows = Write("rows.npy", Int64Tensor({2, 1}, {1, 0}));
+  const std::string tensor = Write("t.npy", Int64Tensor({8}, {1, 2, 3, 4, 5, 6, 7, 8}));
+  const std::string tf_index = Write("tf.npy", Int64Tensor({4, 1}, {4, 3, 1, 7}));
+  const std::string updates = Write("u.npy", Int64Tensor({4}, {9, 10, 11, 12}));
+  struct Case {
+    std::vector<std::string> args;
+    std::string printed;
+  };
+  const std::vector<Case> cases = {
+      {{"gather_nd", "--input=" + matrix, "--index=" + rows},
+       "shape=(2, 2) dtype=int64\n[[3, 4],\n [1, 2]]\n"},
+      {{"gather_nd", "--input=" + matrix,
+        "--index=" + Write("g.npy", Int64Tensor({2, 2, 1}, {0, 0, 1, 0})), "--axes=1"},
+       "shape=(2, 2) dtype=int64\n[[1, 1],\n [4, 3]]\n"},
+      {{"gather_nd", "--input=" + Write("b.npy", Int64Tensor({2, 2, 2}, {0, 1, 2, 3, 4, 5, 6, 7})),
+        "--index=" + rows, "--batch_dims=1"},
+       "shape=(2, 2) dtype=int64\n[[2, 3],\n [4, 5]]\n"},
+      {{"scatter_nd", "--input=" + tensor, "--index=" + tf_index, "--src=" + updates,
+        "--reduce=max"},
+       "shape=(8,) dtype=int64\n[1, 11, 3, 10, 9, 6, 7, 12]\n"},
+      {{"scatter_nd", "--input=" + tensor, "--index=" + tf_index, "--src=" + updates,
+        "--reduce=max", "--include_self=false"},
+       "shape=(8,) dtype=int64\n[1, 11, 3, 10, 9, 6, 7, 12]\n"},
+      {{"scatter_nd", "--shape=5", "--index=" + Write("p.npy", Int64Tensor({3, 1}, {1, 3, 1})),
+        "--src=" + Write("pu.npy", Int64Tensor({3}, {9, 10, 11})), "--reduce=add"},
+       "shape=(5,) dtype=int64\n[0, 20, 0, 10, 0]\n"},
+      {{"scatter_nd", "--input=" + Write("z.npy", Tensor::Zeros(DataType::kInt64, {2, 3})),
+        "--index=" + Write("a.npy", Int64Tensor({1, 2, 1}, {2, -3})),
+        "--src=" + Write("as.npy", Int64Tensor({1, 2}, {7, 8})), "--axes=-1", "--deterministic"},
+       "shape=(2, 3) dtype=int64\n[[8, 0, 7],\n [0, 0, 0]]\n"},
+      {{"masked_scatter", "--input=" + Write("mz.npy", Tensor::Zeros(DataType::kInt64, {2, 5})),
+        "--mask=" + Write("mask.npy", BoolTensor({2, 5}, {0, 0, 0, 1, 1, 1, 1, 0, 1, 1})),
+        "--src=" + Write("ms.npy", Int64Tensor({2, 5}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}))},
+       "shape=(2, 5) dtype=int64\n[[0, 0, 0, 0, 1],\n [2, 3, 0, 4, 5]]\n"},
+  };
+  for (const Case& test_case : cases) {
+    const CliResult run = RunCli(test_case.args);
+    ASSERT_TRUE(ExitedWith(run.status, 0))
+        << absl::StrJoin(test_case.args, " ") << ": " << DescribeExit(run.status) << "\n"
+        << run.stderr_text;
+    EXPECT_EQ(run.stdout_text, test_case.printed) << absl::StrJoin(test_case.args, " ");
+  }
+}
+
+TEST_F(CliTest, ScatterNdOfShapeWritesTheResult) {
+  // paddle.scatter_nd([[0, 1], [1, 2], [0, 1]], [1.5, 2, 3], shape=[2, 3]) into a .npy file.
+  const CliResult run = RunCli(
+      {"scatter_nd", "--shape=2,3",
+       "--index=" + Write("i.npy", Int64Tensor({3, 2}, {0, 1, 1, 2, 0, 1})),
+       "--src=" + Write("s.npy", ref::TensorFromValues(DataType::kFloat64, {3}, {1.5, 2, 3})),
+       "--reduce=sum", "--output=" + PathOf("out.npy")});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  absl::StatusOr<Tensor> output = ReadNpy(PathOf("out.npy"));
+  ASSERT_TRUE(output.ok()) << output.status();
+  ref::ExpectTensorsNear(*output,
+                         ref::TensorFromValues(DataType::kFloat64, {2, 3}, {0, 4.5, 0, 0, 0, 2}));
+}
+
+TEST_F(CliTest, MaskedScatterTooSmallSourceExitsWithOne) {
+  const CliResult run =
+      RunCli({"masked_scatter", "--input=" + Write("x.npy", Float32Tensor({3}, {0, 0, 0})),
+              "--mask=" + Write("m.npy", BoolTensor({3}, {1, 1, 1})),
+              "--src=" + Write("s.npy", Float32Tensor({2}, {1, 2}))});
+  EXPECT_TRUE(ExitedWith(run.status, 1)) << DescribeExit(run.status);
+  EXPECT_THAT(run.stderr_text,
+              HasSubstr("error: INVALID_ARGUMENT: masked_scatter: src has 2 elements but mask has "
+                        "3 true positions"));
+}
+
 TEST_F(CliTest, OutOfRangeIndexExitsWithOne) {
   const Tensor input = Int64Tensor({2, 2}, {1, 2, 3, 4});
   const Tensor index = Int64Tensor({2, 2}, {0, 0, 5, 0});
@@ -867,6 +1196,17 @@ TEST_F(CliTest, UsageErrorsExitWithTwo) {
       {"select_scatter", "--input=" + input, "--src=" + input, "--axis=0"},
       {"diagonal_scatter", "--input=" + input, "--src=" + input, "--index=" + input},
       {"slice_scatter", "--input=" + input, "--src=" + input, "--axis=0", "--reduce=sum"},
+      {"gather_nd", "--input=" + input},
+      {"gather_nd", "--input=" + input, "--index=" + input, "--axes=0,x"},
+      {"gather_nd", "--input=" + input, "--index=" + input, "--mask=" + input},
+      {"gather", "--input=" + input, "--index=" + input, "--axis=0", "--batch_dims=1"},
+      {"scatter_nd", "--index=" + input, "--src=" + input},
+      {"scatter_nd", "--input=" + input, "--shape=2", "--index=" + input, "--src=" + input},
+      {"scatter_nd", "--shape=2,-", "--index=" + input, "--src=" + input},
+      {"scatter_nd", "--input=" + input, "--index=" + input},
+      {"scatter", "--input=" + input, "--index=" + input, "--axis=0", "--value=1", "--shape=2"},
+      {"masked_scatter", "--input=" + input, "--src=" + input},
+      {"masked_scatter", "--input=" + input, "--mask=" + input, "--src=" + input, "--axes=0"},
   };
   for (const std::vector<std::string>& args : bad_command_lines) {
     const CliResult run = RunCli(args);
@@ -880,11 +1220,14 @@ TEST_F(CliTest, UsageErrorsExitWithTwo) {
 TEST_F(CliTest, HelpListsCommandsAndFlags) {
   const CliResult run = RunCli({"--help"});
   EXPECT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status);
-  EXPECT_THAT(run.stdout_text,
-              AllOf(HasSubstr("gather"), HasSubstr("scatter"), HasSubstr("index_select"),
-                    HasSubstr("index_reduce"), HasSubstr("select_scatter"),
-                    HasSubstr("slice_scatter"), HasSubstr("diagonal_scatter"),
-                    HasSubstr("--reduce"), HasSubstr("--timeout"), HasSubstr("--select_index")));
+  EXPECT_THAT(
+      run.stdout_text,
+      AllOf(HasSubstr("gather"), HasSubstr("scatter"), HasSubstr("index_select"),
+            HasSubstr("index_reduce"), HasSubstr("select_scatter"), HasSubstr("slice_scatter"),
+            HasSubstr("diagonal_scatter"), HasSubstr("gather_nd"), HasSubstr("scatter_nd"),
+            HasSubstr("masked_scatter"), HasSubstr("--reduce"), HasSubstr("--timeout"),
+            HasSubstr("--select_index"), HasSubstr("--axes"), HasSubstr("--batch_dims"),
+            HasSubstr("--shape"), HasSubstr("--mask")));
 }
 
 }  // namespace

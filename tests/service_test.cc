@@ -49,6 +49,15 @@ v1::Tensor MakeTensor(std::vector<int64_t> shape, const std::vector<T>& values) 
   return tensor;
 }
 
+// MakeMask builds a wire BOOL tensor of `shape` holding `values` (each 0 or 1, row-major).
+v1::Tensor MakeMask(std::vector<int64_t> shape, const std::vector<uint8_t>& values) {
+  v1::Tensor tensor;
+  tensor.set_dtype(v1::DATA_TYPE_BOOL);
+  for (int64_t size : shape) tensor.add_shape(size);
+  tensor.set_data(std::string(values.begin(), values.end()));
+  return tensor;
+}
+
 // Values reads the elements of a wire tensor as T.
 template <typename T>
 std::vector<T> Values(const v1::Tensor& tensor) {
@@ -97,6 +106,25 @@ class ServiceTest : public ::testing::Test {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     return stub_->Scatter(&context, request, response);
+  }
+
+  grpc::Status GatherNd(const v1::GatherNdRequest& request, v1::GatherNdResponse* response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    return stub_->GatherNd(&context, request, response);
+  }
+
+  grpc::Status ScatterNd(const v1::ScatterNdRequest& request, v1::ScatterNdResponse* response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    return stub_->ScatterNd(&context, request, response);
+  }
+
+  grpc::Status MaskedScatter(const v1::MaskedScatterRequest& request,
+                             v1::MaskedScatterResponse* response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    return stub_->MaskedScatter(&context, request, response);
   }
 
   // ExpectStillServing checks a good call succeeds (after a bad one).
@@ -213,6 +241,147 @@ TEST_F(ServiceTest, ScatterScalarValue) {
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_THAT(response.result().shape(), ElementsAre(2, 4));
   EXPECT_THAT(Values<int32_t>(response.result()), ElementsAre(0, 0, 7, 0, 0, 0, 0, 7));
+}
+
+// GatherNd, ScatterNd and MaskedScatter: the examples of TensorFlow's, Paddle's and PyTorch's
+// documentation, and SPEC's equalities with Gather and Scatter.
+
+TEST_F(ServiceTest, GatherNdTensorFlowForm) {
+  // tf.gather_nd([[1, 2], [3, 4]], [[0, 0], [1, 1]]) -> [1, 4]: whole coordinates, elements.
+  v1::GatherNdRequest request;
+  *request.mutable_input() = MakeTensor<int64_t>({2, 2}, {1, 2, 3, 4});
+  *request.mutable_index() = MakeTensor<int64_t>({2, 2}, {0, 0, 1, 1});
+  v1::GatherNdResponse response;
+  grpc::Status status = GatherNd(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_THAT(response.result().shape(), ElementsAre(2));
+  EXPECT_THAT(Values<int64_t>(response.result()), ElementsAre(1, 4));
+
+  // tf.gather_nd([[1, 2], [3, 4]], [[1], [-2]]) -> [[3, 4], [1, 2]]: a prefix, rows.
+  *request.mutable_index() = MakeTensor<int32_t>({2, 1}, {1, -2});
+  status = GatherNd(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_THAT(response.result().shape(), ElementsAre(2, 2));
+  EXPECT_THAT(Values<int64_t>(response.result()), ElementsAre(3, 4, 1, 2));
+
+  // tf.gather_nd(arange(8).reshape(2, 2, 2), [[1], [0]], batch_dims=1) -> [[2, 3], [4, 5]].
+  *request.mutable_input() = MakeTensor<int64_t>({2, 2, 2}, {0, 1, 2, 3, 4, 5, 6, 7});
+  *request.mutable_index() = MakeTensor<int64_t>({2, 1}, {1, 0});
+  request.set_batch_dims(1);
+  status = GatherNd(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_THAT(response.result().shape(), ElementsAre(2, 2));
+  EXPECT_THAT(Values<int64_t>(response.result()), ElementsAre(2, 3, 4, 5));
+}
+
+TEST_F(ServiceTest, GatherNdAxesForm) {
+  // Gather(x, 1, [[0, 0], [1, 0]]) == GatherNd(x, idx[..., None], axes=[1]) -> [[1, 1], [4, 3]].
+  v1::GatherNdRequest request;
+  *request.mutable_input() = MakeTensor<float>({2, 2}, {1, 2, 3, 4});
+  *request.mutable_index() = MakeTensor<int64_t>({2, 2, 1}, {0, 0, 1, 0});
+  request.add_axes(1);
+  v1::GatherNdResponse response;
+  grpc::Status status = GatherNd(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_THAT(response.result().shape(), ElementsAre(2, 2));
+  EXPECT_THAT(Values<float>(response.result()), ElementsAre(1, 1, 4, 3));
+
+  // Two coordinates per position, axes [-1, 0]: out[i] = x[idx[i, 1], idx[i, 0]].
+  *request.mutable_input() = MakeTensor<float>({2, 3}, {1, 2, 3, 4, 5, 6});
+  *request.mutable_index() = MakeTensor<int64_t>({2, 1, 2}, {2, 1, -1, 0});
+  request.clear_axes();
+  request.add_axes(-1);
+  request.add_axes(0);
+  status = GatherNd(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_THAT(response.result().shape(), ElementsAre(2, 1));
+  EXPECT_THAT(Values<float>(response.result()), ElementsAre(6, 3));
+}
+
+TEST_F(ServiceTest, ScatterNdTensorFlowForm) {
+  // tf.tensor_scatter_nd_update(zeros(8), [[4], [3], [1], [7]], [9, 10, 11, 12]).
+  v1::ScatterNdRequest request;
+  *request.mutable_input() = MakeTensor<int32_t>({8}, std::vector<int32_t>(8, 0));
+  *request.mutable_index() = MakeTensor<int64_t>({4, 1}, {4, 3, 1, 7});
+  *request.mutable_src() = MakeTensor<int32_t>({4}, {9, 10, 11, 12});
+  v1::ScatterNdResponse response;
+  grpc::Status status = ScatterNd(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_THAT(response.result().shape(), ElementsAre(8));
+  EXPECT_THAT(Values<int32_t>(response.result()), ElementsAre(0, 11, 0, 10, 9, 0, 0, 12));
+
+  // tf.tensor_scatter_nd_add([1..8], [[4], [3], [1], [7]], [9, 10, 11, 12]).
+  *request.mutable_input() = MakeTensor<int32_t>({8}, {1, 2, 3, 4, 5, 6, 7, 8});
+  request.set_reduce(v1::REDUCTION_SUM);
+  status = ScatterNd(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_THAT(Values<int32_t>(response.result()), ElementsAre(1, 13, 3, 14, 14, 6, 7, 20));
+
+  // Rows: tf.tensor_scatter_nd_max(ones(3, 2), [[2], [0], [2]], [[5, 0], [0, 7], [3, 9]]), and
+  // with include_self = false the untouched row 1 keeps its ones.
+  *request.mutable_input() = MakeTensor<float>({3, 2}, std::vector<float>(6, 1.0f));
+  *request.mutable_index() = MakeTensor<int64_t>({3, 1}, {2, 0, 2});
+  *request.mutable_src() = MakeTensor<float>({3, 2}, {5, 0, 0, 7, 3, 9});
+  request.set_reduce(v1::REDUCTION_AMAX);
+  status = ScatterNd(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_THAT(Values<float>(response.result()), ElementsAre(1, 7, 1, 1, 5, 9));
+  request.set_include_self(false);
+  status = ScatterNd(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_THAT(Values<float>(response.result()), ElementsAre(0, 7, 1, 1, 5, 9));
+}
+
+TEST_F(ServiceTest, ScatterNdZerosOfShape) {
+  // paddle.scatter_nd([[1], [3], [1]], [9, 10, 11], shape=[5]) -> [0, 20, 0, 10, 0].
+  v1::ScatterNdRequest request;
+  *request.mutable_index() = MakeTensor<int64_t>({3, 1}, {1, 3, 1});
+  *request.mutable_src() = MakeTensor<float>({3}, {9, 10, 11});
+  request.add_shape(5);
+  request.set_reduce(v1::REDUCTION_SUM);
+  v1::ScatterNdResponse response;
+  const grpc::Status status = ScatterNd(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_THAT(response.result().shape(), ElementsAre(5));
+  EXPECT_THAT(Values<float>(response.result()), ElementsAre(0, 20, 0, 10, 0));
+}
+
+TEST_F(ServiceTest, ScatterNdAxesFormEqualsScatter) {
+  // torch.zeros(3, 5).scatter_(0, [[0, 1, 2, 0]], arange(1, 11).reshape(2, 5)), as
+  // ScatterNd(x, idx[..., None], src, axes=[0]).
+  v1::ScatterNdRequest request;
+  *request.mutable_input() = MakeTensor<int64_t>({3, 5}, std::vector<int64_t>(15, 0));
+  *request.mutable_index() = MakeTensor<int64_t>({1, 4, 1}, {0, 1, 2, 0});
+  *request.mutable_src() = MakeTensor<int64_t>({2, 5}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+  request.add_axes(0);
+  v1::ScatterNdResponse response;
+  const grpc::Status status = ScatterNd(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_THAT(response.result().shape(), ElementsAre(3, 5));
+  EXPECT_THAT(Values<int64_t>(response.result()),
+              ElementsAreArray({1, 0, 0, 4, 0, 0, 2, 0, 0, 0, 0, 0, 3, 0, 0}));
+}
+
+TEST_F(ServiceTest, MaskedScatterTorchExample) {
+  // torch.zeros(2, 5).masked_scatter(mask, arange(10).reshape(2, 5)), PyTorch's example.
+  v1::MaskedScatterRequest request;
+  *request.mutable_input() = MakeTensor<int64_t>({2, 5}, std::vector<int64_t>(10, 0));
+  *request.mutable_mask() = MakeMask({2, 5}, {0, 0, 0, 1, 1, 1, 1, 0, 1, 1});
+  *request.mutable_src() = MakeTensor<int64_t>({2, 5}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+  v1::MaskedScatterResponse response;
+  grpc::Status status = MaskedScatter(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_THAT(response.result().shape(), ElementsAre(2, 5));
+  EXPECT_THAT(Values<int64_t>(response.result()), ElementsAreArray({0, 0, 0, 0, 1, 2, 3, 0, 4, 5}));
+
+  // Input [1, 3] and mask [2, 1] broadcast to a [2, 3] result; src is read flat.
+  *request.mutable_input() = MakeTensor<float>({1, 3}, {7, 8, 9});
+  *request.mutable_mask() = MakeMask({2, 1}, {0, 1});
+  *request.mutable_src() = MakeTensor<float>({2, 2}, {1, 2, 3, 4});
+  status = MaskedScatter(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_THAT(response.result().shape(), ElementsAre(2, 3));
+  EXPECT_THAT(Values<float>(response.result()), ElementsAre(7, 8, 9, 1, 2, 3));
 }
 
 TEST_F(ServiceTest, ConcurrentCallsAllSucceed) {
@@ -334,6 +503,106 @@ TEST_F(ServiceTest, MalformedWireTensor) {
   ExpectStillServing();
 }
 
+TEST_F(ServiceTest, GatherNdErrors) {
+  v1::GatherNdRequest request;
+  *request.mutable_input() = MakeTensor<int64_t>({2, 2}, {1, 2, 3, 4});
+  *request.mutable_index() = MakeTensor<int64_t>({2, 2}, {0, 0, 2, 1});
+  v1::GatherNdResponse response;
+  ExpectStatus(GatherNd(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "gather_nd: index[1, 0] = 2 is out of range for axis 0 of input with size 2");
+  ExpectStillServing();
+
+  *request.mutable_index() = MakeTensor<int64_t>({2, 3, 1}, {0, 0, 0, 0, 0, 0});
+  request.add_axes(2);
+  ExpectStatus(GatherNd(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "gather_nd: axes[0] = 2 is out of range");
+  request.set_axes(0, 1);
+  request.add_axes(-1);
+  *request.mutable_index() = MakeTensor<int64_t>({1, 1, 2}, {0, 0});
+  ExpectStatus(GatherNd(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "gather_nd: axes[1] = -1 repeats axis 1");
+  request.clear_axes();
+  request.set_batch_dims(5);
+  ExpectStatus(GatherNd(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "gather_nd: batch_dims = 5 is out of range");
+  ExpectStillServing();
+}
+
+TEST_F(ServiceTest, ScatterNdErrors) {
+  v1::ScatterNdRequest request;
+  *request.mutable_input() = MakeTensor<float>({4}, {0, 0, 0, 0});
+  *request.mutable_index() = MakeTensor<int64_t>({2, 1}, {3, -5});
+  *request.mutable_src() = MakeTensor<float>({2}, {1, 2});
+  v1::ScatterNdResponse response;
+  ExpectStatus(ScatterNd(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "scatter_nd: index[1, 0] = -5 is out of range for axis 0 of input with size 4");
+  ExpectStillServing();
+
+  *request.mutable_index() = MakeTensor<int64_t>({2, 1}, {3, 0});
+  request.add_axes(1);
+  ExpectStatus(ScatterNd(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "scatter_nd: axes[0] = 1 is out of range");
+  request.clear_axes();
+
+  *request.mutable_src() = MakeTensor<int32_t>({2}, {1, 2});
+  ExpectStatus(ScatterNd(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "scatter_nd: src.dtype = int32 does not match input.dtype = float32");
+  *request.mutable_src() = MakeTensor<float>({3}, {1, 2, 3});
+  ExpectStatus(ScatterNd(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "scatter_nd: src.shape = [3] does not match");
+  *request.mutable_src() = MakeTensor<float>({2}, {1, 2});
+
+  // Exactly one of input and shape.
+  request.add_shape(4);
+  ExpectStatus(ScatterNd(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "scatter_nd: shape = [4] is given together with input");
+  request.clear_input();
+  request.clear_shape();
+  ExpectStatus(ScatterNd(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "scatter_nd: neither input nor shape is given");
+  request.add_shape(4);
+  request.add_shape(-2);
+  ExpectStatus(ScatterNd(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "scatter_nd: shape[1] = -2 is negative");
+  request.clear_shape();
+  for (int d = 0; d < 3; ++d) request.add_shape(int64_t{1} << 30);
+  ExpectStatus(ScatterNd(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "scatter_nd: shape [1073741824, 1073741824, 1073741824] has more elements than fit "
+               "in int64");
+  request.clear_shape();
+  request.add_shape(4);
+  request.set_reduce(static_cast<v1::Reduction>(9));
+  ExpectStatus(ScatterNd(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "scatter_nd: reduce = 9 is not a known reduction");
+  ExpectStillServing();
+}
+
+TEST_F(ServiceTest, MaskedScatterErrors) {
+  v1::MaskedScatterRequest request;
+  *request.mutable_input() = MakeTensor<float>({2, 3}, std::vector<float>(6, 0.0f));
+  *request.mutable_mask() = MakeMask({2, 3}, {1, 1, 0, 1, 1, 1});
+  *request.mutable_src() = MakeTensor<float>({3}, {1, 2, 3});
+  v1::MaskedScatterResponse response;
+  ExpectStatus(MaskedScatter(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "masked_scatter: src has 3 elements but mask has 5 true positions");
+  ExpectStillServing();
+
+  *request.mutable_mask() = MakeTensor<int64_t>({3}, {1, 0, 1});
+  ExpectStatus(MaskedScatter(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "masked_scatter: mask.dtype = int64 must be bool");
+  *request.mutable_mask() = MakeMask({2}, {1, 0});
+  ExpectStatus(MaskedScatter(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "masked_scatter: cannot broadcast input of shape [2, 3] with mask of shape [2]");
+  *request.mutable_mask() = MakeMask({3}, {1, 0, 2});
+  ExpectStatus(MaskedScatter(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "masked_scatter: mask.data[2] = 2 is not a valid bool");
+  *request.mutable_mask() = MakeMask({3}, {1, 0, 1});
+  *request.mutable_src() = MakeTensor<int32_t>({4}, {1, 2, 3, 4});
+  ExpectStatus(MaskedScatter(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "masked_scatter: src.dtype = int32 does not match input.dtype = float32");
+  ExpectStillServing();
+}
+
 // --- Limits
 // ---------------------------------------------------------------------------------------
 
@@ -388,6 +657,51 @@ TEST(ServiceLimitsTest, TensorsAndResultsOverMaxElements) {
   grpc::ClientContext context;
   ExpectStatus(stub->Gather(&context, request, &response), grpc::StatusCode::RESOURCE_EXHAUSTED,
                "gather: result.shape [5, 3] has 15 elements");
+}
+
+TEST(ServiceLimitsTest, ScatterNdShapeOverMaxElements) {
+  ServerOptions::Limits limits;
+  limits.max_elements = 10;
+  std::unique_ptr<Server> server = StartServer(limits);
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<v1::TensorOps::Stub> stub = Connect(server->port());
+
+  // The zeros form's shape is checked like a tensor's before anything is allocated.
+  v1::ScatterNdRequest request;
+  *request.mutable_index() = MakeTensor<int64_t>({1, 2}, {0, 0});
+  *request.mutable_src() = MakeTensor<float>({1}, {1});
+  request.add_shape(4);
+  request.add_shape(4);
+  v1::ScatterNdResponse response;
+  {
+    grpc::ClientContext context;
+    ExpectStatus(stub->ScatterNd(&context, request, &response),
+                 grpc::StatusCode::RESOURCE_EXHAUSTED,
+                 "scatter_nd: shape [4, 4] has 16 elements, more than the server's limit of 10 "
+                 "(--max_elements)");
+  }
+  request.set_shape(1, 2);
+  grpc::ClientContext context;
+  const grpc::Status status = stub->ScatterNd(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_THAT(Values<float>(response.result()), ElementsAre(1, 0, 0, 0, 0, 0, 0, 0));
+}
+
+TEST(ServiceLimitsTest, MaskedScatterBroadcastResultOverMaxElements) {
+  ServerOptions::Limits limits;
+  limits.max_elements = 10;
+  std::unique_ptr<Server> server = StartServer(limits);
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<v1::TensorOps::Stub> stub = Connect(server->port());
+  v1::MaskedScatterRequest request;
+  *request.mutable_input() = MakeTensor<float>({1, 4}, {0, 0, 0, 0});
+  *request.mutable_mask() = MakeMask({4, 1}, {0, 0, 0, 0});
+  *request.mutable_src() = MakeTensor<float>({1}, {1});
+  v1::MaskedScatterResponse response;
+  grpc::ClientContext context;
+  ExpectStatus(stub->MaskedScatter(&context, request, &response),
+               grpc::StatusCode::RESOURCE_EXHAUSTED,
+               "masked_scatter: result.shape [4, 4] has 16 elements");
 }
 
 TEST(ServiceLimitsTest, RankOverMaxRank) {

@@ -1,5 +1,5 @@
-// tensorops-cli: runs one Gather or Scatter call against a tensorops server, with tensors in NumPy
-// `.npy` files.
+// tensorops-cli: runs one call of any tensorops op against a tensorops server, with tensors in
+// NumPy `.npy` files.
 //
 //   tensorops-cli gather --input=x.npy --index=i.npy --axis=1 --output=out.npy
 //   tensorops-cli scatter --input=x.npy --index=i.npy --value=2.5 --axis=0 --reduce=add
@@ -39,7 +39,8 @@
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Server address (host:port or a gRPC target).");
 ABSL_FLAG(absl::Duration, timeout, absl::InfiniteDuration(),
           "Deadline of the call, e.g. 10s or 500ms; inf for none.");
-ABSL_FLAG(std::string, input, "", "Input tensor, a .npy file (required).");
+ABSL_FLAG(std::string, input, "",
+          "Input tensor, a .npy file (required, except by scatter_nd given --shape).");
 ABSL_FLAG(std::string, index, "", "Index tensor, a .npy file of int32 or int64 (required).");
 ABSL_FLAG(int64_t, axis, 0, "Axis the op works along, -rank <= axis < rank.");
 ABSL_FLAG(bool, broadcast, false,
@@ -48,11 +49,11 @@ ABSL_FLAG(std::string, src, "", "Source tensor, a .npy file of input's dtype.");
 ABSL_FLAG(std::string, value, "",
           "scatter: scalar source instead of --src: true/false, an integer, or a float.");
 ABSL_FLAG(std::string, reduce, "assign",
-          "scatter, index_reduce: assign|sum|prod|mean|amax|amin, or an alias "
+          "scatter, index_reduce, scatter_nd: assign|sum|prod|mean|amax|amin, or an alias "
           "add|mul|multiply|update|max|min (index_reduce defaults to sum).");
 ABSL_FLAG(bool, include_self, true,
-          "scatter, index_reduce: whether the destination's original value takes part in the "
-          "reduction.");
+          "scatter, index_reduce, scatter_nd: whether the destination's original value takes part "
+          "in the reduction.");
 ABSL_FLAG(std::string, alpha, "1", "index_reduce: scales src under sum (index_add's alpha).");
 ABSL_FLAG(int64_t, select_index, 0, "select_scatter: the position along --axis to replace.");
 ABSL_FLAG(int64_t, start, 0, "slice_scatter: slice start (Python rules; absent = beginning).");
@@ -61,8 +62,18 @@ ABSL_FLAG(int64_t, step, 1, "slice_scatter: slice step, > 0.");
 ABSL_FLAG(int64_t, offset, 0, "diagonal_scatter: diagonal offset (> 0 above, < 0 below).");
 ABSL_FLAG(int64_t, axis1, 0, "diagonal_scatter: first axis of the diagonal.");
 ABSL_FLAG(int64_t, axis2, 1, "diagonal_scatter: second axis of the diagonal.");
+ABSL_FLAG(std::vector<std::string>, axes, {},
+          "gather_nd, scatter_nd: comma-separated axes the index's coordinates address (the "
+          "compiler form); absent for the TensorFlow form.");
+ABSL_FLAG(int64_t, batch_dims, 0,
+          "gather_nd, scatter_nd: leading dimensions input and index share (TensorFlow form).");
+ABSL_FLAG(std::vector<std::string>, shape, {},
+          "scatter_nd: comma-separated shape of a zeros result, instead of --input "
+          "(paddle.scatter_nd).");
+ABSL_FLAG(std::string, mask, "",
+          "masked_scatter: mask tensor, a .npy file of bool broadcastable with the input.");
 ABSL_FLAG(bool, deterministic, false,
-          "scatter: ask for bitwise reproducible floating sum/mean/prod results.");
+          "scatter, scatter_nd: ask for bitwise reproducible floating sum/mean/prod results.");
 ABSL_FLAG(std::string, output, "",
           "Write the result to this .npy file; without it, print the result to stdout.");
 ABSL_FLAG(bool, bfloat16, false,
@@ -93,6 +104,11 @@ Commands (every one also takes [--output=OUT.npy] [--bfloat16]):
   select_scatter    --input=X.npy --src=S.npy --axis=N --select_index=I
   slice_scatter     --input=X.npy --src=S.npy --axis=N [--start=A] [--end=B] [--step=C]
   diagonal_scatter  --input=X.npy --src=S.npy [--offset=K] [--axis1=A] [--axis2=B]
+  gather_nd         --input=X.npy --index=I.npy [--axes=A,B,...] [--batch_dims=N]
+  scatter_nd        (--input=X.npy | --shape=D0,D1,...) --index=I.npy --src=S.npy
+                    [--axes=A,B,...] [--batch_dims=N] [--reduce=R] [--include_self=false]
+                    [--deterministic]
+  masked_scatter    --input=X.npy --mask=M.npy --src=S.npy
 
 Without --output the result's shape, dtype and values are printed. Exit status: 0 on success,
 1 when the call fails, 2 for a bad command line.
@@ -109,7 +125,8 @@ struct CommandSpec {
   absl::string_view name;
   std::vector<absl::string_view> flags;
   std::vector<absl::string_view> required;
-  absl::StatusOr<Tensor> (*run)(Client& client, const Tensor& input,
+  // `input` holds --input's tensor; only scatter_nd (given --shape instead) runs without one.
+  absl::StatusOr<Tensor> (*run)(Client& client, const std::optional<Tensor>& input,
                                 const absl::flat_hash_set<std::string>& given,
                                 const NpyReadOptions& read_options);
 };
@@ -139,8 +156,8 @@ std::string UsageText() {
     absl::StrAppendFormat(&text, "  --%s\n      %s", name, flag->Help());
     const std::string default_value = flag->DefaultValue();
     // Positional flags (files, axis, slice bounds) have defaults that mean nothing.
-    constexpr std::string_view kNoDefault[] = {"input", "index", "src",         "axis",
-                                               "start", "end",   "select_index"};
+    constexpr std::string_view kNoDefault[] = {"input", "index", "src", "mask",
+                                               "axis",  "start", "end", "select_index"};
     if (!default_value.empty() && !absl::c_linear_search(kNoDefault, name)) {
       absl::StrAppendFormat(&text, " Default: %s.", default_value);
     }
@@ -228,6 +245,23 @@ absl::StatusOr<Scalar> ParseValue(absl::string_view text) {
       "--value = '%s' is not true, false, an integer or a floating-point number", text));
 }
 
+// ParseIntList reads a comma-separated list flag (--axes, --shape) as integers.
+absl::StatusOr<std::vector<int64_t>> ParseIntList(std::string_view flag_name,
+                                                  const std::vector<std::string>& items) {
+  std::vector<int64_t> values;
+  for (const std::string& item : items) {
+    int64_t value = 0;
+    if (!absl::SimpleAtoi(item, &value)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--%s: '%s' is not an integer (expected a comma-separated list of "
+                          "integers, e.g. --%s=0,2)",
+                          flag_name, item, flag_name));
+    }
+    values.push_back(value);
+  }
+  return values;
+}
+
 // FormatFloat prints like NumPy: "1.", "2.5", "nan", "inf", "1e+30".
 std::string FormatFloat(double value) {
   std::string text = absl::StrFormat("%g", value);
@@ -302,17 +336,17 @@ absl::StatusOr<Tensor> ReadFlagNpy(const absl::Flag<std::string>& flag,
   return ReadNpy(absl::GetFlag(flag), read_options);
 }
 
-absl::StatusOr<Tensor> RunGather(Client& client, const Tensor& input,
+absl::StatusOr<Tensor> RunGather(Client& client, const std::optional<Tensor>& input,
                                  const absl::flat_hash_set<std::string>&,
                                  const NpyReadOptions& read_options) {
   absl::StatusOr<Tensor> index = ReadFlagNpy(FLAGS_index, read_options);
   if (!index.ok()) return index.status();
   GatherOptions options;
   options.broadcast = absl::GetFlag(FLAGS_broadcast);
-  return client.Gather(input.view(), absl::GetFlag(FLAGS_axis), index->view(), options);
+  return client.Gather(input->view(), absl::GetFlag(FLAGS_axis), index->view(), options);
 }
 
-absl::StatusOr<Tensor> RunScatter(Client& client, const Tensor& input,
+absl::StatusOr<Tensor> RunScatter(Client& client, const std::optional<Tensor>& input,
                                   const absl::flat_hash_set<std::string>& given,
                                   const NpyReadOptions& read_options) {
   absl::StatusOr<Tensor> index = ReadFlagNpy(FLAGS_index, read_options);
@@ -327,21 +361,21 @@ absl::StatusOr<Tensor> RunScatter(Client& client, const Tensor& input,
   if (given.contains("src")) {
     absl::StatusOr<Tensor> src = ReadFlagNpy(FLAGS_src, read_options);
     if (!src.ok()) return src.status();
-    return client.Scatter(input.view(), axis, index->view(), src->view(), options);
+    return client.Scatter(input->view(), axis, index->view(), src->view(), options);
   }
-  return client.Scatter(input.view(), axis, index->view(), *ParseValue(absl::GetFlag(FLAGS_value)),
+  return client.Scatter(input->view(), axis, index->view(), *ParseValue(absl::GetFlag(FLAGS_value)),
                         options);
 }
 
-absl::StatusOr<Tensor> RunIndexSelect(Client& client, const Tensor& input,
+absl::StatusOr<Tensor> RunIndexSelect(Client& client, const std::optional<Tensor>& input,
                                       const absl::flat_hash_set<std::string>&,
                                       const NpyReadOptions& read_options) {
   absl::StatusOr<Tensor> index = ReadFlagNpy(FLAGS_index, read_options);
   if (!index.ok()) return index.status();
-  return client.IndexSelect(input.view(), absl::GetFlag(FLAGS_axis), index->view());
+  return client.IndexSelect(input->view(), absl::GetFlag(FLAGS_axis), index->view());
 }
 
-absl::StatusOr<Tensor> RunIndexReduce(Client& client, const Tensor& input,
+absl::StatusOr<Tensor> RunIndexReduce(Client& client, const std::optional<Tensor>& input,
                                       const absl::flat_hash_set<std::string>& given,
                                       const NpyReadOptions& read_options) {
   absl::StatusOr<Tensor> index = ReadFlagNpy(FLAGS_index, read_options);
@@ -353,20 +387,20 @@ absl::StatusOr<Tensor> RunIndexReduce(Client& client, const Tensor& input,
   if (given.contains("reduce")) options.reduce = *ParseReduction(absl::GetFlag(FLAGS_reduce));
   options.include_self = absl::GetFlag(FLAGS_include_self);
   options.alpha = *ParseValue(absl::GetFlag(FLAGS_alpha));
-  return client.IndexReduce(input.view(), absl::GetFlag(FLAGS_axis), index->view(), src->view(),
+  return client.IndexReduce(input->view(), absl::GetFlag(FLAGS_axis), index->view(), src->view(),
                             options);
 }
 
-absl::StatusOr<Tensor> RunSelectScatter(Client& client, const Tensor& input,
+absl::StatusOr<Tensor> RunSelectScatter(Client& client, const std::optional<Tensor>& input,
                                         const absl::flat_hash_set<std::string>&,
                                         const NpyReadOptions& read_options) {
   absl::StatusOr<Tensor> src = ReadFlagNpy(FLAGS_src, read_options);
   if (!src.ok()) return src.status();
-  return client.SelectScatter(input.view(), src->view(), absl::GetFlag(FLAGS_axis),
+  return client.SelectScatter(input->view(), src->view(), absl::GetFlag(FLAGS_axis),
                               absl::GetFlag(FLAGS_select_index));
 }
 
-absl::StatusOr<Tensor> RunSliceScatter(Client& client, const Tensor& input,
+absl::StatusOr<Tensor> RunSliceScatter(Client& client, const std::optional<Tensor>& input,
                                        const absl::flat_hash_set<std::string>& given,
                                        const NpyReadOptions& read_options) {
   absl::StatusOr<Tensor> src = ReadFlagNpy(FLAGS_src, read_options);
@@ -375,10 +409,10 @@ absl::StatusOr<Tensor> RunSliceScatter(Client& client, const Tensor& input,
   if (given.contains("start")) options.start = absl::GetFlag(FLAGS_start);
   if (given.contains("end")) options.end = absl::GetFlag(FLAGS_end);
   options.step = absl::GetFlag(FLAGS_step);
-  return client.SliceScatter(input.view(), src->view(), absl::GetFlag(FLAGS_axis), options);
+  return client.SliceScatter(input->view(), src->view(), absl::GetFlag(FLAGS_axis), options);
 }
 
-absl::StatusOr<Tensor> RunDiagonalScatter(Client& client, const Tensor& input,
+absl::StatusOr<Tensor> RunDiagonalScatter(Client& client, const std::optional<Tensor>& input,
                                           const absl::flat_hash_set<std::string>&,
                                           const NpyReadOptions& read_options) {
   absl::StatusOr<Tensor> src = ReadFlagNpy(FLAGS_src, read_options);
@@ -387,7 +421,49 @@ absl::StatusOr<Tensor> RunDiagonalScatter(Client& client, const Tensor& input,
   options.offset = absl::GetFlag(FLAGS_offset);
   options.axis1 = absl::GetFlag(FLAGS_axis1);
   options.axis2 = absl::GetFlag(FLAGS_axis2);
-  return client.DiagonalScatter(input.view(), src->view(), options);
+  return client.DiagonalScatter(input->view(), src->view(), options);
+}
+
+absl::StatusOr<Tensor> RunGatherNd(Client& client, const std::optional<Tensor>& input,
+                                   const absl::flat_hash_set<std::string>&,
+                                   const NpyReadOptions& read_options) {
+  absl::StatusOr<Tensor> index = ReadFlagNpy(FLAGS_index, read_options);
+  if (!index.ok()) return index.status();
+  GatherNdOptions options;
+  // ValidateCommandLine checked --axes before connecting.
+  options.axes = *ParseIntList("axes", absl::GetFlag(FLAGS_axes));
+  options.batch_dims = absl::GetFlag(FLAGS_batch_dims);
+  return client.GatherNd(input->view(), index->view(), options);
+}
+
+absl::StatusOr<Tensor> RunScatterNd(Client& client, const std::optional<Tensor>& input,
+                                    const absl::flat_hash_set<std::string>&,
+                                    const NpyReadOptions& read_options) {
+  absl::StatusOr<Tensor> index = ReadFlagNpy(FLAGS_index, read_options);
+  if (!index.ok()) return index.status();
+  absl::StatusOr<Tensor> src = ReadFlagNpy(FLAGS_src, read_options);
+  if (!src.ok()) return src.status();
+  ScatterNdOptions options;
+  // ValidateCommandLine checked --axes, --shape and --reduce before connecting.
+  options.axes = *ParseIntList("axes", absl::GetFlag(FLAGS_axes));
+  options.batch_dims = absl::GetFlag(FLAGS_batch_dims);
+  options.reduce = *ParseReduction(absl::GetFlag(FLAGS_reduce));
+  options.include_self = absl::GetFlag(FLAGS_include_self);
+  options.shape = *ParseIntList("shape", absl::GetFlag(FLAGS_shape));
+  options.deterministic = absl::GetFlag(FLAGS_deterministic);
+  std::optional<TensorView> input_view;
+  if (input.has_value()) input_view = input->view();
+  return client.ScatterNd(input_view, index->view(), src->view(), options);
+}
+
+absl::StatusOr<Tensor> RunMaskedScatter(Client& client, const std::optional<Tensor>& input,
+                                        const absl::flat_hash_set<std::string>&,
+                                        const NpyReadOptions& read_options) {
+  absl::StatusOr<Tensor> mask = ReadFlagNpy(FLAGS_mask, read_options);
+  if (!mask.ok()) return mask.status();
+  absl::StatusOr<Tensor> src = ReadFlagNpy(FLAGS_src, read_options);
+  if (!src.ok()) return src.status();
+  return client.MaskedScatter(input->view(), mask->view(), src->view());
 }
 
 const std::vector<CommandSpec>& Commands() {
@@ -408,6 +484,12 @@ const std::vector<CommandSpec>& Commands() {
        RunSelectScatter},
       {"slice_scatter", {"src", "axis", "start", "end", "step"}, {"src", "axis"}, RunSliceScatter},
       {"diagonal_scatter", {"src", "offset", "axis1", "axis2"}, {"src"}, RunDiagonalScatter},
+      {"gather_nd", {"index", "axes", "batch_dims"}, {"index"}, RunGatherNd},
+      {"scatter_nd",
+       {"index", "src", "axes", "batch_dims", "reduce", "include_self", "shape", "deterministic"},
+       {"index", "src"},
+       RunScatterNd},
+      {"masked_scatter", {"mask", "src"}, {"mask", "src"}, RunMaskedScatter},
   };
   return *kCommands;
 }
@@ -420,7 +502,8 @@ const CommandSpec* FindCommand(absl::string_view name) {
 }
 
 // ValidateCommandLine checks what can be checked without files or a server: one known command,
-// its required flags present, no flag it does not take, --reduce, --value and --alpha well-formed.
+// its required flags present, no flag it does not take, --reduce, --value, --alpha, --axes and
+// --shape well-formed.
 absl::Status ValidateCommandLine(const CommandLine& command_line) {
   std::vector<absl::string_view> names;
   for (const CommandSpec& command : Commands()) names.push_back(command.name);
@@ -449,7 +532,13 @@ absl::Status ValidateCommandLine(const CommandLine& command_line) {
       return absl::InvalidArgumentError(absl::StrFormat("%s needs --%s", name, required));
     }
   }
-  if (!command_line.given.contains("input")) {
+  if (name == "scatter_nd") {
+    // paddle.scatter_nd: --shape stands in for --input, as zeros of that shape.
+    if (command_line.given.contains("input") == command_line.given.contains("shape")) {
+      return absl::InvalidArgumentError(
+          "scatter_nd needs exactly one of --input and --shape (zeros of that shape)");
+    }
+  } else if (!command_line.given.contains("input")) {
     return absl::InvalidArgumentError(absl::StrFormat("%s needs --input", name));
   }
   if (name == "scatter" &&
@@ -475,6 +564,14 @@ absl::Status ValidateCommandLine(const CommandLine& command_line) {
       return status;
     }
   }
+  if (absl::Status status = ParseIntList("axes", absl::GetFlag(FLAGS_axes)).status();
+      !status.ok()) {
+    return status;
+  }
+  if (absl::Status status = ParseIntList("shape", absl::GetFlag(FLAGS_shape)).status();
+      !status.ok()) {
+    return status;
+  }
   return absl::OkStatus();
 }
 
@@ -497,7 +594,8 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<Client>> client =
       Client::Create(absl::GetFlag(FLAGS_target), client_options);
   const NpyReadOptions read_options{.uint16_as_bfloat16 = absl::GetFlag(FLAGS_bfloat16)};
-  absl::StatusOr<Tensor> input = ReadFlagNpy(FLAGS_input, read_options);
+  absl::StatusOr<std::optional<Tensor>> input = std::optional<Tensor>();
+  if (command_line->given.contains("input")) input = ReadFlagNpy(FLAGS_input, read_options);
   absl::StatusOr<Tensor> result =
       !client.ok()  ? client.status()
       : !input.ok() ? input.status()

@@ -1,8 +1,10 @@
 #include "client/cpp/client.h"
 
+#include <cstdint>
 #include <limits>
 #include <optional>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -13,6 +15,8 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
+#include "kernels/dispatch.h"
+#include "kernels/half.h"
 #include "proto/codec.h"
 #include "proto/grpc_status.h"
 
@@ -69,6 +73,36 @@ absl::StatusOr<Tensor> CallUnary(std::string_view op, absl::Time deadline,
   const grpc::Status status = send(&context, &response);
   if (!status.ok()) return wire::FromGrpcStatus(status);
   return DecodeResult(response.result(), op, options);
+}
+
+// Negated returns a contiguous copy of `src` with every element negated, for ScatterNdSub.
+// Signed integers wrap (the minimum negates to itself), so that x + Negated(s) equals TensorFlow's
+// wrapping x - s; float16 and bfloat16 flip their sign bit, which is exact.
+absl::StatusOr<Tensor> Negated(const TensorView& src) {
+  if (src.dtype() == DataType::kBool || src.dtype() == DataType::kUInt8) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "scatter_nd_sub: src.dtype = %s cannot be negated (sub needs a floating, complex or "
+        "signed integer dtype)",
+        DataTypeName(src.dtype())));
+  }
+  Tensor negated = Tensor::FromView(src);
+  const int64_t numel = negated.numel();
+  DispatchDataType(negated.dtype(), [&]<typename T>(TypeTag<T>) {
+    T* elements = negated.data_as<T>();
+    for (int64_t i = 0; i < numel; ++i) {
+      if constexpr (std::is_same_v<T, bool>) {
+        // Rejected above.
+      } else if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
+        elements[i] = T::FromBits(static_cast<uint16_t>(elements[i].bits ^ 0x8000u));
+      } else if constexpr (std::is_integral_v<T>) {
+        using Unsigned = std::make_unsigned_t<T>;
+        elements[i] = static_cast<T>(Unsigned{0} - static_cast<Unsigned>(elements[i]));
+      } else {
+        elements[i] = -elements[i];
+      }
+    }
+  });
+  return negated;
 }
 
 }  // namespace
@@ -218,6 +252,72 @@ absl::StatusOr<Tensor> Client::DiagonalScatter(const TensorView& input, const Te
   return CallUnary<v1::DiagonalScatterResponse>(
       "diagonal_scatter", deadline, options_, [&](grpc::ClientContext* context, auto* response) {
         return stub_->DiagonalScatter(context, request, response);
+      });
+}
+
+absl::StatusOr<Tensor> Client::GatherNd(const TensorView& input, const TensorView& index,
+                                        const GatherNdOptions& options) {
+  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
+  v1::GatherNdRequest request;
+  wire::EncodeTensor(input, request.mutable_input());
+  wire::EncodeTensor(index, request.mutable_index());
+  request.mutable_axes()->Assign(options.axes.begin(), options.axes.end());
+  request.set_batch_dims(options.batch_dims);
+  return CallUnary<v1::GatherNdResponse>("gather_nd", deadline, options_,
+                                         [&](grpc::ClientContext* context, auto* response) {
+                                           return stub_->GatherNd(context, request, response);
+                                         });
+}
+
+absl::StatusOr<Tensor> Client::ScatterNd(const std::optional<TensorView>& input,
+                                         const TensorView& index, const TensorView& src,
+                                         const ScatterNdOptions& options) {
+  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
+  v1::ScatterNdRequest request;
+  if (input.has_value()) wire::EncodeTensor(*input, request.mutable_input());
+  wire::EncodeTensor(index, request.mutable_index());
+  wire::EncodeTensor(src, request.mutable_src());
+  request.mutable_axes()->Assign(options.axes.begin(), options.axes.end());
+  request.set_batch_dims(options.batch_dims);
+  request.set_reduce(wire::ReductionToProto(options.reduce));
+  request.set_include_self(options.include_self);
+  request.mutable_shape()->Assign(options.shape.begin(), options.shape.end());
+  request.set_deterministic(options.deterministic);
+  return CallUnary<v1::ScatterNdResponse>("scatter_nd", deadline, options_,
+                                          [&](grpc::ClientContext* context, auto* response) {
+                                            return stub_->ScatterNd(context, request, response);
+                                          });
+}
+
+absl::StatusOr<Tensor> Client::ScatterNdSub(const std::optional<TensorView>& input,
+                                            const TensorView& index, const TensorView& src,
+                                            const ScatterNdOptions& options) {
+  if (options.reduce != Reduction::kAssign && options.reduce != Reduction::kSum) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "scatter_nd_sub: reduce = %s is not allowed (sub is SUM of the negated src; leave reduce "
+        "unset or SUM)",
+        ReductionName(options.reduce)));
+  }
+  // The timeout counts from here, negating included, as every call's does from its start.
+  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
+  absl::StatusOr<Tensor> negated = Negated(src);
+  if (!negated.ok()) return negated.status();
+  ScatterNdOptions sum_options = options;
+  sum_options.reduce = Reduction::kSum;
+  sum_options.timeout = deadline - absl::Now();
+  return ScatterNd(input, index, negated->view(), sum_options);
+}
+
+absl::StatusOr<Tensor> Client::MaskedScatter(const TensorView& input, const TensorView& mask,
+                                             const TensorView& src, const CallOptions& options) {
+  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
+  v1::MaskedScatterRequest request;
+  wire::EncodeTensor(input, request.mutable_input());
+  wire::EncodeTensor(mask, request.mutable_mask());
+  wire::EncodeTensor(src, request.mutable_src());
+  return CallUnary<v1::MaskedScatterResponse>(
+      "masked_scatter", deadline, options_, [&](grpc::ClientContext* context, auto* response) {
+        return stub_->MaskedScatter(context, request, response);
       });
 }
 

@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -103,6 +104,37 @@ struct DiagonalOptions {
   std::optional<absl::Duration> timeout;
 };
 
+// GatherNdOptions are the optional arguments of Client::GatherNd (SPEC, operation 3).
+struct GatherNdOptions {
+  // Empty: the TensorFlow / Paddle form (tf.gather_nd). Otherwise one distinct axis of input per
+  // coordinate in the index's last dimension, each in [-rank, rank): the compiler form.
+  std::vector<int64_t> axes;
+  // TensorFlow form only: the leading dimensions input and index share, >= 0.
+  int64_t batch_dims = 0;
+  // As GatherOptions::timeout.
+  std::optional<absl::Duration> timeout;
+};
+
+// ScatterNdOptions are the optional arguments of Client::ScatterNd (SPEC, operation 4).
+struct ScatterNdOptions {
+  // As GatherNdOptions::axes.
+  std::vector<int64_t> axes;
+  // As GatherNdOptions::batch_dims.
+  int64_t batch_dims = 0;
+  // ASSIGN is tensor_scatter_nd_update, SUM tensor_scatter_nd_add and scatter_nd_add, AMAX and
+  // AMIN tensor_scatter_nd_max and _min.
+  Reduction reduce = Reduction::kAssign;
+  // Whether the destination's original value takes part in the reduction.
+  bool include_self = true;
+  // Only without an input (paddle.scatter_nd): the result's shape, rank >= 1; it starts as zeros
+  // in src's dtype. Giving it with an input, or neither, is INVALID_ARGUMENT from the server.
+  std::vector<int64_t> shape;
+  // Ask for bitwise reproducible floating SUM/MEAN/PROD results.
+  bool deterministic = false;
+  // As GatherOptions::timeout.
+  std::optional<absl::Duration> timeout;
+};
+
 // Client calls the tensorops.v1.TensorOps service. Thread-safe; not copyable.
 class Client {
  public:
@@ -156,6 +188,33 @@ class Client {
   // operation 10). Errors as Gather.
   absl::StatusOr<Tensor> DiagonalScatter(const TensorView& input, const TensorView& src,
                                          const DiagonalOptions& options = {});
+
+  // GatherNd returns `tf.gather_nd(input, index, batch_dims)` or, with options.axes, the
+  // compiler form `gather_nd(input, index, dims=axes)` (SPEC, operation 3). Errors as Gather.
+  absl::StatusOr<Tensor> GatherNd(const TensorView& input, const TensorView& index,
+                                  const GatherNdOptions& options = {});
+
+  // ScatterNd returns `input` with `src` scattered into it at the coordinates in `index`, combined
+  // by options.reduce (SPEC, operation 4): tf.tensor_scatter_nd_update/add/min/max,
+  // paddle.scatter_nd_add. Without an input it is paddle.scatter_nd: zeros of options.shape.
+  // Errors as Gather.
+  absl::StatusOr<Tensor> ScatterNd(const std::optional<TensorView>& input, const TensorView& index,
+                                   const TensorView& src, const ScatterNdOptions& options = {});
+
+  // ScatterNdSub is tf.tensor_scatter_nd_sub: ScatterNd with SUM of `src` negated here, on the
+  // client (SPEC: "sub = add of negated updates"). options.reduce must be left at its default or
+  // be SUM. Floating, complex and signed integer dtypes; signed integers wrap as in TensorFlow
+  // (negating the minimum gives itself). BOOL and UINT8 src, or another reduce, give
+  // INVALID_ARGUMENT without a call; otherwise errors as Gather.
+  absl::StatusOr<Tensor> ScatterNdSub(const std::optional<TensorView>& input,
+                                      const TensorView& index, const TensorView& src,
+                                      const ScatterNdOptions& options = {});
+
+  // MaskedScatter returns `torch.masked_scatter(input, mask, src)` (SPEC, operation 7): the k-th
+  // true position of `mask` (BOOL, broadcast with input) takes src's k-th element. Errors as
+  // Gather; a src with fewer elements than the mask has true positions is INVALID_ARGUMENT.
+  absl::StatusOr<Tensor> MaskedScatter(const TensorView& input, const TensorView& mask,
+                                       const TensorView& src, const CallOptions& options = {});
 
  private:
   Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options);

@@ -24,6 +24,7 @@ using testing::IndexTensor;
 using testing::RandomIndex;
 using testing::RandomTensor;
 using testing::ReferenceGather;
+using testing::SeededGen;
 using testing::TensorFromValues;
 using testing::ToDoubles;
 
@@ -35,16 +36,9 @@ struct GatherCase {
   std::string description;
 };
 
-absl::BitGen SeededGen(uint64_t seed) {
-  std::seed_seq sequence = {seed, uint64_t{0x6a7e}};
-  return absl::BitGen(sequence);
-}
-
-int64_t RandomSize(absl::BitGen& gen, int64_t max_size) {
-  // Mostly 1..max_size, sometimes 0.
-  if (absl::Bernoulli(gen, 0.06)) return 0;
-  return absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, max_size);
-}
+// kGatherSeedSalt salts every generator this file seeds, keeping its random inputs apart from the
+// other suites' (testing::SeededGen).
+constexpr uint64_t kGatherSeedSalt = 0x6a7e;
 
 // A random valid Gather call. Without broadcast the index is no larger than the input in the
 // non-axis dimensions; with broadcast each non-axis pair of sizes is equal or has a 1.
@@ -57,7 +51,7 @@ GatherCase RandomGatherCase(DataType dtype, bool broadcast, absl::BitGen& gen) {
   Shape index_shape(rank);
   for (int64_t d = 0; d < rank; ++d) {
     if (d == axis) continue;
-    const int64_t size = RandomSize(gen, max_size);
+    const int64_t size = testing::RandomDimSize(gen, max_size);
     if (broadcast) {
       const int choice = absl::Uniform(gen, 0, 3);
       input_shape[d] = choice == 1 ? 1 : size;
@@ -69,11 +63,10 @@ GatherCase RandomGatherCase(DataType dtype, bool broadcast, absl::BitGen& gen) {
                            : absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, size);
     }
   }
-  IndexPattern pattern = testing::kAllIndexPatterns[absl::Uniform<size_t>(
-      gen, 0, std::size(testing::kAllIndexPatterns))];
+  IndexPattern pattern = testing::RandomIndexPattern(gen);
   int64_t axis_size = 1;
   if (rank > 0) {
-    input_shape[axis] = RandomSize(gen, max_size);
+    input_shape[axis] = testing::RandomDimSize(gen, max_size);
     axis_size = input_shape[axis];
     index_shape[axis] =
         axis_size == 0 ? 0 : absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, 6);
@@ -112,14 +105,15 @@ class GatherRandomTest : public ::testing::TestWithParam<DataType> {};
 
 TEST_P(GatherRandomTest, MatchesReference) {
   for (uint64_t seed = 0; seed < 60; ++seed) {
-    absl::BitGen gen = SeededGen(seed * 131 + static_cast<uint64_t>(GetParam()));
+    absl::BitGen gen = SeededGen(seed * 131 + static_cast<uint64_t>(GetParam()), kGatherSeedSalt);
     ExpectGatherMatchesReference(RandomGatherCase(GetParam(), /*broadcast=*/false, gen));
   }
 }
 
 TEST_P(GatherRandomTest, BroadcastMatchesReference) {
   for (uint64_t seed = 0; seed < 40; ++seed) {
-    absl::BitGen gen = SeededGen(seed * 137 + static_cast<uint64_t>(GetParam()) + 5000);
+    absl::BitGen gen =
+        SeededGen(seed * 137 + static_cast<uint64_t>(GetParam()) + 5000, kGatherSeedSalt);
     ExpectGatherMatchesReference(RandomGatherCase(GetParam(), /*broadcast=*/true, gen));
   }
 }
@@ -127,7 +121,7 @@ TEST_P(GatherRandomTest, BroadcastMatchesReference) {
 // Large enough (~300k elements) for the multi-threaded walks, along the first, the last (where
 // Gather may split the axis itself between threads) and a middle axis.
 TEST_P(GatherRandomTest, LargeMatchesReference) {
-  absl::BitGen gen = SeededGen(777 + static_cast<uint64_t>(GetParam()));
+  absl::BitGen gen = SeededGen(777 + static_cast<uint64_t>(GetParam()), kGatherSeedSalt);
   struct Large {
     Shape input_shape;
     Shape index_shape;
@@ -151,12 +145,8 @@ TEST_P(GatherRandomTest, LargeMatchesReference) {
   }
 }
 
-std::string DataTypeParamName(const ::testing::TestParamInfo<DataType>& info) {
-  return std::string(DataTypeName(info.param));
-}
-
 INSTANTIATE_TEST_SUITE_P(AllDataTypes, GatherRandomTest, ::testing::ValuesIn(kAllDataTypes),
-                         DataTypeParamName);
+                         testing::DataTypeParamName);
 
 // ---------------------------------------------------------------------------------------------
 // Hand cases.
@@ -330,7 +320,7 @@ TEST(GatherErrorTest, FirstOffenderInLargeParallelWalk) {
   Tensor input(DataType::kInt32, {600, 500});
   std::memset(input.data(), 0, static_cast<size_t>(input.nbytes()));
   for (int64_t axis : {0, 1}) {
-    absl::BitGen gen = SeededGen(99);
+    absl::BitGen gen = SeededGen(99, kGatherSeedSalt);
     Tensor index = RandomIndex(DataType::kInt64, {600, 500}, axis, 500, IndexPattern::kRandom, gen);
     int64_t* values = index.data_as<int64_t>();
     values[599 * 500 + 10] = -1000;  // Late in row-major order, early along axis 1.

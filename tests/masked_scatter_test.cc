@@ -29,32 +29,22 @@ namespace tensorops {
 namespace {
 
 using ::testing::AllOf;
+using testing::ExpectSameBytes;
 using ::testing::HasSubstr;
+using testing::LaidOutTensor;
 using testing::RandomTensor;
 using testing::ReferenceMaskedCount;
 using testing::ReferenceMaskedScatter;
+using testing::SeededGen;
 using testing::TensorFromValues;
 using testing::ToDoubles;
 using testing::reference_internal::ShapeString;
 
 constexpr int64_t kParallelThreshold = cpu::kMinParallelElements;
 
-absl::BitGen SeededGen(uint64_t seed) {
-  std::seed_seq sequence = {seed, uint64_t{0x3a5c}};
-  return absl::BitGen(sequence);
-}
-
-// ExpectSameBytes requires equal dtype and shape and identical bytes (NaN payloads and signed
-// zeros included); on a mismatch it lets TensorsNear name the first differing element.
-void ExpectSameBytes(const Tensor& actual, const Tensor& expected) {
-  ASSERT_EQ(actual.dtype(), expected.dtype());
-  ASSERT_EQ(actual.shape(), expected.shape());
-  if (std::memcmp(actual.data(), expected.data(), static_cast<size_t>(actual.nbytes())) == 0) {
-    return;
-  }
-  EXPECT_TRUE(testing::TensorsNear(actual.view(), expected.view()));
-  ADD_FAILURE() << "bytes differ";
-}
+// kMaskedScatterSeedSalt salts every generator this file seeds, keeping its random inputs apart
+// from the other suites' (testing::SeededGen).
+constexpr uint64_t kMaskedScatterSeedSalt = 0x3a5c;
 
 std::string MessageOf(const absl::StatusOr<Tensor>& result) {
   return std::string(result.status().message());
@@ -80,14 +70,9 @@ enum class Layout {
   kBroadcastFirst,
 };
 
-struct LaidOut {
-  Tensor buffer;
-  TensorView view;
-};
-
 // Relayout copies `values` into a buffer of the given layout (falling back to contiguous where
 // the rank does not allow it) and views it at values' shape.
-LaidOut Relayout(const Tensor& values, Layout layout) {
+LaidOutTensor Relayout(const Tensor& values, Layout layout) {
   const Shape& shape = values.shape();
   const int64_t rank = values.rank();
   Shape buffer_shape = shape;
@@ -107,7 +92,7 @@ LaidOut Relayout(const Tensor& values, Layout layout) {
   } else {
     strides = testing::RowMajorStrides(buffer_shape);
   }
-  LaidOut laid_out{Tensor::Zeros(values.dtype(), buffer_shape), {}};
+  LaidOutTensor laid_out{Tensor::Zeros(values.dtype(), buffer_shape), {}};
   laid_out.view = TensorView(values.dtype(), shape, strides, laid_out.buffer.data());
   const int64_t width = testing::reference_internal::ByteWidth(values.dtype());
   for (int64_t position = 0; position < values.numel(); ++position) {
@@ -256,7 +241,8 @@ class MaskedScatterRandomTest : public ::testing::TestWithParam<std::tuple<DataT
 
 TEST_P(MaskedScatterRandomTest, MatchesReference) {
   const auto [dtype, rank] = GetParam();
-  absl::BitGen gen = SeededGen(static_cast<uint64_t>(dtype) * 10 + static_cast<uint64_t>(rank));
+  absl::BitGen gen = SeededGen(static_cast<uint64_t>(dtype) * 10 + static_cast<uint64_t>(rank),
+                               kMaskedScatterSeedSalt);
   constexpr double kTrueFractions[] = {0.1, 0.3, 0.5, 0.9};
   for (const MaskCase mask_case : kAllMaskCases) {
     for (const SourceCase source_case : kAllSourceCases) {
@@ -265,9 +251,9 @@ TEST_P(MaskedScatterRandomTest, MatchesReference) {
         double true_fraction = kTrueFractions[absl::Uniform<size_t>(gen, 0, 4)];
         if (mask_case == MaskCase::kAllTrue) true_fraction = 1.0;
         if (mask_case == MaskCase::kAllFalse) true_fraction = 0.0;
-        const LaidOut input =
+        const LaidOutTensor input =
             Relayout(RandomTensor(dtype, input_shape, gen, OddValues()), RandomLayout(gen));
-        const LaidOut mask =
+        const LaidOutTensor mask =
             Relayout(RandomMask(mask_shape, true_fraction, gen), RandomLayout(gen));
 
         const std::optional<Shape> result_shape =
@@ -279,7 +265,7 @@ TEST_P(MaskedScatterRandomTest, MatchesReference) {
         }
         if (mask_case == MaskCase::kAllFalse) ASSERT_EQ(needed, 0);
         const Shape source_shape = SourceShape(source_case, needed, gen);
-        const LaidOut source =
+        const LaidOutTensor source =
             Relayout(RandomTensor(dtype, source_shape, gen, OddValues()), RandomLayout(gen));
 
         SCOPED_TRACE(absl::StrCat(MaskCaseName(mask_case), ", trial ", trial, ": input ",
@@ -327,7 +313,7 @@ class MaskedScatterLargeTest : public ::testing::TestWithParam<DataType> {
 };
 
 TEST_P(MaskedScatterLargeTest, SameShapeRandomMask) {
-  absl::BitGen gen = SeededGen(static_cast<uint64_t>(dtype()) + 100);
+  absl::BitGen gen = SeededGen(static_cast<uint64_t>(dtype()) + 100, kMaskedScatterSeedSalt);
   const Shape shape = {60, 5000};
   const Tensor input = RandomTensor(dtype(), shape, gen);
   const Tensor mask = RandomMask(shape, 0.3, gen);
@@ -337,7 +323,7 @@ TEST_P(MaskedScatterLargeTest, SameShapeRandomMask) {
 }
 
 TEST_P(MaskedScatterLargeTest, BroadcastMaskRowAndColumn) {
-  absl::BitGen gen = SeededGen(static_cast<uint64_t>(dtype()) + 200);
+  absl::BitGen gen = SeededGen(static_cast<uint64_t>(dtype()) + 200, kMaskedScatterSeedSalt);
   const Tensor input = RandomTensor(dtype(), {60, 5000}, gen);
   const Tensor row_mask = RandomMask({5000}, 0.3, gen);
   const Tensor column_mask = RandomMask({60, 1}, 0.5, gen);
@@ -347,19 +333,20 @@ TEST_P(MaskedScatterLargeTest, BroadcastMaskRowAndColumn) {
 }
 
 TEST_P(MaskedScatterLargeTest, InputBroadcastByMaskWithStridedSource) {
-  absl::BitGen gen = SeededGen(static_cast<uint64_t>(dtype()) + 300);
+  absl::BitGen gen = SeededGen(static_cast<uint64_t>(dtype()) + 300, kMaskedScatterSeedSalt);
   const Tensor input = RandomTensor(dtype(), {1, 4000}, gen);
   const Tensor mask = RandomMask({80, 4000}, 0.3, gen);
   const int64_t needed = ReferenceMaskedCount(mask.view(), {80, 4000});
-  const LaidOut source =
+  const LaidOutTensor source =
       Relayout(RandomTensor(dtype(), {2, (needed + 1) / 2}, gen), Layout::kTransposed);
   Check(input.view(), mask.view(), source.view);
-  const LaidOut stepped_source = Relayout(RandomTensor(dtype(), {needed}, gen), Layout::kStepped);
+  const LaidOutTensor stepped_source =
+      Relayout(RandomTensor(dtype(), {needed}, gen), Layout::kStepped);
   Check(input.view(), mask.view(), stepped_source.view);
 }
 
 TEST_P(MaskedScatterLargeTest, AllTrueAndAllFalse) {
-  absl::BitGen gen = SeededGen(static_cast<uint64_t>(dtype()) + 400);
+  absl::BitGen gen = SeededGen(static_cast<uint64_t>(dtype()) + 400, kMaskedScatterSeedSalt);
   const Shape shape = {3, 100003};  // Not a multiple of any block size.
   const Tensor input = RandomTensor(dtype(), shape, gen);
   const Tensor source = RandomTensor(dtype(), {100003, 3}, gen);
@@ -371,7 +358,7 @@ TEST_P(MaskedScatterLargeTest, AllTrueAndAllFalse) {
 // Sizes around the serial/parallel threshold, with the true positions only in the last few
 // elements (every block but the last counts zero) or only in the first few.
 TEST_P(MaskedScatterLargeTest, TrueRunsAtTheEnds) {
-  absl::BitGen gen = SeededGen(static_cast<uint64_t>(dtype()) + 500);
+  absl::BitGen gen = SeededGen(static_cast<uint64_t>(dtype()) + 500, kMaskedScatterSeedSalt);
   for (const int64_t count :
        {kParallelThreshold, kParallelThreshold + 1, 3 * kParallelThreshold + 5}) {
     SCOPED_TRACE(absl::StrCat("count ", count));
@@ -386,14 +373,10 @@ TEST_P(MaskedScatterLargeTest, TrueRunsAtTheEnds) {
   }
 }
 
-std::string DtypeName(const ::testing::TestParamInfo<DataType>& info) {
-  return std::string(DataTypeName(info.param));
-}
-
 INSTANTIATE_TEST_SUITE_P(EveryItemSize, MaskedScatterLargeTest,
                          ::testing::Values(DataType::kBool, DataType::kFloat16, DataType::kFloat32,
                                            DataType::kInt64, DataType::kComplex128),
-                         DtypeName);
+                         testing::DataTypeParamName);
 
 // --------------------------------------------------------------------------------------------
 // PyTorch's documentation and hand-checked cases.
@@ -619,14 +602,14 @@ TEST(MaskedScatterErrorTest, SourceTooSmall) {
 // On the parallel path the count is complete before anything is written: the error names the
 // full count, and the result buffer is left as it was.
 TEST(MaskedScatterErrorTest, SourceTooSmallOnTheParallelPath) {
-  absl::BitGen gen = SeededGen(900);
+  absl::BitGen gen = SeededGen(900, kMaskedScatterSeedSalt);
   const Shape shape = {60, 5000};
   const Tensor input = RandomTensor(DataType::kFloat32, shape, gen);
   const Tensor mask = RandomMask(shape, 0.3, gen);
   const int64_t true_count = ReferenceMaskedCount(mask.view(), shape);
   for (const bool strided_source : {false, true}) {
-    const LaidOut source = Relayout(RandomTensor(DataType::kFloat32, {true_count - 1}, gen),
-                                    strided_source ? Layout::kStepped : Layout::kContiguous);
+    const LaidOutTensor source = Relayout(RandomTensor(DataType::kFloat32, {true_count - 1}, gen),
+                                          strided_source ? Layout::kStepped : Layout::kContiguous);
     const absl::StatusOr<MaskedScatterPlan> plan =
         PlanMaskedScatter({.input = input.view(), .mask = mask.view(), .source = source.view});
     ASSERT_TRUE(plan.ok()) << plan.status();

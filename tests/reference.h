@@ -1,5 +1,6 @@
 // An independent reference for Gather and Scatter (SPEC operations 1 and 2), plus the random
-// inputs and the dtype-aware comparison the kernel tests use.
+// inputs, the dtype-aware comparison and the small helpers (seeded generators, strided copies,
+// error checks, parameter names) the kernel tests share.
 //
 //   absl::StatusOr<Tensor> expected =
 //       testing::ReferenceScatter(x.view(), 1, idx.view(), src.view(), Reduction::kSum,
@@ -24,6 +25,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <random>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -31,6 +33,7 @@
 
 #include "absl/random/bit_gen_ref.h"
 #include "absl/random/distributions.h"
+#include "absl/random/random.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -730,8 +733,55 @@ inline TensorView BroadcastScalarView(const Tensor& scalar, const Shape& shape) 
   return TensorView(scalar.dtype(), shape, Shape(shape.size(), 0), scalar.data());
 }
 
+// LaidOutTensor holds a buffer and a view into it that need not be contiguous (gaps, swapped or
+// stride-0 dimensions): how the tests hand the kernels strided inputs. Moving it keeps the view
+// valid, since the buffer's storage stays where it is.
+struct LaidOutTensor {
+  Tensor buffer;
+  TensorView view;
+};
+
+// SteppedCopy copies the contiguous `values` into a zeroed buffer twice as long in the last
+// dimension and views it with stride 2 there: a non-contiguous view of the same values. A rank-0
+// tensor has no dimension to step along; it is copied and viewed contiguously.
+inline LaidOutTensor SteppedCopy(const Tensor& values) {
+  LaidOutTensor copy;
+  if (values.rank() == 0) {
+    copy.buffer = values.Clone();
+    copy.view = copy.buffer.view();
+    return copy;
+  }
+  Shape buffer_shape = values.shape();
+  buffer_shape.back() *= 2;
+  copy.buffer = Tensor::Zeros(values.dtype(), buffer_shape);
+  const int64_t width = reference_internal::ByteWidth(values.dtype());
+  for (int64_t i = 0; i < values.numel(); ++i) {
+    std::memcpy(static_cast<char*>(copy.buffer.data()) + 2 * i * width,
+                static_cast<const char*>(values.data()) + i * width, static_cast<size_t>(width));
+  }
+  Shape strides = RowMajorStrides(buffer_shape);
+  strides.back() = 2;
+  copy.view = TensorView(values.dtype(), values.shape(), strides, copy.buffer.data());
+  return copy;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Random inputs.
+
+// SeededGen returns a generator seeded with {seed, salt}. Each test file passes its own salt, so
+// files that loop over the same seeds still draw different inputs, and every input is
+// reproducible from its seed.
+inline absl::BitGen SeededGen(uint64_t seed, uint64_t salt) {
+  std::seed_seq sequence = {seed, salt};
+  return absl::BitGen(sequence);
+}
+
+// RandomDimSize draws a dimension's size: 0 with probability 0.06, otherwise uniform in
+// [1, max_size].
+inline int64_t RandomDimSize(absl::BitGenRef gen, int64_t max_size) {
+  if (absl::Bernoulli(gen, 0.06)) return 0;
+  return absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, max_size);
+}
 
 // ValueOptions shape the values RandomTensor draws. Defaults: multiples of 1/4 in [-8, 8] for
 // floating dtypes (exact in every dtype, so sums of up to ~500k of them are exact in float32),
@@ -749,6 +799,19 @@ struct ValueOptions {
   // or purely imaginary) so that long products stay in range.
   bool product_friendly = false;
 };
+
+// ValuesForReduction returns the ValueOptions the randomized reduction suites draw inputs with
+// for `reduce`: 5% signed zeros; product-friendly values for PROD; 3% NaNs for ASSIGN, AMAX and
+// AMIN.
+inline ValueOptions ValuesForReduction(Reduction reduce) {
+  ValueOptions values;
+  values.signed_zero_fraction = 0.05;
+  if (reduce == Reduction::kProd) values.product_friendly = true;
+  if (reduce == Reduction::kAssign || reduce == Reduction::kAmax || reduce == Reduction::kAmin) {
+    values.nan_fraction = 0.03;
+  }
+  return values;
+}
 
 // RandomTensor fills a contiguous tensor of `dtype` and `shape`.
 inline Tensor RandomTensor(DataType dtype, const Shape& shape, absl::BitGenRef gen,
@@ -829,6 +892,11 @@ inline constexpr IndexPattern kAllIndexPatterns[] = {IndexPattern::kUnique, Inde
 inline constexpr Reduction kAllReductions[] = {Reduction::kAssign, Reduction::kSum,
                                                Reduction::kProd,   Reduction::kMean,
                                                Reduction::kAmax,   Reduction::kAmin};
+
+// RandomIndexPattern draws one of kAllIndexPatterns, uniformly.
+inline IndexPattern RandomIndexPattern(absl::BitGenRef gen) {
+  return kAllIndexPatterns[absl::Uniform<size_t>(gen, 0, std::size(kAllIndexPatterns))];
+}
 
 inline const char* IndexPatternName(IndexPattern pattern) {
   switch (pattern) {
@@ -1019,6 +1087,55 @@ inline void ExpectTensorsNear(const Tensor& actual, const Tensor& expected,
   EXPECT_TRUE(TensorsNear(actual.view(), expected.view(), tolerance));
 }
 
+// ExpectSameBytes requires equal dtype and shape and identical bytes (NaN payloads and signed
+// zeros included), for the ops that only copy; on a mismatch it lets TensorsNear name the first
+// differing element.
+inline void ExpectSameBytes(const Tensor& actual, const Tensor& expected) {
+  ASSERT_EQ(actual.dtype(), expected.dtype());
+  ASSERT_EQ(actual.shape(), expected.shape());
+  if (std::memcmp(actual.data(), expected.data(), static_cast<size_t>(actual.nbytes())) == 0) {
+    return;
+  }
+  EXPECT_TRUE(TensorsNear(actual.view(), expected.view()));
+  ADD_FAILURE() << "bytes differ";
+}
+
+// DoublesIfOk expects `result` to be OK and returns its elements as real numbers (ToDoubles), or
+// nothing when it is an error.
+inline std::vector<double> DoublesIfOk(const absl::StatusOr<Tensor>& result) {
+  EXPECT_TRUE(result.ok()) << result.status();
+  if (!result.ok()) return {};
+  return ToDoubles(*result);
+}
+
+// ExpectInvalidArgument expects `status` to be INVALID_ARGUMENT with every one of `parts` in its
+// message.
+inline void ExpectInvalidArgument(const absl::Status& status,
+                                  const std::vector<std::string>& parts) {
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  for (const std::string& part : parts) EXPECT_THAT(status.message(), ::testing::HasSubstr(part));
+}
+
+// ExpectKernelRejects expects a kernel's `result` for an input the reference rejects to be an
+// INVALID_ARGUMENT error, and returns its status (OK, after a failure, when the kernel accepted
+// the input), for the caller to check the message.
+inline absl::Status ExpectKernelRejects(const absl::StatusOr<Tensor>& result) {
+  EXPECT_FALSE(result.ok()) << "the kernel accepts this input";
+  if (result.ok()) return absl::OkStatus();
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  return result.status();
+}
+
+// DataTypeParamName names a test parameterized over DataType by the dtype: "float32".
+inline std::string DataTypeParamName(const ::testing::TestParamInfo<DataType>& info) {
+  return std::string(DataTypeName(info.param));
+}
+
+// ReductionParamName names a test parameterized over Reduction by the reduction: "SUM".
+inline std::string ReductionParamName(const ::testing::TestParamInfo<Reduction>& info) {
+  return std::string(ReductionName(info.param));
+}
+
 // DtypeReductionTest is the fixture of the randomized suites parameterized over dtype x
 // reduction x include_self, with a seed derived from the parameter so every case is reproducible.
 using DtypeReductionParam = std::tuple<DataType, Reduction, bool>;
@@ -1033,6 +1150,13 @@ class DtypeReductionTest : public ::testing::TestWithParam<DtypeReductionParam> 
            include_self();
   }
 };
+
+// AllDtypeReductionParams generates every DtypeReductionParam: each dtype x each reduction x
+// include_self false and true, for INSTANTIATE_TEST_SUITE_P.
+inline auto AllDtypeReductionParams() {
+  return ::testing::Combine(::testing::ValuesIn(kAllDataTypes), ::testing::ValuesIn(kAllReductions),
+                            ::testing::Bool());
+}
 
 // DtypeReductionParamName names a DtypeReductionTest case "float32_SUM_self".
 inline std::string DtypeReductionParamName(

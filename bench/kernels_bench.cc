@@ -1,6 +1,7 @@
-// CPU kernel benchmarks: Gather and Scatter on float32 against memcpy of the same bytes, measured
-// in the same run. Counters: bytes_per_second counts the bytes a kernel must move (index + data
-// read + result written); `memcpy` rows give the ceiling of this machine for the same byte count.
+// CPU kernel benchmarks: Gather, Scatter, GatherNd, ScatterNd and MaskedScatter on float32 against
+// memcpy of the same bytes, measured in the same run. Counters: bytes_per_second counts the bytes a
+// kernel must move (index + data read + result written); `memcpy` rows give the ceiling of this
+// machine for the same byte count.
 //
 //   build/release/bench/kernels_bench --benchmark_filter=Gather
 #include <cstring>
@@ -9,6 +10,8 @@
 
 #include "benchmark/benchmark.h"
 #include "kernels/gather.h"
+#include "kernels/masked_scatter.h"
+#include "kernels/nd_ops.h"
 #include "kernels/scatter.h"
 
 namespace tensorops {
@@ -98,6 +101,105 @@ void BM_Scatter(benchmark::State& state) {
                  (pattern == IndexPattern::kRandom ? " random" : " dup-heavy"));
 }
 
+// GatherNd, axes form along `axis`: the same work as Gather (index with a trailing coordinate
+// dimension of 1), so the two rows compare the Nd addressing with the axis walk.
+void BM_GatherNdAxes(benchmark::State& state) {
+  const int64_t axis = state.range(2);
+  Case c = MakeCase(state.range(0), state.range(1), axis, IndexPattern::kRandom);
+  Shape index_shape = c.shape;
+  index_shape.push_back(1);
+  GatherNdArgs args{.input = TensorView(DataType::kFloat32, c.shape, c.input.data()),
+                    .index = TensorView(DataType::kInt64, index_shape, c.index.data()),
+                    .axes = {axis}};
+  NdPlan plan = *PlanGatherNd(args);
+  Tensor result(plan.result_dtype, plan.result_shape);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(cpu::GatherNd(plan, result.mutable_view()).ok());
+  }
+  SetBytes(state, static_cast<int64_t>(c.index.size()) * 16);
+}
+
+// GatherNd, TensorFlow form: `rows` random whole rows (index shape [rows, 1]).
+void BM_GatherNdRows(benchmark::State& state) {
+  Case c = MakeCase(state.range(0), state.range(1), 0, IndexPattern::kRandom);
+  const int64_t rows = state.range(0);
+  GatherNdArgs args{.input = TensorView(DataType::kFloat32, c.shape, c.input.data()),
+                    .index = TensorView(DataType::kInt64, {rows, 1}, c.index.data())};
+  NdPlan plan = *PlanGatherNd(args);
+  Tensor result(plan.result_dtype, plan.result_shape);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(cpu::GatherNd(plan, result.mutable_view()).ok());
+  }
+  SetBytes(state, static_cast<int64_t>(c.input.size()) * 8);
+}
+
+// ScatterNd, axes form along `axis`: the same updates as Scatter, to compare the bucketed
+// ordering with the axis walk.
+void BM_ScatterNdAxes(benchmark::State& state) {
+  const int64_t axis = state.range(2);
+  const auto reduce = static_cast<Reduction>(state.range(3));
+  const auto pattern = static_cast<IndexPattern>(state.range(4));
+  Case c = MakeCase(state.range(0), state.range(1), axis, pattern);
+  Shape index_shape = c.shape;
+  index_shape.push_back(1);
+  ScatterNdArgs args{.input = TensorView(DataType::kFloat32, c.shape, c.input.data()),
+                     .index = TensorView(DataType::kInt64, index_shape, c.index.data()),
+                     .source = TensorView(DataType::kFloat32, c.shape, c.source.data()),
+                     .axes = {axis},
+                     .reduce = reduce};
+  NdPlan plan = *PlanScatterNd(args);
+  Tensor result(plan.result_dtype, plan.result_shape);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(cpu::ScatterNd(plan, result.mutable_view()).ok());
+  }
+  SetBytes(state, static_cast<int64_t>(c.index.size()) * 20);
+  state.SetLabel(std::string(ReductionName(reduce)) +
+                 (pattern == IndexPattern::kRandom ? " random" : " dup-heavy"));
+}
+
+// ScatterNd, TensorFlow form with two coordinates: every update addresses one random element of
+// the matrix (index shape [rows * cols, 2]), the general path with its destination buckets.
+void BM_ScatterNdPoints(benchmark::State& state) {
+  const auto reduce = static_cast<Reduction>(state.range(2));
+  const auto pattern = static_cast<IndexPattern>(state.range(3));
+  Case c = MakeCase(state.range(0), state.range(1), 0, pattern);
+  const int64_t updates = static_cast<int64_t>(c.index.size());
+  std::vector<int64_t> points(2 * updates);
+  for (int64_t i = 0; i < updates; ++i) {
+    points[2 * i] = c.index[i];
+    points[2 * i + 1] = c.index[(i * 7919) % updates] % c.shape[1];
+  }
+  ScatterNdArgs args{.input = TensorView(DataType::kFloat32, c.shape, c.input.data()),
+                     .index = TensorView(DataType::kInt64, {updates, 2}, points.data()),
+                     .source = TensorView(DataType::kFloat32, {updates}, c.source.data()),
+                     .reduce = reduce};
+  NdPlan plan = *PlanScatterNd(args);
+  Tensor result(plan.result_dtype, plan.result_shape);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(cpu::ScatterNd(plan, result.mutable_view()).ok());
+  }
+  SetBytes(state, updates * 28);
+  state.SetLabel(std::string(ReductionName(reduce)) +
+                 (pattern == IndexPattern::kRandom ? " random" : " dup-heavy"));
+}
+
+// MaskedScatter with a random mask of about half true positions.
+void BM_MaskedScatter(benchmark::State& state) {
+  Case c = MakeCase(state.range(0), state.range(1), 0, IndexPattern::kRandom);
+  std::vector<uint8_t> mask(c.input.size());
+  for (size_t i = 0; i < mask.size(); ++i) mask[i] = c.source[i] > 0.0f;
+  MaskedScatterArgs args{.input = TensorView(DataType::kFloat32, c.shape, c.input.data()),
+                         .mask = TensorView(DataType::kBool, c.shape, mask.data()),
+                         .source = TensorView(DataType::kFloat32, c.shape, c.source.data())};
+  MaskedScatterPlan plan = *PlanMaskedScatter(args);
+  Tensor result(plan.result_dtype, plan.result_shape);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(cpu::MaskedScatter(plan, result.mutable_view()).ok());
+  }
+  // input and mask read, result written, about half the source read.
+  SetBytes(state, static_cast<int64_t>(c.input.size()) * 11);
+}
+
 // {rows, cols}: 1 MiB and 64 MiB of float32.
 const std::vector<std::pair<int64_t, int64_t>> kShapes = {{512, 512}, {4096, 4096}};
 
@@ -122,12 +224,44 @@ void ScatterCases(benchmark::internal::Benchmark* b) {
   }
 }
 
+void ScatterNdCases(benchmark::internal::Benchmark* b) {
+  for (auto [rows, cols] : kShapes) {
+    for (int64_t axis : {0, 1}) {
+      for (Reduction reduce : {Reduction::kAssign, Reduction::kSum}) {
+        for (IndexPattern pattern : {IndexPattern::kRandom, IndexPattern::kDuplicateHeavy}) {
+          b->Args({rows, cols, axis, static_cast<int64_t>(reduce), static_cast<int64_t>(pattern)});
+        }
+      }
+    }
+  }
+}
+
 BENCHMARK(BM_Memcpy)->Apply(MemcpyCases)->ArgNames({"rows", "cols"})->UseRealTime();
 BENCHMARK(BM_Gather)->Apply(GatherCases)->ArgNames({"rows", "cols", "axis"})->UseRealTime();
 BENCHMARK(BM_Scatter)
     ->Apply(ScatterCases)
     ->ArgNames({"rows", "cols", "axis", "reduce", "pattern"})
     ->UseRealTime();
+
+BENCHMARK(BM_GatherNdAxes)->Apply(GatherCases)->ArgNames({"rows", "cols", "axis"})->UseRealTime();
+BENCHMARK(BM_GatherNdRows)->Apply(MemcpyCases)->ArgNames({"rows", "cols"})->UseRealTime();
+BENCHMARK(BM_ScatterNdAxes)
+    ->Apply(ScatterNdCases)
+    ->ArgNames({"rows", "cols", "axis", "reduce", "pattern"})
+    ->UseRealTime();
+BENCHMARK(BM_ScatterNdPoints)
+    ->Apply([](benchmark::internal::Benchmark* b) {
+      for (auto [rows, cols] : kShapes) {
+        for (Reduction reduce : {Reduction::kAssign, Reduction::kSum}) {
+          for (IndexPattern pattern : {IndexPattern::kRandom, IndexPattern::kDuplicateHeavy}) {
+            b->Args({rows, cols, static_cast<int64_t>(reduce), static_cast<int64_t>(pattern)});
+          }
+        }
+      }
+    })
+    ->ArgNames({"rows", "cols", "reduce", "pattern"})
+    ->UseRealTime();
+BENCHMARK(BM_MaskedScatter)->Apply(MemcpyCases)->ArgNames({"rows", "cols"})->UseRealTime();
 
 }  // namespace
 }  // namespace tensorops

@@ -150,6 +150,13 @@ absl::Status PlanAddressing(std::string_view op, const Shape& input_shape, const
   return PlanAxesForm(op, input_shape, index, axes, batch_dims, plan);
 }
 
+// The index without its coordinate dimension, for a single-axis call (k == 1).
+TensorView WithoutCoordinateDim(const TensorView& index) {
+  const Shape shape = SubShape(index.shape(), 0, index.rank() - 1);
+  const Shape strides = SubShape(index.strides(), 0, index.rank() - 1);
+  return TensorView(index.dtype(), shape, strides, index.data());
+}
+
 }  // namespace
 
 absl::StatusOr<NdPlan> PlanGatherNd(const GatherNdArgs& args) {
@@ -165,6 +172,16 @@ absl::StatusOr<NdPlan> PlanGatherNd(const GatherNdArgs& args) {
   const Shape batch = SubShape(args.index.shape(), 0, args.index.rank() - 1);
   plan.result_shape = Concat(batch, slice_shape);
   plan.input = args.input;
+  if (args.axes.size() == 1) {
+    absl::StatusOr<GatherPlan> gather = PlanGather({.input = args.input,
+                                                    .index = WithoutCoordinateDim(args.index),
+                                                    .axis = plan.component_axes[0]});
+    if (gather.ok()) {
+      gather->op = kOp;
+      gather->original_index = args.index;
+      plan.single_axis_gather = *std::move(gather);
+    }
+  }
   return plan;
 }
 
@@ -238,6 +255,19 @@ absl::StatusOr<NdPlan> PlanScatterNd(const ScatterNdArgs& args) {
       args.input ? *args.input : TensorView(dtype, input_shape, static_cast<const void*>(nullptr));
   plan.reduce = args.reduce;
   plan.include_self = args.include_self;
+  if (args.axes.size() == 1 && args.input) {
+    absl::StatusOr<ScatterPlan> scatter = PlanScatter({.input = *args.input,
+                                                       .index = WithoutCoordinateDim(args.index),
+                                                       .source = args.source,
+                                                       .axis = plan.component_axes[0],
+                                                       .reduce = args.reduce,
+                                                       .include_self = args.include_self});
+    if (scatter.ok()) {
+      scatter->op = kOp;
+      scatter->original_index = args.index;
+      plan.single_axis_scatter = *std::move(scatter);
+    }
+  }
   return plan;
 }
 

@@ -26,7 +26,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/gather.h"
 #include "kernels/reduction.h"
+#include "kernels/scatter.h"
 #include "kernels/tensor.h"
 
 namespace tensorops {
@@ -97,6 +99,12 @@ struct NdPlan {
   bool include_self = true;
   // The index as the caller sent it, for error messages.
   TensorView original_index;
+  // Set when the call is a Gather or Scatter along one axis: the axes form with one axis (and,
+  // for ScatterNd, an input). The kernels then run that op's kernel, whose axis walk keeps the
+  // rows it reads in cache: SPEC's `Gather(x, ax, idx) == GatherNd(x, idx[..., None], axes=[ax])`
+  // read backwards. Errors still name the op and the index as sent.
+  std::optional<GatherPlan> single_axis_gather;
+  std::optional<ScatterPlan> single_axis_scatter;
 };
 
 // PlanGatherNd / PlanScatterNd validate the args against SPEC (dtypes, ranks, shapes, axes,

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -26,8 +27,10 @@
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/reducing_scatter.h"
 #include "kernels/dispatch.h"
+#include "kernels/gather.h"
 #include "kernels/nd_ops.h"
 #include "kernels/reduction.h"
+#include "kernels/scatter.h"
 #include "tbb/blocked_range.h"
 #include "tbb/parallel_for.h"
 #include "tbb/task_arena.h"
@@ -35,42 +38,99 @@
 namespace tensorops::cpu {
 namespace {
 
+// Addressing is the part of an NdPlan that ForEachAddress reads, copied into fixed arrays: the
+// hot loop then keeps it in registers and cache instead of reloading it through the plan's
+// vectors after every store (the compiler must assume the stores may alias them).
+struct Addressing {
+  explicit Addressing(const NdPlan& plan)
+      : rank(static_cast<int64_t>(plan.positions.size())),
+        components(static_cast<int64_t>(plan.component_sizes.size())),
+        component_step(plan.index.strides()[rank]) {
+    for (int64_t d = 0; d < rank; ++d) {
+      sizes[d] = plan.positions[d];
+      index_strides[d] = plan.index.strides()[d];
+      direct_strides[d] = plan.position_strides[d];
+    }
+    for (int64_t j = 0; j < components; ++j) {
+      component_sizes[j] = plan.component_sizes[j];
+      component_strides[j] = plan.component_strides[j];
+    }
+  }
+
+  int64_t rank;
+  int64_t components;
+  int64_t component_step;
+  std::array<int64_t, kMaxRank> sizes{};
+  std::array<int64_t, kMaxRank> index_strides{};
+  std::array<int64_t, kMaxRank> direct_strides{};
+  std::array<int64_t, kMaxRank> component_sizes{};
+  std::array<int64_t, kMaxRank> component_strides{};
+};
+
 // ForEachAddress calls `fn(position, offset)` for the positions [begin, end) of plan.positions in
 // row-major order, `offset` being the first addressed element (in the contiguous addressed
-// tensor). Returns false at the first index value out of range.
+// tensor). Returns false at the first index value out of range. Positions go by runs along the
+// last dimension, with a dedicated loop for the common single coordinate.
 template <typename Index, typename Fn>
 bool ForEachAddress(const NdPlan& plan, int64_t begin, int64_t end, Fn&& fn) {
-  const int64_t rank = static_cast<int64_t>(plan.positions.size());
-  const int64_t components = static_cast<int64_t>(plan.component_sizes.size());
+  const Addressing at(plan);
   const Index* index = plan.index.data_as<Index>();
-  const Shape& index_strides = plan.index.strides();
-  const int64_t component_step = index_strides[rank];
+  if (at.rank == 0) {
+    // One position (B = []): the whole index is one coordinate vector.
+    int64_t offset = 0;
+    for (int64_t j = 0; j < at.components; ++j) {
+      const int64_t value = index[j * at.component_step];
+      if (!InRange(value, at.component_sizes[j])) return false;
+      offset += WrapIndex(value, at.component_sizes[j]) * at.component_strides[j];
+    }
+    if (begin < end) fn(int64_t{0}, offset);
+    return true;
+  }
 
-  std::array<int64_t, kMaxRank + 1> coords{};
+  const int64_t last = at.rank - 1;
+  std::array<int64_t, kMaxRank> coords{};
   int64_t index_offset = 0;
   int64_t direct_offset = 0;
-  for (int64_t d = rank - 1, rest = begin; d >= 0; --d) {
-    coords[d] = rest % plan.positions[d];
-    rest /= plan.positions[d];
-    index_offset += coords[d] * index_strides[d];
-    direct_offset += coords[d] * plan.position_strides[d];
+  for (int64_t d = last, rest = begin; d >= 0; --d) {
+    coords[d] = rest % at.sizes[d];
+    rest /= at.sizes[d];
+    index_offset += coords[d] * at.index_strides[d];
+    direct_offset += coords[d] * at.direct_strides[d];
   }
-  for (int64_t position = begin; position < end; ++position) {
-    int64_t offset = direct_offset;
-    for (int64_t j = 0; j < components; ++j) {
-      const int64_t value = index[index_offset + j * component_step];
-      const int64_t size = plan.component_sizes[j];
-      if (!InRange(value, size)) return false;
-      offset += WrapIndex(value, size) * plan.component_strides[j];
+  const int64_t index_step = at.index_strides[last];
+  const int64_t direct_step = at.direct_strides[last];
+  for (int64_t position = begin; position < end;) {
+    const int64_t run = std::min(end - position, at.sizes[last] - coords[last]);
+    const Index* index_run = index + index_offset;
+    if (at.components == 1) {
+      const int64_t size = at.component_sizes[0];
+      const int64_t stride = at.component_strides[0];
+      for (int64_t i = 0; i < run; ++i) {
+        const int64_t value = index_run[i * index_step];
+        if (!InRange(value, size)) return false;
+        fn(position + i, direct_offset + i * direct_step + WrapIndex(value, size) * stride);
+      }
+    } else {
+      for (int64_t i = 0; i < run; ++i) {
+        int64_t offset = direct_offset + i * direct_step;
+        for (int64_t j = 0; j < at.components; ++j) {
+          const int64_t value = index_run[i * index_step + j * at.component_step];
+          if (!InRange(value, at.component_sizes[j])) return false;
+          offset += WrapIndex(value, at.component_sizes[j]) * at.component_strides[j];
+        }
+        fn(position + i, offset);
+      }
     }
-    fn(position, offset);
-    for (int64_t d = rank - 1; d >= 0; --d) {
-      index_offset += index_strides[d];
-      direct_offset += plan.position_strides[d];
-      if (++coords[d] < plan.positions[d]) break;
-      index_offset -= index_strides[d] * plan.positions[d];
-      direct_offset -= plan.position_strides[d] * plan.positions[d];
+    position += run;
+    coords[last] += run;
+    index_offset += run * index_step;
+    direct_offset += run * direct_step;
+    // Carry into the outer dimensions.
+    for (int64_t d = last; d > 0 && coords[d] == at.sizes[d]; --d) {
+      index_offset += at.index_strides[d - 1] - coords[d] * at.index_strides[d];
+      direct_offset += at.direct_strides[d - 1] - coords[d] * at.direct_strides[d];
       coords[d] = 0;
+      ++coords[d - 1];
     }
   }
   return true;
@@ -166,6 +226,10 @@ class NdUpdates {
     const int64_t slice = slice_;
     const auto apply_position = [&](int64_t position) {
       const int64_t dest = destination[position];
+      if (slice == 1) {
+        apply(dest, position);
+        return;
+      }
       const int64_t source = position * slice;
       for (int64_t s = 0; s < slice; ++s) apply(dest + s, source + s);
     };
@@ -211,13 +275,22 @@ class NdUpdates {
     constexpr int64_t kBlockElements = 4096;
     const int64_t rows_per_block = std::max<int64_t>(1, kBlockElements / slice_);
     const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
-    const int64_t buckets = std::min<int64_t>(blocks, 4 * threads);
+    // A power of two, and a shift for the block when it is one too: the bucket of every
+    // position is computed twice, and divisions would dominate.
+    const int64_t buckets =
+        std::bit_floor(static_cast<uint64_t>(std::min<int64_t>(blocks, 4 * threads)));
     if (buckets < 2) return;
+    const int64_t block_span = rows_per_block * slice_;
+    const int block_shift = std::has_single_bit(static_cast<uint64_t>(block_span))
+                                ? std::countr_zero(static_cast<uint64_t>(block_span))
+                                : -1;
     const int64_t chunks = std::min<int64_t>(positions_, 4 * threads);
     const int64_t chunk_length = (positions_ + chunks - 1) / chunks;
     const int64_t* destination = destinations_.data_as<int64_t>();
     const auto bucket_of = [&](int64_t position) {
-      return destination[position] / slice_ / rows_per_block % buckets;
+      const int64_t block = block_shift >= 0 ? destination[position] >> block_shift
+                                             : destination[position] / block_span;
+      return block & (buckets - 1);
     };
 
     // counts[c * buckets + b]: positions of chunk c that fall in bucket b; then, by an exclusive
@@ -273,6 +346,7 @@ TensorView Contiguous(const TensorView& view, Tensor& storage) {
 }  // namespace
 
 absl::Status GatherNd(const NdPlan& plan, const MutableTensorView& result) {
+  if (plan.single_axis_gather) return Gather(*plan.single_axis_gather, result);
   if (NumElements(plan.positions) == 0) return absl::OkStatus();
   Tensor input_storage;
   const TensorView input = Contiguous(plan.input, input_storage);
@@ -286,6 +360,7 @@ absl::Status GatherNd(const NdPlan& plan, const MutableTensorView& result) {
 }
 
 absl::Status ScatterNd(const NdPlan& plan, const MutableTensorView& result) {
+  if (plan.single_axis_scatter) return Scatter(*plan.single_axis_scatter, result);
   if (plan.input.data() == nullptr) {
     // Zero bytes are zero in every dtype.
     ParallelFor(result.numel() * result.itemsize(), kParallelGrainBytes,

@@ -23,6 +23,9 @@ ABSL_FLAG(int64_t, max_message_bytes, int64_t{1} << 30,
 ABSL_FLAG(int64_t, max_elements, int64_t{1} << 32,
           "Largest element count of any one tensor in a request or result (>= 1).");
 ABSL_FLAG(int, max_rank, 16, "Largest rank of any one tensor (0..16).");
+ABSL_FLAG(int, shutdown_grace_s, 5,
+          "Seconds that calls in flight at SIGTERM/SIGINT may take to finish before they are "
+          "cancelled (>= 0).");
 
 namespace {
 
@@ -35,6 +38,8 @@ bool FlagsToOptions(tensorops::ServerOptions* options) {
   options->limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options->limits.max_elements = absl::GetFlag(FLAGS_max_elements);
   options->limits.max_rank = absl::GetFlag(FLAGS_max_rank);
+  const int shutdown_grace_s = absl::GetFlag(FLAGS_shutdown_grace_s);
+  options->shutdown.grace = absl::Seconds(shutdown_grace_s);
 
   std::string error;
   if (options->host.empty()) {
@@ -53,6 +58,9 @@ bool FlagsToOptions(tensorops::ServerOptions* options) {
   } else if (options->limits.max_rank < 0 || options->limits.max_rank > tensorops::kMaxRank) {
     error = absl::StrFormat("--max_rank=%d is out of range (expected 0..%d)",
                             options->limits.max_rank, tensorops::kMaxRank);
+  } else if (shutdown_grace_s < 0) {
+    error = absl::StrFormat("--shutdown_grace_s=%d is negative (expected >= 0 seconds)",
+                            shutdown_grace_s);
   }
   if (error.empty()) return true;
   std::fprintf(stderr, "tensorops-server: %s\n", error.c_str());
@@ -96,5 +104,6 @@ int main(int argc, char** argv) {
   spdlog::info("received {}, shutting down", signal == SIGINT ? "SIGINT" : "SIGTERM");
   (*server)->Shutdown();
   (*server)->Wait();
+  spdlog::info("tensorops-server stopped");
   return 0;
 }

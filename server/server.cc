@@ -10,6 +10,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "kernels/device.h"
 #include "proto/codec.h"
 #include "spdlog/spdlog.h"
@@ -58,7 +60,8 @@ Server::Server(const ServerOptions& options)
     : service_(std::make_unique<TensorOpsService>(
           wire::DecodeLimits{.max_rank = options.limits.max_rank,
                              .max_elements = options.limits.max_elements,
-                             .max_bytes = options.limits.max_message_bytes})) {
+                             .max_bytes = options.limits.max_message_bytes})),
+      shutdown_grace_(options.shutdown.grace) {
   if (options.threads > 0) {
     thread_limit_.emplace(oneapi::tbb::global_control::max_allowed_parallelism,
                           static_cast<size_t>(options.threads));
@@ -77,6 +80,16 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
     return absl::InvalidArgumentError(
         absl::StrFormat("port = %d is out of range (expected 0..65535)", options.port));
   }
+  if (options.shutdown.grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("shutdown grace = %s is negative (expected >= 0)",
+                        absl::FormatDuration(options.shutdown.grace)));
+  }
+
+  // Both are process-wide switches read by every ServerBuilder built afterwards; setting them again
+  // is harmless.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
   std::unique_ptr<Server> server(new Server(options));
   const std::string address = ListenAddress(options.host, options.port);
@@ -96,6 +109,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
         absl::StrFormat("cannot listen on %s (port in use, or host not a local address)", address));
   }
   server->port_ = selected_port;
+  // The default health service starts with "" SERVING and knows no other service.
+  server->grpc_server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
 
   const int cpu_threads = static_cast<int>(oneapi::tbb::global_control::active_value(
       oneapi::tbb::global_control::max_allowed_parallelism));
@@ -112,11 +127,35 @@ Server::~Server() {
   if (grpc_server_ != nullptr) grpc_server_->Wait();
 }
 
+void Server::Shutdown() { Shutdown(shutdown_grace_); }
+
 void Server::Shutdown(absl::Duration grace) {
   absl::MutexLock lock(&shutdown_mu_);
   if (shut_down_ || grpc_server_ == nullptr) return;
   shut_down_ = true;
-  grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  // NOT_SERVING before the drain, so that health watchers (load balancers) learn of it while the
+  // connection is still up. The health service's own Shutdown turns every service NOT_SERVING and
+  // ignores later updates.
+  if (grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService()) {
+    health->Shutdown();
+  }
+  spdlog::info(
+      "shutdown: health is NOT_SERVING; refusing new calls, letting in-flight calls finish "
+      "for up to {}",
+      absl::FormatDuration(grace));
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + grace;
+  grpc_server_->Shutdown(absl::ToChronoTime(deadline));
+  const absl::Time end = absl::Now();
+  if (end >= deadline) {
+    spdlog::warn(
+        "shutdown: grace period of {} ended; calls still running were cancelled; server stopped "
+        "after {}",
+        absl::FormatDuration(grace), absl::FormatDuration(end - start));
+  } else {
+    spdlog::info("shutdown: in-flight calls finished after {}; server stopped",
+                 absl::FormatDuration(end - start));
+  }
 }
 
 void Server::Wait() {

@@ -1,11 +1,14 @@
-// Server: a running tensorops gRPC server (the TensorOps service on one listening port).
+// Server: a running tensorops gRPC server (the TensorOps service on one listening port), with the
+// standard health service (grpc.health.v1.Health) and server reflection
+// (grpc.reflection.v1alpha.ServerReflection) beside it.
 //
 //   absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
 //   if (!server.ok()) return Fail(server.status());
 //   ... (*server)->port() ...
 //   (*server)->Shutdown();  // from any thread; Wait() then returns
 //
-// Start logs the one start-up summary line (version, address, devices, limits).
+// Start logs the one start-up summary line (version, address, devices, limits); Shutdown logs its
+// steps.
 #ifndef TENSOROPS_SERVER_SERVER_H_
 #define TENSOROPS_SERVER_SERVER_H_
 
@@ -27,14 +30,17 @@ namespace tensorops {
 // oneTBB parallelism limit the kernels run under (process-wide while this object lives; with two
 // servers in one process the smaller limit wins). Not copyable or movable. The destructor shuts
 // down (like Shutdown()) and waits for in-flight calls.
+//
+// Health: the overall status ("") and "tensorops.v1.TensorOps" are SERVING from the moment Start
+// returns until Shutdown begins, and NOT_SERVING from then on; any other service name is NOT_FOUND.
 class Server {
  public:
-  // kDefaultShutdownGrace is how long Shutdown lets in-flight calls finish before cancelling them.
-  static constexpr absl::Duration kDefaultShutdownGrace = absl::Seconds(5);
+  // kServiceName is the fully qualified name of the TensorOps service, as health checks name it.
+  static constexpr char kServiceName[] = "tensorops.v1.TensorOps";
 
   // Start builds and starts a server for `options`. UNAVAILABLE when the address cannot be bound
   // (port in use, unknown host); INVALID_ARGUMENT for options gRPC cannot take (message size out
-  // of int range).
+  // of int range) and for a negative shutdown grace.
   static absl::StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options);
 
   Server(const Server&) = delete;
@@ -44,9 +50,12 @@ class Server {
   // port returns the port actually bound (the chosen one when options.port was 0).
   int port() const { return port_; }
 
-  // Shutdown stops accepting calls, lets in-flight ones finish for up to `grace`, then cancels
-  // them. Thread-safe and idempotent; returns once the server has stopped.
-  void Shutdown(absl::Duration grace = kDefaultShutdownGrace);
+  // Shutdown drains the server: health turns NOT_SERVING, new calls are refused with UNAVAILABLE,
+  // in-flight calls may finish for up to `grace` (options.shutdown.grace without an argument) and
+  // are cancelled after that. Thread-safe and idempotent (only the first call's grace counts);
+  // returns once the server has stopped. Open health Watch streams count as in-flight calls.
+  void Shutdown();
+  void Shutdown(absl::Duration grace);
 
   // Wait blocks until Shutdown (from another thread) has completed.
   void Wait();
@@ -60,6 +69,7 @@ class Server {
   std::optional<oneapi::tbb::global_control> thread_limit_;
   std::unique_ptr<grpc::Server> grpc_server_;
   int port_ = 0;
+  absl::Duration shutdown_grace_;
 
   absl::Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;

@@ -4,12 +4,14 @@
 //   ServerOptions options;
 //   options.port = 0;  // any free port
 //   options.limits.max_elements = 1 << 20;
+//   options.shutdown.grace = absl::Seconds(30);
 #ifndef TENSOROPS_SERVER_SERVER_OPTIONS_H_
 #define TENSOROPS_SERVER_SERVER_OPTIONS_H_
 
 #include <cstdint>
 #include <string>
 
+#include "absl/time/time.h"
 #include "kernels/shape.h"
 
 namespace tensorops {
@@ -30,6 +32,14 @@ struct ServerOptions {
     int max_rank = kMaxRank;
   };
 
+  // What Server::Shutdown does with calls already in flight.
+  struct Shutdown {
+    // How long in-flight calls may run after shutdown begins; those still running then are
+    // cancelled. >= 0 (0 cancels them at once); Server::Start rejects a negative value with
+    // INVALID_ARGUMENT. Default 5 s.
+    absl::Duration grace = absl::Seconds(5);
+  };
+
   // Interface to listen on: an IPv4/IPv6 address or a host name. Default loopback only.
   std::string host = "127.0.0.1";
   // TCP port, 0..65535; 0 picks a free port (read it back with Server::port()).
@@ -38,6 +48,7 @@ struct ServerOptions {
   // 0 = all cores.
   int threads = 0;
   Limits limits;
+  Shutdown shutdown;
 };
 
 }  // namespace tensorops

@@ -36,11 +36,14 @@
 #include "client/cpp/client.h"
 #include "client/cpp/npy.h"
 #include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kernels/gather.h"
 #include "kernels/masked_scatter.h"
 #include "kernels/nd_ops.h"
 #include "kernels/scatter.h"
+#include "tensorops/v1/service.grpc.pb.h"
+#include "tests/generic_stream.h"
 #include "tests/reference.h"
 
 extern char** environ;
@@ -133,6 +136,11 @@ class ChildProcess {
     return status;
   }
 
+  // Signal sends `signal` to the child unless it has been waited for.
+  void Signal(int signal) {
+    if (!exit_status_.has_value()) kill(pid_, signal);
+  }
+
   // Terminate sends SIGTERM and then waits as WaitForExit.
   int Terminate(absl::Duration timeout) {
     if (!exit_status_.has_value()) kill(pid_, SIGTERM);
@@ -196,9 +204,12 @@ struct ServerProcess {
   std::string target;
 };
 
-absl::StatusOr<ServerProcess> StartServer() {
-  absl::StatusOr<std::unique_ptr<ChildProcess>> process =
-      ChildProcess::Spawn({TENSOROPS_SERVER_PATH, "--host=127.0.0.1", "--port=0", "--threads=2"});
+// StartServer starts tensorops-server with `extra_flags` after the address and thread flags.
+absl::StatusOr<ServerProcess> StartServer(const std::vector<std::string>& extra_flags = {}) {
+  std::vector<std::string> argv = {TENSOROPS_SERVER_PATH, "--host=127.0.0.1", "--port=0",
+                                   "--threads=2"};
+  argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+  absl::StatusOr<std::unique_ptr<ChildProcess>> process = ChildProcess::Spawn(argv);
   if (!process.ok()) return process.status();
   // "... listening on 127.0.0.1:41234; devices: ...", possibly inside ANSI colour codes. The
   // greedy host part leaves the last ":digits" to the port.
@@ -960,6 +971,167 @@ TEST(ServerProcessTest, ExitsWithZeroOnSigterm) {
   const int status = server->process->Terminate(kShutdownTimeout);
   EXPECT_TRUE(ExitedWith(status, 0)) << DescribeExit(status) << "; stderr:\n"
                                      << server->process->stderr_text();
+}
+
+// Graceful shutdown. A call is held in flight on the server by asking for a result far larger
+// than HTTP/2's flow-control window and not reading it: the server has run the op and started
+// replying (the client sees its initial metadata) but cannot finish sending until the client reads.
+
+using ::tensorops::testing::GenericStream;
+
+constexpr char kGatherMethod[] = "/tensorops.v1.TensorOps/Gather";
+// 64 MiB of float64 result per held call: far beyond the flow-control window gRPC grants before the
+// client reads.
+constexpr int64_t kHeldResultElements = int64_t{8} << 20;
+constexpr double kHeldValue = 2.5;
+
+// HeldGatherRequest gathers element 0 of a one-element float64 tensor kHeldResultElements times.
+std::string HeldGatherRequest() {
+  v1::GatherRequest request;
+  request.mutable_input()->set_dtype(v1::DATA_TYPE_FLOAT64);
+  request.mutable_input()->add_shape(1);
+  request.mutable_input()->set_data(&kHeldValue, sizeof(kHeldValue));
+  request.mutable_index()->set_dtype(v1::DATA_TYPE_INT32);
+  request.mutable_index()->add_shape(kHeldResultElements);
+  request.mutable_index()->set_data(std::string(kHeldResultElements * sizeof(int32_t), '\0'));
+  request.set_axis(0);
+  std::string bytes;
+  EXPECT_TRUE(request.SerializeToString(&bytes));
+  return bytes;
+}
+
+// HoldCalls starts `count` Gather calls on `channel` with big results and returns once the server
+// has started replying to each (see above); none of the results is read yet.
+std::vector<std::unique_ptr<GenericStream>> HoldCalls(const std::shared_ptr<grpc::Channel>& channel,
+                                                      int count) {
+  const std::string request = HeldGatherRequest();
+  std::vector<std::unique_ptr<GenericStream>> calls;
+  for (int i = 0; i < count; ++i) {
+    calls.push_back(std::make_unique<GenericStream>(channel, kGatherMethod));
+    GenericStream& call = *calls.back();
+    EXPECT_TRUE(call.Start() && call.Write(request) && call.WritesDone()) << "held call " << i;
+  }
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_TRUE(calls[i]->ReadInitialMetadata()) << "held call " << i;
+  }
+  return calls;
+}
+
+// ExpectHeldResult reads a held call's result and checks it is complete and right.
+void ExpectHeldResult(GenericStream& call, int i) {
+  std::optional<std::string> reply = call.Read();
+  const grpc::Status status = call.Finish();
+  ASSERT_TRUE(status.ok()) << "held call " << i << ": " << status.error_code() << " "
+                           << status.error_message();
+  ASSERT_TRUE(reply.has_value()) << "held call " << i;
+  v1::GatherResponse response;
+  ASSERT_TRUE(response.ParseFromString(*reply)) << "held call " << i;
+  const std::string& data = response.result().data();
+  ASSERT_EQ(data.size(), kHeldResultElements * sizeof(double)) << "held call " << i;
+  for (int64_t k = 0; k < kHeldResultElements; k += 4099) {
+    double value = 0;
+    std::memcpy(&value, data.data() + k * sizeof(double), sizeof(double));
+    ASSERT_EQ(value, kHeldValue) << "held call " << i << ", element " << k;
+  }
+}
+
+// WaitUntilShutdownBegins waits for the server's shutdown log line and for `channel`'s connection
+// to leave READY (the server's GOAWAY), after which the server accepts no new calls.
+void WaitUntilShutdownBegins(ServerProcess& server, grpc::Channel& channel) {
+  static const std::regex kShutdownLine(R"((health is NOT_SERVING))");
+  ASSERT_TRUE(server.process->WaitForMatch(kShutdownLine, kShutdownTimeout).has_value())
+      << "stderr:\n"
+      << server.process->stderr_text();
+  const absl::Time deadline = absl::Now() + kShutdownTimeout;
+  while (channel.GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY) {
+    ASSERT_TRUE(channel.WaitForStateChange(GRPC_CHANNEL_READY, absl::ToChronoTime(deadline)))
+        << "the connection stayed READY after shutdown began";
+  }
+}
+
+std::shared_ptr<grpc::Channel> ChannelTo(const std::string& target) {
+  // A channel of its own, so that its connection is not shared with other tests' channels.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetMaxSendMessageSize(-1);
+  args.SetMaxReceiveMessageSize(-1);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+
+TEST(ServerProcessTest, SigtermFinishesCallsInFlightAndRefusesNewOnes) {
+  // A grace far longer than the test needs: the held calls must finish because the server waits
+  // for them, not because the test is quick. (CallsStillRunningAfterTheGraceAreCancelled shows
+  // that they are really in flight.)
+  absl::StatusOr<ServerProcess> server = StartServer({"--shutdown_grace_s=60"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::shared_ptr<grpc::Channel> channel = ChannelTo(server->target);
+  std::vector<std::unique_ptr<GenericStream>> held = HoldCalls(channel, 4);
+
+  server->process->Signal(SIGTERM);
+  WaitUntilShutdownBegins(*server, *channel);
+
+  // New calls, on the draining server's old channel and on a new one, are refused.
+  absl::StatusOr<std::unique_ptr<Client>> late_client = Client::Create(server->target);
+  ASSERT_TRUE(late_client.ok()) << late_client.status();
+  const Tensor input = Int64Tensor({2, 2}, {1, 2, 3, 4});
+  const Tensor index = Int64Tensor({2, 2}, {0, 0, 1, 0});
+  GatherOptions options;
+  options.timeout = kCliTimeout;
+  EXPECT_EQ((*late_client)->Gather(input.view(), 1, index.view(), options).status().code(),
+            absl::StatusCode::kUnavailable);
+  {
+    std::unique_ptr<v1::TensorOps::Stub> stub = v1::TensorOps::NewStub(channel);
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kCliTimeout));
+    v1::GatherRequest request;
+    for (v1::Tensor* tensor : {request.mutable_input(), request.mutable_index()}) {
+      tensor->set_dtype(v1::DATA_TYPE_INT64);
+      tensor->add_shape(1);
+      tensor->set_data(std::string(sizeof(int64_t), '\0'));
+    }
+    v1::GatherResponse response;
+    EXPECT_EQ(stub->Gather(&context, request, &response).error_code(),
+              grpc::StatusCode::UNAVAILABLE);
+  }
+
+  // The calls in flight when the signal came still complete.
+  for (size_t i = 0; i < held.size(); ++i) ExpectHeldResult(*held[i], static_cast<int>(i));
+
+  const int exit_status = server->process->WaitForExit(kShutdownTimeout);
+  EXPECT_TRUE(ExitedWith(exit_status, 0)) << DescribeExit(exit_status) << "; stderr:\n"
+                                          << server->process->stderr_text();
+  EXPECT_THAT(server->process->stdout_text() + server->process->stderr_text(),
+              AllOf(HasSubstr("received SIGTERM"), HasSubstr("in-flight calls finished")));
+}
+
+TEST(ServerProcessTest, CallsStillRunningAfterTheGraceAreCancelled) {
+  absl::StatusOr<ServerProcess> server = StartServer({"--shutdown_grace_s=0"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::shared_ptr<grpc::Channel> channel = ChannelTo(server->target);
+  std::vector<std::unique_ptr<GenericStream>> held = HoldCalls(channel, 1);
+
+  // The held call's result is never read, so only the grace's end can stop the server. Tearing
+  // down a connection with a cancelled, half-sent 64 MiB reply takes gRPC a few seconds more,
+  // hence the longer wait.
+  const int exit_status = server->process->Terminate(6 * kShutdownTimeout);
+  EXPECT_TRUE(ExitedWith(exit_status, 0)) << DescribeExit(exit_status) << "; stderr:\n"
+                                          << server->process->stderr_text();
+  EXPECT_THAT(server->process->stdout_text() + server->process->stderr_text(),
+              HasSubstr("grace period of 0 ended"));
+  // Cut off before its result was sent: what reached the client is no whole reply.
+  const std::optional<std::string> reply = held[0]->Read();
+  const grpc::Status status = held[0]->Finish();
+  EXPECT_FALSE(status.ok()) << "the held call completed; was it ever in flight? reply of "
+                            << (reply.has_value() ? reply->size() : 0) << " bytes";
+}
+
+TEST(ServerProcessTest, NegativeShutdownGraceIsAUsageError) {
+  absl::StatusOr<std::unique_ptr<ChildProcess>> process =
+      ChildProcess::Spawn({TENSOROPS_SERVER_PATH, "--port=0", "--shutdown_grace_s=-1"});
+  ASSERT_TRUE(process.ok()) << process.status();
+  const int exit_status = (*process)->WaitForExit(kShutdownTimeout);
+  EXPECT_TRUE(ExitedWith(exit_status, 2)) << DescribeExit(exit_status);
+  EXPECT_THAT((*process)->stderr_text(), HasSubstr("--shutdown_grace_s=-1 is negative"));
 }
 
 // Through the tensorops-cli binary.

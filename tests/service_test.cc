@@ -1,24 +1,34 @@
 // Tests of the gRPC service: a real Server in-process on a free loopback port, called through the
 // raw generated stub, so that what is tested is exactly what goes over the wire.
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "server/server.h"
 #include "server/tensor_ops_service.h"
 #include "tensorops/v1/service.grpc.pb.h"
+#include "tests/generic_stream.h"
 
 namespace tensorops {
 namespace {
 
+using ::tensorops::testing::GenericStream;
+using ::tensorops::testing::ToByteBuffer;
+using ::tensorops::testing::ToString;
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
@@ -719,6 +729,207 @@ TEST(ServiceLimitsTest, RankOverMaxRank) {
                "--max_rank");
 }
 
+// --- Health and reflection
+// -----------------------------------------------------------------------------
+//
+// The health and reflection .proto files are not installed here (and not vendored), so these calls
+// go through grpc::GenericStub with hand-encoded requests, and replies are decoded field by field.
+// The field numbers, from grpc/health/v1/health.proto and grpc/reflection/v1alpha/reflection.proto:
+//   HealthCheckRequest       { string service = 1; }
+//   HealthCheckResponse      { ServingStatus status = 1; }  // SERVING 1, NOT_SERVING 2,
+//                                                           // SERVICE_UNKNOWN 3
+//   ServerReflectionRequest  { string list_services = 7; }
+//   ServerReflectionResponse { ListServiceResponse list_services_response = 6; }
+//   ListServiceResponse      { repeated ServiceResponse service = 1; }
+//   ServiceResponse          { string name = 1; }
+
+constexpr char kHealthCheck[] = "/grpc.health.v1.Health/Check";
+constexpr char kHealthWatch[] = "/grpc.health.v1.Health/Watch";
+constexpr char kReflectionInfo[] = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo";
+constexpr int kServing = 1;
+constexpr int kNotServing = 2;
+constexpr auto kCallTimeout = std::chrono::seconds(30);
+
+// EncodeStringField returns one length-delimited field (wire type 2) holding `value`.
+std::string EncodeStringField(int field_number, const std::string& value) {
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream out(&stream);
+    out.WriteTag(static_cast<uint32_t>(field_number) << 3 | 2);
+    out.WriteVarint32(static_cast<uint32_t>(value.size()));
+    out.WriteString(value);
+  }
+  return bytes;
+}
+
+// WireField is one decoded field: `varint` for wire type 0, `bytes` for wire type 2.
+struct WireField {
+  int number = 0;
+  uint64_t varint = 0;
+  std::string bytes;
+};
+
+// DecodeFields splits a serialized message into its fields; nullopt when it is malformed or holds
+// a wire type other than varint or length-delimited (none of the messages above do).
+std::optional<std::vector<WireField>> DecodeFields(const std::string& message) {
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(message.data()),
+                                            static_cast<int>(message.size()));
+  std::vector<WireField> fields;
+  while (const uint32_t tag = in.ReadTag()) {
+    WireField field;
+    field.number = static_cast<int>(tag >> 3);
+    if ((tag & 7) == 0) {
+      if (!in.ReadVarint64(&field.varint)) return std::nullopt;
+    } else if ((tag & 7) == 2) {
+      uint32_t length = 0;
+      if (!in.ReadVarint32(&length) || !in.ReadString(&field.bytes, static_cast<int>(length))) {
+        return std::nullopt;
+      }
+    } else {
+      return std::nullopt;
+    }
+    fields.push_back(std::move(field));
+  }
+  if (!in.ConsumedEntireMessage()) return std::nullopt;
+  return fields;
+}
+
+// ServingStatusOf decodes a HealthCheckResponse; -1 when it is malformed.
+int ServingStatusOf(const std::string& response) {
+  std::optional<std::vector<WireField>> fields = DecodeFields(response);
+  if (!fields.has_value()) return -1;
+  int status = 0;  // UNKNOWN, proto3's default when the field is absent.
+  for (const WireField& field : *fields) {
+    if (field.number == 1) status = static_cast<int>(field.varint);
+  }
+  return status;
+}
+
+std::shared_ptr<grpc::Channel> ChannelTo(int port) {
+  return grpc::CreateChannel(absl::StrFormat("127.0.0.1:%d", port),
+                             grpc::InsecureChannelCredentials());
+}
+
+// HealthReply is the outcome of one health Check: the call's status and, when OK, the serving
+// status it reported.
+struct HealthReply {
+  grpc::Status status;
+  int serving_status = 0;
+};
+
+// CheckHealth calls Health/Check for `service` (an empty name asks for the whole server).
+HealthReply CheckHealth(const std::shared_ptr<grpc::Channel>& channel, const std::string& service) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kCallTimeout);
+  const grpc::ByteBuffer request = ToByteBuffer(EncodeStringField(1, service));
+  grpc::ByteBuffer response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&context, kHealthCheck, grpc::StubOptions(), &request, &response,
+                 [&done](grpc::Status status) { done.set_value(std::move(status)); });
+  HealthReply reply{done.get_future().get()};
+  if (reply.status.ok()) reply.serving_status = ServingStatusOf(ToString(response));
+  return reply;
+}
+
+// ListServices asks the reflection service which services the server offers.
+std::vector<std::string> ListServices(const std::shared_ptr<grpc::Channel>& channel) {
+  GenericStream stream(channel, kReflectionInfo);
+  EXPECT_TRUE(stream.Start());
+  EXPECT_TRUE(stream.Write(EncodeStringField(7, "*")));
+  EXPECT_TRUE(stream.WritesDone());
+  std::vector<std::string> names;
+  while (std::optional<std::string> response = stream.Read()) {
+    std::optional<std::vector<WireField>> fields = DecodeFields(*response);
+    EXPECT_TRUE(fields.has_value());
+    if (!fields.has_value()) break;
+    for (const WireField& field : *fields) {
+      if (field.number != 6) continue;
+      std::optional<std::vector<WireField>> services = DecodeFields(field.bytes);
+      EXPECT_TRUE(services.has_value());
+      if (!services.has_value()) break;
+      for (const WireField& service : *services) {
+        if (service.number != 1) continue;
+        std::optional<std::vector<WireField>> service_fields = DecodeFields(service.bytes);
+        EXPECT_TRUE(service_fields.has_value());
+        if (!service_fields.has_value()) break;
+        for (const WireField& name : *service_fields) {
+          if (name.number == 1) names.push_back(name.bytes);
+        }
+      }
+    }
+  }
+  const grpc::Status status = stream.Finish();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return names;
+}
+
+TEST(HealthTest, ServerAndServiceAreServingAfterStart) {
+  std::unique_ptr<Server> server = StartServer();
+  ASSERT_NE(server, nullptr);
+  std::shared_ptr<grpc::Channel> channel = ChannelTo(server->port());
+  for (const std::string service : {"", "tensorops.v1.TensorOps"}) {
+    const HealthReply reply = CheckHealth(channel, service);
+    ASSERT_TRUE(reply.status.ok()) << "'" << service << "': " << reply.status.error_message();
+    EXPECT_EQ(reply.serving_status, kServing) << "'" << service << "'";
+  }
+}
+
+TEST(HealthTest, UnknownServiceIsNotFound) {
+  std::unique_ptr<Server> server = StartServer();
+  ASSERT_NE(server, nullptr);
+  const HealthReply reply = CheckHealth(ChannelTo(server->port()), "tensorops.v1.NoSuchService");
+  EXPECT_EQ(reply.status.error_code(), grpc::StatusCode::NOT_FOUND)
+      << reply.status.error_message() << "; serving status " << reply.serving_status;
+}
+
+// Watch streams opened before Shutdown are calls in flight, so Shutdown cannot return (its grace
+// is a minute) until the test cancels them: NOT_SERVING must arrive while the server drains.
+TEST(HealthTest, NotServingAsSoonAsShutdownBegins) {
+  std::unique_ptr<Server> server = StartServer();
+  ASSERT_NE(server, nullptr);
+  std::shared_ptr<grpc::Channel> channel = ChannelTo(server->port());
+  std::vector<std::unique_ptr<GenericStream>> watches;
+  for (const std::string service : {"", "tensorops.v1.TensorOps"}) {
+    auto watch = std::make_unique<GenericStream>(channel, kHealthWatch);
+    ASSERT_TRUE(watch->Start());
+    ASSERT_TRUE(watch->Write(EncodeStringField(1, service)));
+    ASSERT_TRUE(watch->WritesDone());
+    std::optional<std::string> first = watch->Read();
+    ASSERT_TRUE(first.has_value()) << "'" << service << "'";
+    EXPECT_EQ(ServingStatusOf(*first), kServing) << "'" << service << "'";
+    watches.push_back(std::move(watch));
+  }
+
+  std::atomic<bool> shutdown_returned = false;
+  std::thread stopper([&] {
+    server->Shutdown(absl::Minutes(1));
+    shutdown_returned = true;
+  });
+  for (std::unique_ptr<GenericStream>& watch : watches) {
+    std::optional<std::string> update = watch->Read();
+    ASSERT_TRUE(update.has_value());
+    EXPECT_EQ(ServingStatusOf(*update), kNotServing);
+  }
+  EXPECT_FALSE(shutdown_returned);
+  for (std::unique_ptr<GenericStream>& watch : watches) {
+    watch->Cancel();
+    watch->Finish();
+  }
+  stopper.join();
+  // New calls are refused once the server has shut down.
+  EXPECT_EQ(CheckHealth(channel, "").status.error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST(ReflectionTest, ListsTheServices) {
+  std::unique_ptr<Server> server = StartServer();
+  ASSERT_NE(server, nullptr);
+  const std::vector<std::string> services = ListServices(ChannelTo(server->port()));
+  EXPECT_THAT(services, Contains("tensorops.v1.TensorOps"));
+  EXPECT_THAT(services, Contains("grpc.health.v1.Health"));
+}
+
 // --- Server lifecycle
 // -----------------------------------------------------------------------------
 
@@ -738,6 +949,15 @@ TEST(ServerTest, ShutdownIsIdempotentAndEndsWait) {
   server->Shutdown(absl::Seconds(1));
   server->Shutdown();
   waiter.join();
+}
+
+TEST(ServerTest, NegativeShutdownGraceIsRejected) {
+  ServerOptions options;
+  options.port = 0;
+  options.shutdown.grace = absl::Seconds(-1);
+  const absl::Status status = Server::Start(options).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr("grace"));
 }
 
 TEST(ServerTest, InvalidMessageSizeIsRejected) {

@@ -23,6 +23,12 @@ ABSL_FLAG(int64_t, max_message_bytes, int64_t{1} << 30,
 ABSL_FLAG(int64_t, max_elements, int64_t{1} << 32,
           "Largest element count of any one tensor in a request or result (>= 1).");
 ABSL_FLAG(int, max_rank, 16, "Largest rank of any one tensor (0..16).");
+ABSL_FLAG(int, max_concurrent_calls, 0,
+          "Calls executing at once (>= 0; 0 = one per CPU thread the kernels may use).");
+ABSL_FLAG(int, max_queued_calls, 1024,
+          "Calls admitted and waiting to execute (>= 0); more get RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int, max_stream_in_flight, 64,
+          "Requests one RunStream may have read and not yet answered (>= 1).");
 ABSL_FLAG(int, shutdown_grace_s, 5,
           "Seconds that calls in flight at SIGTERM/SIGINT may take to finish before they are "
           "cancelled (>= 0).");
@@ -38,6 +44,9 @@ bool FlagsToOptions(tensorops::ServerOptions* options) {
   options->limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options->limits.max_elements = absl::GetFlag(FLAGS_max_elements);
   options->limits.max_rank = absl::GetFlag(FLAGS_max_rank);
+  options->limits.max_concurrent_calls = absl::GetFlag(FLAGS_max_concurrent_calls);
+  options->limits.max_queued_calls = absl::GetFlag(FLAGS_max_queued_calls);
+  options->limits.max_stream_in_flight = absl::GetFlag(FLAGS_max_stream_in_flight);
   const int shutdown_grace_s = absl::GetFlag(FLAGS_shutdown_grace_s);
   options->shutdown.grace = absl::Seconds(shutdown_grace_s);
 
@@ -58,6 +67,17 @@ bool FlagsToOptions(tensorops::ServerOptions* options) {
   } else if (options->limits.max_rank < 0 || options->limits.max_rank > tensorops::kMaxRank) {
     error = absl::StrFormat("--max_rank=%d is out of range (expected 0..%d)",
                             options->limits.max_rank, tensorops::kMaxRank);
+  } else if (options->limits.max_concurrent_calls < 0) {
+    error = absl::StrFormat(
+        "--max_concurrent_calls=%d is negative (expected >= 0; 0 = one per "
+        "CPU thread)",
+        options->limits.max_concurrent_calls);
+  } else if (options->limits.max_queued_calls < 0) {
+    error = absl::StrFormat("--max_queued_calls=%d is negative (expected >= 0)",
+                            options->limits.max_queued_calls);
+  } else if (options->limits.max_stream_in_flight < 1) {
+    error = absl::StrFormat("--max_stream_in_flight=%d is out of range (expected >= 1)",
+                            options->limits.max_stream_in_flight);
   } else if (shutdown_grace_s < 0) {
     error = absl::StrFormat("--shutdown_grace_s=%d is negative (expected >= 0 seconds)",
                             shutdown_grace_s);

@@ -10,6 +10,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "google/protobuf/descriptor.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "kernels/device.h"
@@ -21,6 +23,12 @@
 #endif
 #ifndef TENSOROPS_GIT_REVISION
 #define TENSOROPS_GIT_REVISION "unknown"
+#endif
+#ifndef TENSOROPS_BUILD_TYPE
+#define TENSOROPS_BUILD_TYPE "unknown"
+#endif
+#ifndef TENSOROPS_COMPILER
+#define TENSOROPS_COMPILER "unknown"
 #endif
 
 namespace tensorops {
@@ -36,8 +44,7 @@ std::string ListenAddress(const std::string& host, int port) {
 
 // DevicesSummary describes the CPU thread count and the GPUs (or why there are none) for the
 // start-up line.
-std::string DevicesSummary(int cpu_threads) {
-  const DeviceInventory inventory = QueryDevices();
+std::string DevicesSummary(const DeviceInventory& inventory, int cpu_threads) {
   std::string cuda;
   if (inventory.cuda_devices.empty()) {
     cuda = absl::StrFormat("none (%s)", inventory.note);
@@ -54,14 +61,58 @@ std::string DevicesSummary(int cpu_threads) {
   return absl::StrFormat("cpu (%d threads), cuda: %s", cpu_threads, cuda);
 }
 
+// BuildServerInfo describes this server for the ServerInfo RPC.
+v1::ServerInfoResponse BuildServerInfo(const ServerOptions& options,
+                                       const DeviceInventory& inventory, int cpu_threads,
+                                       int max_concurrent_calls) {
+  v1::ServerInfoResponse info;
+  info.set_version(TENSOROPS_VERSION);
+  info.set_git_revision(TENSOROPS_GIT_REVISION);
+  info.mutable_build()->set_cuda(inventory.cuda_built);
+  info.mutable_build()->set_build_type(TENSOROPS_BUILD_TYPE);
+  info.mutable_build()->set_compiler(TENSOROPS_COMPILER);
+
+  v1::Device* cpu = info.add_devices();
+  cpu->set_kind("cpu");
+  cpu->set_name("cpu");
+  cpu->set_threads(cpu_threads);
+  for (const CudaDevice& gpu : inventory.cuda_devices) {
+    v1::Device* device = info.add_devices();
+    device->set_kind("cuda");
+    device->set_ordinal(gpu.ordinal);
+    device->set_name(gpu.name);
+    device->set_memory_bytes(gpu.total_memory_bytes);
+    device->set_compute_capability(
+        absl::StrFormat("%d.%d", gpu.compute_capability_major, gpu.compute_capability_minor));
+  }
+  if (inventory.cuda_devices.empty()) info.set_gpu_note(inventory.note);
+
+  const ServerOptions::Limits& limits = options.limits;
+  v1::Limits* info_limits = info.mutable_limits();
+  info_limits->set_max_message_bytes(limits.max_message_bytes);
+  info_limits->set_max_elements(limits.max_elements);
+  info_limits->set_max_rank(limits.max_rank);
+  info_limits->set_max_concurrent_calls(max_concurrent_calls);
+  info_limits->set_max_queued_calls(limits.max_queued_calls);
+  info_limits->set_max_stream_in_flight(limits.max_stream_in_flight);
+
+  // The ops are the alternatives of OpRequest, named like their RPCs: one list to keep.
+  const google::protobuf::OneofDescriptor* ops = v1::OpRequest::descriptor()->oneof_decl(0);
+  for (int i = 0; i < ops->field_count(); ++i) {
+    info.add_ops(std::string(absl::StripSuffix(ops->field(i)->message_type()->name(), "Request")));
+  }
+  const google::protobuf::EnumDescriptor* dtypes = v1::DataType_descriptor();
+  for (int i = 0; i < dtypes->value_count(); ++i) {
+    if (dtypes->value(i)->number() != v1::DATA_TYPE_UNSPECIFIED) {
+      info.add_dtypes(static_cast<v1::DataType>(dtypes->value(i)->number()));
+    }
+  }
+  return info;
+}
+
 }  // namespace
 
-Server::Server(const ServerOptions& options)
-    : service_(std::make_unique<TensorOpsService>(
-          wire::DecodeLimits{.max_rank = options.limits.max_rank,
-                             .max_elements = options.limits.max_elements,
-                             .max_bytes = options.limits.max_message_bytes})),
-      shutdown_grace_(options.shutdown.grace) {
+Server::Server(const ServerOptions& options) : shutdown_grace_(options.shutdown.grace) {
   if (options.threads > 0) {
     thread_limit_.emplace(oneapi::tbb::global_control::max_allowed_parallelism,
                           static_cast<size_t>(options.threads));
@@ -91,7 +142,35 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
+  if (limits.max_concurrent_calls < 0 || limits.max_queued_calls < 0 ||
+      limits.max_stream_in_flight < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "max_concurrent_calls = %d, max_queued_calls = %d, max_stream_in_flight = %d: expected "
+        ">= 0, >= 0 and >= 1",
+        limits.max_concurrent_calls, limits.max_queued_calls, limits.max_stream_in_flight));
+  }
+
   std::unique_ptr<Server> server(new Server(options));
+  const int cpu_threads = static_cast<int>(oneapi::tbb::global_control::active_value(
+      oneapi::tbb::global_control::max_allowed_parallelism));
+  // One worker per core by default: each kernel also splits itself across the cores, so more
+  // workers would only interleave calls, not finish them sooner.
+  const int max_concurrent_calls =
+      limits.max_concurrent_calls > 0 ? limits.max_concurrent_calls : cpu_threads;
+  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(
+      {.max_concurrent_calls = max_concurrent_calls, .max_queued_calls = limits.max_queued_calls});
+  if (!scheduler.ok()) return scheduler.status();
+  server->scheduler_ = *std::move(scheduler);
+  server->serving_ =
+      ServingContext{.limits = wire::DecodeLimits{.max_rank = limits.max_rank,
+                                                  .max_elements = limits.max_elements,
+                                                  .max_bytes = limits.max_message_bytes},
+                     .scheduler = server->scheduler_.get(),
+                     .max_stream_in_flight = limits.max_stream_in_flight};
+  const DeviceInventory inventory = QueryDevices();
+  server->service_ = std::make_unique<TensorOpsService>(
+      server->serving_, BuildServerInfo(options, inventory, cpu_threads, max_concurrent_calls));
+
   const std::string address = ListenAddress(options.host, options.port);
   int selected_port = 0;
   grpc::ServerBuilder builder;
@@ -112,13 +191,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   // The default health service starts with "" SERVING and knows no other service.
   server->grpc_server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
 
-  const int cpu_threads = static_cast<int>(oneapi::tbb::global_control::active_value(
-      oneapi::tbb::global_control::max_allowed_parallelism));
   spdlog::info(
-      "tensorops-server {} (rev {}) listening on {}; devices: {}; limits: max_message_bytes={}, "
-      "max_elements={}, max_rank={}",
+      "tensorops-server {} (rev {}) listening on {}; devices: {}; every op runs on the CPU; "
+      "limits: max_message_bytes={}, max_elements={}, max_rank={}, max_concurrent_calls={}, "
+      "max_queued_calls={}, max_stream_in_flight={}",
       TENSOROPS_VERSION, TENSOROPS_GIT_REVISION, ListenAddress(options.host, selected_port),
-      DevicesSummary(cpu_threads), limits.max_message_bytes, limits.max_elements, limits.max_rank);
+      DevicesSummary(inventory, cpu_threads), limits.max_message_bytes, limits.max_elements,
+      limits.max_rank, max_concurrent_calls, limits.max_queued_calls, limits.max_stream_in_flight);
   return server;
 }
 
@@ -145,7 +224,12 @@ void Server::Shutdown(absl::Duration grace) {
       absl::FormatDuration(grace));
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + grace;
+  // Streams stop reading now; they end once what they read is answered, within the grace.
+  service_->BeginShutdown();
   grpc_server_->Shutdown(absl::ToChronoTime(deadline));
+  // Every call has ended by now (gRPC cancelled those the grace cut off, which takes them out of
+  // the queue); what a worker still runs finishes before Stop returns.
+  scheduler_->Stop();
   const absl::Time end = absl::Now();
   if (end >= deadline) {
     spdlog::warn(

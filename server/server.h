@@ -21,6 +21,8 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "oneapi/tbb/global_control.h"
+#include "server/op_call.h"
+#include "server/scheduler.h"
 #include "server/server_options.h"
 #include "server/tensor_ops_service.h"
 
@@ -47,13 +49,17 @@ class Server {
   Server& operator=(const Server&) = delete;
   ~Server();
 
+  // scheduler is the executor every op call runs on (for tests that need to occupy it).
+  Scheduler& scheduler() { return *scheduler_; }
+
   // port returns the port actually bound (the chosen one when options.port was 0).
   int port() const { return port_; }
 
   // Shutdown drains the server: health turns NOT_SERVING, new calls are refused with UNAVAILABLE,
   // in-flight calls may finish for up to `grace` (options.shutdown.grace without an argument) and
   // are cancelled after that. Thread-safe and idempotent (only the first call's grace counts);
-  // returns once the server has stopped. Open health Watch streams count as in-flight calls.
+  // returns once the server has stopped. Open health Watch streams count as in-flight calls; open
+  // RunStreams end with UNAVAILABLE as soon as they have answered every request they read.
   void Shutdown();
   void Shutdown(absl::Duration grace);
 
@@ -63,10 +69,12 @@ class Server {
  private:
   explicit Server(const ServerOptions& options);
 
-  // Declared before grpc_server_ so that it outlives it: the gRPC server calls into it until
-  // destroyed.
-  std::unique_ptr<TensorOpsService> service_;
   std::optional<oneapi::tbb::global_control> thread_limit_;
+  // Declared in the order they depend on each other: the gRPC server calls into the service until
+  // destroyed, and the service's calls run on the scheduler.
+  std::unique_ptr<Scheduler> scheduler_;
+  ServingContext serving_;
+  std::unique_ptr<TensorOpsService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   int port_ = 0;
   absl::Duration shutdown_grace_;

@@ -30,6 +30,14 @@ struct ServerOptions {
     int64_t max_elements = int64_t{1} << 32;
     // Largest rank of any one tensor, 0..16 (SPEC's range).
     int max_rank = kMaxRank;
+    // Calls executing at once (the executor's worker threads), >= 0; 0 = one per CPU core.
+    int max_concurrent_calls = 0;
+    // Calls admitted and waiting for a worker, >= 0; a call beyond this is refused with
+    // RESOURCE_EXHAUSTED before its result is allocated. Default 1024.
+    int max_queued_calls = 1024;
+    // Requests one RunStream may have read and not yet answered, >= 1; the server reads no more
+    // of that stream until one is answered. Default 64.
+    int max_stream_in_flight = 64;
   };
 
   // What Server::Shutdown does with calls already in flight.

@@ -1,35 +1,38 @@
 // TensorOpsService: the gRPC front end of tensorops.v1.TensorOps on the callback API.
 //
-//   TensorOpsService service(wire::DecodeLimits{.max_elements = 1 << 30});
+//   TensorOpsService service(serving, server_info);
 //   grpc::ServerBuilder builder;
 //   builder.RegisterService(&service);
+//   ...
+//   service.BeginShutdown();  // open RunStreams end once they have answered what they read
 //
-// Each unary handler decodes the request with the wire codec (views into the request's bytes, no
-// copy), plans the op with `kernels` (all op-level validation lives there), allocates the result
-// directly inside the response message and runs the CPU kernel into it. Errors reach the caller as
-// the kernels' absl::Status mapped to grpc::Status, with the message unchanged.
+// Every op call, whether through its own RPC, Run or RunStream, is prepared with PrepareOp
+// (views into the request's bytes, no copy; all op-level validation lives in `kernels`) and then
+// runs through the scheduler, which allocates the result directly inside the response. Errors
+// reach the caller as the kernels' absl::Status mapped to grpc::Status, with the message
+// unchanged.
 #ifndef TENSOROPS_SERVER_TENSOR_OPS_SERVICE_H_
 #define TENSOROPS_SERVER_TENSOR_OPS_SERVICE_H_
 
-#include <string_view>
-
-#include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
-#include "proto/codec.h"
+#include "server/op_call.h"
+#include "server/run_stream.h"
 #include "tensorops/v1/service.grpc.pb.h"
 
 namespace tensorops {
 
-// TensorOpsService serves every op of the TensorOps service. Thread-safe: handlers share nothing
-// but the immutable limits. The kernels run inline on the gRPC callback thread for now; the
-// scheduler will take over that one step (see ExecuteOp in the .cc).
+// TensorOpsService serves every RPC of the TensorOps service. Thread-safe.
 class TensorOpsService final : public v1::TensorOps::CallbackService {
  public:
-  // `limits` bound every decoded tensor and every result; exceeding one is RESOURCE_EXHAUSTED.
-  explicit TensorOpsService(const wire::DecodeLimits& limits);
+  // `serving` (limits, scheduler) must outlive the service; `server_info` is ServerInfo's reply.
+  TensorOpsService(const ServingContext& serving, v1::ServerInfoResponse server_info);
 
   TensorOpsService(const TensorOpsService&) = delete;
   TensorOpsService& operator=(const TensorOpsService&) = delete;
+
+  // BeginShutdown makes every open RunStream, and any opened later, end with UNAVAILABLE once it
+  // has answered every request it has read. Unary calls are drained by gRPC's own Shutdown.
+  void BeginShutdown();
 
   grpc::ServerUnaryReactor* Gather(grpc::CallbackServerContext* context,
                                    const v1::GatherRequest* request,
@@ -71,15 +74,25 @@ class TensorOpsService final : public v1::TensorOps::CallbackService {
                                           const v1::MaskedScatterRequest* request,
                                           v1::MaskedScatterResponse* response) override;
 
- private:
-  // Serve runs one unary call: `handler` decodes, plans and executes; exceptions become statuses;
-  // the outcome is logged and the reactor finished.
-  template <typename Request, typename Response, typename Handler>
-  grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context, std::string_view method,
-                                  std::string_view op, const Request* request, Response* response,
-                                  Handler handler);
+  grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* context, const v1::OpRequest* request,
+                                v1::OpResponse* response) override;
 
-  const wire::DecodeLimits limits_;
+  grpc::ServerBidiReactor<v1::RunStreamRequest, v1::RunStreamResponse>* RunStream(
+      grpc::CallbackServerContext* context) override;
+
+  grpc::ServerUnaryReactor* ServerInfo(grpc::CallbackServerContext* context,
+                                       const v1::ServerInfoRequest* request,
+                                       v1::ServerInfoResponse* response) override;
+
+ private:
+  // ServeOp runs one unary op call through UnaryOpCall.
+  template <typename Request, typename Response>
+  grpc::ServerUnaryReactor* ServeOp(grpc::CallbackServerContext* context, std::string_view method,
+                                    const Request* request, Response* response);
+
+  const ServingContext serving_;
+  const v1::ServerInfoResponse server_info_;
+  StreamRegistry streams_;
 };
 
 }  // namespace tensorops

@@ -21,81 +21,24 @@
 #include "server/tensor_ops_service.h"
 #include "tensorops/v1/service.grpc.pb.h"
 #include "tests/generic_stream.h"
+#include "tests/service_test_util.h"
 
 namespace tensorops {
 namespace {
 
+using ::tensorops::testing::Connect;
+using ::tensorops::testing::ExpectStatus;
 using ::tensorops::testing::GenericStream;
+using ::tensorops::testing::MakeMask;
+using ::tensorops::testing::MakeTensor;
+using ::tensorops::testing::StartServer;
 using ::tensorops::testing::ToByteBuffer;
 using ::tensorops::testing::ToString;
+using ::tensorops::testing::Values;
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
-
-template <typename T>
-v1::DataType WireDtype();
-template <>
-v1::DataType WireDtype<int32_t>() {
-  return v1::DATA_TYPE_INT32;
-}
-template <>
-v1::DataType WireDtype<int64_t>() {
-  return v1::DATA_TYPE_INT64;
-}
-template <>
-v1::DataType WireDtype<float>() {
-  return v1::DATA_TYPE_FLOAT32;
-}
-
-// MakeTensor builds a wire tensor of `shape` holding `values` (row-major).
-template <typename T>
-v1::Tensor MakeTensor(std::vector<int64_t> shape, const std::vector<T>& values) {
-  v1::Tensor tensor;
-  tensor.set_dtype(WireDtype<T>());
-  for (int64_t size : shape) tensor.add_shape(size);
-  tensor.set_data(
-      std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T)));
-  return tensor;
-}
-
-// MakeMask builds a wire BOOL tensor of `shape` holding `values` (each 0 or 1, row-major).
-v1::Tensor MakeMask(std::vector<int64_t> shape, const std::vector<uint8_t>& values) {
-  v1::Tensor tensor;
-  tensor.set_dtype(v1::DATA_TYPE_BOOL);
-  for (int64_t size : shape) tensor.add_shape(size);
-  tensor.set_data(std::string(values.begin(), values.end()));
-  return tensor;
-}
-
-// Values reads the elements of a wire tensor as T.
-template <typename T>
-std::vector<T> Values(const v1::Tensor& tensor) {
-  EXPECT_EQ(tensor.dtype(), WireDtype<T>());
-  std::vector<T> values(tensor.data().size() / sizeof(T));
-  std::memcpy(values.data(), tensor.data().data(), values.size() * sizeof(T));
-  return values;
-}
-
-// StartServer starts a server on a free loopback port with `limits`.
-std::unique_ptr<Server> StartServer(ServerOptions::Limits limits = {}) {
-  ServerOptions options;
-  options.host = "127.0.0.1";
-  options.port = 0;
-  options.threads = 2;
-  options.limits = limits;
-  absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
-  EXPECT_TRUE(server.ok()) << server.status();
-  return server.ok() ? std::move(*server) : nullptr;
-}
-
-std::unique_ptr<v1::TensorOps::Stub> Connect(int port) {
-  grpc::ChannelArguments args;
-  args.SetMaxSendMessageSize(-1);
-  args.SetMaxReceiveMessageSize(-1);
-  return v1::TensorOps::NewStub(grpc::CreateCustomChannel(
-      absl::StrFormat("127.0.0.1:%d", port), grpc::InsecureChannelCredentials(), args));
-}
 
 class ServiceTest : public ::testing::Test {
  protected:
@@ -151,11 +94,6 @@ class ServiceTest : public ::testing::Test {
   std::unique_ptr<Server> server_;
   std::unique_ptr<v1::TensorOps::Stub> stub_;
 };
-
-void ExpectStatus(const grpc::Status& status, grpc::StatusCode code, const std::string& substring) {
-  EXPECT_EQ(status.error_code(), code) << status.error_message();
-  EXPECT_THAT(status.error_message(), HasSubstr(substring));
-}
 
 // --- Happy paths (PyTorch's documented examples) ------------------------------------------------
 

@@ -1,0 +1,80 @@
+// UnaryOpCall: one unary operation call, from its arrival on a gRPC thread through the scheduler
+// to its reply. The per-op RPCs and Run all serve through it.
+//
+//   grpc::ServerUnaryReactor* Gather(context, request, response) override {
+//     return UnaryOpCall::Start(serving_, context, "Gather", [&] { return PrepareOp(*request,
+//         serving_.limits); }, request->ByteSizeLong(), response, response->mutable_result());
+//   }
+//
+// The call is prepared (decoded, validated, planned) on the gRPC thread, admitted to the
+// scheduler's queue, run by a worker, and finished from that worker. A call cancelled by its
+// client, or whose deadline passes while it waits in the queue, leaves the queue at once and is
+// never run; one that is already running completes (its reply is discarded by gRPC).
+#ifndef TENSOROPS_SERVER_OP_CALL_H_
+#define TENSOROPS_SERVER_OP_CALL_H_
+
+#include <cstdint>
+#include <functional>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "google/protobuf/message.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/codec.h"
+#include "server/prepared_op.h"
+#include "server/scheduler.h"
+
+namespace tensorops {
+
+// ServingContext is what every call of the service needs; it outlives every call.
+struct ServingContext {
+  wire::DecodeLimits limits;
+  Scheduler* scheduler = nullptr;
+  // The most requests one RunStream may have read and not yet answered: >= 1.
+  int max_stream_in_flight = 64;
+};
+
+// LogFinishedCall writes the one line of a failed call (info) or of a successful one (debug).
+void LogFinishedCall(std::string_view method, std::string_view peer, absl::Duration elapsed,
+                     const absl::Status& status);
+
+// UnaryOpCall is the reactor of one unary op call; it deletes itself when gRPC is done with it.
+class UnaryOpCall final : public grpc::ServerUnaryReactor, private Scheduler::Work {
+ public:
+  // Start prepares the call with `prepare` (exceptions become statuses) and admits it to the
+  // scheduler, or finishes it with the error. `response` holds `result`; both belong to gRPC and
+  // live until the call is done. Returns the reactor for the handler to return.
+  static grpc::ServerUnaryReactor* Start(const ServingContext& serving,
+                                         grpc::CallbackServerContext* context,
+                                         std::string_view method,
+                                         const std::function<absl::StatusOr<PreparedOp>()>& prepare,
+                                         google::protobuf::Message* response, v1::Tensor* result);
+
+ private:
+  UnaryOpCall(const ServingContext& serving, grpc::CallbackServerContext* context,
+              std::string_view method, google::protobuf::Message* response, v1::Tensor* result);
+
+  // Scheduler::Work: on a worker thread, or wherever the call left the queue.
+  void Run() override;
+  void Drop(const absl::Status& why) override;
+
+  void OnCancel() override;
+  void OnDone() override;
+
+  // FinishWith ends the call with `status` (clearing the response when it is an error).
+  void FinishWith(const absl::Status& status);
+
+  const ServingContext& serving_;
+  grpc::CallbackServerContext* const context_;
+  const std::string_view method_;
+  google::protobuf::Message* const response_;
+  v1::Tensor* const result_;
+  const absl::Time start_;
+  PreparedOp op_;
+};
+
+}  // namespace tensorops
+
+#endif  // TENSOROPS_SERVER_OP_CALL_H_

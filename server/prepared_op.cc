@@ -1,0 +1,337 @@
+#include "server/prepared_op.h"
+
+#include <exception>
+#include <memory>
+#include <new>
+#include <string_view>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "kernels/gather.h"
+#include "kernels/index_ops.h"
+#include "kernels/masked_scatter.h"
+#include "kernels/nd_ops.h"
+#include "kernels/scatter.h"
+#include "kernels/shape.h"
+#include "kernels/view_scatter.h"
+
+namespace tensorops {
+namespace {
+
+// AllocateResult checks a planned result against the limits (a broadcast can make it far larger
+// than the request) and then allocates it inside the response, so the kernel writes straight into
+// the bytes gRPC will send.
+absl::StatusOr<MutableTensorView> AllocateResult(std::string_view op, DataType dtype,
+                                                 ShapeSpan shape, const wire::DecodeLimits& limits,
+                                                 v1::Tensor* result) {
+  absl::StatusOr<int64_t> numel = wire::CheckShape(dtype, shape, op, "result", limits);
+  if (!numel.ok()) return numel.status();
+  return wire::AllocateTensor(dtype, shape, result);
+}
+
+// The CPU kernel of each plan type. The CUDA executor will pick its own kernel here.
+absl::Status RunGather(const GatherPlan& plan, const MutableTensorView& result) {
+  return cpu::Gather(plan, result);
+}
+absl::Status RunScatter(const ScatterPlan& plan, const MutableTensorView& result) {
+  return cpu::Scatter(plan, result);
+}
+absl::Status RunViewScatter(const ViewScatterPlan& plan, const MutableTensorView& result) {
+  return cpu::ViewScatter(plan, result);
+}
+absl::Status RunGatherNd(const NdPlan& plan, const MutableTensorView& result) {
+  return cpu::GatherNd(plan, result);
+}
+absl::Status RunScatterNd(const NdPlan& plan, const MutableTensorView& result) {
+  return cpu::ScatterNd(plan, result);
+}
+absl::Status RunMaskedScatter(const MaskedScatterPlan& plan, const MutableTensorView& result) {
+  return cpu::MaskedScatter(plan, result);
+}
+
+// Prepare is the common tail of every PrepareOp: take the plan (or its error) and return the op
+// that allocates the result inside the response and runs the kernel into it.
+template <typename Plan, typename Kernel>
+absl::StatusOr<PreparedOp> Prepare(std::string_view op, absl::StatusOr<Plan> plan,
+                                   const wire::DecodeLimits& limits, Kernel kernel) {
+  if (!plan.ok()) return plan.status();
+  auto shared_plan = std::make_shared<const Plan>(*std::move(plan));
+  return PreparedOp{
+      .op = op,
+      .run = [op, limits, kernel, shared_plan](v1::Tensor* result_tensor) -> absl::Status {
+        absl::StatusOr<MutableTensorView> result = AllocateResult(
+            op, shared_plan->result_dtype, shared_plan->result_shape, limits, result_tensor);
+        if (!result.ok()) return result.status();
+        return kernel(*shared_plan, *result);
+      }};
+}
+
+}  // namespace
+
+absl::StatusOr<PreparedOp> PrepareOp(const v1::GatherRequest& request,
+                                     const wire::DecodeLimits& limits) {
+  constexpr std::string_view kOp = "gather";
+  absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
+  if (!input.ok()) return input.status();
+  absl::StatusOr<TensorView> index = wire::DecodeTensor(request.index(), kOp, "index", limits);
+  if (!index.ok()) return index.status();
+
+  const GatherArgs args{
+      .input = *input, .index = *index, .axis = request.axis(), .broadcast = request.broadcast()};
+  return Prepare(kOp, PlanGather(args), limits, RunGather);
+}
+
+absl::StatusOr<PreparedOp> PrepareOp(const v1::ScatterRequest& request,
+                                     const wire::DecodeLimits& limits) {
+  constexpr std::string_view kOp = "scatter";
+  absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
+  if (!input.ok()) return input.status();
+  absl::StatusOr<TensorView> index = wire::DecodeTensor(request.index(), kOp, "index", limits);
+  if (!index.ok()) return index.status();
+
+  ScatterArgs args;
+  args.input = *input;
+  args.index = *index;
+  switch (request.source_case()) {
+    case v1::ScatterRequest::kSrc: {
+      absl::StatusOr<TensorView> src = wire::DecodeTensor(request.src(), kOp, "src", limits);
+      if (!src.ok()) return src.status();
+      args.source = *src;
+      break;
+    }
+    case v1::ScatterRequest::kValue: {
+      absl::StatusOr<Scalar> value = wire::DecodeScalar(request.value(), kOp, "value");
+      if (!value.ok()) return value.status();
+      args.source = *value;
+      break;
+    }
+    case v1::ScatterRequest::SOURCE_NOT_SET:
+      return absl::InvalidArgumentError("scatter: one of src or value is required");
+  }
+  absl::StatusOr<Reduction> reduce = wire::ReductionFromProto(request.reduce(), kOp);
+  if (!reduce.ok()) return reduce.status();
+  args.axis = request.axis();
+  args.reduce = *reduce;
+  // proto3 `optional`: an absent include_self means true, as in PyTorch.
+  args.include_self = request.has_include_self() ? request.include_self() : true;
+  args.broadcast = request.broadcast();
+  // `deterministic` needs nothing here: the CPU kernels are always bitwise reproducible.
+
+  return Prepare(kOp, PlanScatter(args), limits, RunScatter);
+}
+
+absl::StatusOr<PreparedOp> PrepareOp(const v1::IndexSelectRequest& request,
+                                     const wire::DecodeLimits& limits) {
+  constexpr std::string_view kOp = "index_select";
+  absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
+  if (!input.ok()) return input.status();
+  absl::StatusOr<TensorView> index = wire::DecodeTensor(request.index(), kOp, "index", limits);
+  if (!index.ok()) return index.status();
+  const IndexSelectArgs args{.input = *input, .index = *index, .axis = request.axis()};
+  return Prepare(kOp, PlanIndexSelect(args), limits, RunGather);
+}
+
+absl::StatusOr<PreparedOp> PrepareOp(const v1::IndexReduceRequest& request,
+                                     const wire::DecodeLimits& limits) {
+  constexpr std::string_view kOp = "index_reduce";
+  absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
+  if (!input.ok()) return input.status();
+  absl::StatusOr<TensorView> index = wire::DecodeTensor(request.index(), kOp, "index", limits);
+  if (!index.ok()) return index.status();
+  absl::StatusOr<TensorView> src = wire::DecodeTensor(request.src(), kOp, "src", limits);
+  if (!src.ok()) return src.status();
+  absl::StatusOr<Reduction> reduce = wire::ReductionFromProto(request.reduce(), kOp);
+  if (!reduce.ok()) return reduce.status();
+  IndexReduceArgs args{.input = *input,
+                       .index = *index,
+                       .source = *src,
+                       .axis = request.axis(),
+                       .reduce = *reduce,
+                       .include_self = request.has_include_self() ? request.include_self() : true};
+  if (request.has_alpha()) {
+    absl::StatusOr<Scalar> alpha = wire::DecodeScalar(request.alpha(), kOp, "alpha");
+    if (!alpha.ok()) return alpha.status();
+    args.alpha = *alpha;
+  }
+  return Prepare(kOp, PlanIndexReduce(args), limits, RunScatter);
+}
+
+absl::StatusOr<PreparedOp> PrepareOp(const v1::SelectScatterRequest& request,
+                                     const wire::DecodeLimits& limits) {
+  constexpr std::string_view kOp = "select_scatter";
+  absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
+  if (!input.ok()) return input.status();
+  absl::StatusOr<TensorView> src = wire::DecodeTensor(request.src(), kOp, "src", limits);
+  if (!src.ok()) return src.status();
+  const SelectScatterArgs args{
+      .input = *input, .src = *src, .axis = request.axis(), .index = request.index()};
+  return Prepare(kOp, PlanSelectScatter(args), limits, RunViewScatter);
+}
+
+absl::StatusOr<PreparedOp> PrepareOp(const v1::SliceScatterRequest& request,
+                                     const wire::DecodeLimits& limits) {
+  constexpr std::string_view kOp = "slice_scatter";
+  absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
+  if (!input.ok()) return input.status();
+  absl::StatusOr<TensorView> src = wire::DecodeTensor(request.src(), kOp, "src", limits);
+  if (!src.ok()) return src.status();
+  SliceScatterArgs args{.input = *input, .src = *src, .axis = request.axis()};
+  if (request.has_start()) args.start = request.start();
+  if (request.has_end()) args.end = request.end();
+  if (request.has_step()) args.step = request.step();
+  return Prepare(kOp, PlanSliceScatter(args), limits, RunViewScatter);
+}
+
+absl::StatusOr<PreparedOp> PrepareOp(const v1::DiagonalScatterRequest& request,
+                                     const wire::DecodeLimits& limits) {
+  constexpr std::string_view kOp = "diagonal_scatter";
+  absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
+  if (!input.ok()) return input.status();
+  absl::StatusOr<TensorView> src = wire::DecodeTensor(request.src(), kOp, "src", limits);
+  if (!src.ok()) return src.status();
+  const DiagonalScatterArgs args{.input = *input,
+                                 .src = *src,
+                                 .offset = request.offset(),
+                                 .axis1 = request.has_axis1() ? request.axis1() : 0,
+                                 .axis2 = request.has_axis2() ? request.axis2() : 1};
+  return Prepare(kOp, PlanDiagonalScatter(args), limits, RunViewScatter);
+}
+
+absl::StatusOr<PreparedOp> PrepareOp(const v1::GatherNdRequest& request,
+                                     const wire::DecodeLimits& limits) {
+  constexpr std::string_view kOp = "gather_nd";
+  absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
+  if (!input.ok()) return input.status();
+  absl::StatusOr<TensorView> index = wire::DecodeTensor(request.index(), kOp, "index", limits);
+  if (!index.ok()) return index.status();
+  const GatherNdArgs args{.input = *input,
+                          .index = *index,
+                          .axes = {request.axes().begin(), request.axes().end()},
+                          .batch_dims = request.batch_dims()};
+  return Prepare(kOp, PlanGatherNd(args), limits, RunGatherNd);
+}
+
+absl::StatusOr<PreparedOp> PrepareOp(const v1::ScatterNdRequest& request,
+                                     const wire::DecodeLimits& limits) {
+  constexpr std::string_view kOp = "scatter_nd";
+  absl::StatusOr<TensorView> index = wire::DecodeTensor(request.index(), kOp, "index", limits);
+  if (!index.ok()) return index.status();
+  absl::StatusOr<TensorView> src = wire::DecodeTensor(request.src(), kOp, "src", limits);
+  if (!src.ok()) return src.status();
+  absl::StatusOr<Reduction> reduce = wire::ReductionFromProto(request.reduce(), kOp);
+  if (!reduce.ok()) return reduce.status();
+
+  ScatterNdArgs args{.index = *index,
+                     .source = *src,
+                     .axes = {request.axes().begin(), request.axes().end()},
+                     .batch_dims = request.batch_dims(),
+                     .reduce = *reduce,
+                     .include_self = request.has_include_self() ? request.include_self() : true};
+  args.shape.assign(request.shape().begin(), request.shape().end());
+  if (request.has_input()) {
+    // Given together with a shape, the plan rejects the pair, naming both.
+    absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
+    if (!input.ok()) return input.status();
+    args.input = *input;
+  } else {
+    // A repeated field cannot tell an empty shape from an absent one, so the zeros form needs
+    // rank >= 1: a request with neither field is a mistake, not rank-0 zeros.
+    if (args.shape.empty()) {
+      return absl::InvalidArgumentError(
+          "scatter_nd: neither input nor shape is given (input is the tensor to update; shape, "
+          "without input, starts from zeros of that shape)");
+    }
+    // The result is allocated from this shape, so it gets a tensor's checks and limits first.
+    absl::StatusOr<int64_t> numel =
+        wire::CheckShapeField(src->dtype(), args.shape, kOp, "shape", limits);
+    if (!numel.ok()) return numel.status();
+  }
+  // `deterministic` needs nothing here: the CPU kernels are always bitwise reproducible.
+  return Prepare(kOp, PlanScatterNd(args), limits, RunScatterNd);
+}
+
+absl::StatusOr<PreparedOp> PrepareOp(const v1::MaskedScatterRequest& request,
+                                     const wire::DecodeLimits& limits) {
+  constexpr std::string_view kOp = "masked_scatter";
+  absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
+  if (!input.ok()) return input.status();
+  absl::StatusOr<TensorView> mask = wire::DecodeTensor(request.mask(), kOp, "mask", limits);
+  if (!mask.ok()) return mask.status();
+  absl::StatusOr<TensorView> src = wire::DecodeTensor(request.src(), kOp, "src", limits);
+  if (!src.ok()) return src.status();
+  const MaskedScatterArgs args{.input = *input, .mask = *mask, .source = *src};
+  return Prepare(kOp, PlanMaskedScatter(args), limits, RunMaskedScatter);
+}
+
+absl::StatusOr<PreparedOp> PrepareOp(const v1::OpRequest& request,
+                                     const wire::DecodeLimits& limits) {
+  switch (request.op_case()) {
+    case v1::OpRequest::kGather:
+      return PrepareOp(request.gather(), limits);
+    case v1::OpRequest::kScatter:
+      return PrepareOp(request.scatter(), limits);
+    case v1::OpRequest::kIndexSelect:
+      return PrepareOp(request.index_select(), limits);
+    case v1::OpRequest::kIndexReduce:
+      return PrepareOp(request.index_reduce(), limits);
+    case v1::OpRequest::kSelectScatter:
+      return PrepareOp(request.select_scatter(), limits);
+    case v1::OpRequest::kSliceScatter:
+      return PrepareOp(request.slice_scatter(), limits);
+    case v1::OpRequest::kDiagonalScatter:
+      return PrepareOp(request.diagonal_scatter(), limits);
+    case v1::OpRequest::kGatherNd:
+      return PrepareOp(request.gather_nd(), limits);
+    case v1::OpRequest::kScatterNd:
+      return PrepareOp(request.scatter_nd(), limits);
+    case v1::OpRequest::kMaskedScatter:
+      return PrepareOp(request.masked_scatter(), limits);
+    case v1::OpRequest::OP_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      "run: op is not set (expected exactly one operation request, e.g. gather or scatter)");
+}
+
+std::string_view OpName(const v1::OpRequest& request) {
+  switch (request.op_case()) {
+    case v1::OpRequest::kGather:
+      return "gather";
+    case v1::OpRequest::kScatter:
+      return "scatter";
+    case v1::OpRequest::kIndexSelect:
+      return "index_select";
+    case v1::OpRequest::kIndexReduce:
+      return "index_reduce";
+    case v1::OpRequest::kSelectScatter:
+      return "select_scatter";
+    case v1::OpRequest::kSliceScatter:
+      return "slice_scatter";
+    case v1::OpRequest::kDiagonalScatter:
+      return "diagonal_scatter";
+    case v1::OpRequest::kGatherNd:
+      return "gather_nd";
+    case v1::OpRequest::kScatterNd:
+      return "scatter_nd";
+    case v1::OpRequest::kMaskedScatter:
+      return "masked_scatter";
+    case v1::OpRequest::OP_NOT_SET:
+      break;
+  }
+  return "run";
+}
+
+absl::Status GuardExceptions(std::string_view op, const std::function<absl::Status()>& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("%s: the server ran out of memory for this request", op));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrFormat("%s: unexpected exception: %s", op, e.what()));
+  } catch (...) {
+    return absl::InternalError(absl::StrFormat("%s: unexpected non-standard exception", op));
+  }
+}
+
+}  // namespace tensorops

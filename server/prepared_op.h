@@ -1,0 +1,75 @@
+// PreparedOp: one operation request decoded, validated and planned, ready to run. Every RPC that
+// runs an op (its own RPC, Run, RunStream) prepares it here, so all of them share one set of
+// checks, limits and kernels.
+//
+//   absl::StatusOr<PreparedOp> op = PrepareOp(request, limits);  // on the gRPC thread
+//   if (!op.ok()) return Fail(op.status());
+//   absl::Status status = op->run(response.mutable_result());    // later, on a worker
+//
+// Preparing never copies tensor data: the plan points into the request's bytes, so the request
+// must outlive the PreparedOp and stay unmodified. The result is allocated only by `run`, inside
+// the response, so a call waiting for a worker holds no result memory.
+#ifndef TENSOROPS_SERVER_PREPARED_OP_H_
+#define TENSOROPS_SERVER_PREPARED_OP_H_
+
+#include <functional>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/codec.h"
+#include "tensorops/v1/generic.pb.h"
+#include "tensorops/v1/ops.pb.h"
+
+namespace tensorops {
+
+// PreparedOp is a planned op.
+struct PreparedOp {
+  // The op's name as errors and metrics give it: "gather", "scatter_nd", ...
+  std::string_view op;
+  // run checks the result against the limits (RESOURCE_EXHAUSTED), allocates it in `result` and
+  // runs the kernel into it; errors as the kernel's (an out-of-range index value is found here).
+  // May throw std::bad_alloc. Call at most once.
+  std::function<absl::Status(v1::Tensor* result)> run;
+};
+
+// PrepareOp decodes and plans one request under `limits`: INVALID_ARGUMENT for a bad request
+// (naming the op, the argument, the value and the rule), RESOURCE_EXHAUSTED for a tensor over the
+// limits. One overload per op request message.
+absl::StatusOr<PreparedOp> PrepareOp(const v1::GatherRequest& request,
+                                     const wire::DecodeLimits& limits);
+absl::StatusOr<PreparedOp> PrepareOp(const v1::ScatterRequest& request,
+                                     const wire::DecodeLimits& limits);
+absl::StatusOr<PreparedOp> PrepareOp(const v1::IndexSelectRequest& request,
+                                     const wire::DecodeLimits& limits);
+absl::StatusOr<PreparedOp> PrepareOp(const v1::IndexReduceRequest& request,
+                                     const wire::DecodeLimits& limits);
+absl::StatusOr<PreparedOp> PrepareOp(const v1::SelectScatterRequest& request,
+                                     const wire::DecodeLimits& limits);
+absl::StatusOr<PreparedOp> PrepareOp(const v1::SliceScatterRequest& request,
+                                     const wire::DecodeLimits& limits);
+absl::StatusOr<PreparedOp> PrepareOp(const v1::DiagonalScatterRequest& request,
+                                     const wire::DecodeLimits& limits);
+absl::StatusOr<PreparedOp> PrepareOp(const v1::GatherNdRequest& request,
+                                     const wire::DecodeLimits& limits);
+absl::StatusOr<PreparedOp> PrepareOp(const v1::ScatterNdRequest& request,
+                                     const wire::DecodeLimits& limits);
+absl::StatusOr<PreparedOp> PrepareOp(const v1::MaskedScatterRequest& request,
+                                     const wire::DecodeLimits& limits);
+// The generic form: the op the oneof holds; INVALID_ARGUMENT "run: op is not set ..." when it
+// holds none.
+absl::StatusOr<PreparedOp> PrepareOp(const v1::OpRequest& request,
+                                     const wire::DecodeLimits& limits);
+
+// OpName is the name PrepareOp would give `request`'s op ("run" when none is set), for logs and
+// metrics of calls that fail before or during preparation.
+std::string_view OpName(const v1::OpRequest& request);
+
+// GuardExceptions calls `body` and turns any exception into a status naming `op`, so that none
+// reaches a gRPC thread (which would end the server): std::bad_alloc is the request being too
+// large for this server (RESOURCE_EXHAUSTED), anything else is our bug (INTERNAL).
+absl::Status GuardExceptions(std::string_view op, const std::function<absl::Status()>& body);
+
+}  // namespace tensorops
+
+#endif  // TENSOROPS_SERVER_PREPARED_OP_H_

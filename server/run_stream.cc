@@ -1,0 +1,224 @@
+#include "server/run_stream.h"
+
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "spdlog/spdlog.h"
+
+namespace tensorops {
+
+void StreamRegistry::CloseAll() {
+  std::vector<RunStreamReactor*> streams;
+  {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+    for (RunStreamReactor* stream : streams_) {
+      stream->Ref();
+      streams.push_back(stream);
+    }
+  }
+  // Outside the registry's lock: a stream that ends here removes itself from the registry.
+  for (RunStreamReactor* stream : streams) {
+    stream->CloseForShutdown();
+    stream->Unref();
+  }
+}
+
+bool StreamRegistry::Add(RunStreamReactor* stream) {
+  absl::MutexLock lock(&mu_);
+  streams_.insert(stream);
+  return closed_;
+}
+
+void StreamRegistry::Remove(RunStreamReactor* stream) {
+  absl::MutexLock lock(&mu_);
+  streams_.erase(stream);
+}
+
+// Request is one op request read from the stream, from preparation to its written response.
+class RunStreamReactor::Request final : public Scheduler::Work {
+ public:
+  Request(RunStreamReactor* stream, v1::RunStreamRequest message)
+      : Scheduler::Work(absl::FromChrono(stream->context_->deadline())),
+        stream_(stream),
+        message_(std::move(message)),
+        start_(absl::Now()) {
+    response_.set_request_id(message_.request_id());
+  }
+
+  // Start prepares the op and admits it to the scheduler, or answers with the error at once.
+  void Start() {
+    const std::string_view op_name = OpName(message_.op());
+    absl::Status status = GuardExceptions(op_name, [this]() -> absl::Status {
+      absl::StatusOr<PreparedOp> op = PrepareOp(message_.op(), stream_->serving_.limits);
+      if (!op.ok()) return op.status();
+      op_ = *std::move(op);
+      return absl::OkStatus();
+    });
+    if (status.ok()) status = stream_->serving_.scheduler->Enqueue(this);
+    if (!status.ok()) Answer(status);
+  }
+
+  void Run() override {
+    Answer(GuardExceptions(op_.op, [this] { return op_.run(response_.mutable_result()); }));
+  }
+  void Drop(const absl::Status& why) override { Answer(why); }
+
+  const v1::RunStreamResponse& response() const { return response_; }
+
+ private:
+  // Answer records the outcome and hands the response to the stream; `this` may be deleted
+  // as soon as Complete has queued it.
+  void Answer(const absl::Status& status) {
+    if (!status.ok()) {
+      response_.clear_result();
+      response_.mutable_error()->set_code(static_cast<int32_t>(status.code()));
+      response_.mutable_error()->set_message(std::string(status.message()));
+    }
+    LogFinishedCall(absl::StrFormat("RunStream request %d", message_.request_id()),
+                    stream_->context_->peer(), absl::Now() - start_, status);
+    stream_->Complete(this);
+  }
+
+  RunStreamReactor* const stream_;
+  const v1::RunStreamRequest message_;
+  v1::RunStreamResponse response_;
+  PreparedOp op_;
+  const absl::Time start_;
+};
+
+RunStreamReactor::RunStreamReactor(const ServingContext& serving,
+                                   grpc::CallbackServerContext* context, StreamRegistry* registry)
+    : serving_(serving), context_(context), registry_(registry) {
+  absl::MutexLock lock(&mu_);
+  closing_ = registry_->Add(this);
+  if (closing_) {
+    MaybeFinishLocked();
+  } else {
+    StartReadLocked();
+  }
+}
+
+void RunStreamReactor::Unref() {
+  if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+}
+
+void RunStreamReactor::CloseForShutdown() {
+  absl::MutexLock lock(&mu_);
+  closing_ = true;
+  MaybeFinishLocked();
+}
+
+void RunStreamReactor::StartReadLocked() {
+  if (reading_ || reads_done_ || closing_ || cancelled_ || finished_) return;
+  if (static_cast<int>(unanswered_.size()) >= serving_.max_stream_in_flight) return;
+  reading_ = true;
+  incoming_.Clear();
+  StartRead(&incoming_);
+}
+
+void RunStreamReactor::OnReadDone(bool ok) {
+  Request* request = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    reading_ = false;
+    if (!ok) {
+      reads_done_ = true;
+      MaybeFinishLocked();
+      return;
+    }
+    request = new Request(this, std::move(incoming_));
+    unanswered_.insert(request);
+  }
+  // Preparation decodes the request; it runs outside the lock so that completions (writes) of
+  // earlier requests go on meanwhile. The request may be answered, and deleted, inside Start.
+  request->Start();
+  absl::MutexLock lock(&mu_);
+  StartReadLocked();
+}
+
+void RunStreamReactor::Complete(Request* request) {
+  // Complete may run on a worker thread after every reaction has returned; the reference keeps
+  // the reactor alive until this function is done, even if the stream finishes meanwhile.
+  Ref();
+  {
+    absl::MutexLock lock(&mu_);
+    write_queue_.push_back(request);
+    StartNextWriteLocked();
+  }
+  Unref();
+}
+
+void RunStreamReactor::StartNextWriteLocked() {
+  // Responses nobody can receive any more are dropped rather than written.
+  while (!writing_ && !write_queue_.empty() && (broken_ || cancelled_)) {
+    Request* request = write_queue_.front();
+    write_queue_.pop_front();
+    unanswered_.erase(request);
+    delete request;
+  }
+  if (!writing_ && !write_queue_.empty()) {
+    writing_ = true;
+    StartWrite(&write_queue_.front()->response());
+  }
+  StartReadLocked();
+  MaybeFinishLocked();
+}
+
+void RunStreamReactor::OnWriteDone(bool ok) {
+  absl::MutexLock lock(&mu_);
+  writing_ = false;
+  if (!ok) broken_ = true;
+  Request* request = write_queue_.front();
+  write_queue_.pop_front();
+  unanswered_.erase(request);
+  delete request;
+  StartNextWriteLocked();
+}
+
+void RunStreamReactor::OnCancel() {
+  std::vector<Request*> dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    // Requests still waiting in the scheduler's queue leave it now; lock order is stream, then
+    // scheduler (the scheduler never calls back into a stream under its lock).
+    for (Request* request : unanswered_) {
+      if (serving_.scheduler->Cancel(request)) dropped.push_back(request);
+    }
+  }
+  for (Request* request : dropped) {
+    request->Drop(absl::CancelledError("the stream was cancelled while the request was queued"));
+  }
+  absl::MutexLock lock(&mu_);
+  MaybeFinishLocked();
+}
+
+void RunStreamReactor::MaybeFinishLocked() {
+  if (finished_ || writing_ || !unanswered_.empty()) return;
+  if (cancelled_) {
+    finished_ = true;
+    Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the stream was cancelled"));
+  } else if (broken_) {
+    finished_ = true;
+    Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "a response could not be sent"));
+  } else if (reads_done_) {
+    finished_ = true;
+    Finish(grpc::Status::OK);
+  } else if (closing_) {
+    finished_ = true;
+    Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "the server is shutting down; every request it read was answered, send "
+                        "the rest to another replica"));
+  }
+}
+
+void RunStreamReactor::OnDone() {
+  registry_->Remove(this);
+  Unref();
+}
+
+}  // namespace tensorops

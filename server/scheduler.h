@@ -1,0 +1,119 @@
+// Scheduler: admission control and the CPU executor between the gRPC handlers and the kernels.
+//
+//   absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+//       Scheduler::Create({.max_concurrent_calls = 4, .max_queued_calls = 64});
+//   absl::Status admitted = (*scheduler)->Enqueue(call);  // RESOURCE_EXHAUSTED when full
+//   ...
+//   if ((*scheduler)->Cancel(call)) call->Drop(absl::CancelledError("..."));  // from OnCancel
+//
+// Admitted calls wait in one FIFO queue and run on `max_concurrent_calls` worker threads; each
+// kernel parallelizes further inside with oneTBB, so a few workers keep every core busy while
+// small calls still run side by side. A call whose deadline has passed by the time a worker takes
+// it is dropped, not run. The queue bounds how much request memory waits on the server: results
+// are allocated only when a call runs.
+//
+// The dynamic batcher and the CUDA executor (DESIGN.md, "Data flow") will take over behind this
+// same interface; the handlers do not change.
+#ifndef TENSOROPS_SERVER_SCHEDULER_H_
+#define TENSOROPS_SERVER_SCHEDULER_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace tensorops {
+
+// SchedulerOptions size the executor and its queue.
+struct SchedulerOptions {
+  // Worker threads, i.e. calls executing at once: >= 1. Create rejects other values.
+  int max_concurrent_calls = 1;
+  // Calls admitted but not yet executing: >= 0 (0 admits a call only when a worker is idle).
+  int max_queued_calls = 1024;
+  // Called with (in_flight, queued) whenever either changes, under the scheduler's lock: it must
+  // be cheap and must not call back into the scheduler. May be empty.
+  std::function<void(int64_t in_flight, int64_t queued)> on_load_change;
+};
+
+// Scheduler owns the worker threads. Thread-safe. Not copyable. The destructor stops it (Stop).
+class Scheduler {
+ public:
+  // Work is one admitted call. The scheduler does not own it: whoever takes a Work out of the
+  // queue (a worker, Cancel's caller, Stop) must end it with exactly one Run or Drop, and the
+  // object must stay alive until then.
+  class Work {
+   public:
+    explicit Work(absl::Time deadline) : deadline_(deadline) {}
+    virtual ~Work() = default;
+
+    // deadline: a worker that takes the call later than this drops it with DEADLINE_EXCEEDED.
+    absl::Time deadline() const { return deadline_; }
+    // enqueued: when Enqueue admitted the call (for the queue-time metric).
+    absl::Time enqueued() const { return enqueued_; }
+
+    // Run executes the call on a worker thread.
+    virtual void Run() = 0;
+    // Drop ends a call that will not run; `why` is DEADLINE_EXCEEDED, CANCELLED (from Cancel's
+    // caller) or UNAVAILABLE (Stop).
+    virtual void Drop(const absl::Status& why) = 0;
+
+   private:
+    friend class Scheduler;
+    const absl::Time deadline_;
+    absl::Time enqueued_;
+  };
+
+  // Create starts the worker threads. INVALID_ARGUMENT for options out of range.
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(SchedulerOptions options);
+
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+  ~Scheduler();
+
+  // Enqueue admits `work` (not null) to run on a worker. RESOURCE_EXHAUSTED naming
+  // --max_queued_calls when the queue is full, UNAVAILABLE after Stop; either way `work` was not
+  // taken and the caller still ends it.
+  absl::Status Enqueue(Work* work);
+
+  // Cancel takes `work` out of the queue if it is still waiting there and returns true: the
+  // caller must then Drop it. False when a worker has taken it (it will run to its end) or it was
+  // never queued.
+  bool Cancel(Work* work);
+
+  // InFlightCount is the number of calls executing now; QueuedCount the number waiting.
+  int64_t InFlightCount() const;
+  int64_t QueuedCount() const;
+
+  // Stop refuses new work, lets the workers finish what is queued and joins them. Idempotent.
+  void Stop();
+
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  explicit Scheduler(SchedulerOptions options);
+
+  void WorkerLoop();
+  void NotifyLoadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const SchedulerOptions options_;
+  std::vector<std::thread> workers_;
+
+  mutable absl::Mutex mu_;
+  std::deque<Work*> queue_ ABSL_GUARDED_BY(mu_);
+  int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  // Workers waiting for work; with max_queued_calls == 0 a call is admitted only when one is.
+  int64_t idle_workers_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace tensorops
+
+#endif  // TENSOROPS_SERVER_SCHEDULER_H_

@@ -1,0 +1,68 @@
+// BlockingWork: a Scheduler::Work that occupies a worker until the test releases it, so that tests
+// can fill the scheduler's queue deterministically; and WaitFor, a bounded wait for a condition.
+#ifndef TENSOROPS_TESTS_BLOCKING_WORK_H_
+#define TENSOROPS_TESTS_BLOCKING_WORK_H_
+
+#include <functional>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "server/scheduler.h"
+
+namespace tensorops::testing {
+
+// WaitFor polls `condition` until it holds (true) or `limit` passes (false). The limit only bounds
+// a test that would otherwise hang; no test outcome depends on how fast the condition came true.
+inline bool WaitFor(const std::function<bool()>& condition,
+                    absl::Duration limit = absl::Seconds(30)) {
+  const absl::Time deadline = absl::Now() + limit;
+  while (!condition()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
+
+// BlockingWork runs until Release; it records whether it ran or why it was dropped. The
+// destructor releases it, so a failing test does not leave a worker blocked forever.
+class BlockingWork : public Scheduler::Work {
+ public:
+  explicit BlockingWork(absl::Time deadline = absl::InfiniteFuture()) : Scheduler::Work(deadline) {}
+  ~BlockingWork() override {
+    Release();
+    if (started_.HasBeenNotified()) ended_.WaitForNotification();
+  }
+
+  void Run() override {
+    started_.Notify();
+    release_.WaitForNotification();
+    ended_.Notify();
+  }
+  void Drop(const absl::Status& why) override {
+    dropped_ = why;
+    ended_.Notify();
+  }
+
+  void WaitUntilStarted() { started_.WaitForNotification(); }
+  void Release() {
+    if (!release_.HasBeenNotified()) release_.Notify();
+  }
+  void WaitUntilEnded() { ended_.WaitForNotification(); }
+
+  bool ran() const { return started_.HasBeenNotified(); }
+  // dropped: the status Drop got; OK when it was not dropped.
+  const absl::Status& dropped() const { return dropped_; }
+
+ private:
+  absl::Notification started_;
+  absl::Notification release_;
+  absl::Notification ended_;
+  absl::Status dropped_;
+};
+
+}  // namespace tensorops::testing
+
+#endif  // TENSOROPS_TESTS_BLOCKING_WORK_H_

@@ -1,0 +1,383 @@
+// Tests of the generic RPCs: Run and RunStream for every op, and ServerInfo. A real Server runs
+// in-process on a free loopback port and is called through the generated stub.
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "kernels/device.h"
+#include "server/server.h"
+#include "tensorops/v1/service.grpc.pb.h"
+#include "tests/blocking_work.h"
+#include "tests/service_test_util.h"
+
+namespace tensorops {
+namespace {
+
+using ::tensorops::testing::BlockingWork;
+using ::tensorops::testing::Connect;
+using ::tensorops::testing::MakeMask;
+using ::tensorops::testing::MakeTensor;
+using ::tensorops::testing::StartServer;
+using ::tensorops::testing::Values;
+using ::tensorops::testing::WaitFor;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAreArray;
+
+constexpr auto kCallTimeout = std::chrono::seconds(30);
+
+// OpCase is one request of every op with its expected int64 result (and shape).
+struct OpCase {
+  std::string name;
+  v1::OpRequest request;
+  std::vector<int64_t> expected_shape;
+  std::vector<int64_t> expected;
+};
+
+std::vector<OpCase> EveryOp() {
+  std::vector<OpCase> cases;
+  {
+    OpCase c{.name = "gather", .expected_shape = {2, 2}, .expected = {1, 1, 4, 3}};
+    v1::GatherRequest* r = c.request.mutable_gather();
+    *r->mutable_input() = MakeTensor<int64_t>({2, 2}, {1, 2, 3, 4});
+    *r->mutable_index() = MakeTensor<int64_t>({2, 2}, {0, 0, 1, 0});
+    r->set_axis(1);
+    cases.push_back(c);
+  }
+  {
+    OpCase c{.name = "scatter", .expected_shape = {2, 2}, .expected = {6, 5, 0, 0}};
+    v1::ScatterRequest* r = c.request.mutable_scatter();
+    *r->mutable_input() = MakeTensor<int64_t>({2, 2}, {0, 0, 0, 0});
+    *r->mutable_index() = MakeTensor<int64_t>({1, 2}, {1, 0});
+    *r->mutable_src() = MakeTensor<int64_t>({1, 2}, {5, 6});
+    r->set_axis(1);
+    r->set_reduce(v1::REDUCTION_SUM);
+    cases.push_back(c);
+  }
+  {
+    OpCase c{.name = "index_select", .expected_shape = {2, 2}, .expected = {3, 4, 1, 2}};
+    v1::IndexSelectRequest* r = c.request.mutable_index_select();
+    *r->mutable_input() = MakeTensor<int64_t>({2, 2}, {1, 2, 3, 4});
+    *r->mutable_index() = MakeTensor<int32_t>({2}, {1, 0});
+    cases.push_back(c);
+  }
+  {
+    OpCase c{.name = "index_reduce", .expected_shape = {2, 2}, .expected = {5, 7, 1, 1}};
+    v1::IndexReduceRequest* r = c.request.mutable_index_reduce();
+    *r->mutable_input() = MakeTensor<int64_t>({2, 2}, {1, 1, 1, 1});
+    *r->mutable_index() = MakeTensor<int64_t>({2}, {0, 0});
+    *r->mutable_src() = MakeTensor<int64_t>({2, 2}, {1, 2, 3, 4});
+    r->set_reduce(v1::REDUCTION_SUM);
+    cases.push_back(c);
+  }
+  {
+    OpCase c{.name = "select_scatter", .expected_shape = {2, 2}, .expected = {0, 0, 7, 8}};
+    v1::SelectScatterRequest* r = c.request.mutable_select_scatter();
+    *r->mutable_input() = MakeTensor<int64_t>({2, 2}, {0, 0, 0, 0});
+    *r->mutable_src() = MakeTensor<int64_t>({2}, {7, 8});
+    r->set_index(-1);
+    cases.push_back(c);
+  }
+  {
+    OpCase c{.name = "slice_scatter", .expected_shape = {4}, .expected = {1, 0, 2, 0}};
+    v1::SliceScatterRequest* r = c.request.mutable_slice_scatter();
+    *r->mutable_input() = MakeTensor<int64_t>({4}, {0, 0, 0, 0});
+    *r->mutable_src() = MakeTensor<int64_t>({2}, {1, 2});
+    r->set_step(2);
+    cases.push_back(c);
+  }
+  {
+    OpCase c{.name = "diagonal_scatter", .expected_shape = {2, 2}, .expected = {1, 0, 0, 2}};
+    v1::DiagonalScatterRequest* r = c.request.mutable_diagonal_scatter();
+    *r->mutable_input() = MakeTensor<int64_t>({2, 2}, {0, 0, 0, 0});
+    *r->mutable_src() = MakeTensor<int64_t>({2}, {1, 2});
+    cases.push_back(c);
+  }
+  {
+    OpCase c{.name = "gather_nd", .expected_shape = {1}, .expected = {3}};
+    v1::GatherNdRequest* r = c.request.mutable_gather_nd();
+    *r->mutable_input() = MakeTensor<int64_t>({2, 2}, {1, 2, 3, 4});
+    *r->mutable_index() = MakeTensor<int64_t>({1, 2}, {1, 0});
+    cases.push_back(c);
+  }
+  {
+    OpCase c{.name = "scatter_nd", .expected_shape = {4}, .expected = {0, 9, 0, 10}};
+    v1::ScatterNdRequest* r = c.request.mutable_scatter_nd();
+    r->add_shape(4);
+    *r->mutable_index() = MakeTensor<int64_t>({2, 1}, {1, 3});
+    *r->mutable_src() = MakeTensor<int64_t>({2}, {9, 10});
+    r->set_reduce(v1::REDUCTION_SUM);
+    cases.push_back(c);
+  }
+  {
+    OpCase c{.name = "masked_scatter", .expected_shape = {3}, .expected = {7, 2, 8}};
+    v1::MaskedScatterRequest* r = c.request.mutable_masked_scatter();
+    *r->mutable_input() = MakeTensor<int64_t>({3}, {1, 2, 3});
+    *r->mutable_mask() = MakeMask({3}, {1, 0, 1});
+    *r->mutable_src() = MakeTensor<int64_t>({3}, {7, 8, 9});
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+void ExpectResult(const v1::Tensor& result, const OpCase& op) {
+  EXPECT_THAT(result.shape(), ElementsAreArray(op.expected_shape)) << op.name;
+  EXPECT_THAT(Values<int64_t>(result), ElementsAreArray(op.expected)) << op.name;
+}
+
+// A gather whose index is out of range, and the message every path must give for it.
+v1::OpRequest BadGather() {
+  v1::OpRequest request;
+  *request.mutable_gather()->mutable_input() = MakeTensor<int64_t>({2}, {1, 2});
+  *request.mutable_gather()->mutable_index() = MakeTensor<int64_t>({1}, {9});
+  return request;
+}
+constexpr char kBadGatherMessage[] =
+    "gather: index[0] = 9 is out of range for axis 0 of input with size 2";
+
+class GenericRpcTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Start({}); }
+
+  void Start(ServerOptions::Limits limits) {
+    server_ = StartServer(limits);
+    ASSERT_NE(server_, nullptr);
+    stub_ = Connect(server_->port());
+  }
+
+  grpc::Status Run(const v1::OpRequest& request, v1::OpResponse* response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + kCallTimeout);
+    return stub_->Run(&context, request, response);
+  }
+
+  // OpenStreamWithQueuedRequests opens a RunStream, sends the first `count` of `ops` and waits
+  // until all of them wait in the scheduler's queue (the test keeps the worker busy).
+  std::unique_ptr<grpc::ClientReaderWriter<v1::RunStreamRequest, v1::RunStreamResponse>>
+  OpenStreamWithQueuedRequests(grpc::ClientContext& context, const std::vector<OpCase>& ops,
+                               int count) {
+    context.set_deadline(std::chrono::system_clock::now() + kCallTimeout);
+    auto stream = stub_->RunStream(&context);
+    for (int i = 0; i < count; ++i) {
+      v1::RunStreamRequest request;
+      request.set_request_id(i);
+      *request.mutable_op() = ops[i].request;
+      if (!stream->Write(request)) return nullptr;
+    }
+    if (!WaitFor([&] { return server_->scheduler().QueuedCount() == count; })) return nullptr;
+    return stream;
+  }
+
+  std::unique_ptr<Server> server_;
+  std::unique_ptr<v1::TensorOps::Stub> stub_;
+};
+
+TEST_F(GenericRpcTest, RunServesEveryOp) {
+  for (const OpCase& op : EveryOp()) {
+    v1::OpResponse response;
+    const grpc::Status status = Run(op.request, &response);
+    ASSERT_TRUE(status.ok()) << op.name << ": " << status.error_message();
+    ExpectResult(response.result(), op);
+  }
+}
+
+TEST_F(GenericRpcTest, RunGivesTheOpsOwnErrors) {
+  v1::OpResponse response;
+  grpc::Status status = Run(BadGather(), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr(kBadGatherMessage));
+
+  // The same message as the Gather RPC's.
+  grpc::ClientContext context;
+  v1::GatherResponse gather_response;
+  const grpc::Status gather_status =
+      stub_->Gather(&context, BadGather().gather(), &gather_response);
+  EXPECT_EQ(gather_status.error_message(), status.error_message());
+
+  status = Run(v1::OpRequest(), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("run: op is not set"));
+}
+
+TEST_F(GenericRpcTest, RunStreamAnswersEveryRequestOnceWithItsId) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kCallTimeout);
+  std::unique_ptr<grpc::ClientReaderWriter<v1::RunStreamRequest, v1::RunStreamResponse>> stream =
+      stub_->RunStream(&context);
+  const std::vector<OpCase> ops = EveryOp();
+  constexpr int kRounds = 20;
+  constexpr uint64_t kBadId = 1000;
+  // Requests 0..199 cycle through every op; the bad request is sent in the middle.
+  std::map<uint64_t, const OpCase*> expected;
+  for (int i = 0; i < kRounds * static_cast<int>(ops.size()); ++i) {
+    v1::RunStreamRequest request;
+    request.set_request_id(i);
+    *request.mutable_op() = ops[i % ops.size()].request;
+    ASSERT_TRUE(stream->Write(request));
+    expected[i] = &ops[i % ops.size()];
+    if (i == 57) {
+      v1::RunStreamRequest bad;
+      bad.set_request_id(kBadId);
+      *bad.mutable_op() = BadGather();
+      ASSERT_TRUE(stream->Write(bad));
+    }
+  }
+  ASSERT_TRUE(stream->WritesDone());
+
+  std::map<uint64_t, int> answers;
+  v1::RunStreamResponse response;
+  while (stream->Read(&response)) {
+    ++answers[response.request_id()];
+    if (response.request_id() == kBadId) {
+      ASSERT_TRUE(response.has_error());
+      EXPECT_EQ(response.error().code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+      EXPECT_THAT(response.error().message(), HasSubstr(kBadGatherMessage));
+      continue;
+    }
+    auto it = expected.find(response.request_id());
+    ASSERT_NE(it, expected.end()) << "unexpected id " << response.request_id();
+    ASSERT_TRUE(response.has_result()) << it->second->name << ": " << response.error().message();
+    ExpectResult(response.result(), *it->second);
+  }
+  const grpc::Status status = stream->Finish();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(answers.size(), expected.size() + 1);
+  for (const auto& [id, count] : answers) EXPECT_EQ(count, 1) << "id " << id;
+}
+
+TEST_F(GenericRpcTest, RunStreamWithOneRequestInFlightStillAnswersAll) {
+  Start({.max_stream_in_flight = 1});
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kCallTimeout);
+  auto stream = stub_->RunStream(&context);
+  const std::vector<OpCase> ops = EveryOp();
+  // The writer runs beside the reader, as a pipelining client would.
+  std::thread writer([&] {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      v1::RunStreamRequest request;
+      request.set_request_id(i);
+      *request.mutable_op() = ops[i].request;
+      EXPECT_TRUE(stream->Write(request));
+    }
+    EXPECT_TRUE(stream->WritesDone());
+  });
+  std::vector<uint64_t> ids;
+  v1::RunStreamResponse response;
+  while (stream->Read(&response)) {
+    ids.push_back(response.request_id());
+    ASSERT_TRUE(response.has_result()) << response.error().message();
+    ExpectResult(response.result(), ops[response.request_id()]);
+  }
+  writer.join();
+  EXPECT_TRUE(stream->Finish().ok());
+  // With one request in flight, responses come in request order.
+  std::vector<uint64_t> in_order(ops.size());
+  for (size_t i = 0; i < in_order.size(); ++i) in_order[i] = i;
+  EXPECT_THAT(ids, ElementsAreArray(in_order));
+}
+
+TEST_F(GenericRpcTest, CancellingAStreamDropsItsQueuedRequests) {
+  Start({.max_concurrent_calls = 1});
+  BlockingWork blocker;
+  ASSERT_TRUE(server_->scheduler().Enqueue(&blocker).ok());
+  blocker.WaitUntilStarted();
+  grpc::ClientContext context;
+  const std::vector<OpCase> ops = EveryOp();
+  auto stream = OpenStreamWithQueuedRequests(context, ops, 3);
+  ASSERT_NE(stream, nullptr);
+  context.TryCancel();
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  // The server took them out of the queue without running them: the only worker is still busy.
+  EXPECT_TRUE(WaitFor([&] { return server_->scheduler().QueuedCount() == 0; }));
+  EXPECT_EQ(server_->scheduler().InFlightCount(), 1);
+  blocker.Release();
+}
+
+TEST_F(GenericRpcTest, ShutdownAnswersWhatAStreamSentThenEndsIt) {
+  Start({.max_concurrent_calls = 1});
+  BlockingWork blocker;
+  ASSERT_TRUE(server_->scheduler().Enqueue(&blocker).ok());
+  blocker.WaitUntilStarted();
+  grpc::ClientContext context;
+  const std::vector<OpCase> ops = EveryOp();
+  auto stream = OpenStreamWithQueuedRequests(context, ops, 2);
+  ASSERT_NE(stream, nullptr);
+
+  // A long grace: the stream must end because it was answered, not because the grace ran out.
+  std::thread shutdown([&] { server_->Shutdown(absl::Seconds(60)); });
+  // Once a new channel's calls are refused, shutdown has begun (streams are closed before that).
+  // ServerInfo does not go through the scheduler, so the probe never waits behind the blocker.
+  std::unique_ptr<v1::TensorOps::Stub> late = Connect(server_->port());
+  ASSERT_TRUE(WaitFor([&] {
+    grpc::ClientContext late_context;
+    late_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::ServerInfoResponse info;
+    return late->ServerInfo(&late_context, v1::ServerInfoRequest(), &info).error_code() ==
+           grpc::StatusCode::UNAVAILABLE;
+  }));
+  blocker.Release();
+
+  std::vector<uint64_t> ids;
+  v1::RunStreamResponse response;
+  while (stream->Read(&response)) {
+    ASSERT_TRUE(response.has_result()) << response.error().message();
+    ExpectResult(response.result(), ops[response.request_id()]);
+    ids.push_back(response.request_id());
+  }
+  const grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(status.error_message(), HasSubstr("shutting down"));
+  EXPECT_THAT(ids, UnorderedElementsAreArray({0u, 1u}));
+  shutdown.join();
+}
+
+TEST_F(GenericRpcTest, ServerInfoDescribesTheServer) {
+  Start({.max_message_bytes = 1 << 20,
+         .max_elements = 1000,
+         .max_rank = 5,
+         .max_concurrent_calls = 3,
+         .max_queued_calls = 7,
+         .max_stream_in_flight = 9});
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kCallTimeout);
+  v1::ServerInfoResponse info;
+  ASSERT_TRUE(stub_->ServerInfo(&context, v1::ServerInfoRequest(), &info).ok());
+
+  EXPECT_FALSE(info.version().empty());
+  EXPECT_FALSE(info.git_revision().empty());
+  EXPECT_FALSE(info.build().compiler().empty());
+  const DeviceInventory inventory = QueryDevices();
+  EXPECT_EQ(info.build().cuda(), inventory.cuda_built);
+  ASSERT_GE(info.devices_size(), 1);
+  EXPECT_EQ(info.devices(0).kind(), "cpu");
+  EXPECT_EQ(info.devices(0).threads(), 2);  // StartServer's options.threads
+  EXPECT_EQ(info.devices_size(), 1 + static_cast<int>(inventory.cuda_devices.size()));
+  if (inventory.cuda_devices.empty()) EXPECT_FALSE(info.gpu_note().empty());
+
+  EXPECT_EQ(info.limits().max_message_bytes(), 1 << 20);
+  EXPECT_EQ(info.limits().max_elements(), 1000);
+  EXPECT_EQ(info.limits().max_rank(), 5);
+  EXPECT_EQ(info.limits().max_concurrent_calls(), 3);
+  EXPECT_EQ(info.limits().max_queued_calls(), 7);
+  EXPECT_EQ(info.limits().max_stream_in_flight(), 9);
+
+  EXPECT_THAT(info.ops(),
+              UnorderedElementsAreArray({"Gather", "Scatter", "IndexSelect", "IndexReduce",
+                                         "SelectScatter", "SliceScatter", "DiagonalScatter",
+                                         "GatherNd", "ScatterNd", "MaskedScatter"}));
+  EXPECT_EQ(info.dtypes_size(), 12);
+  EXPECT_EQ(info.dtypes(0), v1::DATA_TYPE_BOOL);
+  EXPECT_EQ(info.dtypes(11), v1::DATA_TYPE_COMPLEX128);
+}
+
+}  // namespace
+}  // namespace tensorops

@@ -1,0 +1,370 @@
+#include "server/metrics.h"
+
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <exception>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/hash/hash.h"
+#include "absl/memory/memory.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
+
+namespace tensorops {
+namespace {
+
+// LabelValue returns `value` with every byte that does not belong to a well-formed UTF-8 sequence
+// (stray continuation bytes, truncated or overlong sequences, surrogates, code points past
+// U+10FFFF) replaced by '?'. The text format is UTF-8 and Prometheus fails the whole scrape on one
+// invalid label value, so one odd reason string must not cost every other metric.
+std::string LabelValue(std::string_view value) {
+  std::string sanitized;
+  sanitized.reserve(value.size());
+  size_t i = 0;
+  while (i < value.size()) {
+    const auto lead = static_cast<unsigned char>(value[i]);
+    size_t length = 0;
+    char32_t code_point = 0;
+    char32_t smallest = 0;  // below this, the sequence is overlong
+    if (lead < 0x80) {
+      length = 1;
+      code_point = lead;
+    } else if ((lead & 0xE0) == 0xC0) {
+      length = 2;
+      code_point = lead & 0x1F;
+      smallest = 0x80;
+    } else if ((lead & 0xF0) == 0xE0) {
+      length = 3;
+      code_point = lead & 0x0F;
+      smallest = 0x800;
+    } else if ((lead & 0xF8) == 0xF0) {
+      length = 4;
+      code_point = lead & 0x07;
+      smallest = 0x10000;
+    }
+    bool well_formed = length > 0 && i + length <= value.size();
+    for (size_t k = 1; well_formed && k < length; ++k) {
+      const auto continuation = static_cast<unsigned char>(value[i + k]);
+      well_formed = (continuation & 0xC0) == 0x80;
+      code_point = (code_point << 6) | (continuation & 0x3F);
+    }
+    well_formed = well_formed && code_point >= smallest && code_point <= 0x10FFFF &&
+                  !(code_point >= 0xD800 && code_point <= 0xDFFF);
+    if (well_formed) {
+      sanitized.append(value.substr(i, length));
+      i += length;
+    } else {
+      sanitized.push_back('?');
+      ++i;
+    }
+  }
+  return sanitized;
+}
+
+enum Stage { kDecode, kQueue, kExecute, kEncode, kStageCount };
+constexpr std::array<const char*, kStageCount> kStageNames = {"decode", "queue", "execute",
+                                                              "encode"};
+
+// The reasons Metrics::Rejected documents; their series exist at 0 from the start so that an
+// alert on rate(tensorops_rejected_total[5m]) works before the first rejection.
+constexpr std::array<const char*, 6> kKnownRejectReasons = {
+    "queue_full", "limit", "unauthenticated", "shutting_down", "deadline_exceeded", "cancelled"};
+
+// StageBuckets: 10 µs * 2^k for k = 0..23, i.e. 10 µs .. 83.9 s. Doubling keeps any quantile
+// estimate within a factor of 2 from a decode of a few bytes to a kernel over gigabytes. Each bound
+// is an integer number of microseconds divided once, so that it prints as "8e-05", not
+// "8.000000000000001e-05".
+prometheus::Histogram::BucketBoundaries StageBuckets() {
+  prometheus::Histogram::BucketBoundaries bounds;
+  for (int k = 0; k < 24; ++k) bounds.push_back(static_cast<double>(int64_t{10} << k) / 1e6);
+  return bounds;
+}
+
+// CodeLabel: gRPC's upper snake name of `code`; "UNKNOWN" for a value outside the enum, which is
+// what gRPC turns such a code into on the wire.
+std::string CodeLabel(absl::StatusCode code) {
+  std::string name = absl::StatusCodeToString(code);
+  return name.empty() ? "UNKNOWN" : name;
+}
+
+// CallKey identifies the series one CallFinished touches. CallKeyRef is the same key over the
+// caller's string_views, so that the cache lookup on every call allocates nothing.
+struct CallKey {
+  std::string op;
+  absl::StatusCode code;
+  std::string device;
+};
+struct CallKeyRef {
+  std::string_view op;
+  absl::StatusCode code;
+  std::string_view device;
+};
+
+struct CallKeyHash {
+  using is_transparent = void;
+  size_t operator()(const CallKeyRef& key) const {
+    return absl::HashOf(key.op, static_cast<int>(key.code), key.device);
+  }
+  size_t operator()(const CallKey& key) const {
+    return (*this)(CallKeyRef{key.op, key.code, key.device});
+  }
+};
+
+struct CallKeyEq {
+  using is_transparent = void;
+  static CallKeyRef Ref(const CallKey& key) { return {key.op, key.code, key.device}; }
+  static CallKeyRef Ref(const CallKeyRef& key) { return key; }
+  template <typename A, typename B>
+  bool operator()(const A& a, const B& b) const {
+    const CallKeyRef x = Ref(a), y = Ref(b);
+    return x.op == y.op && x.code == y.code && x.device == y.device;
+  }
+};
+
+// CallSeries: the metrics one CallFinished updates. The pointers stay valid for the registry's
+// lifetime: families own their metrics and nothing is ever removed.
+struct CallSeries {
+  prometheus::Counter* requests;
+  std::array<prometheus::Histogram*, kStageCount> stage_seconds;
+  prometheus::Counter* received_bytes;
+  prometheus::Counter* sent_bytes;
+};
+
+}  // namespace
+
+class Metrics::Impl {
+ public:
+  // Registers every family; throws only what prometheus-cpp throws for a malformed name (which
+  // these fixed names are not) and std::bad_alloc.
+  Impl()
+      : registry_(std::make_shared<prometheus::Registry>()),
+        requests_(prometheus::BuildCounter()
+                      .Name("tensorops_requests_total")
+                      .Help("Finished calls, by op, final status code and device.")
+                      .Register(*registry_)),
+        stage_seconds_(prometheus::BuildHistogram()
+                           .Name("tensorops_stage_duration_seconds")
+                           .Help("Time each stage of a call took (decode, queue, execute, "
+                                 "encode), by op; a stage a call never reached is not observed.")
+                           .Register(*registry_)),
+        received_bytes_(prometheus::BuildCounter()
+                            .Name("tensorops_received_bytes_total")
+                            .Help("Request message bytes of finished calls, by op.")
+                            .Register(*registry_)),
+        sent_bytes_(prometheus::BuildCounter()
+                        .Name("tensorops_sent_bytes_total")
+                        .Help("Response message bytes of finished calls, by op.")
+                        .Register(*registry_)),
+        rejected_(prometheus::BuildCounter()
+                      .Name("tensorops_rejected_total")
+                      .Help("Calls refused before execution, by reason.")
+                      .Register(*registry_)),
+        in_flight_(prometheus::BuildGauge()
+                       .Name("tensorops_calls_in_flight")
+                       .Help("Calls executing now.")
+                       .Register(*registry_)
+                       .Add({})),
+        queued_(prometheus::BuildGauge()
+                    .Name("tensorops_calls_queued")
+                    .Help("Calls waiting in the scheduler's queue now.")
+                    .Register(*registry_)
+                    .Add({})),
+        streams_open_(prometheus::BuildGauge()
+                          .Name("tensorops_streams_open")
+                          .Help("RunStream streams open now.")
+                          .Register(*registry_)
+                          .Add({})),
+        stage_buckets_(StageBuckets()) {
+    for (const char* reason : kKnownRejectReasons) rejected_.Add({{"reason", reason}});
+  }
+
+  // Listen starts the endpoint on `address` ("host:port"). UNAVAILABLE naming the address when
+  // civetweb cannot bind it.
+  absl::Status Listen(const std::string& address) {
+    try {
+      exposer_ = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/2);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrFormat(
+          "metrics endpoint cannot listen on %s (port in use, address not on this machine or "
+          "unknown host): %s",
+          address, e.what()));
+    }
+    exposer_->RegisterCollectable(registry_);
+    const std::vector<int> ports = exposer_->GetListeningPorts();
+    if (ports.size() != 1) {
+      return absl::InternalError(absl::StrFormat(
+          "metrics endpoint on %s listens on %d ports, expected 1", address, ports.size()));
+    }
+    port_ = ports[0];
+    return absl::OkStatus();
+  }
+
+  int port() const { return port_; }
+
+  void CallFinished(std::string_view op, absl::StatusCode code, std::string_view device,
+                    const CallStages& stages, int64_t request_bytes, int64_t response_bytes) {
+    const CallSeries series = SeriesFor(CallKeyRef{op, code, device});
+    series.requests->Increment();
+    const std::array<const std::optional<absl::Duration>*, kStageCount> durations = {
+        &stages.decode, &stages.queue, &stages.execute, &stages.encode};
+    for (int stage = 0; stage < kStageCount; ++stage) {
+      const std::optional<absl::Duration>& duration = *durations[stage];
+      if (!duration.has_value()) continue;
+      const double seconds = absl::ToDoubleSeconds(*duration);
+      if (std::isinf(seconds)) continue;
+      series.stage_seconds[stage]->Observe(seconds < 0 ? 0.0 : seconds);
+    }
+    if (request_bytes > 0) series.received_bytes->Increment(static_cast<double>(request_bytes));
+    if (response_bytes > 0) series.sent_bytes->Increment(static_cast<double>(response_bytes));
+  }
+
+  void Rejected(std::string_view reason) {
+    rejected_.Add({{"reason", LabelValue(reason)}}).Increment();
+  }
+
+  void SetInFlight(int64_t calls) { in_flight_.Set(static_cast<double>(calls)); }
+  void SetQueued(int64_t calls) { queued_.Set(static_cast<double>(calls)); }
+  void StreamOpened() { streams_open_.Increment(); }
+  void StreamClosed() { streams_open_.Decrement(); }
+
+  std::string Scrape() const {
+    return prometheus::TextSerializer().Serialize(registry_->Collect());
+  }
+
+ private:
+  // SeriesFor returns the cached series of `key`, creating them on the first call with it: one
+  // reader-locked lookup per call instead of seven Family::Add (each a std::map of labels built
+  // and looked up under the family's mutex).
+  CallSeries SeriesFor(const CallKeyRef& key) ABSL_LOCKS_EXCLUDED(series_mu_) {
+    {
+      absl::ReaderMutexLock lock(&series_mu_);
+      auto it = series_.find(key);
+      if (it != series_.end()) return it->second;
+    }
+    // Built outside series_mu_: Family::Add is thread-safe and returns the existing metric for
+    // labels it has seen, so threads racing here build identical pointers and the first insert
+    // wins harmlessly.
+    const std::string op = LabelValue(key.op);
+    CallSeries series;
+    series.requests = &requests_.Add(
+        {{"op", op}, {"code", CodeLabel(key.code)}, {"device", LabelValue(key.device)}});
+    for (int stage = 0; stage < kStageCount; ++stage) {
+      series.stage_seconds[stage] =
+          &stage_seconds_.Add({{"op", op}, {"stage", kStageNames[stage]}}, stage_buckets_);
+    }
+    series.received_bytes = &received_bytes_.Add({{"op", op}});
+    series.sent_bytes = &sent_bytes_.Add({{"op", op}});
+    absl::MutexLock lock(&series_mu_);
+    series_.try_emplace(CallKey{std::string(key.op), key.code, std::string(key.device)}, series);
+    return series;
+  }
+
+  const std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Histogram>& stage_seconds_;
+  prometheus::Family<prometheus::Counter>& received_bytes_;
+  prometheus::Family<prometheus::Counter>& sent_bytes_;
+  prometheus::Family<prometheus::Counter>& rejected_;
+  prometheus::Gauge& in_flight_;
+  prometheus::Gauge& queued_;
+  prometheus::Gauge& streams_open_;
+  const prometheus::Histogram::BucketBoundaries stage_buckets_;
+
+  absl::Mutex series_mu_;
+  absl::flat_hash_map<CallKey, CallSeries, CallKeyHash, CallKeyEq> series_
+      ABSL_GUARDED_BY(series_mu_);
+
+  // Last, so that it is destroyed first: the endpoint's threads stop serving the registry before
+  // the registry and its families go away.
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int port_ = -1;
+};
+
+namespace {
+
+// ValidHost: letters, digits and ".-_:[]" — enough for IPv4/IPv6 literals and host names, and
+// nothing civetweb would read as syntax of its listening_ports option (',' separates addresses;
+// a trailing 's' or 'r' after the port would switch on SSL or redirects, but the port is ours).
+bool ValidHost(std::string_view host) {
+  if (host.empty()) return false;
+  for (char c : host) {
+    const bool allowed = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                         (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_' || c == ':' ||
+                         c == '[' || c == ']';
+    if (!allowed) return false;
+  }
+  return true;
+}
+
+// ListenAddress: civetweb's "host:port", with an IPv6 literal in brackets.
+std::string ListenAddress(const std::string& host, int port) {
+  const bool bare_ipv6 = host.find(':') != std::string::npos && host.front() != '[';
+  return bare_ipv6 ? absl::StrFormat("[%s]:%d", host, port) : absl::StrFormat("%s:%d", host, port);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const MetricsOptions& options) {
+  if (options.port < -1 || options.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("metrics port %d is outside -1..65535", options.port));
+  }
+  const bool serve = options.port >= 0;
+  if (serve && !ValidHost(options.host)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "metrics host \"%s\" is not an address or host name (allowed: letters, digits, \".-_:[]\")",
+        absl::CHexEscape(options.host)));
+  }
+  try {
+    auto impl = std::make_unique<Impl>();
+    if (serve) {
+      absl::Status listening = impl->Listen(ListenAddress(options.host, options.port));
+      if (!listening.ok()) return listening;
+    }
+    return absl::WrapUnique(new Metrics(std::move(impl)));
+  } catch (const std::exception& e) {
+    // Not expected (the names are fixed and valid); kept so that Create never throws.
+    return absl::InternalError(absl::StrFormat("metrics: %s", e.what()));
+  }
+}
+
+Metrics::Metrics(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Metrics::~Metrics() = default;
+
+int Metrics::port() const { return impl_->port(); }
+
+void Metrics::CallFinished(std::string_view op, absl::StatusCode code, std::string_view device,
+                           const CallStages& stages, int64_t request_bytes,
+                           int64_t response_bytes) {
+  impl_->CallFinished(op, code, device, stages, request_bytes, response_bytes);
+}
+
+void Metrics::Rejected(std::string_view reason) { impl_->Rejected(reason); }
+
+void Metrics::SetInFlight(int64_t calls) { impl_->SetInFlight(calls); }
+
+void Metrics::SetQueued(int64_t calls) { impl_->SetQueued(calls); }
+
+void Metrics::StreamOpened() { impl_->StreamOpened(); }
+
+void Metrics::StreamClosed() { impl_->StreamClosed(); }
+
+std::string Metrics::Scrape() const { return impl_->Scrape(); }
+
+}  // namespace tensorops

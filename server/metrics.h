@@ -1,0 +1,145 @@
+// Metrics: the server's Prometheus metrics (finished calls by op, status code and device, stage
+// latency histograms, message bytes, scheduler gauges, open streams, rejections) and, optionally,
+// an HTTP endpoint that serves them at /metrics for Prometheus to scrape.
+//
+//   MetricsOptions options;
+//   options.port = 9464;
+//   absl::StatusOr<std::unique_ptr<Metrics>> metrics = Metrics::Create(options);
+//   if (!metrics.ok()) return Fail(metrics.status());
+//
+//   CallStages stages;
+//   stages.decode = absl::Microseconds(40);
+//   stages.queue = absl::Microseconds(15);
+//   stages.execute = absl::Milliseconds(3);
+//   stages.encode = absl::Microseconds(60);
+//   (*metrics)->CallFinished("gather", absl::StatusCode::kOk, "cpu", stages,
+//                            /*request_bytes=*/4096, /*response_bytes=*/1024);
+//   (*metrics)->Rejected("queue_full");
+//
+// prometheus-cpp stays behind this header: callers include no prometheus or civetweb headers.
+#ifndef TENSOROPS_SERVER_METRICS_H_
+#define TENSOROPS_SERVER_METRICS_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace tensorops {
+
+// MetricsOptions: where to serve /metrics.
+struct MetricsOptions {
+  // Interface of the HTTP endpoint: an IPv4 address or a host name. Default all interfaces, so
+  // that Prometheus in a cluster can scrape. Letters, digits and ".-_:[]" only (civetweb reads
+  // ',' as a list of addresses); anything else, or an empty host, gets INVALID_ARGUMENT when an
+  // endpoint is asked for. An IPv6 literal ("::1" or "[::1]") is passed on in brackets, but the
+  // civetweb that Debian ships lacks IPv6 and fails it with UNAVAILABLE.
+  std::string host = "0.0.0.0";
+  // TCP port of the endpoint; -1 = no endpoint (metrics are still counted and Scrape() works);
+  // 0 = any free port (read back with Metrics::port()). Valid: -1..65535; anything else gets
+  // INVALID_ARGUMENT.
+  int port = -1;
+};
+
+// CallStages: how long each stage of one call took; an unset stage was not reached.
+struct CallStages {
+  std::optional<absl::Duration> decode;   // wire decode + validation + planning
+  std::optional<absl::Duration> queue;    // waiting for an executor
+  std::optional<absl::Duration> execute;  // the kernel
+  std::optional<absl::Duration> encode;   // from the result being ready to the reply being sent
+};
+
+// Metrics owns a Prometheus registry with the families below and, when asked for, the HTTP
+// endpoint (civetweb threads, via prometheus-cpp's Exposer) that serves it. All methods are
+// thread-safe and meant to be called from many gRPC threads at once. CallFinished costs one
+// reader-locked cache lookup (a writer lock only for a new op/code/device combination) plus
+// prometheus-cpp's short per-histogram mutex; Rejected one Family::Add (a map lookup under the
+// family's mutex). The recording methods throw nothing but std::bad_alloc. Not copyable or movable;
+// the destructor stops the endpoint (waiting for a scrape in progress) before anything it serves
+// goes away. With an endpoint the destructor takes up to 2 s: civetweb 1.15's mg_stop waits out its
+// 2 s poll quantum (civetweb/civetweb#1163, fixed after 1.15), so destroy it off any
+// latency-critical path.
+//
+// Families (every name starts with tensorops_; label values are sanitized to valid UTF-8, since
+// Prometheus rejects a whole scrape over one invalid value):
+//   tensorops_requests_total{op,code,device}          counter, one per CallFinished
+//   tensorops_stage_duration_seconds{op,stage}        histogram, stage = decode|queue|execute|
+//                                                      encode; buckets 10 µs * 2^k, k = 0..23
+//                                                      (10 µs .. 83.9 s), then +Inf
+//   tensorops_received_bytes_total{op}                counter, request message bytes
+//   tensorops_sent_bytes_total{op}                    counter, response message bytes
+//   tensorops_rejected_total{reason}                  counter, one per Rejected
+//   tensorops_calls_in_flight                         gauge, as last set
+//   tensorops_calls_queued                            gauge, as last set
+//   tensorops_streams_open                            gauge, StreamOpened minus StreamClosed
+//
+// A call's series appear with its first CallFinished: all four stage histograms of its op at once
+// (empty ones at 0), so that rate() sees them from the start. The documented Rejected reasons are
+// present at 0 from Create on; other reasons appear when first counted.
+//
+// Cardinality: every distinct op, device and reason string is a series forever (nothing is ever
+// removed). Pass only values from a fixed set; never a client-supplied string such as an unknown
+// method name.
+//
+// Callers must not rely on a scrape being a consistent snapshot across series: a scrape running
+// during CallFinished may see the request counted and its histograms not yet.
+class Metrics {
+ public:
+  // Create registers every metric and, with options.port >= 0, starts the HTTP endpoint serving
+  // the Prometheus text format at /metrics. INVALID_ARGUMENT for a port outside -1..65535 or (with
+  // an endpoint) a host of the wrong form; UNAVAILABLE when the endpoint cannot bind, naming the
+  // address (port in use, address not on this machine, unknown host). Never throws.
+  static absl::StatusOr<std::unique_ptr<Metrics>> Create(const MetricsOptions& options);
+
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+  ~Metrics();
+
+  // port: the bound port (the chosen one for 0), -1 without an endpoint.
+  int port() const;
+
+  // CallFinished counts one finished call: `op` like "gather" (or "server_info"), `code` its final
+  // status, `device` "cpu" or "cuda" ("none" when it never reached a device), stage latencies,
+  // and the request/response message sizes in bytes. `code` is labelled with its upper snake name
+  // ("OK", "INVALID_ARGUMENT"); a value outside absl::StatusCode's range as "UNKNOWN", as gRPC
+  // does. A negative stage duration counts as 0 and an infinite one is left out (it would turn the
+  // histogram's sum into +Inf for good); negative byte counts add nothing.
+  void CallFinished(std::string_view op, absl::StatusCode code, std::string_view device,
+                    const CallStages& stages, int64_t request_bytes, int64_t response_bytes);
+
+  // Rejected counts a call refused before execution, by reason: "queue_full", "limit",
+  // "unauthenticated", "shutting_down", "deadline_exceeded" (expired while queued), "cancelled"
+  // (client went away while queued). Any other reason string is accepted too (see Cardinality).
+  void Rejected(std::string_view reason);
+
+  // SetInFlight and SetQueued set the scheduler's gauges: calls executing now and calls waiting
+  // in the queue.
+  void SetInFlight(int64_t calls);
+  void SetQueued(int64_t calls);
+
+  // StreamOpened and StreamClosed move the gauge of open RunStream streams up and down by one;
+  // call each exactly once per stream (the gauge is not clamped at 0).
+  void StreamOpened();
+  void StreamClosed();
+
+  // Scrape returns this object's metrics in the Prometheus text format 0.0.4, for tests and logs.
+  // The HTTP endpoint serves the same families plus prometheus-cpp's own exposer_* families
+  // (scrape count, bytes, latency) that it adds to every /metrics.
+  std::string Scrape() const;
+
+ private:
+  class Impl;
+
+  explicit Metrics(std::unique_ptr<Impl> impl);
+
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tensorops
+
+#endif  // TENSOROPS_SERVER_METRICS_H_

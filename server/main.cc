@@ -29,6 +29,13 @@ ABSL_FLAG(int, max_queued_calls, 1024,
           "Calls admitted and waiting to execute (>= 0); more get RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, max_stream_in_flight, 64,
           "Requests one RunStream may have read and not yet answered (>= 1).");
+ABSL_FLAG(int, metrics_port, -1,
+          "Port of the Prometheus endpoint (GET /metrics); -1 = none, 0 = any free port.");
+ABSL_FLAG(std::string, metrics_host, "0.0.0.0",
+          "Interface of the Prometheus endpoint (an IPv4 address or host name).");
+ABSL_FLAG(std::string, log_level, "info",
+          "Least severe log level written: trace, debug (a line per call), info, warn, error, "
+          "critical or off.");
 ABSL_FLAG(int, shutdown_grace_s, 5,
           "Seconds that calls in flight at SIGTERM/SIGINT may take to finish before they are "
           "cancelled (>= 0).");
@@ -47,6 +54,8 @@ bool FlagsToOptions(tensorops::ServerOptions* options) {
   options->limits.max_concurrent_calls = absl::GetFlag(FLAGS_max_concurrent_calls);
   options->limits.max_queued_calls = absl::GetFlag(FLAGS_max_queued_calls);
   options->limits.max_stream_in_flight = absl::GetFlag(FLAGS_max_stream_in_flight);
+  options->metrics.port = absl::GetFlag(FLAGS_metrics_port);
+  options->metrics.host = absl::GetFlag(FLAGS_metrics_host);
   const int shutdown_grace_s = absl::GetFlag(FLAGS_shutdown_grace_s);
   options->shutdown.grace = absl::Seconds(shutdown_grace_s);
 
@@ -78,6 +87,9 @@ bool FlagsToOptions(tensorops::ServerOptions* options) {
   } else if (options->limits.max_stream_in_flight < 1) {
     error = absl::StrFormat("--max_stream_in_flight=%d is out of range (expected >= 1)",
                             options->limits.max_stream_in_flight);
+  } else if (options->metrics.port < -1 || options->metrics.port > 65535) {
+    error = absl::StrFormat("--metrics_port=%d is out of range (expected -1..65535; -1 = none)",
+                            options->metrics.port);
   } else if (shutdown_grace_s < 0) {
     error = absl::StrFormat("--shutdown_grace_s=%d is negative (expected >= 0 seconds)",
                             shutdown_grace_s);
@@ -99,11 +111,23 @@ int main(int argc, char** argv) {
   usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
   absl::SetFlagsUsageConfig(usage_config);
   absl::ParseCommandLine(argc, argv);
-  // SPDLOG_LEVEL=debug turns on the per-request lines.
-  spdlog::cfg::load_env_levels();
 
   tensorops::ServerOptions options;
   if (!FlagsToOptions(&options)) return 2;
+  const std::string log_level = absl::GetFlag(FLAGS_log_level);
+  // from_str maps every unknown name to "off"; only a name that round-trips is a level.
+  const spdlog::level::level_enum level = spdlog::level::from_str(log_level);
+  if (spdlog::level::to_string_view(level) != log_level && log_level != "warning" &&
+      log_level != "err") {
+    std::fprintf(stderr,
+                 "tensorops-server: --log_level=%s is not a level (expected trace, debug, info, "
+                 "warn, error, critical or off)\n",
+                 log_level.c_str());
+    return 2;
+  }
+  spdlog::set_level(level);
+  // SPDLOG_LEVEL, when set, overrides the flag (e.g. SPDLOG_LEVEL=debug for per-call lines).
+  spdlog::cfg::load_env_levels();
 
   // Block the stop signals before any thread exists, so every thread (gRPC's, oneTBB's) inherits
   // the mask and only sigwait below receives them.

@@ -2,11 +2,37 @@
 
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "proto/grpc_status.h"
 #include "spdlog/spdlog.h"
 
 namespace tensorops {
+
+CallStages CallTimeline::Stages(absl::Time queued, absl::Time done) const {
+  CallStages stages;
+  if (prepared) stages.decode = *prepared - start;
+  if (run_start) stages.queue = *run_start - queued;
+  if (run_start && run_end) stages.execute = *run_end - *run_start;
+  if (run_end && finished) stages.encode = done - *finished;
+  return stages;
+}
+
+std::string_view RejectionReason(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kResourceExhausted:
+      // The scheduler's message names its flag; every other RESOURCE_EXHAUSTED is a size limit.
+      return absl::StrContains(status.message(), "--max_queued_calls") ? "queue_full" : "limit";
+    case absl::StatusCode::kUnavailable:
+      return "shutting_down";
+    case absl::StatusCode::kDeadlineExceeded:
+      return "deadline_exceeded";
+    case absl::StatusCode::kCancelled:
+      return "cancelled";
+    default:
+      return {};
+  }
+}
 
 void LogFinishedCall(std::string_view method, std::string_view peer, absl::Duration elapsed,
                      const absl::Status& status) {
@@ -20,15 +46,16 @@ void LogFinishedCall(std::string_view method, std::string_view peer, absl::Durat
 
 grpc::ServerUnaryReactor* UnaryOpCall::Start(
     const ServingContext& serving, grpc::CallbackServerContext* context, std::string_view method,
-    const std::function<absl::StatusOr<PreparedOp>()>& prepare, google::protobuf::Message* response,
-    v1::Tensor* result) {
-  auto* call = new UnaryOpCall(serving, context, method, response, result);
-  absl::Status status = GuardExceptions(method, [&]() -> absl::Status {
-    absl::StatusOr<PreparedOp> op = prepare();
-    if (!op.ok()) return op.status();
-    call->op_ = *std::move(op);
+    std::string_view op, const std::function<absl::StatusOr<PreparedOp>()>& prepare,
+    int64_t request_bytes, google::protobuf::Message* response, v1::Tensor* result) {
+  auto* call = new UnaryOpCall(serving, context, method, op, request_bytes, response, result);
+  absl::Status status = GuardExceptions(op, [&]() -> absl::Status {
+    absl::StatusOr<PreparedOp> prepared = prepare();
+    if (!prepared.ok()) return prepared.status();
+    call->op_ = *std::move(prepared);
     return absl::OkStatus();
   });
+  call->timeline_.prepared = absl::Now();
   // From Enqueue on, a worker may run and finish the call (and gRPC delete it) at any moment.
   if (status.ok()) status = serving.scheduler->Enqueue(call);
   if (!status.ok()) call->FinishWith(status);
@@ -36,15 +63,16 @@ grpc::ServerUnaryReactor* UnaryOpCall::Start(
 }
 
 UnaryOpCall::UnaryOpCall(const ServingContext& serving, grpc::CallbackServerContext* context,
-                         std::string_view method, google::protobuf::Message* response,
-                         v1::Tensor* result)
+                         std::string_view method, std::string_view op, int64_t request_bytes,
+                         google::protobuf::Message* response, v1::Tensor* result)
     : Scheduler::Work(absl::FromChrono(context->deadline())),
       serving_(serving),
       context_(context),
       method_(method),
+      op_name_(op),
       response_(response),
       result_(result),
-      start_(absl::Now()) {}
+      request_bytes_(request_bytes) {}
 
 void UnaryOpCall::Run() {
   // The client may have gone between admission and now; its reply would be discarded.
@@ -52,7 +80,11 @@ void UnaryOpCall::Run() {
     FinishWith(absl::CancelledError("the call was cancelled before it ran"));
     return;
   }
-  FinishWith(GuardExceptions(op_.op, [this] { return op_.run(result_); }));
+  timeline_.run_start = absl::Now();
+  timeline_.device = "cpu";
+  const absl::Status status = GuardExceptions(op_.op, [this] { return op_.run(result_); });
+  timeline_.run_end = absl::Now();
+  FinishWith(status);
 }
 
 void UnaryOpCall::Drop(const absl::Status& why) { FinishWith(why); }
@@ -67,12 +99,24 @@ void UnaryOpCall::OnCancel() {
   }
 }
 
-void UnaryOpCall::OnDone() { delete this; }
+void UnaryOpCall::OnDone() {
+  serving_.metrics->CallFinished(
+      op_name_, code_, timeline_.device, timeline_.Stages(enqueued(), absl::Now()), request_bytes_,
+      code_ == absl::StatusCode::kOk ? static_cast<int64_t>(response_->ByteSizeLong()) : 0);
+  delete this;
+}
 
 void UnaryOpCall::FinishWith(const absl::Status& status) {
   // A failed call sends no response; drop a half-written result now rather than with the call.
   if (!status.ok()) response_->Clear();
-  LogFinishedCall(method_, context_->peer(), absl::Now() - start_, status);
+  code_ = status.code();
+  timeline_.finished = absl::Now();
+  if (const std::string_view reason = RejectionReason(status);
+      !reason.empty() &&
+      (!timeline_.run_start.has_value() || code_ == absl::StatusCode::kResourceExhausted)) {
+    serving_.metrics->Rejected(reason);
+  }
+  LogFinishedCall(method_, context_->peer(), *timeline_.finished - timeline_.start, status);
   Finish(wire::ToGrpcStatus(status));
 }
 

@@ -2,8 +2,9 @@
 // to its reply. The per-op RPCs and Run all serve through it.
 //
 //   grpc::ServerUnaryReactor* Gather(context, request, response) override {
-//     return UnaryOpCall::Start(serving_, context, "Gather", [&] { return PrepareOp(*request,
-//         serving_.limits); }, request->ByteSizeLong(), response, response->mutable_result());
+//     return UnaryOpCall::Start(serving_, context, "Gather", "gather",
+//                               [&] { return PrepareOp(*request, serving_.limits); },
+//                               request->ByteSizeLong(), response, response->mutable_result());
 //   }
 //
 // The call is prepared (decoded, validated, planned) on the gRPC thread, admitted to the
@@ -15,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -23,6 +25,7 @@
 #include "google/protobuf/message.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/codec.h"
+#include "server/metrics.h"
 #include "server/prepared_op.h"
 #include "server/scheduler.h"
 
@@ -32,9 +35,31 @@ namespace tensorops {
 struct ServingContext {
   wire::DecodeLimits limits;
   Scheduler* scheduler = nullptr;
+  // Counts every call; never null.
+  Metrics* metrics = nullptr;
   // The most requests one RunStream may have read and not yet answered: >= 1.
   int max_stream_in_flight = 64;
 };
+
+// CallTimeline is when one op call reached each stage, for the stage-latency metrics.
+struct CallTimeline {
+  absl::Time start = absl::Now();
+  std::optional<absl::Time> prepared;  // decoded, validated and planned
+  std::optional<absl::Time> run_start;
+  std::optional<absl::Time> run_end;
+  std::optional<absl::Time> finished;  // the reply was handed to gRPC
+  // Where it ran: "none" until a device runs it.
+  std::string_view device = "none";
+
+  // Stages turns the timeline into durations, `done` being when the reply was sent; `queued` is
+  // when the scheduler admitted the call.
+  CallStages Stages(absl::Time queued, absl::Time done) const;
+};
+
+// RejectionReason names, for the rejected-calls metric, why `status` kept a call from running:
+// "queue_full", "shutting_down", "limit", "deadline_exceeded", "cancelled"; empty for other
+// outcomes (a bad request, a kernel error, success).
+std::string_view RejectionReason(const absl::Status& status);
 
 // LogFinishedCall writes the one line of a failed call (info) or of a successful one (debug).
 void LogFinishedCall(std::string_view method, std::string_view peer, absl::Duration elapsed,
@@ -43,18 +68,21 @@ void LogFinishedCall(std::string_view method, std::string_view peer, absl::Durat
 // UnaryOpCall is the reactor of one unary op call; it deletes itself when gRPC is done with it.
 class UnaryOpCall final : public grpc::ServerUnaryReactor, private Scheduler::Work {
  public:
-  // Start prepares the call with `prepare` (exceptions become statuses) and admits it to the
-  // scheduler, or finishes it with the error. `response` holds `result`; both belong to gRPC and
-  // live until the call is done. Returns the reactor for the handler to return.
+  // Start prepares the call (`method` is the RPC's name for logs, `op` the op's for metrics) with
+  // `prepare` (exceptions become statuses) and admits it to the scheduler, or finishes it with the
+  // error. `response` holds `result`; both belong to gRPC and live until the call is done. Returns
+  // the reactor for the handler to return.
   static grpc::ServerUnaryReactor* Start(const ServingContext& serving,
                                          grpc::CallbackServerContext* context,
-                                         std::string_view method,
+                                         std::string_view method, std::string_view op,
                                          const std::function<absl::StatusOr<PreparedOp>()>& prepare,
-                                         google::protobuf::Message* response, v1::Tensor* result);
+                                         int64_t request_bytes, google::protobuf::Message* response,
+                                         v1::Tensor* result);
 
  private:
   UnaryOpCall(const ServingContext& serving, grpc::CallbackServerContext* context,
-              std::string_view method, google::protobuf::Message* response, v1::Tensor* result);
+              std::string_view method, std::string_view op, int64_t request_bytes,
+              google::protobuf::Message* response, v1::Tensor* result);
 
   // Scheduler::Work: on a worker thread, or wherever the call left the queue.
   void Run() override;
@@ -69,9 +97,13 @@ class UnaryOpCall final : public grpc::ServerUnaryReactor, private Scheduler::Wo
   const ServingContext& serving_;
   grpc::CallbackServerContext* const context_;
   const std::string_view method_;
+  // The op's name for metrics: known before preparation, so that a call failing there has it.
+  const std::string_view op_name_;
   google::protobuf::Message* const response_;
   v1::Tensor* const result_;
-  const absl::Time start_;
+  const int64_t request_bytes_;
+  CallTimeline timeline_;
+  absl::StatusCode code_ = absl::StatusCode::kOk;
   PreparedOp op_;
 };
 

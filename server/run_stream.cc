@@ -44,8 +44,7 @@ class RunStreamReactor::Request final : public Scheduler::Work {
   Request(RunStreamReactor* stream, v1::RunStreamRequest message)
       : Scheduler::Work(absl::FromChrono(stream->context_->deadline())),
         stream_(stream),
-        message_(std::move(message)),
-        start_(absl::Now()) {
+        message_(std::move(message)) {
     response_.set_request_id(message_.request_id());
   }
 
@@ -58,28 +57,50 @@ class RunStreamReactor::Request final : public Scheduler::Work {
       op_ = *std::move(op);
       return absl::OkStatus();
     });
+    timeline_.prepared = absl::Now();
     if (status.ok()) status = stream_->serving_.scheduler->Enqueue(this);
     if (!status.ok()) Answer(status);
   }
 
   void Run() override {
-    Answer(GuardExceptions(op_.op, [this] { return op_.run(response_.mutable_result()); }));
+    timeline_.run_start = absl::Now();
+    timeline_.device = "cpu";
+    const absl::Status status =
+        GuardExceptions(op_.op, [this] { return op_.run(response_.mutable_result()); });
+    timeline_.run_end = absl::Now();
+    Answer(status);
   }
   void Drop(const absl::Status& why) override { Answer(why); }
 
   const v1::RunStreamResponse& response() const { return response_; }
 
+  // Retire counts the request in the metrics, its response written or dropped, and deletes it.
+  void Retire() {
+    stream_->serving_.metrics->CallFinished(OpName(message_.op()), code_, timeline_.device,
+                                            timeline_.Stages(enqueued(), absl::Now()),
+                                            static_cast<int64_t>(message_.ByteSizeLong()),
+                                            static_cast<int64_t>(response_.ByteSizeLong()));
+    delete this;
+  }
+
  private:
   // Answer records the outcome and hands the response to the stream; `this` may be deleted
   // as soon as Complete has queued it.
   void Answer(const absl::Status& status) {
+    code_ = status.code();
+    timeline_.finished = absl::Now();
+    if (const std::string_view reason = RejectionReason(status);
+        !reason.empty() &&
+        (!timeline_.run_start.has_value() || code_ == absl::StatusCode::kResourceExhausted)) {
+      stream_->serving_.metrics->Rejected(reason);
+    }
     if (!status.ok()) {
       response_.clear_result();
       response_.mutable_error()->set_code(static_cast<int32_t>(status.code()));
       response_.mutable_error()->set_message(std::string(status.message()));
     }
     LogFinishedCall(absl::StrFormat("RunStream request %d", message_.request_id()),
-                    stream_->context_->peer(), absl::Now() - start_, status);
+                    stream_->context_->peer(), *timeline_.finished - timeline_.start, status);
     stream_->Complete(this);
   }
 
@@ -87,12 +108,14 @@ class RunStreamReactor::Request final : public Scheduler::Work {
   const v1::RunStreamRequest message_;
   v1::RunStreamResponse response_;
   PreparedOp op_;
-  const absl::Time start_;
+  CallTimeline timeline_;
+  absl::StatusCode code_ = absl::StatusCode::kOk;
 };
 
 RunStreamReactor::RunStreamReactor(const ServingContext& serving,
                                    grpc::CallbackServerContext* context, StreamRegistry* registry)
     : serving_(serving), context_(context), registry_(registry) {
+  serving_.metrics->StreamOpened();
   absl::MutexLock lock(&mu_);
   closing_ = registry_->Add(this);
   if (closing_) {
@@ -158,7 +181,7 @@ void RunStreamReactor::StartNextWriteLocked() {
     Request* request = write_queue_.front();
     write_queue_.pop_front();
     unanswered_.erase(request);
-    delete request;
+    request->Retire();
   }
   if (!writing_ && !write_queue_.empty()) {
     writing_ = true;
@@ -175,7 +198,7 @@ void RunStreamReactor::OnWriteDone(bool ok) {
   Request* request = write_queue_.front();
   write_queue_.pop_front();
   unanswered_.erase(request);
-  delete request;
+  request->Retire();
   StartNextWriteLocked();
 }
 
@@ -217,6 +240,7 @@ void RunStreamReactor::MaybeFinishLocked() {
 }
 
 void RunStreamReactor::OnDone() {
+  serving_.metrics->StreamClosed();
   registry_->Remove(this);
   Unref();
 }

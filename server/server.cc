@@ -157,8 +157,16 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   // workers would only interleave calls, not finish them sooner.
   const int max_concurrent_calls =
       limits.max_concurrent_calls > 0 ? limits.max_concurrent_calls : cpu_threads;
+  absl::StatusOr<std::unique_ptr<Metrics>> metrics = Metrics::Create(options.metrics);
+  if (!metrics.ok()) return metrics.status();
+  server->metrics_ = *std::move(metrics);
   absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(
-      {.max_concurrent_calls = max_concurrent_calls, .max_queued_calls = limits.max_queued_calls});
+      {.max_concurrent_calls = max_concurrent_calls,
+       .max_queued_calls = limits.max_queued_calls,
+       .on_load_change = [metrics = server->metrics_.get()](int64_t in_flight, int64_t queued) {
+         metrics->SetInFlight(in_flight);
+         metrics->SetQueued(queued);
+       }});
   if (!scheduler.ok()) return scheduler.status();
   server->scheduler_ = *std::move(scheduler);
   server->serving_ =
@@ -166,6 +174,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
                                                   .max_elements = limits.max_elements,
                                                   .max_bytes = limits.max_message_bytes},
                      .scheduler = server->scheduler_.get(),
+                     .metrics = server->metrics_.get(),
                      .max_stream_in_flight = limits.max_stream_in_flight};
   const DeviceInventory inventory = QueryDevices();
   server->service_ = std::make_unique<TensorOpsService>(
@@ -194,10 +203,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   spdlog::info(
       "tensorops-server {} (rev {}) listening on {}; devices: {}; every op runs on the CPU; "
       "limits: max_message_bytes={}, max_elements={}, max_rank={}, max_concurrent_calls={}, "
-      "max_queued_calls={}, max_stream_in_flight={}",
+      "max_queued_calls={}, max_stream_in_flight={}; metrics: {}",
       TENSOROPS_VERSION, TENSOROPS_GIT_REVISION, ListenAddress(options.host, selected_port),
       DevicesSummary(inventory, cpu_threads), limits.max_message_bytes, limits.max_elements,
-      limits.max_rank, max_concurrent_calls, limits.max_queued_calls, limits.max_stream_in_flight);
+      limits.max_rank, max_concurrent_calls, limits.max_queued_calls, limits.max_stream_in_flight,
+      server->metrics_->port() >= 0
+          ? absl::StrFormat("http://%s/metrics",
+                            ListenAddress(options.metrics.host, server->metrics_->port()))
+          : std::string("no endpoint (--metrics_port=-1)"));
   return server;
 }
 

@@ -52,6 +52,9 @@ class Server {
   // scheduler is the executor every op call runs on (for tests that need to occupy it).
   Scheduler& scheduler() { return *scheduler_; }
 
+  // metrics counts every call (Scrape() for tests; the endpoint when options.metrics.port >= 0).
+  Metrics& metrics() { return *metrics_; }
+
   // port returns the port actually bound (the chosen one when options.port was 0).
   int port() const { return port_; }
 
@@ -71,7 +74,8 @@ class Server {
 
   std::optional<oneapi::tbb::global_control> thread_limit_;
   // Declared in the order they depend on each other: the gRPC server calls into the service until
-  // destroyed, and the service's calls run on the scheduler.
+  // destroyed, the service's calls run on the scheduler, and both count into the metrics.
+  std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Scheduler> scheduler_;
   ServingContext serving_;
   std::unique_ptr<TensorOpsService> service_;

@@ -13,6 +13,7 @@
 
 #include "absl/time/time.h"
 #include "kernels/shape.h"
+#include "server/metrics.h"
 
 namespace tensorops {
 
@@ -57,6 +58,8 @@ struct ServerOptions {
   int threads = 0;
   Limits limits;
   Shutdown shutdown;
+  // The Prometheus endpoint; port -1 (the default) serves none, but calls are still counted.
+  MetricsOptions metrics;
 };
 
 }  // namespace tensorops

@@ -16,77 +16,77 @@ void TensorOpsService::BeginShutdown() { streams_.CloseAll(); }
 
 template <typename Request, typename Response>
 grpc::ServerUnaryReactor* TensorOpsService::ServeOp(grpc::CallbackServerContext* context,
-                                                    std::string_view method, const Request* request,
-                                                    Response* response) {
+                                                    std::string_view method, std::string_view op,
+                                                    const Request* request, Response* response) {
   return UnaryOpCall::Start(
-      serving_, context, method, [&] { return PrepareOp(*request, serving_.limits); }, response,
-      response->mutable_result());
+      serving_, context, method, op, [&] { return PrepareOp(*request, serving_.limits); },
+      static_cast<int64_t>(request->ByteSizeLong()), response, response->mutable_result());
 }
 
 grpc::ServerUnaryReactor* TensorOpsService::Gather(grpc::CallbackServerContext* context,
                                                    const v1::GatherRequest* request,
                                                    v1::GatherResponse* response) {
-  return ServeOp(context, "Gather", request, response);
+  return ServeOp(context, "Gather", "gather", request, response);
 }
 
 grpc::ServerUnaryReactor* TensorOpsService::Scatter(grpc::CallbackServerContext* context,
                                                     const v1::ScatterRequest* request,
                                                     v1::ScatterResponse* response) {
-  return ServeOp(context, "Scatter", request, response);
+  return ServeOp(context, "Scatter", "scatter", request, response);
 }
 
 grpc::ServerUnaryReactor* TensorOpsService::IndexSelect(grpc::CallbackServerContext* context,
                                                         const v1::IndexSelectRequest* request,
                                                         v1::IndexSelectResponse* response) {
-  return ServeOp(context, "IndexSelect", request, response);
+  return ServeOp(context, "IndexSelect", "index_select", request, response);
 }
 
 grpc::ServerUnaryReactor* TensorOpsService::IndexReduce(grpc::CallbackServerContext* context,
                                                         const v1::IndexReduceRequest* request,
                                                         v1::IndexReduceResponse* response) {
-  return ServeOp(context, "IndexReduce", request, response);
+  return ServeOp(context, "IndexReduce", "index_reduce", request, response);
 }
 
 grpc::ServerUnaryReactor* TensorOpsService::SelectScatter(grpc::CallbackServerContext* context,
                                                           const v1::SelectScatterRequest* request,
                                                           v1::SelectScatterResponse* response) {
-  return ServeOp(context, "SelectScatter", request, response);
+  return ServeOp(context, "SelectScatter", "select_scatter", request, response);
 }
 
 grpc::ServerUnaryReactor* TensorOpsService::SliceScatter(grpc::CallbackServerContext* context,
                                                          const v1::SliceScatterRequest* request,
                                                          v1::SliceScatterResponse* response) {
-  return ServeOp(context, "SliceScatter", request, response);
+  return ServeOp(context, "SliceScatter", "slice_scatter", request, response);
 }
 
 grpc::ServerUnaryReactor* TensorOpsService::DiagonalScatter(
     grpc::CallbackServerContext* context, const v1::DiagonalScatterRequest* request,
     v1::DiagonalScatterResponse* response) {
-  return ServeOp(context, "DiagonalScatter", request, response);
+  return ServeOp(context, "DiagonalScatter", "diagonal_scatter", request, response);
 }
 
 grpc::ServerUnaryReactor* TensorOpsService::GatherNd(grpc::CallbackServerContext* context,
                                                      const v1::GatherNdRequest* request,
                                                      v1::GatherNdResponse* response) {
-  return ServeOp(context, "GatherNd", request, response);
+  return ServeOp(context, "GatherNd", "gather_nd", request, response);
 }
 
 grpc::ServerUnaryReactor* TensorOpsService::ScatterNd(grpc::CallbackServerContext* context,
                                                       const v1::ScatterNdRequest* request,
                                                       v1::ScatterNdResponse* response) {
-  return ServeOp(context, "ScatterNd", request, response);
+  return ServeOp(context, "ScatterNd", "scatter_nd", request, response);
 }
 
 grpc::ServerUnaryReactor* TensorOpsService::MaskedScatter(grpc::CallbackServerContext* context,
                                                           const v1::MaskedScatterRequest* request,
                                                           v1::MaskedScatterResponse* response) {
-  return ServeOp(context, "MaskedScatter", request, response);
+  return ServeOp(context, "MaskedScatter", "masked_scatter", request, response);
 }
 
 grpc::ServerUnaryReactor* TensorOpsService::Run(grpc::CallbackServerContext* context,
                                                 const v1::OpRequest* request,
                                                 v1::OpResponse* response) {
-  return ServeOp(context, "Run", request, response);
+  return ServeOp(context, "Run", OpName(*request), request, response);
 }
 
 grpc::ServerBidiReactor<v1::RunStreamRequest, v1::RunStreamResponse>* TensorOpsService::RunStream(
@@ -95,11 +95,14 @@ grpc::ServerBidiReactor<v1::RunStreamRequest, v1::RunStreamResponse>* TensorOpsS
 }
 
 grpc::ServerUnaryReactor* TensorOpsService::ServerInfo(grpc::CallbackServerContext* context,
-                                                       const v1::ServerInfoRequest* /*request*/,
+                                                       const v1::ServerInfoRequest* request,
                                                        v1::ServerInfoResponse* response) {
   const absl::Time start = absl::Now();
   *response = server_info_;
   LogFinishedCall("ServerInfo", context->peer(), absl::Now() - start, absl::OkStatus());
+  serving_.metrics->CallFinished("server_info", absl::StatusCode::kOk, "none", CallStages(),
+                                 static_cast<int64_t>(request->ByteSizeLong()),
+                                 static_cast<int64_t>(response->ByteSizeLong()));
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -85,10 +85,11 @@ class TensorOpsService final : public v1::TensorOps::CallbackService {
                                        v1::ServerInfoResponse* response) override;
 
  private:
-  // ServeOp runs one unary op call through UnaryOpCall.
+  // ServeOp runs one unary op call through UnaryOpCall; `method` names the RPC, `op` the op.
   template <typename Request, typename Response>
   grpc::ServerUnaryReactor* ServeOp(grpc::CallbackServerContext* context, std::string_view method,
-                                    const Request* request, Response* response);
+                                    std::string_view op, const Request* request,
+                                    Response* response);
 
   const ServingContext serving_;
   const v1::ServerInfoResponse server_info_;

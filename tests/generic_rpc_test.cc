@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -187,6 +188,20 @@ TEST_F(GenericRpcTest, RunServesEveryOp) {
     const grpc::Status status = Run(op.request, &response);
     ASSERT_TRUE(status.ok()) << op.name << ": " << status.error_message();
     ExpectResult(response.result(), op);
+  }
+  // Each call is counted under its op, ran on the CPU, with every stage timed. A call is counted
+  // when gRPC is done with it, which may be just after the client has its reply.
+  for (const OpCase& op : EveryOp()) {
+    std::vector<std::string> lines = {"tensorops_requests_total{code=\"OK\",device=\"cpu\",op=\"" +
+                                      op.name + "\"} 1\n"};
+    for (const char* stage : {"decode", "queue", "execute", "encode"}) {
+      lines.push_back("tensorops_stage_duration_seconds_count{op=\"" + op.name + "\",stage=\"" +
+                      stage + "\"} 1\n");
+    }
+    for (const std::string& line : lines) {
+      EXPECT_TRUE(WaitFor([&] { return absl::StrContains(server_->metrics().Scrape(), line); }))
+          << "no " << line;
+    }
   }
 }
 

@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <future>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -238,6 +240,12 @@ TEST_F(AdmissionTest, CallBeyondTheQueueIsRefusedAndQueuedOneCompletes) {
   const grpc::Status status = queued.done.get_future().get();
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_THAT(Values<int64_t>(queued.response.result()), ElementsAre(1, 1, 4, 3));
+  for (const std::string line : {"tensorops_rejected_total{reason=\"queue_full\"} 1\n",
+                                 "tensorops_requests_total{code=\"RESOURCE_EXHAUSTED\",device="
+                                 "\"none\",op=\"gather\"} 1\n"}) {
+    EXPECT_TRUE(WaitFor([&] { return absl::StrContains(server_->metrics().Scrape(), line); }))
+        << "no " << line;
+  }
 }
 
 TEST_F(AdmissionTest, DeadlineThatPassesInTheQueueIsNotExecuted) {
@@ -260,6 +268,10 @@ TEST_F(AdmissionTest, CancelledCallLeavesTheQueue) {
   EXPECT_EQ(cancelled.done.get_future().get().error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_TRUE(WaitFor([&] { return scheduler().QueuedCount() == 0; }));
   EXPECT_EQ(scheduler().InFlightCount(), 1);
+  EXPECT_TRUE(WaitFor([&] {
+    return absl::StrContains(server_->metrics().Scrape(),
+                             "tensorops_rejected_total{reason=\"cancelled\"} 1\n");
+  }));
 
   // The queue has room again.
   AsyncGather next;

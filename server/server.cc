@@ -3,6 +3,7 @@
 #include <chrono>
 #include <climits>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "kernels/device.h"
 #include "proto/codec.h"
+#include "server/credentials.h"
 #include "spdlog/spdlog.h"
 
 #ifndef TENSOROPS_VERSION
@@ -56,11 +58,13 @@ std::string DevicesSummary(int cpu_threads) {
 
 }  // namespace
 
-Server::Server(const ServerOptions& options)
-    : service_(std::make_unique<TensorOpsService>(
+Server::Server(const ServerOptions& options, std::unique_ptr<TokenAuthenticator> authenticator)
+    : authenticator_(std::move(authenticator)),
+      service_(std::make_unique<TensorOpsService>(
           wire::DecodeLimits{.max_rank = options.limits.max_rank,
                              .max_elements = options.limits.max_elements,
-                             .max_bytes = options.limits.max_message_bytes})),
+                             .max_bytes = options.limits.max_message_bytes},
+          authenticator_.get())),
       shutdown_grace_(options.shutdown.grace) {
   if (options.threads > 0) {
     thread_limit_.emplace(oneapi::tbb::global_control::max_allowed_parallelism,
@@ -86,17 +90,29 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
                         absl::FormatDuration(options.shutdown.grace)));
   }
 
+  // Files are read before anything starts, so that a bad path fails Start with its own message.
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      BuildServerCredentials(options.security);
+  if (!credentials.ok()) return credentials.status();
+  std::unique_ptr<TokenAuthenticator> authenticator;
+  if (!options.security.auth_token_file.empty()) {
+    absl::StatusOr<std::unique_ptr<TokenAuthenticator>> from_file =
+        TokenAuthenticator::FromFile(options.security.auth_token_file);
+    if (!from_file.ok()) return from_file.status();
+    authenticator = std::move(*from_file);
+  }
+  const std::string_view tls_mode = TlsModeName(options.security);
+
   // Both are process-wide switches read by every ServerBuilder built afterwards; setting them again
   // is harmless.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
-  std::unique_ptr<Server> server(new Server(options));
+  std::unique_ptr<Server> server(new Server(options, std::move(authenticator)));
   const std::string address = ListenAddress(options.host, options.port);
   int selected_port = 0;
   grpc::ServerBuilder builder;
-  // Plain-text transport: TLS and token auth belong to the service issue and are not built yet.
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &selected_port);
+  builder.AddListeningPort(address, *credentials, &selected_port);
   // gRPC enables SO_REUSEPORT by default, which would let a second server share a busy port
   // silently; a port conflict must be an error instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -105,8 +121,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   builder.RegisterService(server->service_.get());
   server->grpc_server_ = builder.BuildAndStart();
   if (server->grpc_server_ == nullptr || selected_port == 0) {
-    return absl::UnavailableError(
-        absl::StrFormat("cannot listen on %s (port in use, or host not a local address)", address));
+    return absl::UnavailableError(absl::StrFormat(
+        "cannot listen on %s (port in use, or host not a local address%s)", address,
+        tls_mode == "off" ? "" : ", or gRPC rejected the TLS certificate and key: see its log"));
   }
   server->port_ = selected_port;
   // The default health service starts with "" SERVING and knows no other service.
@@ -114,11 +131,18 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
 
   const int cpu_threads = static_cast<int>(oneapi::tbb::global_control::active_value(
       oneapi::tbb::global_control::max_allowed_parallelism));
+  const bool token_auth = server->authenticator_ != nullptr;
   spdlog::info(
-      "tensorops-server {} (rev {}) listening on {}; devices: {}; limits: max_message_bytes={}, "
-      "max_elements={}, max_rank={}",
+      "tensorops-server {} (rev {}) listening on {}; tls: {}, auth: {}; devices: {}; limits: "
+      "max_message_bytes={}, max_elements={}, max_rank={}",
       TENSOROPS_VERSION, TENSOROPS_GIT_REVISION, ListenAddress(options.host, selected_port),
-      DevicesSummary(cpu_threads), limits.max_message_bytes, limits.max_elements, limits.max_rank);
+      tls_mode, token_auth ? "token" : "off", DevicesSummary(cpu_threads), limits.max_message_bytes,
+      limits.max_elements, limits.max_rank);
+  if (token_auth && tls_mode == "off") {
+    spdlog::warn(
+        "the bearer token is checked on a plaintext port: anyone who can see the traffic can read "
+        "it (use --tls_cert/--tls_key, or TLS in front of this server)");
+  }
   return server;
 }
 

@@ -308,7 +308,9 @@ void FinishCall(grpc::CallbackServerContext* context, grpc::ServerUnaryReactor* 
 
 }  // namespace
 
-TensorOpsService::TensorOpsService(const wire::DecodeLimits& limits) : limits_(limits) {}
+TensorOpsService::TensorOpsService(const wire::DecodeLimits& limits,
+                                   const TokenAuthenticator* authenticator)
+    : limits_(limits), authenticator_(authenticator) {}
 
 template <typename Request, typename Response, typename Handler>
 grpc::ServerUnaryReactor* TensorOpsService::Serve(grpc::CallbackServerContext* context,
@@ -317,7 +319,11 @@ grpc::ServerUnaryReactor* TensorOpsService::Serve(grpc::CallbackServerContext* c
                                                   Handler handler) {
   const absl::Time start = absl::Now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const absl::Status status = RunGuarded(op, [&] { return handler(*request, limits_, response); });
+  // The token check comes first, so that an unauthenticated caller learns nothing from decoding.
+  absl::Status status = authenticator_ == nullptr
+                            ? absl::OkStatus()
+                            : authenticator_->Check(context->client_metadata());
+  if (status.ok()) status = RunGuarded(op, [&] { return handler(*request, limits_, response); });
   // A failed call sends no response; drop a half-written result now rather than with the call.
   if (!status.ok()) response->Clear();
   FinishCall(context, reactor, method, start, status);

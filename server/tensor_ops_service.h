@@ -1,13 +1,17 @@
 // TensorOpsService: the gRPC front end of tensorops.v1.TensorOps on the callback API.
 //
 //   TensorOpsService service(wire::DecodeLimits{.max_elements = 1 << 30});
+//   // or, with callers required to send a bearer token (see server/auth.h):
+//   TensorOpsService guarded(limits, authenticator.get());
 //   grpc::ServerBuilder builder;
 //   builder.RegisterService(&service);
 //
 // Each unary handler decodes the request with the wire codec (views into the request's bytes, no
 // copy), plans the op with `kernels` (all op-level validation lives there), allocates the result
 // directly inside the response message and runs the CPU kernel into it. Errors reach the caller as
-// the kernels' absl::Status mapped to grpc::Status, with the message unchanged.
+// the kernels' absl::Status mapped to grpc::Status, with the message unchanged. With a
+// TokenAuthenticator, a call without the right bearer token is UNAUTHENTICATED before anything is
+// decoded (gRPC has parsed the message by then, so max_message_bytes still bounds that work).
 #ifndef TENSOROPS_SERVER_TENSOR_OPS_SERVICE_H_
 #define TENSOROPS_SERVER_TENSOR_OPS_SERVICE_H_
 
@@ -16,17 +20,21 @@
 #include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/codec.h"
+#include "server/auth.h"
 #include "tensorops/v1/service.grpc.pb.h"
 
 namespace tensorops {
 
 // TensorOpsService serves every op of the TensorOps service. Thread-safe: handlers share nothing
-// but the immutable limits. The kernels run inline on the gRPC callback thread for now; the
-// scheduler will take over that one step (see ExecuteOp in the .cc).
+// but the immutable limits and authenticator. The kernels run inline on the gRPC callback thread
+// for now; the scheduler will take over that one step (see ExecuteOp in the .cc).
 class TensorOpsService final : public v1::TensorOps::CallbackService {
  public:
   // `limits` bound every decoded tensor and every result; exceeding one is RESOURCE_EXHAUSTED.
-  explicit TensorOpsService(const wire::DecodeLimits& limits);
+  // `authenticator`, when not null, must pass every call's metadata (else UNAUTHENTICATED) and
+  // must outlive the service; null serves everyone.
+  explicit TensorOpsService(const wire::DecodeLimits& limits,
+                            const TokenAuthenticator* authenticator = nullptr);
 
   TensorOpsService(const TensorOpsService&) = delete;
   TensorOpsService& operator=(const TensorOpsService&) = delete;
@@ -72,14 +80,16 @@ class TensorOpsService final : public v1::TensorOps::CallbackService {
                                           v1::MaskedScatterResponse* response) override;
 
  private:
-  // Serve runs one unary call: `handler` decodes, plans and executes; exceptions become statuses;
-  // the outcome is logged and the reactor finished.
+  // Serve runs one unary call: the token check (when there is an authenticator), then `handler`
+  // decodes, plans and executes; exceptions become statuses; the outcome is logged and the
+  // reactor finished.
   template <typename Request, typename Response, typename Handler>
   grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context, std::string_view method,
                                   std::string_view op, const Request* request, Response* response,
                                   Handler handler);
 
   const wire::DecodeLimits limits_;
+  const TokenAuthenticator* const authenticator_;  // Not owned; null: no token needed.
 };
 
 }  // namespace tensorops

@@ -39,6 +39,15 @@ ABSL_FLAG(std::string, log_level, "info",
 ABSL_FLAG(int, shutdown_grace_s, 5,
           "Seconds that calls in flight at SIGTERM/SIGINT may take to finish before they are "
           "cancelled (>= 0).");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain to serve TLS with (needs --tls_key); empty serves plaintext.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA certificate(s) that clients' certificates must chain to: mutual TLS, clients "
+          "without such a certificate cannot connect (needs --tls_cert).");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "File holding the bearer token that every TensorOps call must send as 'authorization: "
+          "Bearer <token>' metadata (UNAUTHENTICATED otherwise); health and reflection stay open.");
 
 namespace {
 
@@ -58,6 +67,11 @@ bool FlagsToOptions(tensorops::ServerOptions* options) {
   options->metrics.host = absl::GetFlag(FLAGS_metrics_host);
   const int shutdown_grace_s = absl::GetFlag(FLAGS_shutdown_grace_s);
   options->shutdown.grace = absl::Seconds(shutdown_grace_s);
+  options->security.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options->security.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  options->security.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  options->security.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  const tensorops::ServerOptions::Security& security = options->security;
 
   std::string error;
   if (options->host.empty()) {
@@ -93,6 +107,11 @@ bool FlagsToOptions(tensorops::ServerOptions* options) {
   } else if (shutdown_grace_s < 0) {
     error = absl::StrFormat("--shutdown_grace_s=%d is negative (expected >= 0 seconds)",
                             shutdown_grace_s);
+  } else if (security.tls_cert_file.empty() != security.tls_key_file.empty()) {
+    error = security.tls_key_file.empty() ? "--tls_cert needs --tls_key (the certificate's key)"
+                                          : "--tls_key needs --tls_cert (the key's certificate)";
+  } else if (!security.tls_client_ca_file.empty() && security.tls_cert_file.empty()) {
+    error = "--tls_client_ca needs --tls_cert and --tls_key (mutual TLS is TLS first)";
   }
   if (error.empty()) return true;
   std::fprintf(stderr, "tensorops-server: %s\n", error.c_str());

@@ -18,6 +18,14 @@ CallStages CallTimeline::Stages(absl::Time queued, absl::Time done) const {
   return stages;
 }
 
+absl::Status Authenticate(const ServingContext& serving,
+                          const grpc::CallbackServerContext& context) {
+  if (serving.authenticator == nullptr) return absl::OkStatus();
+  absl::Status status = serving.authenticator->Check(context.client_metadata());
+  if (!status.ok()) serving.metrics->Rejected("unauthenticated");
+  return status;
+}
+
 std::string_view RejectionReason(const absl::Status& status) {
   switch (status.code()) {
     case absl::StatusCode::kResourceExhausted:
@@ -49,12 +57,15 @@ grpc::ServerUnaryReactor* UnaryOpCall::Start(
     std::string_view op, const std::function<absl::StatusOr<PreparedOp>()>& prepare,
     int64_t request_bytes, google::protobuf::Message* response, v1::Tensor* result) {
   auto* call = new UnaryOpCall(serving, context, method, op, request_bytes, response, result);
-  absl::Status status = GuardExceptions(op, [&]() -> absl::Status {
-    absl::StatusOr<PreparedOp> prepared = prepare();
-    if (!prepared.ok()) return prepared.status();
-    call->op_ = *std::move(prepared);
-    return absl::OkStatus();
-  });
+  // The token check comes first, so that an unauthenticated caller learns nothing from decoding.
+  absl::Status status = Authenticate(serving, *context);
+  if (status.ok())
+    status = GuardExceptions(op, [&]() -> absl::Status {
+      absl::StatusOr<PreparedOp> prepared = prepare();
+      if (!prepared.ok()) return prepared.status();
+      call->op_ = *std::move(prepared);
+      return absl::OkStatus();
+    });
   call->timeline_.prepared = absl::Now();
   // From Enqueue on, a worker may run and finish the call (and gRPC delete it) at any moment.
   if (status.ok()) status = serving.scheduler->Enqueue(call);

@@ -25,6 +25,7 @@
 #include "google/protobuf/message.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/codec.h"
+#include "server/auth.h"
 #include "server/metrics.h"
 #include "server/prepared_op.h"
 #include "server/scheduler.h"
@@ -37,6 +38,9 @@ struct ServingContext {
   Scheduler* scheduler = nullptr;
   // Counts every call; never null.
   Metrics* metrics = nullptr;
+  // When not null, every call's metadata must carry its bearer token (else UNAUTHENTICATED,
+  // checked before anything is decoded).
+  const TokenAuthenticator* authenticator = nullptr;
   // The most requests one RunStream may have read and not yet answered: >= 1.
   int max_stream_in_flight = 64;
 };
@@ -55,6 +59,11 @@ struct CallTimeline {
   // when the scheduler admitted the call.
   CallStages Stages(absl::Time queued, absl::Time done) const;
 };
+
+// Authenticate checks `context`'s metadata against serving.authenticator (OK without one) and
+// counts a refusal in the metrics.
+absl::Status Authenticate(const ServingContext& serving,
+                          const grpc::CallbackServerContext& context);
 
 // RejectionReason names, for the rejected-calls metric, why `status` kept a call from running:
 // "queue_full", "shutting_down", "limit", "deadline_exceeded", "cancelled"; empty for other

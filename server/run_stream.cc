@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "proto/grpc_status.h"
 #include "spdlog/spdlog.h"
 
 namespace tensorops {
@@ -118,7 +119,10 @@ RunStreamReactor::RunStreamReactor(const ServingContext& serving,
   serving_.metrics->StreamOpened();
   absl::MutexLock lock(&mu_);
   closing_ = registry_->Add(this);
-  if (closing_) {
+  if (const absl::Status auth = Authenticate(serving_, *context_); !auth.ok()) {
+    finished_ = true;
+    Finish(wire::ToGrpcStatus(auth));
+  } else if (closing_) {
     MaybeFinishLocked();
   } else {
     StartReadLocked();

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <climits>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "kernels/device.h"
 #include "proto/codec.h"
+#include "server/credentials.h"
 #include "spdlog/spdlog.h"
 
 #ifndef TENSOROPS_VERSION
@@ -64,7 +66,7 @@ std::string DevicesSummary(const DeviceInventory& inventory, int cpu_threads) {
 // BuildServerInfo describes this server for the ServerInfo RPC.
 v1::ServerInfoResponse BuildServerInfo(const ServerOptions& options,
                                        const DeviceInventory& inventory, int cpu_threads,
-                                       int max_concurrent_calls) {
+                                       int max_concurrent_calls, bool tls, bool token_auth) {
   v1::ServerInfoResponse info;
   info.set_version(TENSOROPS_VERSION);
   info.set_git_revision(TENSOROPS_GIT_REVISION);
@@ -107,12 +109,15 @@ v1::ServerInfoResponse BuildServerInfo(const ServerOptions& options,
       info.add_dtypes(static_cast<v1::DataType>(dtypes->value(i)->number()));
     }
   }
+  info.set_tls(tls);
+  info.set_auth_token_required(token_auth);
   return info;
 }
 
 }  // namespace
 
-Server::Server(const ServerOptions& options) : shutdown_grace_(options.shutdown.grace) {
+Server::Server(const ServerOptions& options, std::unique_ptr<TokenAuthenticator> authenticator)
+    : authenticator_(std::move(authenticator)), shutdown_grace_(options.shutdown.grace) {
   if (options.threads > 0) {
     thread_limit_.emplace(oneapi::tbb::global_control::max_allowed_parallelism,
                           static_cast<size_t>(options.threads));
@@ -137,6 +142,19 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
                         absl::FormatDuration(options.shutdown.grace)));
   }
 
+  // Files are read before anything starts, so that a bad path fails Start with its own message.
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      BuildServerCredentials(options.security);
+  if (!credentials.ok()) return credentials.status();
+  std::unique_ptr<TokenAuthenticator> authenticator;
+  if (!options.security.auth_token_file.empty()) {
+    absl::StatusOr<std::unique_ptr<TokenAuthenticator>> from_file =
+        TokenAuthenticator::FromFile(options.security.auth_token_file);
+    if (!from_file.ok()) return from_file.status();
+    authenticator = std::move(*from_file);
+  }
+  const std::string_view tls_mode = TlsModeName(options.security);
+
   // Both are process-wide switches read by every ServerBuilder built afterwards; setting them again
   // is harmless.
   grpc::EnableDefaultHealthCheckService(true);
@@ -150,7 +168,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
         limits.max_concurrent_calls, limits.max_queued_calls, limits.max_stream_in_flight));
   }
 
-  std::unique_ptr<Server> server(new Server(options));
+  std::unique_ptr<Server> server(new Server(options, std::move(authenticator)));
   const int cpu_threads = static_cast<int>(oneapi::tbb::global_control::active_value(
       oneapi::tbb::global_control::max_allowed_parallelism));
   // One worker per core by default: each kernel also splits itself across the cores, so more
@@ -175,16 +193,17 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
                                                   .max_bytes = limits.max_message_bytes},
                      .scheduler = server->scheduler_.get(),
                      .metrics = server->metrics_.get(),
+                     .authenticator = server->authenticator_.get(),
                      .max_stream_in_flight = limits.max_stream_in_flight};
   const DeviceInventory inventory = QueryDevices();
   server->service_ = std::make_unique<TensorOpsService>(
-      server->serving_, BuildServerInfo(options, inventory, cpu_threads, max_concurrent_calls));
+      server->serving_, BuildServerInfo(options, inventory, cpu_threads, max_concurrent_calls,
+                                        tls_mode != "off", server->authenticator_ != nullptr));
 
   const std::string address = ListenAddress(options.host, options.port);
   int selected_port = 0;
   grpc::ServerBuilder builder;
-  // Plain-text transport: TLS and token auth belong to the service issue and are not built yet.
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &selected_port);
+  builder.AddListeningPort(address, *credentials, &selected_port);
   // gRPC enables SO_REUSEPORT by default, which would let a second server share a busy port
   // silently; a port conflict must be an error instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -193,24 +212,32 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   builder.RegisterService(server->service_.get());
   server->grpc_server_ = builder.BuildAndStart();
   if (server->grpc_server_ == nullptr || selected_port == 0) {
-    return absl::UnavailableError(
-        absl::StrFormat("cannot listen on %s (port in use, or host not a local address)", address));
+    return absl::UnavailableError(absl::StrFormat(
+        "cannot listen on %s (port in use, or host not a local address%s)", address,
+        tls_mode == "off" ? "" : ", or gRPC rejected the TLS certificate and key: see its log"));
   }
   server->port_ = selected_port;
   // The default health service starts with "" SERVING and knows no other service.
   server->grpc_server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
 
+  const bool token_auth = server->authenticator_ != nullptr;
   spdlog::info(
-      "tensorops-server {} (rev {}) listening on {}; devices: {}; every op runs on the CPU; "
-      "limits: max_message_bytes={}, max_elements={}, max_rank={}, max_concurrent_calls={}, "
-      "max_queued_calls={}, max_stream_in_flight={}; metrics: {}",
+      "tensorops-server {} (rev {}) listening on {}; tls: {}, auth: {}; devices: {}; every op runs "
+      "on the CPU; limits: max_message_bytes={}, max_elements={}, max_rank={}, "
+      "max_concurrent_calls={}, max_queued_calls={}, max_stream_in_flight={}; metrics: {}",
       TENSOROPS_VERSION, TENSOROPS_GIT_REVISION, ListenAddress(options.host, selected_port),
-      DevicesSummary(inventory, cpu_threads), limits.max_message_bytes, limits.max_elements,
-      limits.max_rank, max_concurrent_calls, limits.max_queued_calls, limits.max_stream_in_flight,
+      tls_mode, token_auth ? "token" : "off", DevicesSummary(inventory, cpu_threads),
+      limits.max_message_bytes, limits.max_elements, limits.max_rank, max_concurrent_calls,
+      limits.max_queued_calls, limits.max_stream_in_flight,
       server->metrics_->port() >= 0
           ? absl::StrFormat("http://%s/metrics",
                             ListenAddress(options.metrics.host, server->metrics_->port()))
           : std::string("no endpoint (--metrics_port=-1)"));
+  if (token_auth && tls_mode == "off") {
+    spdlog::warn(
+        "the bearer token is checked on a plaintext port: anyone who can see the traffic can read "
+        "it (use --tls_cert/--tls_key, or TLS in front of this server)");
+  }
   return server;
 }
 

@@ -7,8 +7,13 @@
 //   ... (*server)->port() ...
 //   (*server)->Shutdown();  // from any thread; Wait() then returns
 //
-// Start logs the one start-up summary line (version, address, devices, limits); Shutdown logs its
-// steps.
+// Start logs the one start-up summary line (version, address, TLS and auth modes, devices,
+// limits); Shutdown logs its steps.
+//
+// Security (ServerOptions::Security): TLS or mutual TLS on the listening port
+// (server/credentials.h), and a bearer token that every TensorOps call must carry
+// (server/auth.h). Health and reflection stay open to callers without a token: load balancers and
+// probes must reach health, and reflection reveals only the schema, which is public anyway.
 #ifndef TENSOROPS_SERVER_SERVER_H_
 #define TENSOROPS_SERVER_SERVER_H_
 
@@ -21,6 +26,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "oneapi/tbb/global_control.h"
+#include "server/auth.h"
 #include "server/op_call.h"
 #include "server/scheduler.h"
 #include "server/server_options.h"
@@ -41,8 +47,11 @@ class Server {
   static constexpr char kServiceName[] = "tensorops.v1.TensorOps";
 
   // Start builds and starts a server for `options`. UNAVAILABLE when the address cannot be bound
-  // (port in use, unknown host); INVALID_ARGUMENT for options gRPC cannot take (message size out
-  // of int range) and for a negative shutdown grace.
+  // (port in use, unknown host) or gRPC refuses the TLS certificate and key (a key that does not
+  // match the certificate, say); INVALID_ARGUMENT for options gRPC cannot take (message size out
+  // of int range), for a negative shutdown grace and for an inconsistent options.security (naming
+  // the field); for a security file that cannot be read, its error naming the path (see
+  // BuildServerCredentials and TokenAuthenticator::FromFile).
   static absl::StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options);
 
   Server(const Server&) = delete;
@@ -70,8 +79,10 @@ class Server {
   void Wait();
 
  private:
-  explicit Server(const ServerOptions& options);
+  Server(const ServerOptions& options, std::unique_ptr<TokenAuthenticator> authenticator);
 
+  // Declared before the service, which uses it (null when no token is required).
+  std::unique_ptr<TokenAuthenticator> authenticator_;
   std::optional<oneapi::tbb::global_control> thread_limit_;
   // Declared in the order they depend on each other: the gRPC server calls into the service until
   // destroyed, the service's calls run on the scheduler, and both count into the metrics.

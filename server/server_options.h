@@ -5,6 +5,9 @@
 //   options.port = 0;  // any free port
 //   options.limits.max_elements = 1 << 20;
 //   options.shutdown.grace = absl::Seconds(30);
+//   options.security.tls_cert_file = "/etc/tensorops/server.crt";
+//   options.security.tls_key_file = "/etc/tensorops/server.key";
+//   options.security.auth_token_file = "/etc/tensorops/token";
 #ifndef TENSOROPS_SERVER_SERVER_OPTIONS_H_
 #define TENSOROPS_SERVER_SERVER_OPTIONS_H_
 
@@ -49,6 +52,26 @@ struct ServerOptions {
     absl::Duration grace = absl::Seconds(5);
   };
 
+  // Transport security and caller authentication. Every field is a file path; empty means unset.
+  // Server::Start reads the files once (a changed file takes effect at the next start) and
+  // rejects an inconsistent set with INVALID_ARGUMENT naming the field, and a file it cannot read
+  // with an error naming the path.
+  struct Security {
+    // PEM certificate chain the server presents, leaf first. Set together with tls_key_file; both
+    // unset serves plaintext.
+    std::string tls_cert_file;
+    // PEM private key of tls_cert_file's leaf certificate.
+    std::string tls_key_file;
+    // PEM CA certificate(s) that client certificates must chain to: mutual TLS, where a client
+    // without a certificate signed by one of them cannot connect. Needs tls_cert_file.
+    std::string tls_client_ca_file;
+    // File holding the bearer token every TensorOps call must send as "authorization: Bearer
+    // <token>" metadata (UNAUTHENTICATED otherwise); surrounding whitespace is ignored and an
+    // empty token is rejected. Health and reflection stay open. Without TLS the token crosses the
+    // network in clear text.
+    std::string auth_token_file;
+  };
+
   // Interface to listen on: an IPv4/IPv6 address or a host name. Default loopback only.
   std::string host = "127.0.0.1";
   // TCP port, 0..65535; 0 picks a free port (read it back with Server::port()).
@@ -58,6 +81,7 @@ struct ServerOptions {
   int threads = 0;
   Limits limits;
   Shutdown shutdown;
+  Security security;
   // The Prometheus endpoint; port -1 (the default) serves none, but calls are still counted.
   MetricsOptions metrics;
 };

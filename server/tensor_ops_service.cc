@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/time/clock.h"
+#include "proto/grpc_status.h"
 #include "server/prepared_op.h"
 
 namespace tensorops {
@@ -98,13 +99,14 @@ grpc::ServerUnaryReactor* TensorOpsService::ServerInfo(grpc::CallbackServerConte
                                                        const v1::ServerInfoRequest* request,
                                                        v1::ServerInfoResponse* response) {
   const absl::Time start = absl::Now();
-  *response = server_info_;
-  LogFinishedCall("ServerInfo", context->peer(), absl::Now() - start, absl::OkStatus());
-  serving_.metrics->CallFinished("server_info", absl::StatusCode::kOk, "none", CallStages(),
+  const absl::Status status = Authenticate(serving_, *context);
+  if (status.ok()) *response = server_info_;
+  LogFinishedCall("ServerInfo", context->peer(), absl::Now() - start, status);
+  serving_.metrics->CallFinished("server_info", status.code(), "none", CallStages(),
                                  static_cast<int64_t>(request->ByteSizeLong()),
                                  static_cast<int64_t>(response->ByteSizeLong()));
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
+  reactor->Finish(wire::ToGrpcStatus(status));
   return reactor;
 }
 

@@ -3,6 +3,7 @@
 //
 //   tensorops-cli gather --input=x.npy --index=i.npy --axis=1 --output=out.npy
 //   tensorops-cli scatter --input=x.npy --index=i.npy --value=2.5 --axis=0 --reduce=add
+//   tensorops-cli --target=localhost:50051 --tls_ca=ca.crt --token_file=token gather ...
 //
 // Exit status: 0 on success, 1 when the call or a file fails ("error: CODE: message" on stderr),
 // 2 for a bad command line (with the usage text on stderr).
@@ -39,6 +40,19 @@
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Server address (host:port or a gRPC target).");
 ABSL_FLAG(absl::Duration, timeout, absl::InfiniteDuration(),
           "Deadline of the call, e.g. 10s or 500ms; inf for none.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "Connect with TLS, trusting the CA certificate(s) in this PEM file. Any --tls_ flag "
+          "turns TLS on; without --tls_ca, gRPC's default roots are trusted.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "Connect with TLS, presenting this PEM client certificate (needs --tls_key); for servers "
+          "that require client certificates.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "Connect with TLS, checking the server's certificate against this name instead of "
+          "--target's host (for IP targets and test certificates).");
+ABSL_FLAG(std::string, token_file, "",
+          "Send the bearer token in this file (whitespace around it ignored) as 'authorization: "
+          "Bearer <token>' metadata; a file keeps the token out of the command line and ps.");
 ABSL_FLAG(std::string, input, "",
           "Input tensor, a .npy file (required, except by scatter_nd given --shape).");
 ABSL_FLAG(std::string, index, "", "Index tensor, a .npy file of int32 or int64 (required).");
@@ -92,7 +106,9 @@ constexpr int64_t kPrintThreshold = 1000;
 constexpr int64_t kEdgeItems = 3;
 
 constexpr std::string_view kUsage =
-    R"(usage: tensorops-cli [--target=HOST:PORT] [--timeout=DURATION] COMMAND FLAGS...
+    R"(usage: tensorops-cli [--target=HOST:PORT] [--timeout=DURATION] [--tls_ca=CA.pem]
+                     [--tls_cert=CERT.pem --tls_key=KEY.pem] [--tls_server_name=NAME]
+                     [--token_file=FILE] COMMAND FLAGS...
 
 Commands (every one also takes [--output=OUT.npy] [--bfloat16]):
   gather            --input=X.npy --index=I.npy --axis=N [--broadcast]
@@ -113,11 +129,20 @@ Commands (every one also takes [--output=OUT.npy] [--bfloat16]):
 Without --output the result's shape, dtype and values are printed. Exit status: 0 on success,
 1 when the call fails, 2 for a bad command line.
 
+Security: any --tls_* flag connects with TLS, trusting --tls_ca (or gRPC's default roots) and
+presenting --tls_cert/--tls_key to servers that require client certificates. --token_file sends
+the bearer token of a server started with --auth_token_file.
+
 Flags:
 )";
 
 // Flags every command takes.
-constexpr std::string_view kCommonFlags[] = {"target", "timeout", "input", "output", "bfloat16"};
+constexpr std::string_view kCommonFlags[] = {"target",  "timeout",         "tls_ca",     "tls_cert",
+                                             "tls_key", "tls_server_name", "token_file", "input",
+                                             "output",  "bfloat16"};
+
+// The flags that turn TLS on.
+constexpr std::string_view kTlsFlags[] = {"tls_ca", "tls_cert", "tls_key", "tls_server_name"};
 
 // CommandSpec describes one command: the flags it takes beyond the common ones, those it needs,
 // and how it calls the client.
@@ -572,7 +597,33 @@ absl::Status ValidateCommandLine(const CommandLine& command_line) {
       !status.ok()) {
     return status;
   }
+  if (absl::GetFlag(FLAGS_tls_cert).empty() != absl::GetFlag(FLAGS_tls_key).empty()) {
+    return absl::InvalidArgumentError(absl::GetFlag(FLAGS_tls_key).empty()
+                                          ? "--tls_cert needs --tls_key (the certificate's key)"
+                                          : "--tls_key needs --tls_cert (the key's certificate)");
+  }
   return absl::OkStatus();
+}
+
+// CreateClient builds the client the connection flags ask for, reading --token_file and (through
+// Client::Create) the TLS files; their errors name the file.
+absl::StatusOr<std::unique_ptr<Client>> CreateClient(
+    const absl::flat_hash_set<std::string>& given) {
+  ClientOptions options;
+  options.default_timeout = absl::GetFlag(FLAGS_timeout);
+  if (absl::c_any_of(kTlsFlags,
+                     [&](std::string_view flag) { return given.contains(std::string(flag)); })) {
+    options.tls = ClientOptions::Tls{.root_ca_file = absl::GetFlag(FLAGS_tls_ca),
+                                     .cert_file = absl::GetFlag(FLAGS_tls_cert),
+                                     .key_file = absl::GetFlag(FLAGS_tls_key),
+                                     .server_name_override = absl::GetFlag(FLAGS_tls_server_name)};
+  }
+  if (given.contains("token_file")) {
+    absl::StatusOr<std::string> token = ReadAuthTokenFile(absl::GetFlag(FLAGS_token_file));
+    if (!token.ok()) return token.status();
+    options.auth_token = *std::move(token);
+  }
+  return Client::Create(absl::GetFlag(FLAGS_target), std::move(options));
 }
 
 int Main(int argc, char** argv) {
@@ -589,10 +640,7 @@ int Main(int argc, char** argv) {
     return kExitUsage;
   }
 
-  ClientOptions client_options;
-  client_options.default_timeout = absl::GetFlag(FLAGS_timeout);
-  absl::StatusOr<std::unique_ptr<Client>> client =
-      Client::Create(absl::GetFlag(FLAGS_target), client_options);
+  absl::StatusOr<std::unique_ptr<Client>> client = CreateClient(command_line->given);
   const NpyReadOptions read_options{.uint16_as_bfloat16 = absl::GetFlag(FLAGS_bfloat16)};
   absl::StatusOr<std::optional<Tensor>> input = std::optional<Tensor>();
   if (command_line->given.contains("input")) input = ReadFlagNpy(FLAGS_input, read_options);

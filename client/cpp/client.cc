@@ -1,5 +1,10 @@
 #include "client/cpp/client.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -8,7 +13,10 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "grpcpp/client_context.h"
@@ -31,18 +39,71 @@ absl::Time CallDeadline(const std::optional<absl::Duration>& timeout,
   return absl::Now() + timeout.value_or(default_timeout);
 }
 
-// PrepareContext sets `deadline` on `context`, or returns DEADLINE_EXCEEDED when it has already
-// passed (encoding the request took longer than the timeout). gRPC alone does not guarantee that:
-// over a warm loopback connection a call whose deadline is already past can still come back OK.
-absl::Status PrepareContext(absl::Time deadline, std::string_view op,
-                            grpc::ClientContext* context) {
-  if (deadline == absl::InfiniteFuture()) return absl::OkStatus();
-  if (absl::Now() >= deadline) {
-    return absl::DeadlineExceededError(
-        absl::StrFormat("%s: the deadline passed before the request was sent", op));
+// ReadFile returns the contents of `path`, which ClientOptions' `field` names; the errno's code
+// with the field and the path when it cannot be read.
+absl::StatusOr<std::string> ReadFile(std::string_view field, const std::string& path) {
+  constexpr size_t kMaxBytes = size_t{1} << 20;
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrFormat("%s: cannot open %s", field, path));
+  std::string contents;
+  char buffer[4096];
+  while (true) {
+    const ssize_t count = read(fd, buffer, sizeof(buffer));
+    if (count == 0) break;
+    if (count < 0) {
+      if (errno == EINTR) continue;
+      const int read_errno = errno;
+      close(fd);
+      return absl::ErrnoToStatus(read_errno, absl::StrFormat("%s: cannot read %s", field, path));
+    }
+    contents.append(buffer, static_cast<size_t>(count));
+    // No certificate, key or token is this large; a device such as /dev/zero would never end.
+    if (contents.size() > kMaxBytes) {
+      close(fd);
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: %s is larger than %d bytes, too large for a certificate, key or token", field, path,
+          kMaxBytes));
+    }
   }
-  context->set_deadline(absl::ToChronoTime(deadline));
-  return absl::OkStatus();
+  close(fd);
+  return contents;
+}
+
+// IsMetadataSafe tells whether `token` can follow "Bearer " in a gRPC metadata value: printable
+// ASCII without spaces (the server's rule for its token file too).
+bool IsMetadataSafe(absl::string_view token) {
+  for (char c : token) {
+    if (c <= ' ' || c > '~') return false;
+  }
+  return true;
+}
+
+// TlsCredentials reads the files `tls` names and returns the TLS channel credentials they make.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> TlsCredentials(
+    const ClientOptions::Tls& tls) {
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    return absl::InvalidArgumentError(
+        tls.key_file.empty()
+            ? "Client::Create: tls.cert_file is set but tls.key_file is not (a client certificate "
+              "needs its key)"
+            : "Client::Create: tls.key_file is set but tls.cert_file is not (a client certificate "
+              "needs its key)");
+  }
+  grpc::SslCredentialsOptions ssl_options;
+  if (!tls.root_ca_file.empty()) {
+    absl::StatusOr<std::string> root_ca = ReadFile("tls.root_ca_file", tls.root_ca_file);
+    if (!root_ca.ok()) return root_ca.status();
+    ssl_options.pem_root_certs = std::move(*root_ca);
+  }
+  if (!tls.cert_file.empty()) {
+    absl::StatusOr<std::string> cert = ReadFile("tls.cert_file", tls.cert_file);
+    if (!cert.ok()) return cert.status();
+    ssl_options.pem_cert_chain = std::move(*cert);
+    absl::StatusOr<std::string> key = ReadFile("tls.key_file", tls.key_file);
+    if (!key.ok()) return key.status();
+    ssl_options.pem_private_key = std::move(*key);
+  }
+  return grpc::SslCredentials(ssl_options);
 }
 
 // DecodeResult validates `result` and copies it into an owning tensor, so that the caller may
@@ -58,21 +119,6 @@ absl::StatusOr<Tensor> DecodeResult(const v1::Tensor& result, std::string_view o
         absl::StrFormat("%s: the server sent a malformed result: %s", op, view.status().message()));
   }
   return Tensor::FromView(*view);
-}
-
-// CallUnary sends one request through `send(context, response)` with `deadline` and returns the
-// response's result as an owning tensor, or the call's status.
-template <typename Response, typename Send>
-absl::StatusOr<Tensor> CallUnary(std::string_view op, absl::Time deadline,
-                                 const ClientOptions& options, Send send) {
-  grpc::ClientContext context;
-  if (absl::Status prepared = PrepareContext(deadline, op, &context); !prepared.ok()) {
-    return prepared;
-  }
-  Response response;
-  const grpc::Status status = send(&context, &response);
-  if (!status.ok()) return wire::FromGrpcStatus(status);
-  return DecodeResult(response.result(), op, options);
 }
 
 // Negated returns a contiguous copy of `src` with every element negated, for ScatterNdSub.
@@ -117,16 +163,59 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::string target, Clien
         absl::StrFormat("Client::Create: max_message_bytes = %d is out of range (expected 1 to %d)",
                         options.max_message_bytes, std::numeric_limits<int>::max()));
   }
+  if (!IsMetadataSafe(options.auth_token)) {
+    return absl::InvalidArgumentError(
+        "Client::Create: auth_token has a character that gRPC metadata cannot carry (expected "
+        "printable ASCII without spaces)");
+  }
   grpc::ChannelArguments arguments;
   arguments.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   arguments.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (options.tls.has_value()) {
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> tls = TlsCredentials(*options.tls);
+    if (!tls.ok()) return tls.status();
+    credentials = std::move(*tls);
+    if (!options.tls->server_name_override.empty()) {
+      arguments.SetString(GRPC_SSL_TARGET_NAME_OVERRIDE_ARG, options.tls->server_name_override);
+    }
+  }
   std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), arguments);
+      grpc::CreateCustomChannel(target, std::move(credentials), arguments);
   return std::unique_ptr<Client>(new Client(std::move(channel), options));
 }
 
 Client::Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options)
-    : options_(options), channel_(std::move(channel)), stub_(v1::TensorOps::NewStub(channel_)) {}
+    : options_(std::move(options)),
+      channel_(std::move(channel)),
+      stub_(v1::TensorOps::NewStub(channel_)) {}
+
+absl::Status Client::PrepareContext(absl::Time deadline, std::string_view op,
+                                    grpc::ClientContext* context) const {
+  if (!options_.auth_token.empty()) {
+    context->AddMetadata("authorization", absl::StrCat("Bearer ", options_.auth_token));
+  }
+  if (deadline == absl::InfiniteFuture()) return absl::OkStatus();
+  if (absl::Now() >= deadline) {
+    return absl::DeadlineExceededError(
+        absl::StrFormat("%s: the deadline passed before the request was sent", op));
+  }
+  context->set_deadline(absl::ToChronoTime(deadline));
+  return absl::OkStatus();
+}
+
+template <typename Response, typename Send>
+absl::StatusOr<Tensor> Client::CallUnary(std::string_view op, absl::Time deadline,
+                                         Send send) const {
+  grpc::ClientContext context;
+  if (absl::Status prepared = PrepareContext(deadline, op, &context); !prepared.ok()) {
+    return prepared;
+  }
+  Response response;
+  const grpc::Status status = send(&context, &response);
+  if (!status.ok()) return wire::FromGrpcStatus(status);
+  return DecodeResult(response.result(), op, options_);
+}
 
 absl::StatusOr<Tensor> Client::Gather(const TensorView& input, int64_t axis,
                                       const TensorView& index, const GatherOptions& options) {
@@ -137,7 +226,7 @@ absl::StatusOr<Tensor> Client::Gather(const TensorView& input, int64_t axis,
   request.set_axis(axis);
   request.set_broadcast(options.broadcast);
 
-  return CallUnary<v1::GatherResponse>("gather", deadline, options_,
+  return CallUnary<v1::GatherResponse>("gather", deadline,
                                        [&](grpc::ClientContext* context, auto* response) {
                                          return stub_->Gather(context, request, response);
                                        });
@@ -172,7 +261,7 @@ absl::StatusOr<Tensor> Client::CallScatter(absl::Time deadline, v1::ScatterReque
   request->set_broadcast(options.broadcast);
   request->set_deterministic(options.deterministic);
 
-  return CallUnary<v1::ScatterResponse>("scatter", deadline, options_,
+  return CallUnary<v1::ScatterResponse>("scatter", deadline,
                                         [&](grpc::ClientContext* context, auto* response) {
                                           return stub_->Scatter(context, *request, response);
                                         });
@@ -185,7 +274,7 @@ absl::StatusOr<Tensor> Client::IndexSelect(const TensorView& input, int64_t axis
   wire::EncodeTensor(input, request.mutable_input());
   wire::EncodeTensor(index, request.mutable_index());
   request.set_axis(axis);
-  return CallUnary<v1::IndexSelectResponse>("index_select", deadline, options_,
+  return CallUnary<v1::IndexSelectResponse>("index_select", deadline,
                                             [&](grpc::ClientContext* context, auto* response) {
                                               return stub_->IndexSelect(context, request, response);
                                             });
@@ -203,7 +292,7 @@ absl::StatusOr<Tensor> Client::IndexReduce(const TensorView& input, int64_t axis
   request.set_reduce(wire::ReductionToProto(options.reduce));
   request.set_include_self(options.include_self);
   wire::EncodeScalar(options.alpha, request.mutable_alpha());
-  return CallUnary<v1::IndexReduceResponse>("index_reduce", deadline, options_,
+  return CallUnary<v1::IndexReduceResponse>("index_reduce", deadline,
                                             [&](grpc::ClientContext* context, auto* response) {
                                               return stub_->IndexReduce(context, request, response);
                                             });
@@ -219,7 +308,7 @@ absl::StatusOr<Tensor> Client::SelectScatter(const TensorView& input, const Tens
   request.set_axis(axis);
   request.set_index(index);
   return CallUnary<v1::SelectScatterResponse>(
-      "select_scatter", deadline, options_, [&](grpc::ClientContext* context, auto* response) {
+      "select_scatter", deadline, [&](grpc::ClientContext* context, auto* response) {
         return stub_->SelectScatter(context, request, response);
       });
 }
@@ -235,7 +324,7 @@ absl::StatusOr<Tensor> Client::SliceScatter(const TensorView& input, const Tenso
   if (options.end.has_value()) request.set_end(*options.end);
   request.set_step(options.step);
   return CallUnary<v1::SliceScatterResponse>(
-      "slice_scatter", deadline, options_, [&](grpc::ClientContext* context, auto* response) {
+      "slice_scatter", deadline, [&](grpc::ClientContext* context, auto* response) {
         return stub_->SliceScatter(context, request, response);
       });
 }
@@ -250,7 +339,7 @@ absl::StatusOr<Tensor> Client::DiagonalScatter(const TensorView& input, const Te
   request.set_axis1(options.axis1);
   request.set_axis2(options.axis2);
   return CallUnary<v1::DiagonalScatterResponse>(
-      "diagonal_scatter", deadline, options_, [&](grpc::ClientContext* context, auto* response) {
+      "diagonal_scatter", deadline, [&](grpc::ClientContext* context, auto* response) {
         return stub_->DiagonalScatter(context, request, response);
       });
 }
@@ -263,7 +352,7 @@ absl::StatusOr<Tensor> Client::GatherNd(const TensorView& input, const TensorVie
   wire::EncodeTensor(index, request.mutable_index());
   request.mutable_axes()->Assign(options.axes.begin(), options.axes.end());
   request.set_batch_dims(options.batch_dims);
-  return CallUnary<v1::GatherNdResponse>("gather_nd", deadline, options_,
+  return CallUnary<v1::GatherNdResponse>("gather_nd", deadline,
                                          [&](grpc::ClientContext* context, auto* response) {
                                            return stub_->GatherNd(context, request, response);
                                          });
@@ -283,7 +372,7 @@ absl::StatusOr<Tensor> Client::ScatterNd(const std::optional<TensorView>& input,
   request.set_include_self(options.include_self);
   request.mutable_shape()->Assign(options.shape.begin(), options.shape.end());
   request.set_deterministic(options.deterministic);
-  return CallUnary<v1::ScatterNdResponse>("scatter_nd", deadline, options_,
+  return CallUnary<v1::ScatterNdResponse>("scatter_nd", deadline,
                                           [&](grpc::ClientContext* context, auto* response) {
                                             return stub_->ScatterNd(context, request, response);
                                           });
@@ -316,9 +405,26 @@ absl::StatusOr<Tensor> Client::MaskedScatter(const TensorView& input, const Tens
   wire::EncodeTensor(mask, request.mutable_mask());
   wire::EncodeTensor(src, request.mutable_src());
   return CallUnary<v1::MaskedScatterResponse>(
-      "masked_scatter", deadline, options_, [&](grpc::ClientContext* context, auto* response) {
+      "masked_scatter", deadline, [&](grpc::ClientContext* context, auto* response) {
         return stub_->MaskedScatter(context, request, response);
       });
+}
+
+absl::StatusOr<std::string> ReadAuthTokenFile(const std::string& path) {
+  absl::StatusOr<std::string> contents = ReadFile("auth token file", path);
+  if (!contents.ok()) return contents.status();
+  const absl::string_view token = absl::StripAsciiWhitespace(*contents);
+  if (token.empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "auth token file: %s holds no token (it is empty or only whitespace)", path));
+  }
+  if (!IsMetadataSafe(token)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "auth token file: the token in %s has a character that gRPC metadata cannot carry "
+        "(expected printable ASCII without spaces)",
+        path));
+  }
+  return std::string(token);
 }
 
 }  // namespace tensorops

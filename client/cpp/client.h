@@ -10,6 +10,13 @@
 // One Client may be shared by any number of threads; every call is a blocking unary RPC on one
 // gRPC channel. The channel connects lazily, so Create succeeds while the server is down and the
 // first call reports UNAVAILABLE.
+//
+// Against a server with TLS and a bearer token (its --tls_cert, --auth_token_file):
+//
+//   ClientOptions options;
+//   options.tls = ClientOptions::Tls{.root_ca_file = "ca.crt"};
+//   options.auth_token = *ReadAuthTokenFile("token");
+//   absl::StatusOr<std::unique_ptr<Client>> client = Client::Create("localhost:50051", options);
 #ifndef TENSOROPS_CLIENT_CPP_CLIENT_H_
 #define TENSOROPS_CLIENT_CPP_CLIENT_H_
 
@@ -17,11 +24,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
 #include "kernels/reduction.h"
 #include "kernels/scalar.h"
 #include "kernels/tensor.h"
@@ -29,9 +38,33 @@
 
 namespace tensorops {
 
-// ClientOptions configure the channel and the defaults of every call. The channel uses insecure
-// credentials.
+// ClientOptions configure the channel and the defaults of every call.
 struct ClientOptions {
+  // TLS settings of the channel. Every field is optional; the files are read once, by
+  // Client::Create.
+  struct Tls {
+    // PEM CA certificate(s) the server's certificate must chain to; empty trusts gRPC's default
+    // roots (the system's, or the file in $GRPC_DEFAULT_SSL_ROOTS_FILE_PATH).
+    std::string root_ca_file;
+    // PEM certificate chain and private key this client presents, for servers that require
+    // client certificates (mutual TLS). Both or neither.
+    std::string cert_file;
+    std::string key_file;
+    // The name the server's certificate is checked against instead of the target's host: for
+    // targets given as an IP address or through a tunnel, and for test certificates. Empty: the
+    // target's host.
+    std::string server_name_override;
+  };
+
+  // nullopt: a plaintext channel. Set: TLS, as the struct says.
+  std::optional<Tls> tls;
+  // Bearer token sent as "authorization: Bearer <token>" metadata on every call, for servers
+  // started with --auth_token_file; empty sends none. Printable ASCII without spaces (Create
+  // rejects anything else with INVALID_ARGUMENT). Over a plaintext channel anyone who can see the
+  // traffic can read it. gRPC's CallCredentials are not used because gRPC sends them only over
+  // secure channels.
+  std::string auth_token;
+
   // Largest message the channel sends or receives, in bytes: 1 to 2^31 - 1 (gRPC's own limit).
   // Matches the server's default --max_message_bytes; results larger than this fail with
   // RESOURCE_EXHAUSTED. Create rejects values outside the range.
@@ -139,7 +172,11 @@ struct ScatterNdOptions {
 class Client {
  public:
   // Create returns a client for `target` (a gRPC target such as "host:port" or "dns:///host:port").
-  // Returns INVALID_ARGUMENT for an empty target or options out of range. Does not connect.
+  // Returns INVALID_ARGUMENT for an empty target, options out of range, a TLS cert_file without
+  // key_file (or the reverse) and an auth_token gRPC metadata cannot carry; for a TLS file that
+  // cannot be read, its error (NOT_FOUND, PERMISSION_DENIED, ...) naming the field and the path.
+  // Does not connect: a server that does not speak TLS, or whose certificate is not trusted, shows
+  // as UNAVAILABLE on the first call; a missing or wrong token as UNAUTHENTICATED.
   static absl::StatusOr<std::unique_ptr<Client>> Create(std::string target,
                                                         ClientOptions options = {});
 
@@ -219,6 +256,19 @@ class Client {
  private:
   Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options);
 
+  // PrepareContext readies `context` for one call of `op` that must finish by `deadline`: sets
+  // the deadline and adds the bearer token's metadata. DEADLINE_EXCEEDED when the deadline has
+  // already passed (encoding the request took longer than the timeout): gRPC alone does not
+  // guarantee that, since over a warm loopback connection a call whose deadline is already past
+  // can still come back OK. Every RPC's context must go through here.
+  absl::Status PrepareContext(absl::Time deadline, std::string_view op,
+                              grpc::ClientContext* context) const;
+
+  // CallUnary sends one request through `send(context, response)`, with the context prepared by
+  // PrepareContext, and returns the response's result as an owning tensor, or the call's status.
+  template <typename Response, typename Send>
+  absl::StatusOr<Tensor> CallUnary(std::string_view op, absl::Time deadline, Send send) const;
+
   // Fills in the rest of `request`, whose source the caller has set, and sends it to finish by
   // `deadline`.
   absl::StatusOr<Tensor> CallScatter(absl::Time deadline, v1::ScatterRequest* request,
@@ -229,6 +279,14 @@ class Client {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::TensorOps::Stub> stub_;
 };
+
+// ReadAuthTokenFile returns the bearer token in the file at `path`, without the whitespace around
+// it (a trailing newline, say), for ClientOptions::auth_token. Keeping the token in a file keeps
+// it out of command lines and `ps`. The file's error (NOT_FOUND, PERMISSION_DENIED, ...) naming
+// the path when it cannot be read; INVALID_ARGUMENT naming the path when it holds no token or one
+// that gRPC metadata cannot carry (see ClientOptions::auth_token). The messages never contain the
+// token.
+absl::StatusOr<std::string> ReadAuthTokenFile(const std::string& path);
 
 }  // namespace tensorops
 

@@ -1,9 +1,7 @@
 // BlockingWork: a Scheduler::Work that occupies a worker until the test releases it, so that tests
-// can fill the scheduler's queue deterministically; and WaitFor, a bounded wait for a condition.
+// can fill the scheduler's queue deterministically.
 #ifndef TENSOROPS_TESTS_BLOCKING_WORK_H_
 #define TENSOROPS_TESTS_BLOCKING_WORK_H_
-
-#include <functional>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
@@ -11,20 +9,9 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "server/scheduler.h"
+#include "tests/wait_for.h"
 
 namespace tensorops::testing {
-
-// WaitFor polls `condition` until it holds (true) or `limit` passes (false). The limit only bounds
-// a test that would otherwise hang; no test outcome depends on how fast the condition came true.
-inline bool WaitFor(const std::function<bool()>& condition,
-                    absl::Duration limit = absl::Seconds(30)) {
-  const absl::Time deadline = absl::Now() + limit;
-  while (!condition()) {
-    if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return true;
-}
 
 // BlockingWork runs until Release; it records whether it ran or why it was dropped. The
 // destructor releases it, so a failing test does not leave a worker blocked forever.

@@ -42,9 +42,12 @@
 #include "kernels/masked_scatter.h"
 #include "kernels/nd_ops.h"
 #include "kernels/scatter.h"
+#include "proto/codec.h"
 #include "tensorops/v1/service.grpc.pb.h"
 #include "tests/generic_stream.h"
+#include "tests/http_get.h"
 #include "tests/reference.h"
+#include "tests/wait_for.h"
 
 extern char** environ;
 
@@ -54,6 +57,7 @@ namespace {
 namespace ref = ::tensorops::testing;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr absl::Duration kStartupTimeout = absl::Seconds(10);
 constexpr absl::Duration kShutdownTimeout = absl::Seconds(10);
@@ -965,6 +969,101 @@ TEST(ClientTest, UnreachableServerIsUnavailable) {
             absl::StatusCode::kUnavailable);
 }
 
+// The generic RPCs through the client: Run and a stream give what the op's own method gives.
+TEST_F(E2eTest, RunAndOpStreamMatchTheOpsOwnMethod) {
+  absl::BitGen gen;
+  const Tensor input = ref::RandomTensor(DataType::kFloat32, {4, 5}, gen);
+  const Tensor index =
+      ref::RandomIndex(DataType::kInt64, {4, 3}, 1, 5, ref::IndexPattern::kDuplicateHeavy, gen);
+  absl::StatusOr<Tensor> expected = client().Gather(input.view(), 1, index.view());
+  ASSERT_TRUE(expected.ok()) << expected.status();
+
+  v1::OpRequest request;
+  wire::EncodeTensor(input.view(), request.mutable_gather()->mutable_input());
+  wire::EncodeTensor(index.view(), request.mutable_gather()->mutable_index());
+  request.mutable_gather()->set_axis(1);
+  absl::StatusOr<Tensor> run = client().Run(request);
+  ASSERT_TRUE(run.ok()) << run.status();
+  ref::ExpectTensorsNear(*run, *expected);
+
+  v1::OpRequest bad = request;
+  bad.mutable_gather()->set_axis(7);
+  absl::StatusOr<std::unique_ptr<OpStream>> stream = client().OpenStream({.timeout = kCliTimeout});
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  constexpr uint64_t kRequests = 20;
+  constexpr uint64_t kBadId = 7;
+  for (uint64_t id = 0; id < kRequests; ++id) {
+    ASSERT_TRUE((*stream)->Send(id, id == kBadId ? bad : request));
+  }
+  ASSERT_TRUE((*stream)->CloseSend());
+  std::vector<int> answers(kRequests, 0);
+  while (std::optional<StreamResult> answer = (*stream)->Receive()) {
+    ASSERT_LT(answer->request_id, kRequests);
+    ++answers[answer->request_id];
+    if (answer->request_id == kBadId) {
+      EXPECT_EQ(answer->result.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(answer->result.status().message(), HasSubstr("gather: axis"));
+    } else {
+      ASSERT_TRUE(answer->result.ok()) << answer->result.status();
+      ref::ExpectTensorsNear(*answer->result, *expected);
+    }
+  }
+  EXPECT_TRUE((*stream)->Finish().ok());
+  for (uint64_t id = 0; id < kRequests; ++id) EXPECT_EQ(answers[id], 1) << "request " << id;
+}
+
+TEST_F(E2eTest, ServerInfoThroughTheClient) {
+  absl::StatusOr<v1::ServerInfoResponse> info = client().ServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->ops_size(), 10);
+  EXPECT_EQ(info->dtypes_size(), 12);
+  ASSERT_GE(info->devices_size(), 1);
+  EXPECT_EQ(info->devices(0).kind(), "cpu");
+  EXPECT_EQ(info->devices(0).threads(), 2);  // StartServer passes --threads=2.
+  EXPECT_FALSE(info->tls());
+  EXPECT_FALSE(info->auth_token_required());
+}
+
+TEST(ServerProcessTest, MetricsEndpointShowsTheCountersMove) {
+  absl::StatusOr<ServerProcess> server =
+      StartServer({"--metrics_port=0", "--metrics_host=127.0.0.1"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  static const std::regex kMetricsUrl(R"(metrics: http://127\.0\.0\.1:(\d+)/metrics)");
+  const std::optional<std::string> port =
+      server->process->WaitForMatch(kMetricsUrl, kStartupTimeout);
+  ASSERT_TRUE(port.has_value()) << server->process->stderr_text();
+  const int metrics_port = std::stoi(*port);
+
+  const std::string gathers_ok =
+      "tensorops_requests_total{code=\"OK\",device=\"cpu\",op=\"gather\"} ";
+  absl::StatusOr<testing::HttpResponse> before = testing::HttpGet(metrics_port, "/metrics");
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_EQ(before->status, 200);
+  EXPECT_THAT(before->body, Not(HasSubstr(gathers_ok)));
+
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(server->target);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const Tensor input = Int64Tensor({2, 2}, {1, 2, 3, 4});
+  const Tensor index = Int64Tensor({2, 2}, {0, 0, 1, 0});
+  const Tensor bad_index = Int64Tensor({2, 2}, {0, 0, 9, 0});
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE((*client)->Gather(input.view(), 1, index.view()).ok());
+  EXPECT_FALSE((*client)->Gather(input.view(), 1, bad_index.view()).ok());
+
+  // A call is counted once gRPC is done with it, a moment after the client has its reply.
+  std::string body;
+  EXPECT_TRUE(::tensorops::testing::WaitFor([&] {
+    absl::StatusOr<testing::HttpResponse> after = testing::HttpGet(metrics_port, "/metrics");
+    body = after.ok() ? after->body : "";
+    return absl::StrContains(body, gathers_ok + "3\n") &&
+           absl::StrContains(body,
+                             "tensorops_requests_total{code=\"INVALID_ARGUMENT\",device=\"cpu\","
+                             "op=\"gather\"} 1\n");
+  })) << body;
+  EXPECT_THAT(
+      body,
+      HasSubstr("tensorops_stage_duration_seconds_count{op=\"gather\",stage=\"execute\"} 4\n"));
+}
+
 TEST(ServerProcessTest, ExitsWithZeroOnSigterm) {
   absl::StatusOr<ServerProcess> server = StartServer();
   ASSERT_TRUE(server.ok()) << server.status();
@@ -1387,6 +1486,17 @@ TEST_F(CliTest, UsageErrorsExitWithTwo) {
     EXPECT_THAT(run.stderr_text, AllOf(HasSubstr("error: "), HasSubstr("usage:")))
         << absl::StrJoin(args, " ");
   }
+}
+
+TEST_F(CliTest, InfoPrintsServerInfoAsJson) {
+  const CliResult run = RunCli({"info"});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  EXPECT_THAT(run.stdout_text,
+              AllOf(HasSubstr("\"version\""), HasSubstr("\"MaskedScatter\""),
+                    HasSubstr("\"maxQueuedCalls\": 1024"), HasSubstr("\"DATA_TYPE_COMPLEX128\"")));
+  const CliResult misuse = RunCli({"info", "--axis=1"});
+  EXPECT_TRUE(ExitedWith(misuse.status, 2)) << DescribeExit(misuse.status);
+  EXPECT_THAT(misuse.stderr_text, HasSubstr("flag --axis does not apply to info"));
 }
 
 TEST_F(CliTest, HelpListsCommandsAndFlags) {

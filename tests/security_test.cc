@@ -460,6 +460,48 @@ TEST_F(SecurityTest, TokenIsRequiredAndChecked) {
   EXPECT_THAT(*values, ElementsAre(30, 10));
 }
 
+TEST_F(SecurityTest, TokenGuardsRunRunStreamAndServerInfo) {
+  absl::StatusOr<std::unique_ptr<Server>> server = Start({.auth_token_file = TokenFile(kToken)});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  v1::OpRequest request;
+  v1::GatherRequest* gather = request.mutable_gather();
+  for (v1::Tensor* tensor : {gather->mutable_input(), gather->mutable_index()}) {
+    tensor->set_dtype(v1::DATA_TYPE_INT64);
+    tensor->add_shape(1);
+    tensor->set_data(std::string(sizeof(int64_t), '\0'));
+  }
+
+  std::unique_ptr<Client> anonymous = Connect(port, {});
+  ASSERT_NE(anonymous, nullptr);
+  EXPECT_EQ(anonymous->Run(request, {.timeout = kCallTimeout}).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(anonymous->ServerInfo({.timeout = kCallTimeout}).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  absl::StatusOr<std::unique_ptr<OpStream>> stream =
+      anonymous->OpenStream({.timeout = kCallTimeout});
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  (*stream)->Send(1, request);  // May already fail: the server ends the stream at once.
+  EXPECT_FALSE((*stream)->Receive().has_value());
+  EXPECT_EQ((*stream)->Finish().code(), absl::StatusCode::kUnauthenticated);
+
+  std::unique_ptr<Client> client = Connect(port, {.auth_token = kToken});
+  ASSERT_NE(client, nullptr);
+  EXPECT_TRUE(client->Run(request, {.timeout = kCallTimeout}).ok());
+  absl::StatusOr<v1::ServerInfoResponse> info = client->ServerInfo({.timeout = kCallTimeout});
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_TRUE(info->auth_token_required());
+  EXPECT_FALSE(info->tls());
+  stream = client->OpenStream({.timeout = kCallTimeout});
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  ASSERT_TRUE((*stream)->Send(1, request));
+  ASSERT_TRUE((*stream)->CloseSend());
+  std::optional<StreamResult> answer = (*stream)->Receive();
+  ASSERT_TRUE(answer.has_value());
+  EXPECT_TRUE(answer->result.ok()) << answer->result.status();
+  EXPECT_TRUE((*stream)->Finish().ok());
+}
+
 TEST_F(SecurityTest, HealthNeedsNoToken) {
   absl::StatusOr<std::unique_ptr<Server>> server = Start({.auth_token_file = TokenFile(kToken)});
   ASSERT_TRUE(server.ok()) << server.status();

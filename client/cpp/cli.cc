@@ -32,6 +32,7 @@
 #include "absl/time/time.h"
 #include "client/cpp/client.h"
 #include "client/cpp/npy.h"
+#include "google/protobuf/util/json_util.h"
 #include "kernels/dispatch.h"
 #include "kernels/reduction.h"
 #include "kernels/scalar.h"
@@ -125,6 +126,8 @@ Commands (every one also takes [--output=OUT.npy] [--bfloat16]):
                     [--axes=A,B,...] [--batch_dims=N] [--reduce=R] [--include_self=false]
                     [--deterministic]
   masked_scatter    --input=X.npy --mask=M.npy --src=S.npy
+  info              (no flags) print the server's ServerInfo as JSON: version, build, devices,
+                    limits, ops, dtypes
 
 Without --output the result's shape, dtype and values are printed. Exit status: 0 on success,
 1 when the call fails, 2 for a bad command line.
@@ -140,6 +143,13 @@ Flags:
 constexpr std::string_view kCommonFlags[] = {"target",  "timeout",         "tls_ca",     "tls_cert",
                                              "tls_key", "tls_server_name", "token_file", "input",
                                              "output",  "bfloat16"};
+
+// The flags that say how to reach the server: all that `info` takes.
+constexpr std::string_view kConnectionFlags[] = {
+    "target", "timeout", "tls_ca", "tls_cert", "tls_key", "tls_server_name", "token_file"};
+
+// The command that asks for ServerInfo instead of running an op.
+constexpr std::string_view kInfoCommand = "info";
 
 // The flags that turn TLS on.
 constexpr std::string_view kTlsFlags[] = {"tls_ca", "tls_cert", "tls_key", "tls_server_name"};
@@ -526,6 +536,16 @@ const CommandSpec* FindCommand(absl::string_view name) {
   return nullptr;
 }
 
+// ValidateTlsFlags checks that a client certificate comes with its key.
+absl::Status ValidateTlsFlags() {
+  if (absl::GetFlag(FLAGS_tls_cert).empty() != absl::GetFlag(FLAGS_tls_key).empty()) {
+    return absl::InvalidArgumentError(absl::GetFlag(FLAGS_tls_key).empty()
+                                          ? "--tls_cert needs --tls_key (the certificate's key)"
+                                          : "--tls_key needs --tls_cert (the key's certificate)");
+  }
+  return absl::OkStatus();
+}
+
 // ValidateCommandLine checks what can be checked without files or a server: one known command,
 // its required flags present, no flag it does not take, --reduce, --value, --alpha, --axes and
 // --shape well-formed.
@@ -540,8 +560,18 @@ absl::Status ValidateCommandLine(const CommandLine& command_line) {
                               absl::StrJoin(command_line.positional, " ")));
   }
   const std::string& name = command_line.positional[0];
+  if (name == kInfoCommand) {
+    for (const std::string& flag : command_line.given) {
+      if (!absl::c_linear_search(kConnectionFlags, flag)) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("flag --%s does not apply to info", flag));
+      }
+    }
+    return ValidateTlsFlags();
+  }
   const CommandSpec* command = FindCommand(name);
   if (command == nullptr) {
+    names.push_back(absl::string_view(kInfoCommand.data(), kInfoCommand.size()));
     return absl::InvalidArgumentError(absl::StrFormat("unknown command '%s' (expected one of %s)",
                                                       name, absl::StrJoin(names, ", ")));
   }
@@ -597,12 +627,7 @@ absl::Status ValidateCommandLine(const CommandLine& command_line) {
       !status.ok()) {
     return status;
   }
-  if (absl::GetFlag(FLAGS_tls_cert).empty() != absl::GetFlag(FLAGS_tls_key).empty()) {
-    return absl::InvalidArgumentError(absl::GetFlag(FLAGS_tls_key).empty()
-                                          ? "--tls_cert needs --tls_key (the certificate's key)"
-                                          : "--tls_key needs --tls_cert (the key's certificate)");
-  }
-  return absl::OkStatus();
+  return ValidateTlsFlags();
 }
 
 // CreateClient builds the client the connection flags ask for, reading --token_file and (through
@@ -626,6 +651,30 @@ absl::StatusOr<std::unique_ptr<Client>> CreateClient(
   return Client::Create(absl::GetFlag(FLAGS_target), std::move(options));
 }
 
+// ReportFailure prints a failed call's status as the CLI does for every command.
+int ReportFailure(const absl::Status& status) {
+  std::cerr << absl::StrFormat("error: %s: %s\n", absl::StatusCodeToString(status.code()),
+                               status.message());
+  return kExitFailure;
+}
+
+// PrintServerInfo asks the server what it is and prints the answer as JSON.
+int PrintServerInfo(const absl::StatusOr<std::unique_ptr<Client>>& client) {
+  if (!client.ok()) return ReportFailure(client.status());
+  absl::StatusOr<v1::ServerInfoResponse> info = (*client)->ServerInfo();
+  if (!info.ok()) return ReportFailure(info.status());
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.always_print_primitive_fields = true;
+  if (const auto status = google::protobuf::util::MessageToJsonString(*info, &json, options);
+      !status.ok()) {
+    return ReportFailure(absl::InternalError(std::string(status.message())));
+  }
+  std::cout << json;
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   absl::StatusOr<CommandLine> command_line = ParseCommandLine(argc, argv);
   if (command_line.ok() &&
@@ -641,6 +690,7 @@ int Main(int argc, char** argv) {
   }
 
   absl::StatusOr<std::unique_ptr<Client>> client = CreateClient(command_line->given);
+  if (command_line->positional[0] == kInfoCommand) return PrintServerInfo(client);
   const NpyReadOptions read_options{.uint16_as_bfloat16 = absl::GetFlag(FLAGS_bfloat16)};
   absl::StatusOr<std::optional<Tensor>> input = std::optional<Tensor>();
   if (command_line->given.contains("input")) input = ReadFlagNpy(FLAGS_input, read_options);
@@ -655,12 +705,7 @@ int Main(int argc, char** argv) {
       result = written;
     }
   }
-  if (!result.ok()) {
-    std::cerr << absl::StrFormat("error: %s: %s\n",
-                                 absl::StatusCodeToString(result.status().code()),
-                                 result.status().message());
-    return kExitFailure;
-  }
+  if (!result.ok()) return ReportFailure(result.status());
   if (absl::GetFlag(FLAGS_output).empty()) std::cout << FormatTensor(*result);
   return 0;
 }

@@ -427,4 +427,78 @@ absl::StatusOr<std::string> ReadAuthTokenFile(const std::string& path) {
   return std::string(token);
 }
 
+absl::StatusOr<Tensor> Client::Run(const v1::OpRequest& request, const CallOptions& options) {
+  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
+  return CallUnary<v1::OpResponse>("run", deadline,
+                                   [&](grpc::ClientContext* context, auto* response) {
+                                     return stub_->Run(context, request, response);
+                                   });
+}
+
+absl::StatusOr<v1::ServerInfoResponse> Client::ServerInfo(const CallOptions& options) {
+  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
+  grpc::ClientContext context;
+  if (absl::Status prepared = PrepareContext(deadline, "server_info", &context); !prepared.ok()) {
+    return prepared;
+  }
+  v1::ServerInfoResponse response;
+  const grpc::Status status = stub_->ServerInfo(&context, v1::ServerInfoRequest(), &response);
+  if (!status.ok()) return wire::FromGrpcStatus(status);
+  return response;
+}
+
+absl::StatusOr<std::unique_ptr<OpStream>> Client::OpenStream(const CallOptions& options) {
+  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
+  auto context = std::make_unique<grpc::ClientContext>();
+  if (absl::Status prepared = PrepareContext(deadline, "run_stream", context.get());
+      !prepared.ok()) {
+    return prepared;
+  }
+  std::unique_ptr<OpStream> stream(new OpStream(options_, std::move(context)));
+  stream->stream_ = stub_->RunStream(stream->context_.get());
+  return stream;
+}
+
+OpStream::OpStream(const ClientOptions& options, std::unique_ptr<grpc::ClientContext> context)
+    : options_(options), context_(std::move(context)) {}
+
+OpStream::~OpStream() {
+  if (!finished_) {
+    context_->TryCancel();
+    Finish().IgnoreError();
+  }
+}
+
+bool OpStream::Send(uint64_t request_id, const v1::OpRequest& request) {
+  v1::RunStreamRequest message;
+  message.set_request_id(request_id);
+  *message.mutable_op() = request;
+  return stream_->Write(message);
+}
+
+bool OpStream::CloseSend() { return stream_->WritesDone(); }
+
+std::optional<StreamResult> OpStream::Receive() {
+  v1::RunStreamResponse response;
+  if (!stream_->Read(&response)) return std::nullopt;
+  StreamResult answer{.request_id = response.request_id(), .result = Tensor()};
+  if (response.has_error()) {
+    answer.result = absl::Status(static_cast<absl::StatusCode>(response.error().code()),
+                                 response.error().message());
+  } else {
+    answer.result = DecodeResult(response.result(), "run_stream", options_);
+  }
+  return answer;
+}
+
+absl::Status OpStream::Finish() {
+  if (finished_) return absl::FailedPreconditionError("run_stream: the stream is finished");
+  // gRPC's Finish needs every answer read first.
+  v1::RunStreamResponse discarded;
+  while (stream_->Read(&discarded)) {
+  }
+  finished_ = true;
+  return wire::FromGrpcStatus(stream_->Finish());
+}
+
 }  // namespace tensorops

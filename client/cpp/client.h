@@ -168,6 +168,50 @@ struct ScatterNdOptions {
   std::optional<absl::Duration> timeout;
 };
 
+// StreamResult is one answer on an OpStream: the request's id and its result or error.
+struct StreamResult {
+  uint64_t request_id = 0;
+  absl::StatusOr<Tensor> result;
+};
+
+// OpStream is one open RunStream: send op requests with ids of your choosing and receive one
+// StreamResult per request, in completion order. One thread may Send while another Receives;
+// neither method may be called from two threads at once. Not copyable. Destroying an open stream
+// cancels it.
+//
+//   absl::StatusOr<std::unique_ptr<OpStream>> stream = client->OpenStream();
+//   (*stream)->Send(1, request_a);
+//   (*stream)->Send(2, request_b);
+//   (*stream)->CloseSend();
+//   while (std::optional<StreamResult> answer = (*stream)->Receive()) { ... }
+//   absl::Status status = (*stream)->Finish();  // OK, or why the stream ended early
+class OpStream {
+ public:
+  OpStream(const OpStream&) = delete;
+  OpStream& operator=(const OpStream&) = delete;
+  ~OpStream();
+
+  // Send queues one request; false when the stream is broken (Finish then says why).
+  bool Send(uint64_t request_id, const v1::OpRequest& request);
+  // CloseSend tells the server no more requests follow; it ends the stream once all are answered.
+  bool CloseSend();
+  // Receive blocks for the next answer; nullopt when the stream has ended.
+  std::optional<StreamResult> Receive();
+  // Finish returns the stream's final status, after Receive has returned nullopt (it waits for
+  // that otherwise, discarding answers): OK, UNAVAILABLE when the server shut down (every request
+  // it read was answered), CANCELLED, DEADLINE_EXCEEDED, UNAUTHENTICATED.
+  absl::Status Finish();
+
+ private:
+  friend class Client;
+  OpStream(const ClientOptions& options, std::unique_ptr<grpc::ClientContext> context);
+
+  const ClientOptions& options_;
+  std::unique_ptr<grpc::ClientContext> context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::RunStreamRequest, v1::RunStreamResponse>> stream_;
+  bool finished_ = false;
+};
+
 // Client calls the tensorops.v1.TensorOps service. Thread-safe; not copyable.
 class Client {
  public:
@@ -252,6 +296,17 @@ class Client {
   // Gather; a src with fewer elements than the mask has true positions is INVALID_ARGUMENT.
   absl::StatusOr<Tensor> MaskedScatter(const TensorView& input, const TensorView& mask,
                                        const TensorView& src, const CallOptions& options = {});
+
+  // Run runs any op given as a wire request (the generic RPC): the same result and errors as that
+  // op's own method. For generic callers that build requests themselves.
+  absl::StatusOr<Tensor> Run(const v1::OpRequest& request, const CallOptions& options = {});
+
+  // OpenStream opens a RunStream; options.timeout bounds the whole stream. Errors as Gather
+  // (reported by the stream's Finish when the server refuses it).
+  absl::StatusOr<std::unique_ptr<OpStream>> OpenStream(const CallOptions& options = {});
+
+  // ServerInfo returns what the server is: version, build, devices, limits, ops, dtypes.
+  absl::StatusOr<v1::ServerInfoResponse> ServerInfo(const CallOptions& options = {});
 
  private:
   Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options);

@@ -1224,6 +1224,24 @@ TEST(ServerProcessTest, CallsStillRunningAfterTheGraceAreCancelled) {
                             << (reply.has_value() ? reply->size() : 0) << " bytes";
 }
 
+TEST(ServerProcessTest, BadLimitAndLoggingFlagsAreUsageErrors) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--max_concurrent_calls=-1", "--max_concurrent_calls=-1 is negative"},
+      {"--max_queued_calls=-5", "--max_queued_calls=-5 is negative"},
+      {"--max_stream_in_flight=0", "--max_stream_in_flight=0 is out of range"},
+      {"--metrics_port=70000", "--metrics_port=70000 is out of range"},
+      {"--log_level=loud", "--log_level=loud is not a level"},
+  };
+  for (const auto& [flag, message] : cases) {
+    absl::StatusOr<std::unique_ptr<ChildProcess>> process =
+        ChildProcess::Spawn({TENSOROPS_SERVER_PATH, "--port=0", flag});
+    ASSERT_TRUE(process.ok()) << process.status();
+    const int exit_status = (*process)->WaitForExit(kShutdownTimeout);
+    EXPECT_TRUE(ExitedWith(exit_status, 2)) << flag << ": " << DescribeExit(exit_status);
+    EXPECT_THAT((*process)->stderr_text(), HasSubstr(message)) << flag;
+  }
+}
+
 TEST(ServerProcessTest, NegativeShutdownGraceIsAUsageError) {
   absl::StatusOr<std::unique_ptr<ChildProcess>> process =
       ChildProcess::Spawn({TENSOROPS_SERVER_PATH, "--port=0", "--shutdown_grace_s=-1"});

@@ -17,10 +17,11 @@ FROM debian:bookworm-slim AS cpu
 RUN apt-get update -qq \
  && apt-get install -y -qq --no-install-recommends \
       libgrpc++1.51 libprotobuf32 libabsl20220623 libspdlog1.10 libfmt9 libtbb12 \
+      libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libcivetweb1 \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 tensorops
 COPY --from=build /build/server/tensorops-server /build/client/cpp/tensorops-cli /usr/local/bin/
 USER tensorops
-EXPOSE 50051
+EXPOSE 50051 9464
 ENTRYPOINT ["/usr/local/bin/tensorops-server"]
-CMD ["--host=0.0.0.0", "--port=50051"]
+CMD ["--host=0.0.0.0", "--port=50051", "--metrics_port=9464"]

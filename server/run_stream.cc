@@ -152,8 +152,10 @@ void RunStreamReactor::OnReadDone(bool ok) {
   {
     absl::MutexLock lock(&mu_);
     reading_ = false;
-    if (!ok) {
-      reads_done_ = true;
+    if (!ok) reads_done_ = true;
+    // A read that was outstanding when the stream finished (shutdown) may still bring a message;
+    // nothing can answer it any more.
+    if (!ok || finished_) {
       MaybeFinishLocked();
       return;
     }

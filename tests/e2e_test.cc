@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/random/random.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -36,6 +37,9 @@
 #include "client/cpp/client.h"
 #include "client/cpp/npy.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/descriptor.pb.h"
+#include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kernels/gather.h"
@@ -1022,6 +1026,66 @@ TEST_F(E2eTest, ServerInfoThroughTheClient) {
   EXPECT_EQ(info->devices(0).threads(), 2);  // StartServer passes --threads=2.
   EXPECT_FALSE(info->tls());
   EXPECT_FALSE(info->auth_token_required());
+}
+
+// Server reflection through its own client stub, as grpcurl uses it: list the services, then
+// rebuild the TensorOps service from the file descriptors the server sends, without our .proto.
+TEST_F(E2eTest, ReflectionDescribesTheServiceWithoutTheProtoFiles) {
+  namespace reflection = ::grpc::reflection::v1alpha;
+  std::unique_ptr<reflection::ServerReflection::Stub> stub = reflection::ServerReflection::NewStub(
+      grpc::CreateChannel(target(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kCliTimeout));
+  auto stream = stub->ServerReflectionInfo(&context);
+
+  reflection::ServerReflectionRequest list;
+  list.set_list_services("*");
+  ASSERT_TRUE(stream->Write(list));
+  reflection::ServerReflectionResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  std::vector<std::string> services;
+  for (const reflection::ServiceResponse& service : response.list_services_response().service()) {
+    services.push_back(service.name());
+  }
+  EXPECT_THAT(services, ::testing::IsSupersetOf({"tensorops.v1.TensorOps", "grpc.health.v1.Health",
+                                                 "grpc.reflection.v1alpha.ServerReflection"}));
+
+  // The file defining the service comes with every file it imports.
+  reflection::ServerReflectionRequest file_request;
+  file_request.set_file_containing_symbol("tensorops.v1.TensorOps");
+  ASSERT_TRUE(stream->Write(file_request));
+  ASSERT_TRUE(stream->Read(&response));
+  ASSERT_TRUE(response.has_file_descriptor_response()) << response.error_response().error_message();
+  std::vector<google::protobuf::FileDescriptorProto> files;
+  for (const std::string& bytes : response.file_descriptor_response().file_descriptor_proto()) {
+    ASSERT_TRUE(files.emplace_back().ParseFromString(bytes));
+  }
+  ASSERT_TRUE(stream->WritesDone());
+  EXPECT_TRUE(stream->Finish().ok());
+
+  // Build them into a fresh pool, dependencies first, as a generic client would.
+  google::protobuf::DescriptorPool pool;
+  for (size_t built = 0, round = 0; built < files.size() && round < files.size(); ++round) {
+    for (const google::protobuf::FileDescriptorProto& file : files) {
+      if (pool.FindFileByName(file.name()) != nullptr) continue;
+      const bool ready = absl::c_all_of(file.dependency(), [&](const std::string& dependency) {
+        return pool.FindFileByName(dependency) != nullptr;
+      });
+      if (ready && pool.BuildFile(file) != nullptr) ++built;
+    }
+  }
+  const google::protobuf::ServiceDescriptor* service =
+      pool.FindServiceByName("tensorops.v1.TensorOps");
+  ASSERT_NE(service, nullptr);
+  for (const char* method :
+       {"Gather", "Scatter", "GatherNd", "MaskedScatter", "Run", "RunStream", "ServerInfo"}) {
+    EXPECT_NE(service->FindMethodByName(method), nullptr) << method;
+  }
+  const google::protobuf::Descriptor* gather = service->FindMethodByName("Gather")->input_type();
+  EXPECT_EQ(gather->full_name(), "tensorops.v1.GatherRequest");
+  ASSERT_NE(gather->FindFieldByName("index"), nullptr);
+  EXPECT_EQ(gather->FindFieldByName("index")->message_type()->full_name(), "tensorops.v1.Tensor");
+  EXPECT_TRUE(service->FindMethodByName("RunStream")->client_streaming());
 }
 
 TEST(ServerProcessTest, MetricsEndpointShowsTheCountersMove) {

@@ -177,9 +177,12 @@ Tensor EmbedBlock(Tensor block, ShapeSpan shape) {
 
 // SumToShape sums `tensor` over the dimensions broadcasting expanded from `shape` (NumPy rules,
 // `shape` broadcastable to tensor's shape). Each summed dimension is a Scatter SUM along it with
-// an all-zero index, so the summation is the forward kernel's (float32 accumulation included).
+// an all-zero index, so the summation is the forward kernel's; 16-bit floats are summed in float32
+// across all dimensions and rounded once.
 absl::StatusOr<Tensor> SumToShape(Tensor tensor, ShapeSpan shape) {
   if (ShapeSpan(tensor.shape()) == shape) return tensor;
+  const DataType dtype = tensor.dtype();
+  if (ComputeDtype(dtype) != dtype) tensor = ConvertTo(tensor.view(), ComputeDtype(dtype));
   static constexpr int64_t kZeroIndex = 0;
   const int64_t rank = tensor.rank();
   const int64_t leading = rank - static_cast<int64_t>(shape.size());
@@ -198,7 +201,7 @@ absl::StatusOr<Tensor> SumToShape(Tensor tensor, ShapeSpan shape) {
                                                             .reduce = Reduction::kSum}));
     tensor = std::move(summed);
   }
-  return Reshaped(std::move(tensor), shape);
+  return ConvertTo(Reshaped(std::move(tensor), shape).view(), dtype);
 }
 
 // ---------------------------------------------------------------------------------------------

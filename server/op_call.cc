@@ -55,8 +55,8 @@ void LogFinishedCall(std::string_view method, std::string_view peer, absl::Durat
 grpc::ServerUnaryReactor* UnaryOpCall::Start(
     const ServingContext& serving, grpc::CallbackServerContext* context, std::string_view method,
     std::string_view op, const std::function<absl::StatusOr<PreparedOp>()>& prepare,
-    int64_t request_bytes, google::protobuf::Message* response, v1::Tensor* result) {
-  auto* call = new UnaryOpCall(serving, context, method, op, request_bytes, response, result);
+    int64_t request_bytes, google::protobuf::Message* response) {
+  auto* call = new UnaryOpCall(serving, context, method, op, request_bytes, response);
   // The token check comes first, so that an unauthenticated caller learns nothing from decoding.
   absl::Status status = Authenticate(serving, *context);
   if (status.ok())
@@ -75,14 +75,13 @@ grpc::ServerUnaryReactor* UnaryOpCall::Start(
 
 UnaryOpCall::UnaryOpCall(const ServingContext& serving, grpc::CallbackServerContext* context,
                          std::string_view method, std::string_view op, int64_t request_bytes,
-                         google::protobuf::Message* response, v1::Tensor* result)
+                         google::protobuf::Message* response)
     : Scheduler::Work(absl::FromChrono(context->deadline())),
       serving_(serving),
       context_(context),
       method_(method),
       op_name_(op),
       response_(response),
-      result_(result),
       request_bytes_(request_bytes) {}
 
 void UnaryOpCall::Run() {
@@ -93,7 +92,7 @@ void UnaryOpCall::Run() {
   }
   timeline_.run_start = absl::Now();
   timeline_.device = "cpu";
-  const absl::Status status = GuardExceptions(op_.op, [this] { return op_.run(result_); });
+  const absl::Status status = GuardExceptions(op_.op, [this] { return op_.run(); });
   timeline_.run_end = absl::Now();
   FinishWith(status);
 }

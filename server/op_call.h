@@ -85,13 +85,13 @@ class UnaryOpCall final : public grpc::ServerUnaryReactor, private Scheduler::Wo
                                          grpc::CallbackServerContext* context,
                                          std::string_view method, std::string_view op,
                                          const std::function<absl::StatusOr<PreparedOp>()>& prepare,
-                                         int64_t request_bytes, google::protobuf::Message* response,
-                                         v1::Tensor* result);
+                                         int64_t request_bytes,
+                                         google::protobuf::Message* response);
 
  private:
   UnaryOpCall(const ServingContext& serving, grpc::CallbackServerContext* context,
               std::string_view method, std::string_view op, int64_t request_bytes,
-              google::protobuf::Message* response, v1::Tensor* result);
+              google::protobuf::Message* response);
 
   // Scheduler::Work: on a worker thread, or wherever the call left the queue.
   void Run() override;
@@ -109,7 +109,6 @@ class UnaryOpCall final : public grpc::ServerUnaryReactor, private Scheduler::Wo
   // The op's name for metrics: known before preparation, so that a call failing there has it.
   const std::string_view op_name_;
   google::protobuf::Message* const response_;
-  v1::Tensor* const result_;
   const int64_t request_bytes_;
   CallTimeline timeline_;
   absl::StatusCode code_ = absl::StatusCode::kOk;

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "kernels/backward.h"
 #include "kernels/gather.h"
 #include "kernels/index_ops.h"
 #include "kernels/masked_scatter.h"
@@ -50,15 +51,15 @@ absl::Status RunMaskedScatter(const MaskedScatterPlan& plan, const MutableTensor
 }
 
 // Prepare is the common tail of every PrepareOp: take the plan (or its error) and return the op
-// that allocates the result inside the response and runs the kernel into it.
+// that allocates the result in `result_tensor` (inside the response) and runs the kernel into it.
 template <typename Plan, typename Kernel>
 absl::StatusOr<PreparedOp> Prepare(std::string_view op, absl::StatusOr<Plan> plan,
-                                   const wire::DecodeLimits& limits, Kernel kernel) {
+                                   const wire::DecodeLimits& limits, v1::Tensor* result_tensor,
+                                   Kernel kernel) {
   if (!plan.ok()) return plan.status();
   auto shared_plan = std::make_shared<const Plan>(*std::move(plan));
   return PreparedOp{
-      .op = op,
-      .run = [op, limits, kernel, shared_plan](v1::Tensor* result_tensor) -> absl::Status {
+      .op = op, .run = [op, limits, kernel, shared_plan, result_tensor]() -> absl::Status {
         absl::StatusOr<MutableTensorView> result = AllocateResult(
             op, shared_plan->result_dtype, shared_plan->result_shape, limits, result_tensor);
         if (!result.ok()) return result.status();
@@ -68,8 +69,8 @@ absl::StatusOr<PreparedOp> Prepare(std::string_view op, absl::StatusOr<Plan> pla
 
 }  // namespace
 
-absl::StatusOr<PreparedOp> PrepareOp(const v1::GatherRequest& request,
-                                     const wire::DecodeLimits& limits) {
+absl::StatusOr<GatherArgs> DecodeArgs(const v1::GatherRequest& request,
+                                      const wire::DecodeLimits& limits) {
   constexpr std::string_view kOp = "gather";
   absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
   if (!input.ok()) return input.status();
@@ -78,11 +79,11 @@ absl::StatusOr<PreparedOp> PrepareOp(const v1::GatherRequest& request,
 
   const GatherArgs args{
       .input = *input, .index = *index, .axis = request.axis(), .broadcast = request.broadcast()};
-  return Prepare(kOp, PlanGather(args), limits, RunGather);
+  return args;
 }
 
-absl::StatusOr<PreparedOp> PrepareOp(const v1::ScatterRequest& request,
-                                     const wire::DecodeLimits& limits) {
+absl::StatusOr<ScatterArgs> DecodeArgs(const v1::ScatterRequest& request,
+                                       const wire::DecodeLimits& limits) {
   constexpr std::string_view kOp = "scatter";
   absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
   if (!input.ok()) return input.status();
@@ -117,22 +118,22 @@ absl::StatusOr<PreparedOp> PrepareOp(const v1::ScatterRequest& request,
   args.broadcast = request.broadcast();
   // `deterministic` needs nothing here: the CPU kernels are always bitwise reproducible.
 
-  return Prepare(kOp, PlanScatter(args), limits, RunScatter);
+  return args;
 }
 
-absl::StatusOr<PreparedOp> PrepareOp(const v1::IndexSelectRequest& request,
-                                     const wire::DecodeLimits& limits) {
+absl::StatusOr<IndexSelectArgs> DecodeArgs(const v1::IndexSelectRequest& request,
+                                           const wire::DecodeLimits& limits) {
   constexpr std::string_view kOp = "index_select";
   absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
   if (!input.ok()) return input.status();
   absl::StatusOr<TensorView> index = wire::DecodeTensor(request.index(), kOp, "index", limits);
   if (!index.ok()) return index.status();
   const IndexSelectArgs args{.input = *input, .index = *index, .axis = request.axis()};
-  return Prepare(kOp, PlanIndexSelect(args), limits, RunGather);
+  return args;
 }
 
-absl::StatusOr<PreparedOp> PrepareOp(const v1::IndexReduceRequest& request,
-                                     const wire::DecodeLimits& limits) {
+absl::StatusOr<IndexReduceArgs> DecodeArgs(const v1::IndexReduceRequest& request,
+                                           const wire::DecodeLimits& limits) {
   constexpr std::string_view kOp = "index_reduce";
   absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
   if (!input.ok()) return input.status();
@@ -153,11 +154,11 @@ absl::StatusOr<PreparedOp> PrepareOp(const v1::IndexReduceRequest& request,
     if (!alpha.ok()) return alpha.status();
     args.alpha = *alpha;
   }
-  return Prepare(kOp, PlanIndexReduce(args), limits, RunScatter);
+  return args;
 }
 
-absl::StatusOr<PreparedOp> PrepareOp(const v1::SelectScatterRequest& request,
-                                     const wire::DecodeLimits& limits) {
+absl::StatusOr<SelectScatterArgs> DecodeArgs(const v1::SelectScatterRequest& request,
+                                             const wire::DecodeLimits& limits) {
   constexpr std::string_view kOp = "select_scatter";
   absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
   if (!input.ok()) return input.status();
@@ -165,11 +166,11 @@ absl::StatusOr<PreparedOp> PrepareOp(const v1::SelectScatterRequest& request,
   if (!src.ok()) return src.status();
   const SelectScatterArgs args{
       .input = *input, .src = *src, .axis = request.axis(), .index = request.index()};
-  return Prepare(kOp, PlanSelectScatter(args), limits, RunViewScatter);
+  return args;
 }
 
-absl::StatusOr<PreparedOp> PrepareOp(const v1::SliceScatterRequest& request,
-                                     const wire::DecodeLimits& limits) {
+absl::StatusOr<SliceScatterArgs> DecodeArgs(const v1::SliceScatterRequest& request,
+                                            const wire::DecodeLimits& limits) {
   constexpr std::string_view kOp = "slice_scatter";
   absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
   if (!input.ok()) return input.status();
@@ -179,11 +180,11 @@ absl::StatusOr<PreparedOp> PrepareOp(const v1::SliceScatterRequest& request,
   if (request.has_start()) args.start = request.start();
   if (request.has_end()) args.end = request.end();
   if (request.has_step()) args.step = request.step();
-  return Prepare(kOp, PlanSliceScatter(args), limits, RunViewScatter);
+  return args;
 }
 
-absl::StatusOr<PreparedOp> PrepareOp(const v1::DiagonalScatterRequest& request,
-                                     const wire::DecodeLimits& limits) {
+absl::StatusOr<DiagonalScatterArgs> DecodeArgs(const v1::DiagonalScatterRequest& request,
+                                               const wire::DecodeLimits& limits) {
   constexpr std::string_view kOp = "diagonal_scatter";
   absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
   if (!input.ok()) return input.status();
@@ -194,11 +195,11 @@ absl::StatusOr<PreparedOp> PrepareOp(const v1::DiagonalScatterRequest& request,
                                  .offset = request.offset(),
                                  .axis1 = request.has_axis1() ? request.axis1() : 0,
                                  .axis2 = request.has_axis2() ? request.axis2() : 1};
-  return Prepare(kOp, PlanDiagonalScatter(args), limits, RunViewScatter);
+  return args;
 }
 
-absl::StatusOr<PreparedOp> PrepareOp(const v1::GatherNdRequest& request,
-                                     const wire::DecodeLimits& limits) {
+absl::StatusOr<GatherNdArgs> DecodeArgs(const v1::GatherNdRequest& request,
+                                        const wire::DecodeLimits& limits) {
   constexpr std::string_view kOp = "gather_nd";
   absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
   if (!input.ok()) return input.status();
@@ -208,11 +209,11 @@ absl::StatusOr<PreparedOp> PrepareOp(const v1::GatherNdRequest& request,
                           .index = *index,
                           .axes = {request.axes().begin(), request.axes().end()},
                           .batch_dims = request.batch_dims()};
-  return Prepare(kOp, PlanGatherNd(args), limits, RunGatherNd);
+  return args;
 }
 
-absl::StatusOr<PreparedOp> PrepareOp(const v1::ScatterNdRequest& request,
-                                     const wire::DecodeLimits& limits) {
+absl::StatusOr<ScatterNdArgs> DecodeArgs(const v1::ScatterNdRequest& request,
+                                         const wire::DecodeLimits& limits) {
   constexpr std::string_view kOp = "scatter_nd";
   absl::StatusOr<TensorView> index = wire::DecodeTensor(request.index(), kOp, "index", limits);
   if (!index.ok()) return index.status();
@@ -247,11 +248,11 @@ absl::StatusOr<PreparedOp> PrepareOp(const v1::ScatterNdRequest& request,
     if (!numel.ok()) return numel.status();
   }
   // `deterministic` needs nothing here: the CPU kernels are always bitwise reproducible.
-  return Prepare(kOp, PlanScatterNd(args), limits, RunScatterNd);
+  return args;
 }
 
-absl::StatusOr<PreparedOp> PrepareOp(const v1::MaskedScatterRequest& request,
-                                     const wire::DecodeLimits& limits) {
+absl::StatusOr<MaskedScatterArgs> DecodeArgs(const v1::MaskedScatterRequest& request,
+                                             const wire::DecodeLimits& limits) {
   constexpr std::string_view kOp = "masked_scatter";
   absl::StatusOr<TensorView> input = wire::DecodeTensor(request.input(), kOp, "input", limits);
   if (!input.ok()) return input.status();
@@ -260,37 +261,199 @@ absl::StatusOr<PreparedOp> PrepareOp(const v1::MaskedScatterRequest& request,
   absl::StatusOr<TensorView> src = wire::DecodeTensor(request.src(), kOp, "src", limits);
   if (!src.ok()) return src.status();
   const MaskedScatterArgs args{.input = *input, .mask = *mask, .source = *src};
-  return Prepare(kOp, PlanMaskedScatter(args), limits, RunMaskedScatter);
+  return args;
 }
 
-absl::StatusOr<PreparedOp> PrepareOp(const v1::OpRequest& request,
-                                     const wire::DecodeLimits& limits) {
+absl::StatusOr<PreparedOp> PrepareOp(const v1::GatherRequest& request,
+                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+  absl::StatusOr<GatherArgs> args = DecodeArgs(request, limits);
+  if (!args.ok()) return args.status();
+  return Prepare("gather", PlanGather(*args), limits, result, RunGather);
+}
+
+absl::StatusOr<PreparedOp> PrepareOp(const v1::ScatterRequest& request,
+                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+  absl::StatusOr<ScatterArgs> args = DecodeArgs(request, limits);
+  if (!args.ok()) return args.status();
+  return Prepare("scatter", PlanScatter(*args), limits, result, RunScatter);
+}
+
+absl::StatusOr<PreparedOp> PrepareOp(const v1::IndexSelectRequest& request,
+                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+  absl::StatusOr<IndexSelectArgs> args = DecodeArgs(request, limits);
+  if (!args.ok()) return args.status();
+  return Prepare("index_select", PlanIndexSelect(*args), limits, result, RunGather);
+}
+
+absl::StatusOr<PreparedOp> PrepareOp(const v1::IndexReduceRequest& request,
+                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+  absl::StatusOr<IndexReduceArgs> args = DecodeArgs(request, limits);
+  if (!args.ok()) return args.status();
+  return Prepare("index_reduce", PlanIndexReduce(*args), limits, result, RunScatter);
+}
+
+absl::StatusOr<PreparedOp> PrepareOp(const v1::SelectScatterRequest& request,
+                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+  absl::StatusOr<SelectScatterArgs> args = DecodeArgs(request, limits);
+  if (!args.ok()) return args.status();
+  return Prepare("select_scatter", PlanSelectScatter(*args), limits, result, RunViewScatter);
+}
+
+absl::StatusOr<PreparedOp> PrepareOp(const v1::SliceScatterRequest& request,
+                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+  absl::StatusOr<SliceScatterArgs> args = DecodeArgs(request, limits);
+  if (!args.ok()) return args.status();
+  return Prepare("slice_scatter", PlanSliceScatter(*args), limits, result, RunViewScatter);
+}
+
+absl::StatusOr<PreparedOp> PrepareOp(const v1::DiagonalScatterRequest& request,
+                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+  absl::StatusOr<DiagonalScatterArgs> args = DecodeArgs(request, limits);
+  if (!args.ok()) return args.status();
+  return Prepare("diagonal_scatter", PlanDiagonalScatter(*args), limits, result, RunViewScatter);
+}
+
+absl::StatusOr<PreparedOp> PrepareOp(const v1::GatherNdRequest& request,
+                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+  absl::StatusOr<GatherNdArgs> args = DecodeArgs(request, limits);
+  if (!args.ok()) return args.status();
+  return Prepare("gather_nd", PlanGatherNd(*args), limits, result, RunGatherNd);
+}
+
+absl::StatusOr<PreparedOp> PrepareOp(const v1::ScatterNdRequest& request,
+                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+  absl::StatusOr<ScatterNdArgs> args = DecodeArgs(request, limits);
+  if (!args.ok()) return args.status();
+  return Prepare("scatter_nd", PlanScatterNd(*args), limits, result, RunScatterNd);
+}
+
+absl::StatusOr<PreparedOp> PrepareOp(const v1::MaskedScatterRequest& request,
+                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+  absl::StatusOr<MaskedScatterArgs> args = DecodeArgs(request, limits);
+  if (!args.ok()) return args.status();
+  return Prepare("masked_scatter", PlanMaskedScatter(*args), limits, result, RunMaskedScatter);
+}
+
+absl::StatusOr<PreparedOp> PrepareOp(const v1::OpRequest& request, const wire::DecodeLimits& limits,
+                                     v1::Tensor* result) {
   switch (request.op_case()) {
     case v1::OpRequest::kGather:
-      return PrepareOp(request.gather(), limits);
+      return PrepareOp(request.gather(), limits, result);
     case v1::OpRequest::kScatter:
-      return PrepareOp(request.scatter(), limits);
+      return PrepareOp(request.scatter(), limits, result);
     case v1::OpRequest::kIndexSelect:
-      return PrepareOp(request.index_select(), limits);
+      return PrepareOp(request.index_select(), limits, result);
     case v1::OpRequest::kIndexReduce:
-      return PrepareOp(request.index_reduce(), limits);
+      return PrepareOp(request.index_reduce(), limits, result);
     case v1::OpRequest::kSelectScatter:
-      return PrepareOp(request.select_scatter(), limits);
+      return PrepareOp(request.select_scatter(), limits, result);
     case v1::OpRequest::kSliceScatter:
-      return PrepareOp(request.slice_scatter(), limits);
+      return PrepareOp(request.slice_scatter(), limits, result);
     case v1::OpRequest::kDiagonalScatter:
-      return PrepareOp(request.diagonal_scatter(), limits);
+      return PrepareOp(request.diagonal_scatter(), limits, result);
     case v1::OpRequest::kGatherNd:
-      return PrepareOp(request.gather_nd(), limits);
+      return PrepareOp(request.gather_nd(), limits, result);
     case v1::OpRequest::kScatterNd:
-      return PrepareOp(request.scatter_nd(), limits);
+      return PrepareOp(request.scatter_nd(), limits, result);
     case v1::OpRequest::kMaskedScatter:
-      return PrepareOp(request.masked_scatter(), limits);
+      return PrepareOp(request.masked_scatter(), limits, result);
     case v1::OpRequest::OP_NOT_SET:
       break;
   }
   return absl::InvalidArgumentError(
       "run: op is not set (expected exactly one operation request, e.g. gather or scatter)");
+}
+
+namespace {
+
+// ToBackwardArgs wraps one op's decoded arguments for Backward.
+template <typename Args>
+absl::StatusOr<BackwardArgs> ToBackwardArgs(absl::StatusOr<Args> args) {
+  if (!args.ok()) return args.status();
+  return BackwardArgs(*std::move(args));
+}
+
+absl::StatusOr<BackwardArgs> DecodeBackwardArgs(const v1::OpRequest& request,
+                                                const wire::DecodeLimits& limits) {
+  switch (request.op_case()) {
+    case v1::OpRequest::kGather:
+      return ToBackwardArgs(DecodeArgs(request.gather(), limits));
+    case v1::OpRequest::kScatter:
+      return ToBackwardArgs(DecodeArgs(request.scatter(), limits));
+    case v1::OpRequest::kIndexSelect:
+      return ToBackwardArgs(DecodeArgs(request.index_select(), limits));
+    case v1::OpRequest::kIndexReduce:
+      return ToBackwardArgs(DecodeArgs(request.index_reduce(), limits));
+    case v1::OpRequest::kSelectScatter:
+      return ToBackwardArgs(DecodeArgs(request.select_scatter(), limits));
+    case v1::OpRequest::kSliceScatter:
+      return ToBackwardArgs(DecodeArgs(request.slice_scatter(), limits));
+    case v1::OpRequest::kDiagonalScatter:
+      return ToBackwardArgs(DecodeArgs(request.diagonal_scatter(), limits));
+    case v1::OpRequest::kGatherNd:
+      return ToBackwardArgs(DecodeArgs(request.gather_nd(), limits));
+    case v1::OpRequest::kScatterNd:
+      return ToBackwardArgs(DecodeArgs(request.scatter_nd(), limits));
+    case v1::OpRequest::kMaskedScatter:
+      return ToBackwardArgs(DecodeArgs(request.masked_scatter(), limits));
+    case v1::OpRequest::OP_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      "backward: op is not set (expected the forward call's request, e.g. gather or scatter)");
+}
+
+}  // namespace
+
+absl::StatusOr<PreparedOp> PrepareBackward(const v1::BackwardRequest& request,
+                                           const wire::DecodeLimits& limits,
+                                           v1::BackwardResponse* response) {
+  const std::string_view op = BackwardOpName(request.op());
+  absl::StatusOr<BackwardArgs> args = DecodeBackwardArgs(request.op(), limits);
+  if (!args.ok()) return args.status();
+  absl::StatusOr<TensorView> grad_output =
+      wire::DecodeTensor(request.grad_output(), op, "grad_output", limits);
+  if (!grad_output.ok()) return grad_output.status();
+  auto shared_args = std::make_shared<const BackwardArgs>(*std::move(args));
+  return PreparedOp{
+      .op = op, .run = [shared_args, grad_output = *grad_output, response]() -> absl::Status {
+        absl::StatusOr<Gradients> gradients = Backward(*shared_args, grad_output);
+        if (!gradients.ok()) return gradients.status();
+        // The gradients are computed into tensors of their own and copied into the response
+        // once; they are each the size of an input, which the request already carried.
+        for (const auto& [argument, gradient] : gradients->by_argument) {
+          wire::EncodeTensor(gradient.view(), &(*response->mutable_gradients())[argument]);
+        }
+        return absl::OkStatus();
+      }};
+}
+
+std::string_view BackwardOpName(const v1::OpRequest& request) {
+  switch (request.op_case()) {
+    case v1::OpRequest::kGather:
+      return "gather_backward";
+    case v1::OpRequest::kScatter:
+      return "scatter_backward";
+    case v1::OpRequest::kIndexSelect:
+      return "index_select_backward";
+    case v1::OpRequest::kIndexReduce:
+      return "index_reduce_backward";
+    case v1::OpRequest::kSelectScatter:
+      return "select_scatter_backward";
+    case v1::OpRequest::kSliceScatter:
+      return "slice_scatter_backward";
+    case v1::OpRequest::kDiagonalScatter:
+      return "diagonal_scatter_backward";
+    case v1::OpRequest::kGatherNd:
+      return "gather_nd_backward";
+    case v1::OpRequest::kScatterNd:
+      return "scatter_nd_backward";
+    case v1::OpRequest::kMaskedScatter:
+      return "masked_scatter_backward";
+    case v1::OpRequest::OP_NOT_SET:
+      break;
+  }
+  return "backward";
 }
 
 std::string_view OpName(const v1::OpRequest& request) {

@@ -2,7 +2,8 @@
 // runs an op (its own RPC, Run, RunStream) prepares it here, so all of them share one set of
 // checks, limits and kernels.
 //
-//   absl::StatusOr<PreparedOp> op = PrepareOp(request, limits);  // on the gRPC thread
+//   absl::StatusOr<PreparedOp> op =
+//       PrepareOp(request, limits, response.mutable_result());    // on the gRPC thread
 //   if (!op.ok()) return Fail(op.status());
 //   absl::Status status = op->run(response.mutable_result());    // later, on a worker
 //
@@ -27,39 +28,50 @@ namespace tensorops {
 struct PreparedOp {
   // The op's name as errors and metrics give it: "gather", "scatter_nd", ...
   std::string_view op;
-  // run checks the result against the limits (RESOURCE_EXHAUSTED), allocates it in `result` and
-  // runs the kernel into it; errors as the kernel's (an out-of-range index value is found here).
-  // May throw std::bad_alloc. Call at most once.
-  std::function<absl::Status(v1::Tensor* result)> run;
+  // run checks the result against the limits (RESOURCE_EXHAUSTED), allocates it in the response
+  // PrepareOp was given and runs the kernel into it; errors as the kernel's (an out-of-range index
+  // value is found here). May throw std::bad_alloc. Call at most once.
+  std::function<absl::Status()> run;
 };
 
-// PrepareOp decodes and plans one request under `limits`: INVALID_ARGUMENT for a bad request
-// (naming the op, the argument, the value and the rule), RESOURCE_EXHAUSTED for a tensor over the
-// limits. One overload per op request message.
+// PrepareOp decodes and plans one request under `limits`, its result to go into `result` (inside
+// the response, which must outlive the PreparedOp): INVALID_ARGUMENT for a bad request (naming the
+// op, the argument, the value and the rule), RESOURCE_EXHAUSTED for a tensor over the limits. One
+// overload per op request message.
 absl::StatusOr<PreparedOp> PrepareOp(const v1::GatherRequest& request,
-                                     const wire::DecodeLimits& limits);
+                                     const wire::DecodeLimits& limits, v1::Tensor* result);
 absl::StatusOr<PreparedOp> PrepareOp(const v1::ScatterRequest& request,
-                                     const wire::DecodeLimits& limits);
+                                     const wire::DecodeLimits& limits, v1::Tensor* result);
 absl::StatusOr<PreparedOp> PrepareOp(const v1::IndexSelectRequest& request,
-                                     const wire::DecodeLimits& limits);
+                                     const wire::DecodeLimits& limits, v1::Tensor* result);
 absl::StatusOr<PreparedOp> PrepareOp(const v1::IndexReduceRequest& request,
-                                     const wire::DecodeLimits& limits);
+                                     const wire::DecodeLimits& limits, v1::Tensor* result);
 absl::StatusOr<PreparedOp> PrepareOp(const v1::SelectScatterRequest& request,
-                                     const wire::DecodeLimits& limits);
+                                     const wire::DecodeLimits& limits, v1::Tensor* result);
 absl::StatusOr<PreparedOp> PrepareOp(const v1::SliceScatterRequest& request,
-                                     const wire::DecodeLimits& limits);
+                                     const wire::DecodeLimits& limits, v1::Tensor* result);
 absl::StatusOr<PreparedOp> PrepareOp(const v1::DiagonalScatterRequest& request,
-                                     const wire::DecodeLimits& limits);
+                                     const wire::DecodeLimits& limits, v1::Tensor* result);
 absl::StatusOr<PreparedOp> PrepareOp(const v1::GatherNdRequest& request,
-                                     const wire::DecodeLimits& limits);
+                                     const wire::DecodeLimits& limits, v1::Tensor* result);
 absl::StatusOr<PreparedOp> PrepareOp(const v1::ScatterNdRequest& request,
-                                     const wire::DecodeLimits& limits);
+                                     const wire::DecodeLimits& limits, v1::Tensor* result);
 absl::StatusOr<PreparedOp> PrepareOp(const v1::MaskedScatterRequest& request,
-                                     const wire::DecodeLimits& limits);
+                                     const wire::DecodeLimits& limits, v1::Tensor* result);
 // The generic form: the op the oneof holds; INVALID_ARGUMENT "run: op is not set ..." when it
 // holds none.
-absl::StatusOr<PreparedOp> PrepareOp(const v1::OpRequest& request,
-                                     const wire::DecodeLimits& limits);
+absl::StatusOr<PreparedOp> PrepareOp(const v1::OpRequest& request, const wire::DecodeLimits& limits,
+                                     v1::Tensor* result);
+
+// PrepareBackward decodes the forward call and grad_output of `request`; its `run` computes the
+// gradients (kernels/backward.h) into `response`. Errors as PrepareOp's, and the backward's own
+// (a dtype that is not differentiable, a grad_output of the wrong shape or dtype) from `run`.
+absl::StatusOr<PreparedOp> PrepareBackward(const v1::BackwardRequest& request,
+                                           const wire::DecodeLimits& limits,
+                                           v1::BackwardResponse* response);
+
+// BackwardOpName is the name of `request`'s backward for logs and metrics: "gather_backward", ...
+std::string_view BackwardOpName(const v1::OpRequest& request);
 
 // OpName is the name PrepareOp would give `request`'s op ("run" when none is set), for logs and
 // metrics of calls that fail before or during preparation.

@@ -53,7 +53,8 @@ class RunStreamReactor::Request final : public Scheduler::Work {
   void Start() {
     const std::string_view op_name = OpName(message_.op());
     absl::Status status = GuardExceptions(op_name, [this]() -> absl::Status {
-      absl::StatusOr<PreparedOp> op = PrepareOp(message_.op(), stream_->serving_.limits);
+      absl::StatusOr<PreparedOp> op =
+          PrepareOp(message_.op(), stream_->serving_.limits, response_.mutable_result());
       if (!op.ok()) return op.status();
       op_ = *std::move(op);
       return absl::OkStatus();
@@ -66,8 +67,7 @@ class RunStreamReactor::Request final : public Scheduler::Work {
   void Run() override {
     timeline_.run_start = absl::Now();
     timeline_.device = "cpu";
-    const absl::Status status =
-        GuardExceptions(op_.op, [this] { return op_.run(response_.mutable_result()); });
+    const absl::Status status = GuardExceptions(op_.op, [this] { return op_.run(); });
     timeline_.run_end = absl::Now();
     Answer(status);
   }

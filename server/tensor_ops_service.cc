@@ -20,8 +20,9 @@ grpc::ServerUnaryReactor* TensorOpsService::ServeOp(grpc::CallbackServerContext*
                                                     std::string_view method, std::string_view op,
                                                     const Request* request, Response* response) {
   return UnaryOpCall::Start(
-      serving_, context, method, op, [&] { return PrepareOp(*request, serving_.limits); },
-      static_cast<int64_t>(request->ByteSizeLong()), response, response->mutable_result());
+      serving_, context, method, op,
+      [&] { return PrepareOp(*request, serving_.limits, response->mutable_result()); },
+      static_cast<int64_t>(request->ByteSizeLong()), response);
 }
 
 grpc::ServerUnaryReactor* TensorOpsService::Gather(grpc::CallbackServerContext* context,
@@ -88,6 +89,15 @@ grpc::ServerUnaryReactor* TensorOpsService::Run(grpc::CallbackServerContext* con
                                                 const v1::OpRequest* request,
                                                 v1::OpResponse* response) {
   return ServeOp(context, "Run", OpName(*request), request, response);
+}
+
+grpc::ServerUnaryReactor* TensorOpsService::Backward(grpc::CallbackServerContext* context,
+                                                     const v1::BackwardRequest* request,
+                                                     v1::BackwardResponse* response) {
+  return UnaryOpCall::Start(
+      serving_, context, "Backward", BackwardOpName(request->op()),
+      [&] { return PrepareBackward(*request, serving_.limits, response); },
+      static_cast<int64_t>(request->ByteSizeLong()), response);
 }
 
 grpc::ServerBidiReactor<v1::RunStreamRequest, v1::RunStreamResponse>* TensorOpsService::RunStream(

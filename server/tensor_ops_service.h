@@ -77,6 +77,10 @@ class TensorOpsService final : public v1::TensorOps::CallbackService {
   grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* context, const v1::OpRequest* request,
                                 v1::OpResponse* response) override;
 
+  grpc::ServerUnaryReactor* Backward(grpc::CallbackServerContext* context,
+                                     const v1::BackwardRequest* request,
+                                     v1::BackwardResponse* response) override;
+
   grpc::ServerBidiReactor<v1::RunStreamRequest, v1::RunStreamResponse>* RunStream(
       grpc::CallbackServerContext* context) override;
 

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -42,6 +43,7 @@
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "kernels/backward.h"
 #include "kernels/gather.h"
 #include "kernels/masked_scatter.h"
 #include "kernels/nd_ops.h"
@@ -1014,6 +1016,70 @@ TEST_F(E2eTest, RunAndOpStreamMatchTheOpsOwnMethod) {
   }
   EXPECT_TRUE((*stream)->Finish().ok());
   for (uint64_t id = 0; id < kRequests; ++id) EXPECT_EQ(answers[id], 1) << "request " << id;
+}
+
+// Backward over the wire gives what the kernels' Backward gives (tested there against finite
+// differences), for a gather-family and a scatter-family op.
+TEST_F(E2eTest, BackwardMatchesTheKernels) {
+  absl::BitGen gen;
+  const Tensor input = ref::RandomTensor(DataType::kFloat64, {4, 5}, gen);
+  const Tensor src = ref::RandomTensor(DataType::kFloat64, {4, 3}, gen);
+  const Tensor index =
+      ref::RandomIndex(DataType::kInt64, {4, 3}, 1, 5, ref::IndexPattern::kDuplicateHeavy, gen);
+
+  v1::OpRequest gather;
+  wire::EncodeTensor(input.view(), gather.mutable_gather()->mutable_input());
+  wire::EncodeTensor(index.view(), gather.mutable_gather()->mutable_index());
+  gather.mutable_gather()->set_axis(1);
+  const Tensor gather_grad = ref::RandomTensor(DataType::kFloat64, {4, 3}, gen);
+  absl::StatusOr<std::map<std::string, Tensor>> over_wire =
+      client().Backward(gather, gather_grad.view());
+  ASSERT_TRUE(over_wire.ok()) << over_wire.status();
+  absl::StatusOr<Gradients> local = Backward(
+      GatherArgs{.input = input.view(), .index = index.view(), .axis = 1}, gather_grad.view());
+  ASSERT_TRUE(local.ok()) << local.status();
+  ASSERT_EQ(over_wire->size(), 1u);
+  ref::ExpectTensorsNear(over_wire->at("input"), *local->Find("input"));
+
+  v1::OpRequest scatter;
+  wire::EncodeTensor(input.view(), scatter.mutable_scatter()->mutable_input());
+  wire::EncodeTensor(index.view(), scatter.mutable_scatter()->mutable_index());
+  wire::EncodeTensor(src.view(), scatter.mutable_scatter()->mutable_src());
+  scatter.mutable_scatter()->set_axis(1);
+  scatter.mutable_scatter()->set_reduce(v1::REDUCTION_PROD);
+  scatter.mutable_scatter()->set_include_self(false);
+  const Tensor scatter_grad = ref::RandomTensor(DataType::kFloat64, {4, 5}, gen);
+  over_wire = client().Backward(scatter, scatter_grad.view());
+  ASSERT_TRUE(over_wire.ok()) << over_wire.status();
+  local = Backward(ScatterArgs{.input = input.view(),
+                               .index = index.view(),
+                               .source = src.view(),
+                               .axis = 1,
+                               .reduce = Reduction::kProd,
+                               .include_self = false},
+                   scatter_grad.view());
+  ASSERT_TRUE(local.ok()) << local.status();
+  ASSERT_EQ(over_wire->size(), 2u);
+  ref::ExpectTensorsNear(over_wire->at("input"), *local->Find("input"));
+  ref::ExpectTensorsNear(over_wire->at("src"), *local->Find("src"));
+}
+
+TEST_F(E2eTest, BackwardErrorsNameTheProblem) {
+  const Tensor input = Int64Tensor({2, 2}, {1, 2, 3, 4});
+  const Tensor index = Int64Tensor({2, 2}, {0, 0, 1, 0});
+  v1::OpRequest gather;
+  wire::EncodeTensor(input.view(), gather.mutable_gather()->mutable_input());
+  wire::EncodeTensor(index.view(), gather.mutable_gather()->mutable_index());
+  gather.mutable_gather()->set_axis(1);
+  absl::StatusOr<std::map<std::string, Tensor>> gradients = client().Backward(gather, input.view());
+  EXPECT_EQ(gradients.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(gradients.status().message(), HasSubstr("is not differentiable"));
+
+  gradients = client().Backward(v1::OpRequest(), input.view());
+  EXPECT_EQ(gradients.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(gradients.status().message(), HasSubstr("backward: op is not set"));
+  // The server keeps serving.
+  EXPECT_TRUE(client().Gather(input.view(), 1, index.view()).ok());
 }
 
 TEST_F(E2eTest, ServerInfoThroughTheClient) {

@@ -435,6 +435,29 @@ absl::StatusOr<Tensor> Client::Run(const v1::OpRequest& request, const CallOptio
                                    });
 }
 
+absl::StatusOr<std::map<std::string, Tensor>> Client::Backward(const v1::OpRequest& forward,
+                                                               const TensorView& grad_output,
+                                                               const CallOptions& options) {
+  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
+  v1::BackwardRequest request;
+  *request.mutable_op() = forward;
+  wire::EncodeTensor(grad_output, request.mutable_grad_output());
+  grpc::ClientContext context;
+  if (absl::Status prepared = PrepareContext(deadline, "backward", &context); !prepared.ok()) {
+    return prepared;
+  }
+  v1::BackwardResponse response;
+  const grpc::Status status = stub_->Backward(&context, request, &response);
+  if (!status.ok()) return wire::FromGrpcStatus(status);
+  std::map<std::string, Tensor> gradients;
+  for (const auto& [argument, gradient] : response.gradients()) {
+    absl::StatusOr<Tensor> tensor = DecodeResult(gradient, "backward", options_);
+    if (!tensor.ok()) return tensor.status();
+    gradients.emplace(argument, *std::move(tensor));
+  }
+  return gradients;
+}
+
 absl::StatusOr<v1::ServerInfoResponse> Client::ServerInfo(const CallOptions& options) {
   const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
   grpc::ClientContext context;

@@ -21,6 +21,7 @@
 #define TENSOROPS_CLIENT_CPP_CLIENT_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -304,6 +305,15 @@ class Client {
   // OpenStream opens a RunStream; options.timeout bounds the whole stream. Errors as Gather
   // (reported by the stream's Finish when the server refuses it).
   absl::StatusOr<std::unique_ptr<OpStream>> OpenStream(const CallOptions& options = {});
+
+  // Backward returns the gradients of the op in `forward` (as sent to Run) for `grad_output`, the
+  // gradient of its result: one per differentiable input, by argument name ("input", "src"), as
+  // PyTorch autograd gives them (SPEC, "Backward"). INVALID_ARGUMENT for a dtype that is not
+  // floating or complex and for a grad_output whose shape or dtype is not the result's; otherwise
+  // errors as Gather.
+  absl::StatusOr<std::map<std::string, Tensor>> Backward(const v1::OpRequest& forward,
+                                                         const TensorView& grad_output,
+                                                         const CallOptions& options = {});
 
   // ServerInfo returns what the server is: version, build, devices, limits, ops, dtypes.
   absl::StatusOr<v1::ServerInfoResponse> ServerInfo(const CallOptions& options = {});

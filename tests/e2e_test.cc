@@ -1636,6 +1636,46 @@ TEST_F(CliTest, UsageErrorsExitWithTwo) {
   }
 }
 
+TEST_F(CliTest, GradOutputComputesTheBackward) {
+  absl::BitGen gen;
+  const Tensor input = ref::RandomTensor(DataType::kFloat64, {3, 4}, gen);
+  const Tensor src = ref::RandomTensor(DataType::kFloat64, {5, 4}, gen);
+  const Tensor index =
+      ref::RandomIndex(DataType::kInt64, {5, 4}, 0, 3, ref::IndexPattern::kDuplicateHeavy, gen);
+  const Tensor grad = ref::RandomTensor(DataType::kFloat64, {3, 4}, gen);
+  const CliResult run =
+      RunCli({"scatter", "--input=" + Write("x.npy", input), "--index=" + Write("i.npy", index),
+              "--src=" + Write("s.npy", src), "--axis=0", "--reduce=mean",
+              "--grad_output=" + Write("g.npy", grad), "--output=" + PathOf("grad.npy")});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  absl::StatusOr<Gradients> expected = Backward(ScatterArgs{.input = input.view(),
+                                                            .index = index.view(),
+                                                            .source = src.view(),
+                                                            .axis = 0,
+                                                            .reduce = Reduction::kMean},
+                                                grad.view());
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  for (const char* argument : {"input", "src"}) {
+    absl::StatusOr<Tensor> written = ReadNpy(PathOf(absl::StrCat("grad.", argument, ".npy")));
+    ASSERT_TRUE(written.ok()) << written.status();
+    ref::ExpectTensorsNear(*written, *expected->Find(argument));
+  }
+
+  // Without --output both gradients are printed; an integer op has none and fails with exit 1.
+  const CliResult printed =
+      RunCli({"scatter", "--input=" + PathOf("x.npy"), "--index=" + PathOf("i.npy"),
+              "--src=" + PathOf("s.npy"), "--axis=0", "--grad_output=" + PathOf("g.npy")});
+  ASSERT_TRUE(ExitedWith(printed.status, 0)) << printed.stderr_text;
+  EXPECT_THAT(printed.stdout_text,
+              AllOf(HasSubstr("gradient of input:"), HasSubstr("gradient of src:")));
+  const CliResult integer =
+      RunCli({"gather", "--input=" + Write("xi.npy", Int64Tensor({2}, {1, 2})),
+              "--index=" + Write("ii.npy", Int64Tensor({1}, {0})), "--axis=0",
+              "--grad_output=" + Write("gi.npy", Int64Tensor({1}, {1}))});
+  EXPECT_TRUE(ExitedWith(integer.status, 1)) << DescribeExit(integer.status);
+  EXPECT_THAT(integer.stderr_text, HasSubstr("not differentiable"));
+}
+
 TEST_F(CliTest, InfoPrintsServerInfoAsJson) {
   const CliResult run = RunCli({"info"});
   ASSERT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -90,7 +91,11 @@ ABSL_FLAG(std::string, mask, "",
 ABSL_FLAG(bool, deterministic, false,
           "scatter, scatter_nd: ask for bitwise reproducible floating sum/mean/prod results.");
 ABSL_FLAG(std::string, output, "",
-          "Write the result to this .npy file; without it, print the result to stdout.");
+          "Write the result to this .npy file; without it, print the result to stdout. With "
+          "--grad_output, each gradient goes to OUT.ARGUMENT.npy (OUT.input.npy, OUT.src.npy).");
+ABSL_FLAG(std::string, grad_output, "",
+          "Compute the op's backward instead: the gradients of its differentiable inputs for this "
+          ".npy gradient of its result (the result's shape and a floating or complex dtype).");
 ABSL_FLAG(bool, bfloat16, false,
           "Read '<u2' (uint16) .npy inputs as bfloat16 raw bits; bfloat16 results are always "
           "written as '<u2'.");
@@ -129,7 +134,9 @@ Commands (every one also takes [--output=OUT.npy] [--bfloat16]):
   info              (no flags) print the server's ServerInfo as JSON: version, build, devices,
                     limits, ops, dtypes
 
-Without --output the result's shape, dtype and values are printed. Exit status: 0 on success,
+Without --output the result's shape, dtype and values are printed. With --grad_output=G.npy any
+op command computes the op's backward instead: the gradient of each differentiable input
+("input", "src") for the result's gradient G, printed or written to OUT.input.npy, OUT.src.npy. Exit status: 0 on success,
 1 when the call fails, 2 for a bad command line.
 
 Security: any --tls_* flag connects with TLS, trusting --tls_ca (or gRPC's default roots) and
@@ -142,7 +149,7 @@ Flags:
 // Flags every command takes.
 constexpr std::string_view kCommonFlags[] = {"target",  "timeout",         "tls_ca",     "tls_cert",
                                              "tls_key", "tls_server_name", "token_file", "input",
-                                             "output",  "bfloat16"};
+                                             "output",  "bfloat16",        "grad_output"};
 
 // The flags that say how to reach the server: all that `info` takes.
 constexpr std::string_view kConnectionFlags[] = {
@@ -160,13 +167,22 @@ struct CommandSpec {
   absl::string_view name;
   std::vector<absl::string_view> flags;
   std::vector<absl::string_view> required;
-  // `input` holds --input's tensor; only scatter_nd (given --shape instead) runs without one.
-  absl::StatusOr<Tensor> (*run)(Client& client, const std::optional<Tensor>& input,
-                                const absl::flat_hash_set<std::string>& given,
-                                const NpyReadOptions& read_options);
+  // build makes the op's request from the flags; `input` holds --input's tensor (only scatter_nd,
+  // given --shape instead, has none).
+  absl::StatusOr<v1::OpRequest> (*build)(const std::optional<Tensor>& input,
+                                         const absl::flat_hash_set<std::string>& given,
+                                         const NpyReadOptions& read_options);
 };
 
 const std::vector<CommandSpec>& Commands();
+
+// Request wraps one op's request in an OpRequest, in the field `mutable_field` returns.
+template <typename OpMessage>
+v1::OpRequest Request(OpMessage* (v1::OpRequest::*mutable_field)(), OpMessage message) {
+  v1::OpRequest request;
+  *(request.*mutable_field)() = std::move(message);
+  return request;
+}
 
 // IsCliFlag tells this CLI's flags from the ones linked-in libraries may register.
 bool IsCliFlag(std::string_view name) {
@@ -371,19 +387,21 @@ absl::StatusOr<Tensor> ReadFlagNpy(const absl::Flag<std::string>& flag,
   return ReadNpy(absl::GetFlag(flag), read_options);
 }
 
-absl::StatusOr<Tensor> RunGather(Client& client, const std::optional<Tensor>& input,
-                                 const absl::flat_hash_set<std::string>&,
-                                 const NpyReadOptions& read_options) {
+absl::StatusOr<v1::OpRequest> BuildGather(const std::optional<Tensor>& input,
+                                          const absl::flat_hash_set<std::string>&,
+                                          const NpyReadOptions& read_options) {
   absl::StatusOr<Tensor> index = ReadFlagNpy(FLAGS_index, read_options);
   if (!index.ok()) return index.status();
   GatherOptions options;
   options.broadcast = absl::GetFlag(FLAGS_broadcast);
-  return client.Gather(input->view(), absl::GetFlag(FLAGS_axis), index->view(), options);
+  return Request(
+      &v1::OpRequest::mutable_gather,
+      MakeGatherRequest(input->view(), absl::GetFlag(FLAGS_axis), index->view(), options));
 }
 
-absl::StatusOr<Tensor> RunScatter(Client& client, const std::optional<Tensor>& input,
-                                  const absl::flat_hash_set<std::string>& given,
-                                  const NpyReadOptions& read_options) {
+absl::StatusOr<v1::OpRequest> BuildScatter(const std::optional<Tensor>& input,
+                                           const absl::flat_hash_set<std::string>& given,
+                                           const NpyReadOptions& read_options) {
   absl::StatusOr<Tensor> index = ReadFlagNpy(FLAGS_index, read_options);
   if (!index.ok()) return index.status();
   ScatterOptions options;
@@ -396,23 +414,26 @@ absl::StatusOr<Tensor> RunScatter(Client& client, const std::optional<Tensor>& i
   if (given.contains("src")) {
     absl::StatusOr<Tensor> src = ReadFlagNpy(FLAGS_src, read_options);
     if (!src.ok()) return src.status();
-    return client.Scatter(input->view(), axis, index->view(), src->view(), options);
+    return Request(&v1::OpRequest::mutable_scatter,
+                   MakeScatterRequest(input->view(), axis, index->view(), src->view(), options));
   }
-  return client.Scatter(input->view(), axis, index->view(), *ParseValue(absl::GetFlag(FLAGS_value)),
-                        options);
+  return Request(&v1::OpRequest::mutable_scatter,
+                 MakeScatterRequest(input->view(), axis, index->view(),
+                                    *ParseValue(absl::GetFlag(FLAGS_value)), options));
 }
 
-absl::StatusOr<Tensor> RunIndexSelect(Client& client, const std::optional<Tensor>& input,
-                                      const absl::flat_hash_set<std::string>&,
-                                      const NpyReadOptions& read_options) {
+absl::StatusOr<v1::OpRequest> BuildIndexSelect(const std::optional<Tensor>& input,
+                                               const absl::flat_hash_set<std::string>&,
+                                               const NpyReadOptions& read_options) {
   absl::StatusOr<Tensor> index = ReadFlagNpy(FLAGS_index, read_options);
   if (!index.ok()) return index.status();
-  return client.IndexSelect(input->view(), absl::GetFlag(FLAGS_axis), index->view());
+  return Request(&v1::OpRequest::mutable_index_select,
+                 MakeIndexSelectRequest(input->view(), absl::GetFlag(FLAGS_axis), index->view()));
 }
 
-absl::StatusOr<Tensor> RunIndexReduce(Client& client, const std::optional<Tensor>& input,
-                                      const absl::flat_hash_set<std::string>& given,
-                                      const NpyReadOptions& read_options) {
+absl::StatusOr<v1::OpRequest> BuildIndexReduce(const std::optional<Tensor>& input,
+                                               const absl::flat_hash_set<std::string>& given,
+                                               const NpyReadOptions& read_options) {
   absl::StatusOr<Tensor> index = ReadFlagNpy(FLAGS_index, read_options);
   if (!index.ok()) return index.status();
   absl::StatusOr<Tensor> src = ReadFlagNpy(FLAGS_src, read_options);
@@ -422,58 +443,64 @@ absl::StatusOr<Tensor> RunIndexReduce(Client& client, const std::optional<Tensor
   if (given.contains("reduce")) options.reduce = *ParseReduction(absl::GetFlag(FLAGS_reduce));
   options.include_self = absl::GetFlag(FLAGS_include_self);
   options.alpha = *ParseValue(absl::GetFlag(FLAGS_alpha));
-  return client.IndexReduce(input->view(), absl::GetFlag(FLAGS_axis), index->view(), src->view(),
-                            options);
+  return Request(&v1::OpRequest::mutable_index_reduce,
+                 MakeIndexReduceRequest(input->view(), absl::GetFlag(FLAGS_axis), index->view(),
+                                        src->view(), options));
 }
 
-absl::StatusOr<Tensor> RunSelectScatter(Client& client, const std::optional<Tensor>& input,
-                                        const absl::flat_hash_set<std::string>&,
-                                        const NpyReadOptions& read_options) {
+absl::StatusOr<v1::OpRequest> BuildSelectScatter(const std::optional<Tensor>& input,
+                                                 const absl::flat_hash_set<std::string>&,
+                                                 const NpyReadOptions& read_options) {
   absl::StatusOr<Tensor> src = ReadFlagNpy(FLAGS_src, read_options);
   if (!src.ok()) return src.status();
-  return client.SelectScatter(input->view(), src->view(), absl::GetFlag(FLAGS_axis),
-                              absl::GetFlag(FLAGS_select_index));
+  return Request(&v1::OpRequest::mutable_select_scatter,
+                 MakeSelectScatterRequest(input->view(), src->view(), absl::GetFlag(FLAGS_axis),
+                                          absl::GetFlag(FLAGS_select_index)));
 }
 
-absl::StatusOr<Tensor> RunSliceScatter(Client& client, const std::optional<Tensor>& input,
-                                       const absl::flat_hash_set<std::string>& given,
-                                       const NpyReadOptions& read_options) {
+absl::StatusOr<v1::OpRequest> BuildSliceScatter(const std::optional<Tensor>& input,
+                                                const absl::flat_hash_set<std::string>& given,
+                                                const NpyReadOptions& read_options) {
   absl::StatusOr<Tensor> src = ReadFlagNpy(FLAGS_src, read_options);
   if (!src.ok()) return src.status();
   SliceOptions options;
   if (given.contains("start")) options.start = absl::GetFlag(FLAGS_start);
   if (given.contains("end")) options.end = absl::GetFlag(FLAGS_end);
   options.step = absl::GetFlag(FLAGS_step);
-  return client.SliceScatter(input->view(), src->view(), absl::GetFlag(FLAGS_axis), options);
+  return Request(
+      &v1::OpRequest::mutable_slice_scatter,
+      MakeSliceScatterRequest(input->view(), src->view(), absl::GetFlag(FLAGS_axis), options));
 }
 
-absl::StatusOr<Tensor> RunDiagonalScatter(Client& client, const std::optional<Tensor>& input,
-                                          const absl::flat_hash_set<std::string>&,
-                                          const NpyReadOptions& read_options) {
+absl::StatusOr<v1::OpRequest> BuildDiagonalScatter(const std::optional<Tensor>& input,
+                                                   const absl::flat_hash_set<std::string>&,
+                                                   const NpyReadOptions& read_options) {
   absl::StatusOr<Tensor> src = ReadFlagNpy(FLAGS_src, read_options);
   if (!src.ok()) return src.status();
   DiagonalOptions options;
   options.offset = absl::GetFlag(FLAGS_offset);
   options.axis1 = absl::GetFlag(FLAGS_axis1);
   options.axis2 = absl::GetFlag(FLAGS_axis2);
-  return client.DiagonalScatter(input->view(), src->view(), options);
+  return Request(&v1::OpRequest::mutable_diagonal_scatter,
+                 MakeDiagonalScatterRequest(input->view(), src->view(), options));
 }
 
-absl::StatusOr<Tensor> RunGatherNd(Client& client, const std::optional<Tensor>& input,
-                                   const absl::flat_hash_set<std::string>&,
-                                   const NpyReadOptions& read_options) {
+absl::StatusOr<v1::OpRequest> BuildGatherNd(const std::optional<Tensor>& input,
+                                            const absl::flat_hash_set<std::string>&,
+                                            const NpyReadOptions& read_options) {
   absl::StatusOr<Tensor> index = ReadFlagNpy(FLAGS_index, read_options);
   if (!index.ok()) return index.status();
   GatherNdOptions options;
   // ValidateCommandLine checked --axes before connecting.
   options.axes = *ParseIntList("axes", absl::GetFlag(FLAGS_axes));
   options.batch_dims = absl::GetFlag(FLAGS_batch_dims);
-  return client.GatherNd(input->view(), index->view(), options);
+  return Request(&v1::OpRequest::mutable_gather_nd,
+                 MakeGatherNdRequest(input->view(), index->view(), options));
 }
 
-absl::StatusOr<Tensor> RunScatterNd(Client& client, const std::optional<Tensor>& input,
-                                    const absl::flat_hash_set<std::string>&,
-                                    const NpyReadOptions& read_options) {
+absl::StatusOr<v1::OpRequest> BuildScatterNd(const std::optional<Tensor>& input,
+                                             const absl::flat_hash_set<std::string>&,
+                                             const NpyReadOptions& read_options) {
   absl::StatusOr<Tensor> index = ReadFlagNpy(FLAGS_index, read_options);
   if (!index.ok()) return index.status();
   absl::StatusOr<Tensor> src = ReadFlagNpy(FLAGS_src, read_options);
@@ -488,43 +515,48 @@ absl::StatusOr<Tensor> RunScatterNd(Client& client, const std::optional<Tensor>&
   options.deterministic = absl::GetFlag(FLAGS_deterministic);
   std::optional<TensorView> input_view;
   if (input.has_value()) input_view = input->view();
-  return client.ScatterNd(input_view, index->view(), src->view(), options);
+  return Request(&v1::OpRequest::mutable_scatter_nd,
+                 MakeScatterNdRequest(input_view, index->view(), src->view(), options));
 }
 
-absl::StatusOr<Tensor> RunMaskedScatter(Client& client, const std::optional<Tensor>& input,
-                                        const absl::flat_hash_set<std::string>&,
-                                        const NpyReadOptions& read_options) {
+absl::StatusOr<v1::OpRequest> BuildMaskedScatter(const std::optional<Tensor>& input,
+                                                 const absl::flat_hash_set<std::string>&,
+                                                 const NpyReadOptions& read_options) {
   absl::StatusOr<Tensor> mask = ReadFlagNpy(FLAGS_mask, read_options);
   if (!mask.ok()) return mask.status();
   absl::StatusOr<Tensor> src = ReadFlagNpy(FLAGS_src, read_options);
   if (!src.ok()) return src.status();
-  return client.MaskedScatter(input->view(), mask->view(), src->view());
+  return Request(&v1::OpRequest::mutable_masked_scatter,
+                 MakeMaskedScatterRequest(input->view(), mask->view(), src->view()));
 }
 
 const std::vector<CommandSpec>& Commands() {
   static const auto* const kCommands = new std::vector<CommandSpec>{
-      {"gather", {"index", "axis", "broadcast"}, {"index", "axis"}, RunGather},
+      {"gather", {"index", "axis", "broadcast"}, {"index", "axis"}, BuildGather},
       {"scatter",
        {"index", "axis", "src", "value", "reduce", "include_self", "broadcast", "deterministic"},
        {"index", "axis"},
-       RunScatter},
-      {"index_select", {"index", "axis"}, {"index", "axis"}, RunIndexSelect},
+       BuildScatter},
+      {"index_select", {"index", "axis"}, {"index", "axis"}, BuildIndexSelect},
       {"index_reduce",
        {"index", "axis", "src", "reduce", "include_self", "alpha"},
        {"index", "axis", "src"},
-       RunIndexReduce},
+       BuildIndexReduce},
       {"select_scatter",
        {"src", "axis", "select_index"},
        {"src", "axis", "select_index"},
-       RunSelectScatter},
-      {"slice_scatter", {"src", "axis", "start", "end", "step"}, {"src", "axis"}, RunSliceScatter},
-      {"diagonal_scatter", {"src", "offset", "axis1", "axis2"}, {"src"}, RunDiagonalScatter},
-      {"gather_nd", {"index", "axes", "batch_dims"}, {"index"}, RunGatherNd},
+       BuildSelectScatter},
+      {"slice_scatter",
+       {"src", "axis", "start", "end", "step"},
+       {"src", "axis"},
+       BuildSliceScatter},
+      {"diagonal_scatter", {"src", "offset", "axis1", "axis2"}, {"src"}, BuildDiagonalScatter},
+      {"gather_nd", {"index", "axes", "batch_dims"}, {"index"}, BuildGatherNd},
       {"scatter_nd",
        {"index", "src", "axes", "batch_dims", "reduce", "include_self", "shape", "deterministic"},
        {"index", "src"},
-       RunScatterNd},
-      {"masked_scatter", {"mask", "src"}, {"mask", "src"}, RunMaskedScatter},
+       BuildScatterNd},
+      {"masked_scatter", {"mask", "src"}, {"mask", "src"}, BuildMaskedScatter},
   };
   return *kCommands;
 }
@@ -675,6 +707,28 @@ int PrintServerInfo(const absl::StatusOr<std::unique_ptr<Client>>& client) {
   return 0;
 }
 
+// RunBackward asks for the gradients of `op` for --grad_output and prints them, or writes each to
+// OUT.ARGUMENT.npy for --output=OUT.npy.
+int RunBackward(Client& client, const v1::OpRequest& op, const NpyReadOptions& read_options) {
+  absl::StatusOr<Tensor> grad_output = ReadFlagNpy(FLAGS_grad_output, read_options);
+  if (!grad_output.ok()) return ReportFailure(grad_output.status());
+  absl::StatusOr<std::map<std::string, Tensor>> gradients =
+      client.Backward(op, grad_output->view());
+  if (!gradients.ok()) return ReportFailure(gradients.status());
+  const std::string output = absl::GetFlag(FLAGS_output);
+  const absl::string_view stem = absl::StripSuffix(output, ".npy");
+  for (const auto& [argument, gradient] : *gradients) {
+    if (output.empty()) {
+      std::cout << "gradient of " << argument << ":\n" << FormatTensor(gradient);
+    } else if (absl::Status written =
+                   WriteNpy(absl::StrCat(stem, ".", argument, ".npy"), gradient.view());
+               !written.ok()) {
+      return ReportFailure(written);
+    }
+  }
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   absl::StatusOr<CommandLine> command_line = ParseCommandLine(argc, argv);
   if (command_line.ok() &&
@@ -694,11 +748,14 @@ int Main(int argc, char** argv) {
   const NpyReadOptions read_options{.uint16_as_bfloat16 = absl::GetFlag(FLAGS_bfloat16)};
   absl::StatusOr<std::optional<Tensor>> input = std::optional<Tensor>();
   if (command_line->given.contains("input")) input = ReadFlagNpy(FLAGS_input, read_options);
-  absl::StatusOr<Tensor> result =
-      !client.ok()  ? client.status()
-      : !input.ok() ? input.status()
-                    : FindCommand(command_line->positional[0])
-                          ->run(**client, *input, command_line->given, read_options);
+  absl::StatusOr<v1::OpRequest> op = !input.ok()
+                                         ? input.status()
+                                         : FindCommand(command_line->positional[0])
+                                               ->build(*input, command_line->given, read_options);
+  if (!client.ok()) return ReportFailure(client.status());
+  if (!op.ok()) return ReportFailure(op.status());
+  if (command_line->given.contains("grad_output")) return RunBackward(**client, *op, read_options);
+  absl::StatusOr<Tensor> result = (*client)->Run(*op);
   if (result.ok() && !absl::GetFlag(FLAGS_output).empty()) {
     if (absl::Status written = WriteNpy(absl::GetFlag(FLAGS_output), result->view());
         !written.ok()) {

@@ -220,12 +220,7 @@ absl::StatusOr<Tensor> Client::CallUnary(std::string_view op, absl::Time deadlin
 absl::StatusOr<Tensor> Client::Gather(const TensorView& input, int64_t axis,
                                       const TensorView& index, const GatherOptions& options) {
   const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
-  v1::GatherRequest request;
-  wire::EncodeTensor(input, request.mutable_input());
-  wire::EncodeTensor(index, request.mutable_index());
-  request.set_axis(axis);
-  request.set_broadcast(options.broadcast);
-
+  const v1::GatherRequest request = MakeGatherRequest(input, axis, index, options);
   return CallUnary<v1::GatherResponse>("gather", deadline,
                                        [&](grpc::ClientContext* context, auto* response) {
                                          return stub_->Gather(context, request, response);
@@ -236,44 +231,28 @@ absl::StatusOr<Tensor> Client::Scatter(const TensorView& input, int64_t axis,
                                        const TensorView& index, const TensorView& src,
                                        const ScatterOptions& options) {
   const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
-  v1::ScatterRequest request;
-  wire::EncodeTensor(src, request.mutable_src());
-  return CallScatter(deadline, &request, input, axis, index, options);
+  const v1::ScatterRequest request = MakeScatterRequest(input, axis, index, src, options);
+  return CallUnary<v1::ScatterResponse>("scatter", deadline,
+                                        [&](grpc::ClientContext* context, auto* response) {
+                                          return stub_->Scatter(context, request, response);
+                                        });
 }
 
 absl::StatusOr<Tensor> Client::Scatter(const TensorView& input, int64_t axis,
                                        const TensorView& index, const Scalar& value,
                                        const ScatterOptions& options) {
   const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
-  v1::ScatterRequest request;
-  wire::EncodeScalar(value, request.mutable_value());
-  return CallScatter(deadline, &request, input, axis, index, options);
-}
-
-absl::StatusOr<Tensor> Client::CallScatter(absl::Time deadline, v1::ScatterRequest* request,
-                                           const TensorView& input, int64_t axis,
-                                           const TensorView& index, const ScatterOptions& options) {
-  wire::EncodeTensor(input, request->mutable_input());
-  wire::EncodeTensor(index, request->mutable_index());
-  request->set_axis(axis);
-  request->set_reduce(wire::ReductionToProto(options.reduce));
-  request->set_include_self(options.include_self);
-  request->set_broadcast(options.broadcast);
-  request->set_deterministic(options.deterministic);
-
+  const v1::ScatterRequest request = MakeScatterRequest(input, axis, index, value, options);
   return CallUnary<v1::ScatterResponse>("scatter", deadline,
                                         [&](grpc::ClientContext* context, auto* response) {
-                                          return stub_->Scatter(context, *request, response);
+                                          return stub_->Scatter(context, request, response);
                                         });
 }
 
 absl::StatusOr<Tensor> Client::IndexSelect(const TensorView& input, int64_t axis,
                                            const TensorView& index, const CallOptions& options) {
   const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
-  v1::IndexSelectRequest request;
-  wire::EncodeTensor(input, request.mutable_input());
-  wire::EncodeTensor(index, request.mutable_index());
-  request.set_axis(axis);
+  const v1::IndexSelectRequest request = MakeIndexSelectRequest(input, axis, index);
   return CallUnary<v1::IndexSelectResponse>("index_select", deadline,
                                             [&](grpc::ClientContext* context, auto* response) {
                                               return stub_->IndexSelect(context, request, response);
@@ -284,14 +263,7 @@ absl::StatusOr<Tensor> Client::IndexReduce(const TensorView& input, int64_t axis
                                            const TensorView& index, const TensorView& src,
                                            const IndexReduceOptions& options) {
   const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
-  v1::IndexReduceRequest request;
-  wire::EncodeTensor(input, request.mutable_input());
-  wire::EncodeTensor(index, request.mutable_index());
-  wire::EncodeTensor(src, request.mutable_src());
-  request.set_axis(axis);
-  request.set_reduce(wire::ReductionToProto(options.reduce));
-  request.set_include_self(options.include_self);
-  wire::EncodeScalar(options.alpha, request.mutable_alpha());
+  const v1::IndexReduceRequest request = MakeIndexReduceRequest(input, axis, index, src, options);
   return CallUnary<v1::IndexReduceResponse>("index_reduce", deadline,
                                             [&](grpc::ClientContext* context, auto* response) {
                                               return stub_->IndexReduce(context, request, response);
@@ -302,11 +274,7 @@ absl::StatusOr<Tensor> Client::SelectScatter(const TensorView& input, const Tens
                                              int64_t axis, int64_t index,
                                              const CallOptions& options) {
   const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
-  v1::SelectScatterRequest request;
-  wire::EncodeTensor(input, request.mutable_input());
-  wire::EncodeTensor(src, request.mutable_src());
-  request.set_axis(axis);
-  request.set_index(index);
+  const v1::SelectScatterRequest request = MakeSelectScatterRequest(input, src, axis, index);
   return CallUnary<v1::SelectScatterResponse>(
       "select_scatter", deadline, [&](grpc::ClientContext* context, auto* response) {
         return stub_->SelectScatter(context, request, response);
@@ -316,13 +284,7 @@ absl::StatusOr<Tensor> Client::SelectScatter(const TensorView& input, const Tens
 absl::StatusOr<Tensor> Client::SliceScatter(const TensorView& input, const TensorView& src,
                                             int64_t axis, const SliceOptions& options) {
   const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
-  v1::SliceScatterRequest request;
-  wire::EncodeTensor(input, request.mutable_input());
-  wire::EncodeTensor(src, request.mutable_src());
-  request.set_axis(axis);
-  if (options.start.has_value()) request.set_start(*options.start);
-  if (options.end.has_value()) request.set_end(*options.end);
-  request.set_step(options.step);
+  const v1::SliceScatterRequest request = MakeSliceScatterRequest(input, src, axis, options);
   return CallUnary<v1::SliceScatterResponse>(
       "slice_scatter", deadline, [&](grpc::ClientContext* context, auto* response) {
         return stub_->SliceScatter(context, request, response);
@@ -332,12 +294,7 @@ absl::StatusOr<Tensor> Client::SliceScatter(const TensorView& input, const Tenso
 absl::StatusOr<Tensor> Client::DiagonalScatter(const TensorView& input, const TensorView& src,
                                                const DiagonalOptions& options) {
   const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
-  v1::DiagonalScatterRequest request;
-  wire::EncodeTensor(input, request.mutable_input());
-  wire::EncodeTensor(src, request.mutable_src());
-  request.set_offset(options.offset);
-  request.set_axis1(options.axis1);
-  request.set_axis2(options.axis2);
+  const v1::DiagonalScatterRequest request = MakeDiagonalScatterRequest(input, src, options);
   return CallUnary<v1::DiagonalScatterResponse>(
       "diagonal_scatter", deadline, [&](grpc::ClientContext* context, auto* response) {
         return stub_->DiagonalScatter(context, request, response);
@@ -347,11 +304,7 @@ absl::StatusOr<Tensor> Client::DiagonalScatter(const TensorView& input, const Te
 absl::StatusOr<Tensor> Client::GatherNd(const TensorView& input, const TensorView& index,
                                         const GatherNdOptions& options) {
   const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
-  v1::GatherNdRequest request;
-  wire::EncodeTensor(input, request.mutable_input());
-  wire::EncodeTensor(index, request.mutable_index());
-  request.mutable_axes()->Assign(options.axes.begin(), options.axes.end());
-  request.set_batch_dims(options.batch_dims);
+  const v1::GatherNdRequest request = MakeGatherNdRequest(input, index, options);
   return CallUnary<v1::GatherNdResponse>("gather_nd", deadline,
                                          [&](grpc::ClientContext* context, auto* response) {
                                            return stub_->GatherNd(context, request, response);
@@ -362,16 +315,7 @@ absl::StatusOr<Tensor> Client::ScatterNd(const std::optional<TensorView>& input,
                                          const TensorView& index, const TensorView& src,
                                          const ScatterNdOptions& options) {
   const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
-  v1::ScatterNdRequest request;
-  if (input.has_value()) wire::EncodeTensor(*input, request.mutable_input());
-  wire::EncodeTensor(index, request.mutable_index());
-  wire::EncodeTensor(src, request.mutable_src());
-  request.mutable_axes()->Assign(options.axes.begin(), options.axes.end());
-  request.set_batch_dims(options.batch_dims);
-  request.set_reduce(wire::ReductionToProto(options.reduce));
-  request.set_include_self(options.include_self);
-  request.mutable_shape()->Assign(options.shape.begin(), options.shape.end());
-  request.set_deterministic(options.deterministic);
+  const v1::ScatterNdRequest request = MakeScatterNdRequest(input, index, src, options);
   return CallUnary<v1::ScatterNdResponse>("scatter_nd", deadline,
                                           [&](grpc::ClientContext* context, auto* response) {
                                             return stub_->ScatterNd(context, request, response);
@@ -400,10 +344,7 @@ absl::StatusOr<Tensor> Client::ScatterNdSub(const std::optional<TensorView>& inp
 absl::StatusOr<Tensor> Client::MaskedScatter(const TensorView& input, const TensorView& mask,
                                              const TensorView& src, const CallOptions& options) {
   const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
-  v1::MaskedScatterRequest request;
-  wire::EncodeTensor(input, request.mutable_input());
-  wire::EncodeTensor(mask, request.mutable_mask());
-  wire::EncodeTensor(src, request.mutable_src());
+  const v1::MaskedScatterRequest request = MakeMaskedScatterRequest(input, mask, src);
   return CallUnary<v1::MaskedScatterResponse>(
       "masked_scatter", deadline, [&](grpc::ClientContext* context, auto* response) {
         return stub_->MaskedScatter(context, request, response);

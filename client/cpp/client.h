@@ -169,6 +169,42 @@ struct ScatterNdOptions {
   std::optional<absl::Duration> timeout;
 };
 
+// Request builders: the wire request each op method of Client sends, for callers that send
+// requests themselves (Client::Run, OpStream::Send, Client::Backward). Each copies the tensors'
+// elements into the message, so the views need to live only for the call. The options' `timeout`
+// is not part of a request and is ignored.
+//
+//   v1::OpRequest op;
+//   *op.mutable_gather() = MakeGatherRequest(x.view(), /*axis=*/1, index.view());
+//   absl::StatusOr<std::map<std::string, Tensor>> grads = client->Backward(op, grad.view());
+v1::GatherRequest MakeGatherRequest(const TensorView& input, int64_t axis, const TensorView& index,
+                                    const GatherOptions& options = {});
+v1::ScatterRequest MakeScatterRequest(const TensorView& input, int64_t axis,
+                                      const TensorView& index, const TensorView& src,
+                                      const ScatterOptions& options = {});
+v1::ScatterRequest MakeScatterRequest(const TensorView& input, int64_t axis,
+                                      const TensorView& index, const Scalar& value,
+                                      const ScatterOptions& options = {});
+v1::IndexSelectRequest MakeIndexSelectRequest(const TensorView& input, int64_t axis,
+                                              const TensorView& index);
+v1::IndexReduceRequest MakeIndexReduceRequest(const TensorView& input, int64_t axis,
+                                              const TensorView& index, const TensorView& src,
+                                              const IndexReduceOptions& options = {});
+v1::SelectScatterRequest MakeSelectScatterRequest(const TensorView& input, const TensorView& src,
+                                                  int64_t axis, int64_t index);
+v1::SliceScatterRequest MakeSliceScatterRequest(const TensorView& input, const TensorView& src,
+                                                int64_t axis, const SliceOptions& options = {});
+v1::DiagonalScatterRequest MakeDiagonalScatterRequest(const TensorView& input,
+                                                      const TensorView& src,
+                                                      const DiagonalOptions& options = {});
+v1::GatherNdRequest MakeGatherNdRequest(const TensorView& input, const TensorView& index,
+                                        const GatherNdOptions& options = {});
+v1::ScatterNdRequest MakeScatterNdRequest(const std::optional<TensorView>& input,
+                                          const TensorView& index, const TensorView& src,
+                                          const ScatterNdOptions& options = {});
+v1::MaskedScatterRequest MakeMaskedScatterRequest(const TensorView& input, const TensorView& mask,
+                                                  const TensorView& src);
+
 // StreamResult is one answer on an OpStream: the request's id and its result or error.
 struct StreamResult {
   uint64_t request_id = 0;
@@ -333,12 +369,6 @@ class Client {
   // PrepareContext, and returns the response's result as an owning tensor, or the call's status.
   template <typename Response, typename Send>
   absl::StatusOr<Tensor> CallUnary(std::string_view op, absl::Time deadline, Send send) const;
-
-  // Fills in the rest of `request`, whose source the caller has set, and sends it to finish by
-  // `deadline`.
-  absl::StatusOr<Tensor> CallScatter(absl::Time deadline, v1::ScatterRequest* request,
-                                     const TensorView& input, int64_t axis, const TensorView& index,
-                                     const ScatterOptions& options);
 
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -2,6 +2,7 @@
 // in-process on a free loopback port and is called through the generated stub.
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -12,6 +13,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kernels/device.h"
@@ -353,6 +356,87 @@ TEST_F(GenericRpcTest, ShutdownAnswersWhatAStreamSentThenEndsIt) {
   EXPECT_THAT(status.error_message(), HasSubstr("shutting down"));
   EXPECT_THAT(ids, UnorderedElementsAreArray({0u, 1u}));
   shutdown.join();
+}
+
+// MakeDifferentiable converts every `input` and `src` tensor of the op in `request` from the cases'
+// int64 to float64, in place, and returns them by field name.
+std::map<std::string, v1::Tensor*> MakeDifferentiable(v1::OpRequest& request) {
+  std::map<std::string, v1::Tensor*> tensors;
+  const google::protobuf::Reflection* reflection = request.GetReflection();
+  const google::protobuf::FieldDescriptor* op_field =
+      reflection->GetOneofFieldDescriptor(request, v1::OpRequest::descriptor()->oneof_decl(0));
+  google::protobuf::Message* op = reflection->MutableMessage(&request, op_field);
+  for (const char* name : {"input", "src"}) {
+    const google::protobuf::FieldDescriptor* field = op->GetDescriptor()->FindFieldByName(name);
+    if (field == nullptr || !op->GetReflection()->HasField(*op, field)) continue;
+    auto* tensor = static_cast<v1::Tensor*>(op->GetReflection()->MutableMessage(op, field));
+    std::vector<double> values;
+    for (int64_t value : Values<int64_t>(*tensor)) values.push_back(static_cast<double>(value));
+    tensor->set_dtype(v1::DATA_TYPE_FLOAT64);
+    tensor->set_data(
+        std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(double)));
+    tensors[name] = tensor;
+  }
+  return tensors;
+}
+
+double ValueAt(const v1::Tensor& tensor, size_t k) {
+  double value;
+  std::memcpy(&value, tensor.data().data() + k * sizeof(double), sizeof(double));
+  return value;
+}
+
+void SetValueAt(v1::Tensor& tensor, size_t k, double value) {
+  std::memcpy(tensor.mutable_data()->data() + k * sizeof(double), &value, sizeof(double));
+}
+
+// Every op's Backward over the wire against central finite differences computed over the wire:
+// the gradient of L = sum(op(input, src) * grad_output) with respect to each element.
+TEST_F(GenericRpcTest, BackwardOfEveryOpMatchesFiniteDifferencesOverTheWire) {
+  for (OpCase op : EveryOp()) {
+    std::map<std::string, v1::Tensor*> tensors = MakeDifferentiable(op.request);
+    ASSERT_FALSE(tensors.empty()) << op.name;
+    v1::Tensor grad_output;
+    grad_output.set_dtype(v1::DATA_TYPE_FLOAT64);
+    for (int64_t size : op.expected_shape) grad_output.add_shape(size);
+    std::vector<double> weights;
+    for (size_t k = 0; k < op.expected.size(); ++k) weights.push_back(0.5 + 0.25 * k);
+    grad_output.set_data(std::string(reinterpret_cast<const char*>(weights.data()),
+                                     weights.size() * sizeof(double)));
+
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + kCallTimeout);
+    v1::BackwardRequest request;
+    *request.mutable_op() = op.request;
+    *request.mutable_grad_output() = grad_output;
+    v1::BackwardResponse response;
+    const grpc::Status status = stub_->Backward(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << op.name << ": " << status.error_message();
+    ASSERT_EQ(response.gradients_size(), static_cast<int>(tensors.size())) << op.name;
+
+    auto loss = [&]() {
+      v1::OpResponse result;
+      EXPECT_TRUE(Run(op.request, &result).ok()) << op.name;
+      double total = 0;
+      for (size_t k = 0; k < weights.size(); ++k) total += weights[k] * ValueAt(result.result(), k);
+      return total;
+    };
+    constexpr double kStep = 1e-3;  // The ops are piecewise linear in their data: exact.
+    for (auto& [name, tensor] : tensors) {
+      const v1::Tensor& gradient = response.gradients().at(name);
+      ASSERT_EQ(gradient.data().size(), tensor->data().size()) << op.name << " " << name;
+      for (size_t k = 0; k < tensor->data().size() / sizeof(double); ++k) {
+        const double original = ValueAt(*tensor, k);
+        SetValueAt(*tensor, k, original + kStep);
+        const double up = loss();
+        SetValueAt(*tensor, k, original - kStep);
+        const double down = loss();
+        SetValueAt(*tensor, k, original);
+        EXPECT_NEAR(ValueAt(gradient, k), (up - down) / (2 * kStep), 1e-9)
+            << op.name << ": d/d " << name << "[" << k << "]";
+      }
+    }
+  }
 }
 
 TEST_F(GenericRpcTest, ServerInfoDescribesTheServer) {

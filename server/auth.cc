@@ -7,7 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
-#include "server/credentials.h"
+#include "proto/credential_file.h"
 
 namespace tensorops {
 namespace {
@@ -38,7 +38,7 @@ bool IsMetadataSafe(absl::string_view token) {
 
 absl::StatusOr<std::unique_ptr<TokenAuthenticator>> TokenAuthenticator::FromFile(
     const std::string& path) {
-  absl::StatusOr<std::string> contents = internal::ReadSecurityFile("auth_token_file", path);
+  absl::StatusOr<std::string> contents = wire::ReadCredentialFile("auth_token_file", path);
   if (!contents.ok()) return contents.status();
   const absl::string_view token = absl::StripAsciiWhitespace(*contents);
   if (token.empty()) {

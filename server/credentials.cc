@@ -1,9 +1,5 @@
 #include "server/credentials.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstddef>
 #include <utility>
 
@@ -11,41 +7,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "grpcpp/security/server_credentials.h"
+#include "proto/credential_file.h"
 
 namespace tensorops {
-namespace internal {
-
-absl::StatusOr<std::string> ReadSecurityFile(std::string_view field, const std::string& path) {
-  constexpr size_t kMaxBytes = size_t{1} << 20;
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::ErrnoToStatus(errno, absl::StrFormat("%s: cannot open %s", field, path));
-  }
-  std::string contents;
-  char buffer[4096];
-  while (true) {
-    const ssize_t count = read(fd, buffer, sizeof(buffer));
-    if (count == 0) break;
-    if (count < 0) {
-      if (errno == EINTR) continue;
-      const int read_errno = errno;
-      close(fd);
-      return absl::ErrnoToStatus(read_errno, absl::StrFormat("%s: cannot read %s", field, path));
-    }
-    contents.append(buffer, static_cast<size_t>(count));
-    if (contents.size() > kMaxBytes) {
-      close(fd);
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: %s is larger than %d bytes, too large for a certificate, key or token", field, path,
-          kMaxBytes));
-    }
-  }
-  close(fd);
-  return contents;
-}
-
-}  // namespace internal
-
 namespace {
 
 // ReadPem reads `path` and checks that it holds a PEM block whose label ends in `label_suffix`
@@ -53,7 +17,7 @@ namespace {
 // rather than as gRPC's vague listen failure.
 absl::StatusOr<std::string> ReadPem(std::string_view field, const std::string& path,
                                     std::string_view label_suffix) {
-  absl::StatusOr<std::string> contents = internal::ReadSecurityFile(field, path);
+  absl::StatusOr<std::string> contents = wire::ReadCredentialFile(field, path);
   if (!contents.ok()) return contents.status();
   if (!absl::StrContains(*contents, "-----BEGIN ") ||
       !absl::StrContains(*contents, absl::StrFormat("%s-----", label_suffix))) {

@@ -36,15 +36,6 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> BuildServerCredentials(
 // TlsModeName names the transport `security` asks for, for logs: "off", "on" or "mutual".
 std::string_view TlsModeName(const ServerOptions::Security& security);
 
-namespace internal {
-
-// ReadSecurityFile returns the contents of `path`, which ServerOptions::Security's `field` names.
-// The errno's code with the field and the path when it cannot be read; INVALID_ARGUMENT for a
-// file over 1 MiB (no certificate or token is that large; a device such as /dev/zero would never
-// end).
-absl::StatusOr<std::string> ReadSecurityFile(std::string_view field, const std::string& path);
-
-}  // namespace internal
 }  // namespace tensorops
 
 #endif  // TENSOROPS_SERVER_CREDENTIALS_H_

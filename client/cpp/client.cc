@@ -1,9 +1,6 @@
 #include "client/cpp/client.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -26,6 +23,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/half.h"
 #include "proto/codec.h"
+#include "proto/credential_file.h"
 #include "proto/grpc_status.h"
 
 namespace tensorops {
@@ -37,36 +35,6 @@ namespace {
 absl::Time CallDeadline(const std::optional<absl::Duration>& timeout,
                         absl::Duration default_timeout) {
   return absl::Now() + timeout.value_or(default_timeout);
-}
-
-// ReadFile returns the contents of `path`, which ClientOptions' `field` names; the errno's code
-// with the field and the path when it cannot be read.
-absl::StatusOr<std::string> ReadFile(std::string_view field, const std::string& path) {
-  constexpr size_t kMaxBytes = size_t{1} << 20;
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrFormat("%s: cannot open %s", field, path));
-  std::string contents;
-  char buffer[4096];
-  while (true) {
-    const ssize_t count = read(fd, buffer, sizeof(buffer));
-    if (count == 0) break;
-    if (count < 0) {
-      if (errno == EINTR) continue;
-      const int read_errno = errno;
-      close(fd);
-      return absl::ErrnoToStatus(read_errno, absl::StrFormat("%s: cannot read %s", field, path));
-    }
-    contents.append(buffer, static_cast<size_t>(count));
-    // No certificate, key or token is this large; a device such as /dev/zero would never end.
-    if (contents.size() > kMaxBytes) {
-      close(fd);
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: %s is larger than %d bytes, too large for a certificate, key or token", field, path,
-          kMaxBytes));
-    }
-  }
-  close(fd);
-  return contents;
 }
 
 // IsMetadataSafe tells whether `token` can follow "Bearer " in a gRPC metadata value: printable
@@ -91,15 +59,16 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> TlsCredentials(
   }
   grpc::SslCredentialsOptions ssl_options;
   if (!tls.root_ca_file.empty()) {
-    absl::StatusOr<std::string> root_ca = ReadFile("tls.root_ca_file", tls.root_ca_file);
+    absl::StatusOr<std::string> root_ca =
+        wire::ReadCredentialFile("tls.root_ca_file", tls.root_ca_file);
     if (!root_ca.ok()) return root_ca.status();
     ssl_options.pem_root_certs = std::move(*root_ca);
   }
   if (!tls.cert_file.empty()) {
-    absl::StatusOr<std::string> cert = ReadFile("tls.cert_file", tls.cert_file);
+    absl::StatusOr<std::string> cert = wire::ReadCredentialFile("tls.cert_file", tls.cert_file);
     if (!cert.ok()) return cert.status();
     ssl_options.pem_cert_chain = std::move(*cert);
-    absl::StatusOr<std::string> key = ReadFile("tls.key_file", tls.key_file);
+    absl::StatusOr<std::string> key = wire::ReadCredentialFile("tls.key_file", tls.key_file);
     if (!key.ok()) return key.status();
     ssl_options.pem_private_key = std::move(*key);
   }
@@ -352,7 +321,7 @@ absl::StatusOr<Tensor> Client::MaskedScatter(const TensorView& input, const Tens
 }
 
 absl::StatusOr<std::string> ReadAuthTokenFile(const std::string& path) {
-  absl::StatusOr<std::string> contents = ReadFile("auth token file", path);
+  absl::StatusOr<std::string> contents = wire::ReadCredentialFile("auth token file", path);
   if (!contents.ok()) return contents.status();
   const absl::string_view token = absl::StripAsciiWhitespace(*contents);
   if (token.empty()) {

@@ -1,6 +1,5 @@
 #include "client/cpp/client.h"
 
-
 #include <cstddef>
 #include <cstdint>
 #include <limits>

@@ -29,6 +29,16 @@ ABSL_FLAG(int, max_queued_calls, 1024,
           "Calls admitted and waiting to execute (>= 0); more get RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, max_stream_in_flight, 64,
           "Requests one RunStream may have read and not yet answered (>= 1).");
+ABSL_FLAG(int, max_batch, 8,
+          "Most calls a worker takes from the queue at once and runs side by side (>= 1).");
+ABSL_FLAG(int64_t, max_batch_bytes, int64_t{64} << 20,
+          "Most request bytes in one batch (>= 1); a larger call runs alone.");
+ABSL_FLAG(int64_t, max_queue_delay_us, 0,
+          "Microseconds a worker holding a partial batch waits for more calls (>= 0; 0 = never "
+          "wait).");
+ABSL_FLAG(std::string, device, "auto",
+          "Where calls run: auto (a usable GPU, else the CPU), cpu, or cuda (fail at start-up "
+          "without one). Every op runs on the CPU until the CUDA executor exists.");
 ABSL_FLAG(int, metrics_port, -1,
           "Port of the Prometheus endpoint (GET /metrics); -1 = none, 0 = any free port.");
 ABSL_FLAG(std::string, metrics_host, "0.0.0.0",
@@ -63,6 +73,11 @@ bool FlagsToOptions(tensorops::ServerOptions* options) {
   options->limits.max_concurrent_calls = absl::GetFlag(FLAGS_max_concurrent_calls);
   options->limits.max_queued_calls = absl::GetFlag(FLAGS_max_queued_calls);
   options->limits.max_stream_in_flight = absl::GetFlag(FLAGS_max_stream_in_flight);
+  options->limits.max_batch = absl::GetFlag(FLAGS_max_batch);
+  options->limits.max_batch_bytes = absl::GetFlag(FLAGS_max_batch_bytes);
+  const int64_t max_queue_delay_us = absl::GetFlag(FLAGS_max_queue_delay_us);
+  options->limits.max_queue_delay = absl::Microseconds(max_queue_delay_us);
+  options->device = absl::GetFlag(FLAGS_device);
   options->metrics.port = absl::GetFlag(FLAGS_metrics_port);
   options->metrics.host = absl::GetFlag(FLAGS_metrics_host);
   const int shutdown_grace_s = absl::GetFlag(FLAGS_shutdown_grace_s);
@@ -101,6 +116,17 @@ bool FlagsToOptions(tensorops::ServerOptions* options) {
   } else if (options->limits.max_stream_in_flight < 1) {
     error = absl::StrFormat("--max_stream_in_flight=%d is out of range (expected >= 1)",
                             options->limits.max_stream_in_flight);
+  } else if (options->limits.max_batch < 1) {
+    error = absl::StrFormat("--max_batch=%d is out of range (expected >= 1)",
+                            options->limits.max_batch);
+  } else if (options->limits.max_batch_bytes < 1) {
+    error = absl::StrFormat("--max_batch_bytes=%d is out of range (expected >= 1)",
+                            options->limits.max_batch_bytes);
+  } else if (max_queue_delay_us < 0) {
+    error =
+        absl::StrFormat("--max_queue_delay_us=%d is negative (expected >= 0)", max_queue_delay_us);
+  } else if (options->device != "auto" && options->device != "cpu" && options->device != "cuda") {
+    error = absl::StrFormat("--device=%s is not one of auto, cpu, cuda", options->device);
   } else if (options->metrics.port < -1 || options->metrics.port > 65535) {
     error = absl::StrFormat("--metrics_port=%d is out of range (expected -1..65535; -1 = none)",
                             options->metrics.port);

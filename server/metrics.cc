@@ -189,6 +189,10 @@ class Metrics::Impl {
                           .Help("RunStream streams open now.")
                           .Register(*registry_)
                           .Add({})),
+        batch_size_(prometheus::BuildHistogram()
+                        .Name("tensorops_batch_size")
+                        .Help("Calls per batch a worker took from the queue, by device.")
+                        .Register(*registry_)),
         stage_buckets_(StageBuckets()) {
     for (const char* reason : kKnownRejectReasons) rejected_.Add({{"reason", reason}});
   }
@@ -242,6 +246,15 @@ class Metrics::Impl {
   void StreamOpened() { streams_open_.Increment(); }
   void StreamClosed() { streams_open_.Decrement(); }
 
+  void BatchTaken(std::string_view device, int64_t calls) {
+    // Powers of two up to 1024: batch sizes are small counts, and max_batch is one of them or
+    // near one.
+    static const prometheus::Histogram::BucketBoundaries kBatchBuckets = {
+        1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+    batch_size_.Add({{"device", LabelValue(device)}}, kBatchBuckets)
+        .Observe(static_cast<double>(calls));
+  }
+
   std::string Scrape() const {
     return prometheus::TextSerializer().Serialize(registry_->Collect());
   }
@@ -283,6 +296,7 @@ class Metrics::Impl {
   prometheus::Gauge& in_flight_;
   prometheus::Gauge& queued_;
   prometheus::Gauge& streams_open_;
+  prometheus::Family<prometheus::Histogram>& batch_size_;
   const prometheus::Histogram::BucketBoundaries stage_buckets_;
 
   absl::Mutex series_mu_;
@@ -362,6 +376,9 @@ void Metrics::SetInFlight(int64_t calls) { impl_->SetInFlight(calls); }
 void Metrics::SetQueued(int64_t calls) { impl_->SetQueued(calls); }
 
 void Metrics::StreamOpened() { impl_->StreamOpened(); }
+void Metrics::BatchTaken(std::string_view device, int64_t calls) {
+  impl_->BatchTaken(device, calls);
+}
 
 void Metrics::StreamClosed() { impl_->StreamClosed(); }
 

@@ -127,6 +127,10 @@ class Metrics {
   void StreamOpened();
   void StreamClosed();
 
+  // BatchTaken observes one batch of `calls` calls that a worker of `device` ("cpu") took from the
+  // queue, in the tensorops_batch_size histogram.
+  void BatchTaken(std::string_view device, int64_t calls);
+
   // Scrape returns this object's metrics in the Prometheus text format 0.0.4, for tests and logs.
   // The HTTP endpoint serves the same families plus prometheus-cpp's own exposer_* families
   // (scrape count, bytes, latency) that it adds to every /metrics.

@@ -76,7 +76,7 @@ grpc::ServerUnaryReactor* UnaryOpCall::Start(
 UnaryOpCall::UnaryOpCall(const ServingContext& serving, grpc::CallbackServerContext* context,
                          std::string_view method, std::string_view op, int64_t request_bytes,
                          google::protobuf::Message* response)
-    : Scheduler::Work(absl::FromChrono(context->deadline())),
+    : Scheduler::Work(absl::FromChrono(context->deadline()), request_bytes),
       serving_(serving),
       context_(context),
       method_(method),

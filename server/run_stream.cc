@@ -43,7 +43,8 @@ void StreamRegistry::Remove(RunStreamReactor* stream) {
 class RunStreamReactor::Request final : public Scheduler::Work {
  public:
   Request(RunStreamReactor* stream, v1::RunStreamRequest message)
-      : Scheduler::Work(absl::FromChrono(stream->context_->deadline())),
+      : Scheduler::Work(absl::FromChrono(stream->context_->deadline()),
+                        static_cast<int64_t>(message.ByteSizeLong())),
         stream_(stream),
         message_(std::move(message)) {
     response_.set_request_id(message_.request_id());

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "oneapi/tbb/task_group.h"
 
 namespace tensorops {
 
@@ -13,11 +14,24 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions op
     return absl::InvalidArgumentError(absl::StrFormat(
         "max_concurrent_calls = %d is out of range (expected >= 1)", options.max_concurrent_calls));
   }
+  if (options.max_batch < 1 || options.max_batch_bytes < 1 ||
+      options.max_queue_delay < absl::ZeroDuration() || options.threads < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "max_batch = %d, max_batch_bytes = %d, max_queue_delay = %s, threads = %d: expected >= 1, "
+        ">= 1, >= 0 and >= 0",
+        options.max_batch, options.max_batch_bytes, absl::FormatDuration(options.max_queue_delay),
+        options.threads));
+  }
   if (options.max_queued_calls < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "max_queued_calls = %d is out of range (expected >= 0)", options.max_queued_calls));
   }
   std::unique_ptr<Scheduler> scheduler(new Scheduler(std::move(options)));
+  // `automatic` is read by value: the library defines no storage for it.
+  const int concurrency = scheduler->options_.threads > 0
+                              ? scheduler->options_.threads
+                              : static_cast<int>(oneapi::tbb::task_arena::automatic);
+  scheduler->arena_ = std::make_unique<oneapi::tbb::task_arena>(concurrency);
   scheduler->workers_.reserve(scheduler->options_.max_concurrent_calls);
   for (int i = 0; i < scheduler->options_.max_concurrent_calls; ++i) {
     scheduler->workers_.emplace_back([s = scheduler.get()] { s->WorkerLoop(); });
@@ -77,37 +91,83 @@ void Scheduler::Stop() {
   // Every worker drains the queue before it exits, so nothing is left to drop here.
 }
 
+std::vector<Scheduler::Work*> Scheduler::TakeBatchLocked() {
+  ++idle_workers_;
+  mu_.Await(absl::Condition(
+      +[](Scheduler* s)
+           ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return !s->queue_.empty() || s->stopping_; },
+      this));
+  --idle_workers_;
+  std::vector<Work*> batch;
+  if (queue_.empty()) return batch;  // Stopping, and nothing left to run.
+  batch.push_back(queue_.front());
+  queue_.pop_front();
+  int64_t batch_bytes = batch.front()->bytes();
+  const absl::Time wait_until = absl::Now() + options_.max_queue_delay;
+  while (static_cast<int>(batch.size()) < options_.max_batch) {
+    if (queue_.empty()) {
+      // Wait for more only while the delay lasts; Await returns early for a call or Stop.
+      if (stopping_ || options_.max_queue_delay <= absl::ZeroDuration() ||
+          !mu_.AwaitWithDeadline(absl::Condition(
+                                     +[](Scheduler* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+                                       return !s->queue_.empty() || s->stopping_;
+                                     },
+                                     this),
+                                 wait_until) ||
+          queue_.empty()) {
+        break;
+      }
+    }
+    if (batch_bytes + queue_.front()->bytes() > options_.max_batch_bytes) break;
+    batch_bytes += queue_.front()->bytes();
+    batch.push_back(queue_.front());
+    queue_.pop_front();
+  }
+  return batch;
+}
+
 void Scheduler::WorkerLoop() {
   while (true) {
-    Work* work = nullptr;
-    bool expired = false;
+    std::vector<Work*> batch;
+    std::vector<Work*> expired;
     {
       absl::MutexLock lock(&mu_);
-      ++idle_workers_;
-      mu_.Await(absl::Condition(
-          +[](Scheduler* s)
-               ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return !s->queue_.empty() || s->stopping_; },
-          this));
-      --idle_workers_;
-      if (queue_.empty()) return;  // Stopping, and nothing left to run.
-      work = queue_.front();
-      queue_.pop_front();
-      expired = absl::Now() > work->deadline();
-      if (!expired) ++in_flight_;
+      batch = TakeBatchLocked();
+      if (batch.empty()) return;
+      const absl::Time now = absl::Now();
+      auto live_end = std::stable_partition(batch.begin(), batch.end(),
+                                            [now](Work* work) { return now <= work->deadline(); });
+      expired.assign(live_end, batch.end());
+      batch.erase(live_end, batch.end());
+      in_flight_ += static_cast<int64_t>(batch.size());
       NotifyLoadLocked();
     }
-    // Run and Drop end the call (its reactor may be gone afterwards), so they run outside the
-    // lock and `work` is not touched after them.
-    if (expired) {
+    // Run and Drop end the calls (their reactors may be gone afterwards), so they run outside the
+    // lock and no call is touched after them.
+    for (Work* work : expired) {
       work->Drop(absl::DeadlineExceededError(
           "the call's deadline passed while it waited in the server's queue"));
-      continue;
     }
-    work->Run();
+    if (batch.empty()) continue;
+    if (options_.on_batch) options_.on_batch(static_cast<int64_t>(batch.size()));
+    const int64_t ran = static_cast<int64_t>(batch.size());
+    RunBatch(batch);
     absl::MutexLock lock(&mu_);
-    --in_flight_;
+    in_flight_ -= ran;
     NotifyLoadLocked();
   }
+}
+
+void Scheduler::RunBatch(const std::vector<Work*>& batch) {
+  if (batch.size() == 1) {
+    arena_->execute([&] { batch.front()->Run(); });
+    return;
+  }
+  arena_->execute([&] {
+    oneapi::tbb::task_group group;
+    for (Work* work : batch) group.run([work] { work->Run(); });
+    group.wait();
+  });
 }
 
 void Scheduler::NotifyLoadLocked() {

@@ -6,11 +6,18 @@
 //   ...
 //   if ((*scheduler)->Cancel(call)) call->Drop(absl::CancelledError("..."));  // from OnCancel
 //
-// Admitted calls wait in one FIFO queue and run on `max_concurrent_calls` worker threads; each
-// kernel parallelizes further inside with oneTBB, so a few workers keep every core busy while
-// small calls still run side by side. A call whose deadline has passed by the time a worker takes
-// it is dropped, not run. The queue bounds how much request memory waits on the server: results
-// are allocated only when a call runs.
+// Admitted calls wait in one FIFO queue. Each of `max_concurrent_calls` worker threads takes a
+// batch from its front: up to `max_batch` calls and `max_batch_bytes` of requests, waiting up to
+// `max_queue_delay` after the first call for more to arrive (0: take only what is already
+// queued). The batch's calls run side by side as oneTBB tasks in the executor's arena, and each
+// kernel parallelizes further inside it, so small calls share the cores while a large one still
+// uses them all. A call whose deadline has passed by the time a worker takes it is dropped, not
+// run. The queue bounds how much request memory waits on the server: results are allocated only
+// when a call runs.
+//
+// Tuning: under light load batches are of one call and the delay is the only cost, so keep
+// max_queue_delay at 0 on the CPU; batching pays where a batch shares one launch or one copy (the
+// CUDA executor), and there a delay of a few hundred microseconds buys larger batches.
 //
 // The dynamic batcher and the CUDA executor (DESIGN.md, "Data flow") will take over behind this
 // same interface; the handlers do not change.
@@ -29,18 +36,30 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "oneapi/tbb/task_arena.h"
 
 namespace tensorops {
 
 // SchedulerOptions size the executor and its queue.
 struct SchedulerOptions {
-  // Worker threads, i.e. calls executing at once: >= 1. Create rejects other values.
+  // Worker threads, i.e. batches executing at once: >= 1. Create rejects other values.
   int max_concurrent_calls = 1;
   // Calls admitted but not yet executing: >= 0 (0 admits a call only when a worker is idle).
   int max_queued_calls = 1024;
+  // Most calls in one batch: >= 1.
+  int max_batch = 1;
+  // Most request bytes in one batch: >= 1. A call larger than this forms a batch of its own.
+  int64_t max_batch_bytes = int64_t{64} << 20;
+  // How long a worker holding fewer than max_batch calls waits for more: >= 0.
+  absl::Duration max_queue_delay = absl::ZeroDuration();
+  // Threads of the oneTBB arena the batches run in: >= 0; 0 = oneTBB's default (every core, or
+  // the process's global_control limit).
+  int threads = 0;
   // Called with (in_flight, queued) whenever either changes, under the scheduler's lock: it must
   // be cheap and must not call back into the scheduler. May be empty.
   std::function<void(int64_t in_flight, int64_t queued)> on_load_change;
+  // Called with each batch's size as a worker takes it, outside the lock. May be empty.
+  std::function<void(int64_t batch_size)> on_batch;
 };
 
 // Scheduler owns the worker threads. Thread-safe. Not copyable. The destructor stops it (Stop).
@@ -51,13 +70,15 @@ class Scheduler {
   // object must stay alive until then.
   class Work {
    public:
-    explicit Work(absl::Time deadline) : deadline_(deadline) {}
+    // `bytes` is what the call counts against max_batch_bytes: its request's size.
+    explicit Work(absl::Time deadline, int64_t bytes = 0) : deadline_(deadline), bytes_(bytes) {}
     virtual ~Work() = default;
 
     // deadline: a worker that takes the call later than this drops it with DEADLINE_EXCEEDED.
     absl::Time deadline() const { return deadline_; }
     // enqueued: when Enqueue admitted the call (for the queue-time metric).
     absl::Time enqueued() const { return enqueued_; }
+    int64_t bytes() const { return bytes_; }
 
     // Run executes the call on a worker thread.
     virtual void Run() = 0;
@@ -68,6 +89,7 @@ class Scheduler {
    private:
     friend class Scheduler;
     const absl::Time deadline_;
+    const int64_t bytes_;
     absl::Time enqueued_;
   };
 
@@ -101,9 +123,16 @@ class Scheduler {
   explicit Scheduler(SchedulerOptions options);
 
   void WorkerLoop();
+  // TakeBatchLocked waits for calls and takes a batch from the queue's front; empty once stopping
+  // with nothing left.
+  std::vector<Work*> TakeBatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RunBatch runs the calls side by side in the arena.
+  void RunBatch(const std::vector<Work*>& batch);
   void NotifyLoadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SchedulerOptions options_;
+  // The CPU executor: batches run as tasks in this arena.
+  std::unique_ptr<oneapi::tbb::task_arena> arena_;
   std::vector<std::thread> workers_;
 
   mutable absl::Mutex mu_;

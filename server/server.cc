@@ -97,6 +97,10 @@ v1::ServerInfoResponse BuildServerInfo(const ServerOptions& options,
   info_limits->set_max_concurrent_calls(max_concurrent_calls);
   info_limits->set_max_queued_calls(limits.max_queued_calls);
   info_limits->set_max_stream_in_flight(limits.max_stream_in_flight);
+  info_limits->set_max_batch(limits.max_batch);
+  info_limits->set_max_batch_bytes(limits.max_batch_bytes);
+  info_limits->set_max_queue_delay_us(absl::ToInt64Microseconds(limits.max_queue_delay));
+  info.set_placement("cpu");
 
   // The ops are the alternatives of OpRequest, named like their RPCs: one list to keep.
   const google::protobuf::OneofDescriptor* ops = v1::OpRequest::descriptor()->oneof_decl(0);
@@ -168,6 +172,22 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
         limits.max_concurrent_calls, limits.max_queued_calls, limits.max_stream_in_flight));
   }
 
+  // Placement. Every op runs on the CPU until the CUDA executor exists (the CUDA kernels' issue),
+  // so "cuda" cannot be honoured yet and "auto" always means the CPU.
+  const DeviceInventory inventory = QueryDevices();
+  if (options.device != "auto" && options.device != "cpu" && options.device != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("device = '%s' is not one of auto, cpu, cuda", options.device));
+  }
+  if (options.device == "cuda") {
+    return absl::FailedPreconditionError(
+        inventory.cuda_devices.empty()
+            ? absl::StrFormat("--device=cuda, but no GPU is usable: %s (use --device=auto or cpu)",
+                              inventory.note)
+            : std::string("--device=cuda, but this build has no CUDA executor yet: every op runs "
+                          "on the CPU (use --device=auto or cpu)"));
+  }
+
   std::unique_ptr<Server> server(new Server(options, std::move(authenticator)));
   const int cpu_threads = static_cast<int>(oneapi::tbb::global_control::active_value(
       oneapi::tbb::global_control::max_allowed_parallelism));
@@ -181,10 +201,17 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(
       {.max_concurrent_calls = max_concurrent_calls,
        .max_queued_calls = limits.max_queued_calls,
-       .on_load_change = [metrics = server->metrics_.get()](int64_t in_flight, int64_t queued) {
-         metrics->SetInFlight(in_flight);
-         metrics->SetQueued(queued);
-       }});
+       .max_batch = limits.max_batch,
+       .max_batch_bytes = limits.max_batch_bytes,
+       .max_queue_delay = limits.max_queue_delay,
+       .threads = options.threads,
+       .on_load_change =
+           [metrics = server->metrics_.get()](int64_t in_flight, int64_t queued) {
+             metrics->SetInFlight(in_flight);
+             metrics->SetQueued(queued);
+           },
+       .on_batch = [metrics = server->metrics_.get()](
+                       int64_t batch_size) { metrics->BatchTaken("cpu", batch_size); }});
   if (!scheduler.ok()) return scheduler.status();
   server->scheduler_ = *std::move(scheduler);
   server->serving_ =
@@ -195,7 +222,6 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
                      .metrics = server->metrics_.get(),
                      .authenticator = server->authenticator_.get(),
                      .max_stream_in_flight = limits.max_stream_in_flight};
-  const DeviceInventory inventory = QueryDevices();
   server->service_ = std::make_unique<TensorOpsService>(
       server->serving_, BuildServerInfo(options, inventory, cpu_threads, max_concurrent_calls,
                                         tls_mode != "off", server->authenticator_ != nullptr));
@@ -224,11 +250,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   spdlog::info(
       "tensorops-server {} (rev {}) listening on {}; tls: {}, auth: {}; devices: {}; every op runs "
       "on the CPU; limits: max_message_bytes={}, max_elements={}, max_rank={}, "
-      "max_concurrent_calls={}, max_queued_calls={}, max_stream_in_flight={}; metrics: {}",
+      "max_concurrent_calls={}, max_queued_calls={}, max_stream_in_flight={}; batching: "
+      "max_batch={}, max_batch_bytes={}, max_queue_delay={}; metrics: {}",
       TENSOROPS_VERSION, TENSOROPS_GIT_REVISION, ListenAddress(options.host, selected_port),
       tls_mode, token_auth ? "token" : "off", DevicesSummary(inventory, cpu_threads),
       limits.max_message_bytes, limits.max_elements, limits.max_rank, max_concurrent_calls,
-      limits.max_queued_calls, limits.max_stream_in_flight,
+      limits.max_queued_calls, limits.max_stream_in_flight, limits.max_batch,
+      limits.max_batch_bytes, absl::FormatDuration(limits.max_queue_delay),
       server->metrics_->port() >= 0
           ? absl::StrFormat("http://%s/metrics",
                             ListenAddress(options.metrics.host, server->metrics_->port()))

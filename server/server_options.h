@@ -39,6 +39,13 @@ struct ServerOptions {
     // Calls admitted and waiting for a worker, >= 0; a call beyond this is refused with
     // RESOURCE_EXHAUSTED before its result is allocated. Default 1024.
     int max_queued_calls = 1024;
+    // Most calls a worker takes from the queue at once, run side by side: >= 1. Default 8.
+    int max_batch = 8;
+    // Most request bytes in one batch: >= 1; a larger call runs alone. Default 64 MiB.
+    int64_t max_batch_bytes = int64_t{64} << 20;
+    // How long a worker holding a partial batch waits for more calls: >= 0. Default 0 (take what
+    // is queued, never wait).
+    absl::Duration max_queue_delay = absl::ZeroDuration();
     // Requests one RunStream may have read and not yet answered, >= 1; the server reads no more
     // of that stream until one is answered. Default 64.
     int max_stream_in_flight = 64;
@@ -82,6 +89,9 @@ struct ServerOptions {
   Limits limits;
   Shutdown shutdown;
   Security security;
+  // Where calls run: "auto" (a GPU when one was found and the build has the CUDA executor, else
+  // the CPU), "cpu", or "cuda" (Start fails without a usable GPU). Default "auto".
+  std::string device = "auto";
   // The Prometheus endpoint; port -1 (the default) serves none, but calls are still counted.
   MetricsOptions metrics;
 };

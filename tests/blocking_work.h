@@ -3,6 +3,8 @@
 #ifndef TENSOROPS_TESTS_BLOCKING_WORK_H_
 #define TENSOROPS_TESTS_BLOCKING_WORK_H_
 
+#include <cstdint>
+
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -17,7 +19,8 @@ namespace tensorops::testing {
 // destructor releases it, so a failing test does not leave a worker blocked forever.
 class BlockingWork : public Scheduler::Work {
  public:
-  explicit BlockingWork(absl::Time deadline = absl::InfiniteFuture()) : Scheduler::Work(deadline) {}
+  explicit BlockingWork(absl::Time deadline = absl::InfiniteFuture(), int64_t bytes = 0)
+      : Scheduler::Work(deadline, bytes) {}
   ~BlockingWork() override {
     Release();
     if (started_.HasBeenNotified()) ended_.WaitForNotification();

@@ -1361,6 +1361,10 @@ TEST(ServerProcessTest, BadLimitAndLoggingFlagsAreUsageErrors) {
       {"--max_stream_in_flight=0", "--max_stream_in_flight=0 is out of range"},
       {"--metrics_port=70000", "--metrics_port=70000 is out of range"},
       {"--log_level=loud", "--log_level=loud is not a level"},
+      {"--max_batch=0", "--max_batch=0 is out of range"},
+      {"--max_batch_bytes=0", "--max_batch_bytes=0 is out of range"},
+      {"--max_queue_delay_us=-1", "--max_queue_delay_us=-1 is negative"},
+      {"--device=gpu", "--device=gpu is not one of auto, cpu, cuda"},
   };
   for (const auto& [flag, message] : cases) {
     absl::StatusOr<std::unique_ptr<ChildProcess>> process =
@@ -1370,6 +1374,27 @@ TEST(ServerProcessTest, BadLimitAndLoggingFlagsAreUsageErrors) {
     EXPECT_TRUE(ExitedWith(exit_status, 2)) << flag << ": " << DescribeExit(exit_status);
     EXPECT_THAT((*process)->stderr_text(), HasSubstr(message)) << flag;
   }
+}
+
+// Until the CUDA executor exists, --device=cuda cannot be honoured: on this machine there is no
+// GPU, and on a GPU machine the message says the executor is missing. Either way it fails at
+// start-up, naming the flag; auto serves on the CPU.
+TEST(ServerProcessTest, DeviceCudaFailsAtStartUpAndAutoServesOnTheCpu) {
+  absl::StatusOr<std::unique_ptr<ChildProcess>> process =
+      ChildProcess::Spawn({TENSOROPS_SERVER_PATH, "--port=0", "--device=cuda"});
+  ASSERT_TRUE(process.ok()) << process.status();
+  const int exit_status = (*process)->WaitForExit(kShutdownTimeout);
+  EXPECT_TRUE(ExitedWith(exit_status, 1)) << DescribeExit(exit_status);
+  EXPECT_THAT((*process)->stderr_text() + (*process)->stdout_text(),
+              HasSubstr("--device=cuda, but"));
+
+  absl::StatusOr<ServerProcess> server = StartServer({"--device=auto"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(server->target);
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<v1::ServerInfoResponse> info = (*client)->ServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->placement(), "cpu");
 }
 
 TEST(ServerProcessTest, NegativeShutdownGraceIsAUsageError) {

@@ -5,13 +5,16 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -170,10 +173,138 @@ TEST(SchedulerTest, ReportsLoadChanges) {
                           std::pair<int64_t, int64_t>{0, 0}));
 }
 
+// --- Batching -----------------------------------------------------------------------------------
+
+// BatchSizes records the sizes of the batches a scheduler's workers take.
+class BatchSizes {
+ public:
+  std::function<void(int64_t)> Recorder() {
+    return [this](int64_t size) {
+      absl::MutexLock lock(&mu_);
+      sizes_.push_back(size);
+    };
+  }
+  std::vector<int64_t> Get() {
+    absl::MutexLock lock(&mu_);
+    return sizes_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<int64_t> sizes_ ABSL_GUARDED_BY(mu_);
+};
+
+// RunQueuedBehindABlocker occupies the only worker, queues `works` behind it, then lets the worker
+// go and waits until every one of them has ended.
+void RunQueuedBehindABlocker(Scheduler& scheduler,
+                             std::vector<std::unique_ptr<BlockingWork>>& works) {
+  BlockingWork blocker;
+  ASSERT_TRUE(scheduler.Enqueue(&blocker).ok());
+  blocker.WaitUntilStarted();
+  for (auto& work : works) {
+    work->Release();
+    ASSERT_TRUE(scheduler.Enqueue(work.get()).ok());
+  }
+  blocker.Release();
+  for (auto& work : works) work->WaitUntilEnded();
+}
+
+std::vector<std::unique_ptr<BlockingWork>> Works(int count, int64_t bytes) {
+  std::vector<std::unique_ptr<BlockingWork>> works;
+  for (int i = 0; i < count; ++i) {
+    works.push_back(std::make_unique<BlockingWork>(absl::InfiniteFuture(), bytes));
+  }
+  return works;
+}
+
+TEST(SchedulerBatchTest, BatchClosesAtMaxBatch) {
+  BatchSizes sizes;
+  std::unique_ptr<Scheduler> scheduler =
+      MakeScheduler({.max_concurrent_calls = 1, .max_batch = 3, .on_batch = sizes.Recorder()});
+  ASSERT_NE(scheduler, nullptr);
+  std::vector<std::unique_ptr<BlockingWork>> works = Works(5, 10);
+  RunQueuedBehindABlocker(*scheduler, works);
+  EXPECT_THAT(sizes.Get(), ElementsAre(1, 3, 2));
+}
+
+TEST(SchedulerBatchTest, BatchClosesAtMaxBatchBytesAndALargerCallRunsAlone) {
+  BatchSizes sizes;
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler({.max_concurrent_calls = 1,
+                                                        .max_batch = 10,
+                                                        .max_batch_bytes = 100,
+                                                        .on_batch = sizes.Recorder()});
+  ASSERT_NE(scheduler, nullptr);
+  // 40 + 40 fit in 100 bytes, a third does not; the 500-byte call exceeds the limit alone.
+  std::vector<std::unique_ptr<BlockingWork>> works = Works(3, 40);
+  works.push_back(std::make_unique<BlockingWork>(absl::InfiniteFuture(), 500));
+  works.push_back(std::make_unique<BlockingWork>(absl::InfiniteFuture(), 40));
+  RunQueuedBehindABlocker(*scheduler, works);
+  EXPECT_THAT(sizes.Get(), ElementsAre(1, 2, 1, 1, 1));
+}
+
+TEST(SchedulerBatchTest, QueueDelayLetsLaterCallsJoinTheBatch) {
+  BatchSizes sizes;
+  // A delay far longer than the test: the batch closes because it is full, not because the delay
+  // ran out.
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler({.max_concurrent_calls = 1,
+                                                        .max_batch = 2,
+                                                        .max_queue_delay = absl::Seconds(60),
+                                                        .on_batch = sizes.Recorder()});
+  ASSERT_NE(scheduler, nullptr);
+  BlockingWork first, second;
+  first.Release();
+  second.Release();
+  ASSERT_TRUE(scheduler->Enqueue(&first).ok());
+  ASSERT_TRUE(scheduler->Enqueue(&second).ok());
+  first.WaitUntilEnded();
+  second.WaitUntilEnded();
+  EXPECT_THAT(sizes.Get(), ElementsAre(2));
+}
+
+TEST(SchedulerBatchTest, QueueDelayEndsAPartialBatch) {
+  BatchSizes sizes;
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler({.max_concurrent_calls = 1,
+                                                        .max_batch = 4,
+                                                        .max_queue_delay = absl::Milliseconds(1),
+                                                        .on_batch = sizes.Recorder()});
+  ASSERT_NE(scheduler, nullptr);
+  BlockingWork alone;
+  alone.Release();
+  ASSERT_TRUE(scheduler->Enqueue(&alone).ok());
+  alone.WaitUntilEnded();  // Would hang if a partial batch waited for max_batch calls.
+  EXPECT_THAT(sizes.Get(), ElementsAre(1));
+}
+
+TEST(SchedulerBatchTest, ABatchsCallsRunSideBySide) {
+  std::unique_ptr<Scheduler> scheduler =
+      MakeScheduler({.max_concurrent_calls = 1, .max_batch = 2, .threads = 2});
+  ASSERT_NE(scheduler, nullptr);
+  BlockingWork blocker, first, second;
+  ASSERT_TRUE(scheduler->Enqueue(&blocker).ok());
+  blocker.WaitUntilStarted();
+  ASSERT_TRUE(scheduler->Enqueue(&first).ok());
+  ASSERT_TRUE(scheduler->Enqueue(&second).ok());
+  blocker.Release();
+  // Both run before either is released: one worker, one batch, two tasks at once.
+  first.WaitUntilStarted();
+  second.WaitUntilStarted();
+  EXPECT_EQ(scheduler->InFlightCount(), 2);
+  first.Release();
+  second.Release();
+}
+
 TEST(SchedulerTest, CreateRejectsOptionsOutOfRange) {
   EXPECT_EQ(Scheduler::Create({.max_concurrent_calls = 0}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Scheduler::Create({.max_concurrent_calls = 1, .max_queued_calls = -1}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Scheduler::Create({.max_concurrent_calls = 1, .max_batch = 0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Scheduler::Create({.max_concurrent_calls = 1, .max_batch_bytes = 0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Scheduler::Create({.max_concurrent_calls = 1, .max_queue_delay = absl::Seconds(-1)})
+                .status()
+                .code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -273,6 +404,43 @@ TEST_F(AdmissionTest, CancelledCallLeavesTheQueue) {
   ASSERT_TRUE(WaitFor([&] { return scheduler().QueuedCount() == 1; }));
   blocker_.Release();
   EXPECT_TRUE(next.done.get_future().get().ok());
+}
+
+TEST(BatchingServiceTest, SixtyFourConcurrentClientsAllGetTheirOwnResults) {
+  std::unique_ptr<Server> server = StartServer(
+      {.max_concurrent_calls = 2, .max_batch = 8, .max_queue_delay = absl::Milliseconds(1)});
+  ASSERT_NE(server, nullptr);
+  constexpr int kClients = 64;
+  constexpr int kCallsEach = 10;
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      std::unique_ptr<v1::TensorOps::Stub> stub = Connect(server->port());
+      for (int i = 0; i < kCallsEach; ++i) {
+        // Each call gathers its own values, so a result sent to the wrong call shows.
+        const int64_t base = (c * kCallsEach + i) * 10;
+        v1::GatherRequest request;
+        *request.mutable_input() = MakeTensor<int64_t>({3}, {base, base + 1, base + 2});
+        *request.mutable_index() = MakeTensor<int64_t>({2}, {2, 0});
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+        v1::GatherResponse response;
+        const grpc::Status status = stub->Gather(&context, request, &response);
+        if (!status.ok() ||
+            Values<int64_t>(response.result()) != std::vector<int64_t>{base + 2, base}) {
+          ++wrong;
+        }
+      }
+    });
+  }
+  for (std::thread& client : clients) client.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_TRUE(WaitFor([&] {
+    return absl::StrContains(
+        server->metrics().Scrape(),
+        absl::StrCat("tensorops_batch_size_sum{device=\"cpu\"} ", kClients * kCallsEach, "\n"));
+  })) << "every call is counted in exactly one batch";
 }
 
 }  // namespace

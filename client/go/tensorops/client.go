@@ -63,7 +63,7 @@ type settings struct {
 }
 
 // WithTLS makes Dial open a TLS channel with the given configuration (nil: Go's defaults, the
-// system's roots). Without it the channel is plaintext. NewClient ignores it: the connection is
+// system's roots). Without it the channel is plaintext. NewClient rejects it: the connection is
 // the caller's.
 func WithTLS(config *tls.Config) Option {
 	return func(s *settings) error {
@@ -192,6 +192,7 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	// grpc.WithInsecure: gRPC-Go 1.33 (Debian 12's) has no credentials/insecure package yet.
 	transport := grpc.WithInsecure()
 	if s.tlsConfig != nil {
 		transport = grpc.WithTransportCredentials(credentials.NewTLS(s.tlsConfig))
@@ -207,11 +208,15 @@ func Dial(target string, opts ...Option) (*Client, error) {
 
 // NewClient returns a Client that calls through conn, which the caller owns: Close leaves it
 // open. WithBearerToken and WithMaxMessageBytes apply; WithTLS, WithTLSFiles and WithDialOptions
-// are the connection's business and are ignored.
+// configure a connection that Dial opens, so NewClient fails with InvalidArgument when given them.
 func NewClient(conn grpc.ClientConnInterface, opts ...Option) (*Client, error) {
 	s, err := applyOptions(opts)
 	if err != nil {
 		return nil, err
+	}
+	if s.tlsConfig != nil || len(s.dialOptions) > 0 {
+		return nil, status.Error(codes.InvalidArgument,
+			"tensorops: NewClient: TLS and dial options belong to the connection; set them where it is dialed")
 	}
 	return newClient(conn, s), nil
 }

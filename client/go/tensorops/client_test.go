@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"tensorops/client/go/tensorops"
+	tensoropsv1 "tensorops/client/go/tensorops/v1"
 )
 
 // callTimeout bounds every call of these tests, so that a hung server fails a test rather than
@@ -460,5 +462,30 @@ func TestServerInfo(t *testing.T) {
 	}
 	if info.GetTls() || info.GetAuthTokenRequired() {
 		t.Errorf("tls = %v, auth_token_required = %v on a plain server", info.GetTls(), info.GetAuthTokenRequired())
+	}
+}
+
+func TestNewClientUsesTheCallersConnection(t *testing.T) {
+	s := startServer(t)
+	conn, err := grpc.Dial(s.address, grpc.WithInsecure())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := tensorops.NewClient(conn, tensorops.WithTLS(nil)); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("NewClient with WithTLS: %v, want InvalidArgument", err)
+	}
+	client, err := tensorops.NewClient(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testContext(t)
+	if _, err := client.ServerInfo(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Close leaves the caller's connection open.
+	client.Close()
+	if _, err := tensoropsv1.NewTensorOpsClient(conn).ServerInfo(ctx, &tensoropsv1.ServerInfoRequest{}); err != nil {
+		t.Errorf("the connection after Close: %v", err)
 	}
 }

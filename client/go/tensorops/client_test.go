@@ -411,7 +411,7 @@ func TestRunStream(t *testing.T) {
 	expectTensor(t, "stream 13", results[13].Result, results[13].Err, tensorops.Float32, []int64{2, 2}, []float32{1, 0, 0, 4})
 }
 
-func TestBackwardOfGather(t *testing.T) {
+func TestBackward(t *testing.T) {
 	client := startClient(t)
 	ctx := testContext(t)
 	// d/d input of gather(input, 1, index) . grad: the grad scattered back with sum.
@@ -429,6 +429,20 @@ func TestBackwardOfGather(t *testing.T) {
 
 	_, err = client.Backward(ctx, op, tensorops.FromFloat64([]float64{1, 2, 3}))
 	expectStatus(t, "backward with a wrong grad_output", err, codes.InvalidArgument)
+
+	// Scatter (assign) has two: the overwritten positions get no gradient from input, and src
+	// gets the gradient of the positions it wrote.
+	scatter := tensorops.ScatterOp(tensorops.FromFloat32([]float32{5, 6, 7, 8}), 0,
+		tensorops.FromInt64([]int64{1, 3}), tensorops.FromFloat32([]float32{9, 9}))
+	gradients, err = client.Backward(ctx, scatter, tensorops.FromFloat32([]float32{1, 2, 3, 4}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gradients) != 2 {
+		t.Errorf("got gradients %v, want input's and src's", gradients)
+	}
+	expectTensor(t, "scatter: gradient of input", gradients["input"], nil, tensorops.Float32, []int64{4}, []float32{1, 0, 3, 0})
+	expectTensor(t, "scatter: gradient of src", gradients["src"], nil, tensorops.Float32, []int64{2}, []float32{2, 4})
 }
 
 func TestServerInfo(t *testing.T) {

@@ -122,7 +122,8 @@ func FromProto(message *tensoropsv1.Tensor) (Tensor, error) {
 	return NewTensor(DType(message.GetDtype()), message.GetShape(), message.GetData())
 }
 
-// Proto returns the wire message of t; nil for the zero Tensor.
+// Proto returns the wire message of t; nil for the zero Tensor. The message shares t's bytes:
+// do not modify its Data.
 func (t Tensor) Proto() *tensoropsv1.Tensor {
 	if t.IsZero() {
 		return nil

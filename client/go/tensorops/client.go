@@ -52,8 +52,10 @@ type TLSFiles struct {
 	ServerName string
 }
 
-// Option configures Dial or NewClient.
-type Option func(*settings) error
+// Option configures Dial or NewClient; the With* functions make them.
+type Option struct {
+	apply func(*settings) error
+}
 
 type settings struct {
 	tlsConfig       *tls.Config
@@ -66,19 +68,19 @@ type settings struct {
 // system's roots). Without it the channel is plaintext. NewClient rejects it: the connection is
 // the caller's.
 func WithTLS(config *tls.Config) Option {
-	return func(s *settings) error {
+	return Option{func(s *settings) error {
 		if config == nil {
 			config = &tls.Config{}
 		}
 		s.tlsConfig = config
 		return nil
-	}
+	}}
 }
 
 // WithTLSFiles is WithTLS with a configuration read from PEM files. Dial fails with
 // InvalidArgument if a file cannot be read or parsed.
 func WithTLSFiles(files TLSFiles) Option {
-	return func(s *settings) error {
+	return Option{func(s *settings) error {
 		config := &tls.Config{ServerName: files.ServerName}
 		if files.RootCAFile != "" {
 			pem, err := os.ReadFile(files.RootCAFile)
@@ -102,14 +104,14 @@ func WithTLSFiles(files TLSFiles) Option {
 		}
 		s.tlsConfig = config
 		return nil
-	}
+	}}
 }
 
 // WithBearerToken sends "authorization: Bearer <token>" on every call, for servers started with
 // --auth_token_file. The token must be printable ASCII without spaces (else InvalidArgument).
 // Over a plaintext channel anyone who can see the traffic can read it.
 func WithBearerToken(token string) Option {
-	return func(s *settings) error {
+	return Option{func(s *settings) error {
 		if token == "" {
 			return status.Error(codes.InvalidArgument, "tensorops: empty bearer token")
 		}
@@ -121,27 +123,27 @@ func WithBearerToken(token string) Option {
 		}
 		s.token = token
 		return nil
-	}
+	}}
 }
 
 // WithMaxMessageBytes sets the largest message sent or received, 1 to 2^31 - 1 bytes (else
 // InvalidArgument); larger results fail with ResourceExhausted.
 func WithMaxMessageBytes(n int) Option {
-	return func(s *settings) error {
+	return Option{func(s *settings) error {
 		if n < 1 || int64(n) > 1<<31-1 {
 			return status.Errorf(codes.InvalidArgument, "tensorops: max message bytes %d is not in 1..2^31-1", n)
 		}
 		s.maxMessageBytes = n
 		return nil
-	}
+	}}
 }
 
 // WithDialOptions passes more options to grpc.Dial (interceptors, keepalive, ...).
 func WithDialOptions(options ...grpc.DialOption) Option {
-	return func(s *settings) error {
+	return Option{func(s *settings) error {
 		s.dialOptions = append(s.dialOptions, options...)
 		return nil
-	}
+	}}
 }
 
 // bearerToken is the token as per-call credentials. gRPC-Go sends these on plaintext channels too
@@ -164,7 +166,7 @@ type Client struct {
 func applyOptions(opts []Option) (*settings, error) {
 	s := &settings{maxMessageBytes: DefaultMaxMessageBytes}
 	for _, option := range opts {
-		if err := option(s); err != nil {
+		if err := option.apply(s); err != nil {
 			return nil, err
 		}
 	}

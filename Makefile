@@ -34,6 +34,7 @@ bench: build
 
 format:
 	find kernels proto server client/cpp tests bench \( -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.proto' \) -print0 | xargs -0 clang-format -i
+	gofmt -w client/go/tensorops/*.go
 
 clean:
 	rm -rf build

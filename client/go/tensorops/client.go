@@ -1,0 +1,451 @@
+// Package tensorops is the Go client of the tensorops service: scatter/gather tensor operations
+// over gRPC.
+//
+// A Client sends each op through that op's own RPC and returns the result as a Tensor. Tensors are
+// built from Go slices and read back the same way:
+//
+//	client, err := tensorops.Dial("127.0.0.1:50051")
+//	if err != nil { ... }
+//	defer client.Close()
+//	input := tensorops.FromFloat32([]float32{1, 2, 3, 4}, 2, 2)
+//	index := tensorops.FromInt64([]int64{0, 0, 1, 0}, 2, 2)
+//	out, err := client.Gather(ctx, input, 1, index) // out.Float32s() == [1 1 4 3]
+//
+// Errors from calls are the gRPC status errors of the call, unwrapped, so status.Code(err) and
+// status.FromError(err) give the server's code (codes.InvalidArgument for bad input) and message.
+// Deadlines and cancellation come from the context.
+//
+// The stubs in tensorops/v1 are generated from proto/tensorops/v1 by ../generate.sh.
+package tensorops
+
+//go:generate ../generate.sh
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	tensoropsv1 "tensorops/client/go/tensorops/v1"
+)
+
+// DefaultMaxMessageBytes is the largest message a Client sends or receives unless
+// WithMaxMessageBytes says otherwise: 1 GiB, the server's default --max_message_bytes.
+const DefaultMaxMessageBytes = 1 << 30
+
+// TLSFiles names the PEM files of a TLS channel. Every field is optional.
+type TLSFiles struct {
+	// CA certificate(s) the server's certificate must chain to; empty trusts the system's roots.
+	RootCAFile string
+	// Certificate chain and private key this client presents, for servers that require client
+	// certificates (mutual TLS). Both or neither.
+	CertFile string
+	KeyFile  string
+	// The name the server's certificate is checked against instead of the target's host; empty:
+	// the target's host.
+	ServerName string
+}
+
+// Option configures Dial or NewClient; the With* functions make them.
+type Option struct {
+	apply func(*settings) error
+}
+
+type settings struct {
+	tlsConfig       *tls.Config
+	token           string
+	maxMessageBytes int
+	dialOptions     []grpc.DialOption
+}
+
+// WithTLS makes Dial open a TLS channel with the given configuration (nil: Go's defaults, the
+// system's roots). Without it the channel is plaintext. NewClient rejects it: the connection is
+// the caller's.
+func WithTLS(config *tls.Config) Option {
+	return Option{func(s *settings) error {
+		if config == nil {
+			config = &tls.Config{}
+		}
+		s.tlsConfig = config
+		return nil
+	}}
+}
+
+// WithTLSFiles is WithTLS with a configuration read from PEM files. Dial fails with
+// InvalidArgument if a file cannot be read or parsed.
+func WithTLSFiles(files TLSFiles) Option {
+	return Option{func(s *settings) error {
+		config := &tls.Config{ServerName: files.ServerName}
+		if files.RootCAFile != "" {
+			pem, err := os.ReadFile(files.RootCAFile)
+			if err != nil {
+				return status.Errorf(codes.InvalidArgument, "tensorops: root CA: %v", err)
+			}
+			config.RootCAs = x509.NewCertPool()
+			if !config.RootCAs.AppendCertsFromPEM(pem) {
+				return status.Errorf(codes.InvalidArgument, "tensorops: no PEM certificate in %s", files.RootCAFile)
+			}
+		}
+		if (files.CertFile == "") != (files.KeyFile == "") {
+			return status.Error(codes.InvalidArgument, "tensorops: give both CertFile and KeyFile or neither")
+		}
+		if files.CertFile != "" {
+			certificate, err := tls.LoadX509KeyPair(files.CertFile, files.KeyFile)
+			if err != nil {
+				return status.Errorf(codes.InvalidArgument, "tensorops: client certificate: %v", err)
+			}
+			config.Certificates = []tls.Certificate{certificate}
+		}
+		s.tlsConfig = config
+		return nil
+	}}
+}
+
+// WithBearerToken sends "authorization: Bearer <token>" on every call, for servers started with
+// --auth_token_file. The token must be printable ASCII without spaces (else InvalidArgument).
+// Over a plaintext channel anyone who can see the traffic can read it.
+func WithBearerToken(token string) Option {
+	return Option{func(s *settings) error {
+		if token == "" {
+			return status.Error(codes.InvalidArgument, "tensorops: empty bearer token")
+		}
+		for _, c := range token {
+			if c <= ' ' || c > '~' {
+				return status.Error(codes.InvalidArgument,
+					"tensorops: a bearer token is printable ASCII without spaces")
+			}
+		}
+		s.token = token
+		return nil
+	}}
+}
+
+// WithMaxMessageBytes sets the largest message sent or received, 1 to 2^31 - 1 bytes (else
+// InvalidArgument); larger results fail with ResourceExhausted.
+func WithMaxMessageBytes(n int) Option {
+	return Option{func(s *settings) error {
+		if n < 1 || int64(n) > 1<<31-1 {
+			return status.Errorf(codes.InvalidArgument, "tensorops: max message bytes %d is not in 1..2^31-1", n)
+		}
+		s.maxMessageBytes = n
+		return nil
+	}}
+}
+
+// WithDialOptions passes more options to grpc.Dial (interceptors, keepalive, ...).
+func WithDialOptions(options ...grpc.DialOption) Option {
+	return Option{func(s *settings) error {
+		s.dialOptions = append(s.dialOptions, options...)
+		return nil
+	}}
+}
+
+// bearerToken is the token as per-call credentials. gRPC-Go sends these on plaintext channels too
+// because RequireTransportSecurity says false.
+type bearerToken string
+
+func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(t)}, nil
+}
+
+func (bearerToken) RequireTransportSecurity() bool { return false }
+
+// Client calls a tensorops server. Its methods may be called from many goroutines at once.
+type Client struct {
+	conn     *grpc.ClientConn // nil when the connection is the caller's (NewClient).
+	stub     tensoropsv1.TensorOpsClient
+	callOpts []grpc.CallOption
+}
+
+func applyOptions(opts []Option) (*settings, error) {
+	s := &settings{maxMessageBytes: DefaultMaxMessageBytes}
+	for _, option := range opts {
+		if err := option.apply(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func newClient(conn grpc.ClientConnInterface, s *settings) *Client {
+	client := &Client{
+		stub: tensoropsv1.NewTensorOpsClient(conn),
+		callOpts: []grpc.CallOption{
+			grpc.MaxCallRecvMsgSize(s.maxMessageBytes), grpc.MaxCallSendMsgSize(s.maxMessageBytes),
+		},
+	}
+	if s.token != "" {
+		client.callOpts = append(client.callOpts, grpc.PerRPCCredentials(bearerToken(s.token)))
+	}
+	return client
+}
+
+// Dial returns a Client of the server at target ("host:port", or any gRPC target). Like
+// grpc.Dial it does not wait for the connection: a server that is down shows as Unavailable on
+// the first call. It fails only for invalid options (InvalidArgument).
+func Dial(target string, opts ...Option) (*Client, error) {
+	s, err := applyOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	// grpc.WithInsecure: gRPC-Go 1.33 (Debian 12's) has no credentials/insecure package yet.
+	transport := grpc.WithInsecure()
+	if s.tlsConfig != nil {
+		transport = grpc.WithTransportCredentials(credentials.NewTLS(s.tlsConfig))
+	}
+	conn, err := grpc.Dial(target, append([]grpc.DialOption{transport}, s.dialOptions...)...)
+	if err != nil {
+		return nil, err
+	}
+	client := newClient(conn, s)
+	client.conn = conn
+	return client, nil
+}
+
+// NewClient returns a Client that calls through conn, which the caller owns: Close leaves it
+// open. WithBearerToken and WithMaxMessageBytes apply; WithTLS, WithTLSFiles and WithDialOptions
+// configure a connection that Dial opens, so NewClient fails with InvalidArgument when given them.
+func NewClient(conn grpc.ClientConnInterface, opts ...Option) (*Client, error) {
+	s, err := applyOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if s.tlsConfig != nil || len(s.dialOptions) > 0 {
+		return nil, status.Error(codes.InvalidArgument,
+			"tensorops: NewClient: TLS and dial options belong to the connection; set them where it is dialed")
+	}
+	return newClient(conn, s), nil
+}
+
+// Close closes the connection Dial opened; calls in flight fail with Canceled. For a Client from
+// NewClient it does nothing.
+func (c *Client) Close() error {
+	if c.conn == nil {
+		return nil
+	}
+	return c.conn.Close()
+}
+
+// Stub returns the generated gRPC client the methods call, with none of this Client's per-call
+// options (token, message limit): pass CallOptions() to its methods.
+func (c *Client) Stub() tensoropsv1.TensorOpsClient { return c.stub }
+
+// CallOptions returns the per-call options every method of c passes: the message limits and the
+// bearer token.
+func (c *Client) CallOptions() []grpc.CallOption { return append([]grpc.CallOption{}, c.callOpts...) }
+
+// result decodes a result tensor; a malformed one (which a correct server never sends) is
+// Internal.
+func result(message *tensoropsv1.Tensor) (Tensor, error) {
+	tensor, err := FromProto(message)
+	if err != nil {
+		return Tensor{}, status.Errorf(codes.Internal, "tensorops: malformed result: %v", err)
+	}
+	return tensor, nil
+}
+
+// Gather returns torch.gather(input, axis, index): result[i][j] = input[i][index[i][j]] for
+// axis 1.
+func (c *Client) Gather(ctx context.Context, input Tensor, axis int64, index Tensor, opts ...GatherOptions) (Tensor, error) {
+	response, err := c.stub.Gather(ctx, GatherOp(input, axis, index, opts...).message.GetGather(), c.callOpts...)
+	if err != nil {
+		return Tensor{}, err
+	}
+	return result(response.GetResult())
+}
+
+// Scatter returns torch.scatter(input, axis, index, src), or scatter_reduce with opts.Reduce.
+func (c *Client) Scatter(ctx context.Context, input Tensor, axis int64, index Tensor, src Tensor, opts ...ScatterOptions) (Tensor, error) {
+	return c.scatter(ctx, ScatterOp(input, axis, index, src, opts...))
+}
+
+// ScatterValue is Scatter with one scalar value in place of every source element.
+func (c *Client) ScatterValue(ctx context.Context, input Tensor, axis int64, index Tensor, value Scalar, opts ...ScatterOptions) (Tensor, error) {
+	return c.scatter(ctx, ScatterValueOp(input, axis, index, value, opts...))
+}
+
+func (c *Client) scatter(ctx context.Context, op Op) (Tensor, error) {
+	response, err := c.stub.Scatter(ctx, op.message.GetScatter(), c.callOpts...)
+	if err != nil {
+		return Tensor{}, err
+	}
+	return result(response.GetResult())
+}
+
+// IndexSelect returns torch.index_select(input, axis, index); index is 1-D (or a scalar).
+func (c *Client) IndexSelect(ctx context.Context, input Tensor, axis int64, index Tensor) (Tensor, error) {
+	response, err := c.stub.IndexSelect(ctx, IndexSelectOp(input, axis, index).message.GetIndexSelect(), c.callOpts...)
+	if err != nil {
+		return Tensor{}, err
+	}
+	return result(response.GetResult())
+}
+
+// IndexReduce returns torch.index_copy (the default), index_add (Reduce: Sum, with Alpha) or
+// index_reduce (Prod, Mean, AMax, AMin) of input along axis.
+func (c *Client) IndexReduce(ctx context.Context, input Tensor, axis int64, index Tensor, src Tensor, opts ...IndexReduceOptions) (Tensor, error) {
+	response, err := c.stub.IndexReduce(ctx, IndexReduceOp(input, axis, index, src, opts...).message.GetIndexReduce(), c.callOpts...)
+	if err != nil {
+		return Tensor{}, err
+	}
+	return result(response.GetResult())
+}
+
+// SelectScatter returns torch.select_scatter(input, src, axis, index).
+func (c *Client) SelectScatter(ctx context.Context, input Tensor, src Tensor, axis int64, index int64) (Tensor, error) {
+	response, err := c.stub.SelectScatter(ctx, SelectScatterOp(input, src, axis, index).message.GetSelectScatter(), c.callOpts...)
+	if err != nil {
+		return Tensor{}, err
+	}
+	return result(response.GetResult())
+}
+
+// SliceScatter returns torch.slice_scatter(input, src, axis, start, end, step).
+func (c *Client) SliceScatter(ctx context.Context, input Tensor, src Tensor, axis int64, opts ...SliceScatterOptions) (Tensor, error) {
+	response, err := c.stub.SliceScatter(ctx, SliceScatterOp(input, src, axis, opts...).message.GetSliceScatter(), c.callOpts...)
+	if err != nil {
+		return Tensor{}, err
+	}
+	return result(response.GetResult())
+}
+
+// DiagonalScatter returns torch.diagonal_scatter(input, src, offset, axis1, axis2).
+func (c *Client) DiagonalScatter(ctx context.Context, input Tensor, src Tensor, opts ...DiagonalScatterOptions) (Tensor, error) {
+	response, err := c.stub.DiagonalScatter(ctx, DiagonalScatterOp(input, src, opts...).message.GetDiagonalScatter(), c.callOpts...)
+	if err != nil {
+		return Tensor{}, err
+	}
+	return result(response.GetResult())
+}
+
+// GatherNd returns tf.gather_nd(input, index, batch_dims), or the axes form (SPEC, operation 3).
+func (c *Client) GatherNd(ctx context.Context, input Tensor, index Tensor, opts ...GatherNdOptions) (Tensor, error) {
+	response, err := c.stub.GatherNd(ctx, GatherNdOp(input, index, opts...).message.GetGatherNd(), c.callOpts...)
+	if err != nil {
+		return Tensor{}, err
+	}
+	return result(response.GetResult())
+}
+
+// ScatterNd returns tf.tensor_scatter_nd_update(input, index, src), or _add / _min / _max with
+// opts.Reduce, or the axes form.
+func (c *Client) ScatterNd(ctx context.Context, input Tensor, index Tensor, src Tensor, opts ...ScatterNdOptions) (Tensor, error) {
+	return c.scatterNd(ctx, ScatterNdOp(input, index, src, opts...))
+}
+
+// ScatterNdZeros is ScatterNd on zeros of `shape` in src's dtype: paddle.scatter_nd.
+func (c *Client) ScatterNdZeros(ctx context.Context, shape []int64, index Tensor, src Tensor, opts ...ScatterNdOptions) (Tensor, error) {
+	return c.scatterNd(ctx, ScatterNdZerosOp(shape, index, src, opts...))
+}
+
+func (c *Client) scatterNd(ctx context.Context, op Op) (Tensor, error) {
+	response, err := c.stub.ScatterNd(ctx, op.message.GetScatterNd(), c.callOpts...)
+	if err != nil {
+		return Tensor{}, err
+	}
+	return result(response.GetResult())
+}
+
+// MaskedScatter returns torch.masked_scatter(input, mask, src).
+func (c *Client) MaskedScatter(ctx context.Context, input Tensor, mask Tensor, src Tensor) (Tensor, error) {
+	response, err := c.stub.MaskedScatter(ctx, MaskedScatterOp(input, mask, src).message.GetMaskedScatter(), c.callOpts...)
+	if err != nil {
+		return Tensor{}, err
+	}
+	return result(response.GetResult())
+}
+
+// Run runs any op through the generic Run RPC: the same validation and result as its own RPC.
+func (c *Client) Run(ctx context.Context, op Op) (Tensor, error) {
+	response, err := c.stub.Run(ctx, op.message, c.callOpts...)
+	if err != nil {
+		return Tensor{}, err
+	}
+	return result(response.GetResult())
+}
+
+// Backward returns the gradients of op's differentiable inputs for gradOutput, the gradient of its
+// result, by argument name ("input", "src"), as PyTorch autograd computes them. Index and mask
+// tensors, and a scalar value, get none.
+func (c *Client) Backward(ctx context.Context, op Op, gradOutput Tensor) (map[string]Tensor, error) {
+	response, err := c.stub.Backward(ctx, &tensoropsv1.BackwardRequest{
+		Op: op.message, GradOutput: gradOutput.Proto()}, c.callOpts...)
+	if err != nil {
+		return nil, err
+	}
+	gradients := make(map[string]Tensor, len(response.GetGradients()))
+	for name, message := range response.GetGradients() {
+		gradient, err := result(message)
+		if err != nil {
+			return nil, err
+		}
+		gradients[name] = gradient
+	}
+	return gradients, nil
+}
+
+// ServerInfo describes the server: version, build, devices, limits, ops and dtypes.
+func (c *Client) ServerInfo(ctx context.Context) (*tensoropsv1.ServerInfoResponse, error) {
+	return c.stub.ServerInfo(ctx, &tensoropsv1.ServerInfoRequest{}, c.callOpts...)
+}
+
+// StreamResult is the outcome of one request on a Stream.
+type StreamResult struct {
+	// The id the request was sent with.
+	RequestID uint64
+	// The result when Err is nil.
+	Result Tensor
+	// The request's own failure, a gRPC status error like a unary call's; the stream goes on.
+	Err error
+}
+
+// Stream is a RunStream call: a pipeline of ops over one stream. One goroutine may Send while
+// another Receives; neither method may be called from two goroutines at once.
+type Stream struct {
+	stream tensoropsv1.TensorOps_RunStreamClient
+}
+
+// RunStream opens a stream; cancelling ctx ends it. Each request sent gets exactly one result
+// with its id, in completion order (not necessarily the order sent).
+func (c *Client) RunStream(ctx context.Context) (*Stream, error) {
+	stream, err := c.stub.RunStream(ctx, c.callOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Stream{stream}, nil
+}
+
+// Send sends one op with the caller's id. An error (io.EOF when the server ended the stream) means
+// no more can be sent; Recv gives the stream's status.
+func (s *Stream) Send(requestID uint64, op Op) error {
+	return s.stream.Send(&tensoropsv1.RunStreamRequest{RequestId: requestID, Op: op.message})
+}
+
+// CloseSend tells the server no more requests come; results keep arriving until Recv returns
+// io.EOF.
+func (s *Stream) CloseSend() error { return s.stream.CloseSend() }
+
+// Recv returns the next result. It returns io.EOF once the stream ended OK (after CloseSend and
+// every result), or the stream's gRPC status error (Unavailable when the server shuts down).
+func (s *Stream) Recv() (StreamResult, error) {
+	response, err := s.stream.Recv()
+	if err != nil {
+		return StreamResult{}, err
+	}
+	out := StreamResult{RequestID: response.GetRequestId()}
+	switch outcome := response.GetOutcome().(type) {
+	case *tensoropsv1.RunStreamResponse_Result:
+		out.Result, out.Err = result(outcome.Result)
+	case *tensoropsv1.RunStreamResponse_Error:
+		out.Err = status.Error(codes.Code(outcome.Error.GetCode()), outcome.Error.GetMessage())
+	default:
+		out.Err = status.Error(codes.Internal, fmt.Sprintf("tensorops: response %d has no outcome", out.RequestID))
+	}
+	return out, nil
+}

@@ -1,0 +1,379 @@
+package tensorops
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	tensoropsv1 "tensorops/client/go/tensorops/v1"
+)
+
+// DType is the element type of a Tensor; its values are those of the wire's tensorops.v1.DataType.
+type DType int32
+
+// The dtypes of the wire (tensor.proto). Float16 and BFloat16 travel as raw 16-bit patterns.
+const (
+	Invalid    = DType(tensoropsv1.DataType_DATA_TYPE_UNSPECIFIED)
+	Bool       = DType(tensoropsv1.DataType_DATA_TYPE_BOOL)
+	Uint8      = DType(tensoropsv1.DataType_DATA_TYPE_UINT8)
+	Int8       = DType(tensoropsv1.DataType_DATA_TYPE_INT8)
+	Int16      = DType(tensoropsv1.DataType_DATA_TYPE_INT16)
+	Int32      = DType(tensoropsv1.DataType_DATA_TYPE_INT32)
+	Int64      = DType(tensoropsv1.DataType_DATA_TYPE_INT64)
+	Float16    = DType(tensoropsv1.DataType_DATA_TYPE_FLOAT16)
+	BFloat16   = DType(tensoropsv1.DataType_DATA_TYPE_BFLOAT16)
+	Float32    = DType(tensoropsv1.DataType_DATA_TYPE_FLOAT32)
+	Float64    = DType(tensoropsv1.DataType_DATA_TYPE_FLOAT64)
+	Complex64  = DType(tensoropsv1.DataType_DATA_TYPE_COMPLEX64)
+	Complex128 = DType(tensoropsv1.DataType_DATA_TYPE_COMPLEX128)
+)
+
+var dtypeNames = map[DType]string{
+	Bool: "bool", Uint8: "uint8", Int8: "int8", Int16: "int16", Int32: "int32", Int64: "int64",
+	Float16: "float16", BFloat16: "bfloat16", Float32: "float32", Float64: "float64",
+	Complex64: "complex64", Complex128: "complex128",
+}
+
+// String returns the dtype's lower-case name ("float32"), or "DType(N)" for a value the wire does
+// not define.
+func (d DType) String() string {
+	if name, ok := dtypeNames[d]; ok {
+		return name
+	}
+	return fmt.Sprintf("DType(%d)", int32(d))
+}
+
+// ItemSize returns the bytes one element takes on the wire; 0 for an undefined dtype.
+func (d DType) ItemSize() int {
+	switch d {
+	case Bool, Uint8, Int8:
+		return 1
+	case Int16, Float16, BFloat16:
+		return 2
+	case Int32, Float32:
+		return 4
+	case Int64, Float64, Complex64:
+		return 8
+	case Complex128:
+		return 16
+	}
+	return 0
+}
+
+// Tensor is a dense tensor in the wire's layout: row-major, little-endian. Build one with the
+// From* constructors; read one with the accessor of its dtype. A Tensor is an immutable value:
+// constructors copy their input and accessors return fresh slices. The zero Tensor has dtype
+// Invalid and stands for "absent" where an op allows that (ScatterNdZeros has no input).
+type Tensor struct {
+	dtype DType
+	shape []int64
+	data  []byte
+}
+
+// DType returns the element type.
+func (t Tensor) DType() DType { return t.dtype }
+
+// Shape returns a copy of the shape; empty for a scalar (rank 0).
+func (t Tensor) Shape() []int64 { return append([]int64{}, t.shape...) }
+
+// NumElements returns the product of the shape (1 for a scalar).
+func (t Tensor) NumElements() int64 { return numElements(t.shape) }
+
+// Bytes returns a copy of the raw little-endian element bytes.
+func (t Tensor) Bytes() []byte { return append([]byte{}, t.data...) }
+
+// IsZero reports whether t is the zero Tensor (no dtype), which ops treat as an absent argument.
+func (t Tensor) IsZero() bool { return t.dtype == Invalid && t.shape == nil && t.data == nil }
+
+// String describes the tensor's dtype and shape, not its elements: "float32[2 3]".
+func (t Tensor) String() string { return fmt.Sprintf("%v%v", t.dtype, t.shape) }
+
+// Reshape returns a tensor with the same elements and dtype and the given shape (none: a scalar).
+// It panics if the shape's product differs from the number of elements or a size is negative.
+func (t Tensor) Reshape(shape ...int64) Tensor {
+	checkShape("Reshape", shape, t.NumElements())
+	return Tensor{dtype: t.dtype, shape: append([]int64{}, shape...), data: t.data}
+}
+
+// NewTensor returns a tensor of the given dtype and shape holding the raw little-endian bytes
+// `data` (copied). It returns an error if the dtype is undefined, a size is negative, or len(data)
+// is not numel(shape) * dtype.ItemSize().
+func NewTensor(dtype DType, shape []int64, data []byte) (Tensor, error) {
+	if dtype.ItemSize() == 0 {
+		return Tensor{}, fmt.Errorf("tensorops: undefined dtype %v", dtype)
+	}
+	for _, size := range shape {
+		if size < 0 {
+			return Tensor{}, fmt.Errorf("tensorops: negative size in shape %v", shape)
+		}
+	}
+	if want := numElements(shape) * int64(dtype.ItemSize()); int64(len(data)) != want {
+		return Tensor{}, fmt.Errorf("tensorops: %v%v needs %d bytes of data, got %d", dtype, shape,
+			want, len(data))
+	}
+	return Tensor{dtype: dtype, shape: append([]int64{}, shape...), data: append([]byte{}, data...)}, nil
+}
+
+// FromProto returns the tensor a wire message holds, with NewTensor's checks.
+func FromProto(message *tensoropsv1.Tensor) (Tensor, error) {
+	if message == nil {
+		return Tensor{}, fmt.Errorf("tensorops: missing tensor")
+	}
+	return NewTensor(DType(message.GetDtype()), message.GetShape(), message.GetData())
+}
+
+// Proto returns the wire message of t; nil for the zero Tensor. The message shares t's bytes:
+// do not modify its Data.
+func (t Tensor) Proto() *tensoropsv1.Tensor {
+	if t.IsZero() {
+		return nil
+	}
+	return &tensoropsv1.Tensor{
+		Dtype: tensoropsv1.DataType(t.dtype),
+		Shape: append([]int64{}, t.shape...),
+		Data:  t.data,
+	}
+}
+
+func numElements(shape []int64) int64 {
+	count := int64(1)
+	for _, size := range shape {
+		count *= size
+	}
+	return count
+}
+
+// checkShape panics unless shape has no negative size and holds exactly `count` elements. No
+// shape at all means a 1-D tensor of every element and is handled by the callers.
+func checkShape(function string, shape []int64, count int64) {
+	for _, size := range shape {
+		if size < 0 {
+			panic(fmt.Sprintf("tensorops: %s: negative size in shape %v", function, shape))
+		}
+	}
+	if numElements(shape) != count {
+		panic(fmt.Sprintf("tensorops: %s: shape %v holds %d elements, data has %d", function, shape,
+			numElements(shape), count))
+	}
+}
+
+// build is the body of every From* constructor: the shape (1-D when none is given), checked
+// against n elements, and the bytes `put` writes for each element at offset i * itemsize.
+func build(function string, dtype DType, n int, shape []int64, put func(out []byte, i int)) Tensor {
+	if len(shape) == 0 {
+		shape = []int64{int64(n)}
+	}
+	checkShape(function, shape, int64(n))
+	itemsize := dtype.ItemSize()
+	data := make([]byte, n*itemsize)
+	for i := 0; i < n; i++ {
+		put(data[i*itemsize:], i)
+	}
+	return Tensor{dtype: dtype, shape: append([]int64{}, shape...), data: data}
+}
+
+// The From* constructors copy `data` into a tensor of the given shape; with no shape the tensor
+// is 1-D with len(data) elements (use Reshape() for a scalar). They panic if the shape's product
+// differs from len(data) or a size is negative, like a slice index out of range: both are
+// mistakes in the calling code, not conditions to handle.
+
+// FromBool returns a BOOL tensor.
+func FromBool(data []bool, shape ...int64) Tensor {
+	return build("FromBool", Bool, len(data), shape, func(out []byte, i int) {
+		if data[i] {
+			out[0] = 1
+		}
+	})
+}
+
+// FromUint8 returns a UINT8 tensor.
+func FromUint8(data []uint8, shape ...int64) Tensor {
+	return build("FromUint8", Uint8, len(data), shape, func(out []byte, i int) { out[0] = data[i] })
+}
+
+// FromInt8 returns an INT8 tensor.
+func FromInt8(data []int8, shape ...int64) Tensor {
+	return build("FromInt8", Int8, len(data), shape, func(out []byte, i int) { out[0] = byte(data[i]) })
+}
+
+// FromInt16 returns an INT16 tensor.
+func FromInt16(data []int16, shape ...int64) Tensor {
+	return build("FromInt16", Int16, len(data), shape, func(out []byte, i int) {
+		binary.LittleEndian.PutUint16(out, uint16(data[i]))
+	})
+}
+
+// FromInt32 returns an INT32 tensor.
+func FromInt32(data []int32, shape ...int64) Tensor {
+	return build("FromInt32", Int32, len(data), shape, func(out []byte, i int) {
+		binary.LittleEndian.PutUint32(out, uint32(data[i]))
+	})
+}
+
+// FromInt64 returns an INT64 tensor.
+func FromInt64(data []int64, shape ...int64) Tensor {
+	return build("FromInt64", Int64, len(data), shape, func(out []byte, i int) {
+		binary.LittleEndian.PutUint64(out, uint64(data[i]))
+	})
+}
+
+// FromFloat16Bits returns a FLOAT16 tensor of IEEE 754 binary16 bit patterns.
+func FromFloat16Bits(data []uint16, shape ...int64) Tensor {
+	return build("FromFloat16Bits", Float16, len(data), shape, func(out []byte, i int) {
+		binary.LittleEndian.PutUint16(out, data[i])
+	})
+}
+
+// FromBFloat16Bits returns a BFLOAT16 tensor of bfloat16 bit patterns (the top 16 bits of a
+// float32).
+func FromBFloat16Bits(data []uint16, shape ...int64) Tensor {
+	return build("FromBFloat16Bits", BFloat16, len(data), shape, func(out []byte, i int) {
+		binary.LittleEndian.PutUint16(out, data[i])
+	})
+}
+
+// FromFloat32 returns a FLOAT32 tensor.
+func FromFloat32(data []float32, shape ...int64) Tensor {
+	return build("FromFloat32", Float32, len(data), shape, func(out []byte, i int) {
+		binary.LittleEndian.PutUint32(out, math.Float32bits(data[i]))
+	})
+}
+
+// FromFloat64 returns a FLOAT64 tensor.
+func FromFloat64(data []float64, shape ...int64) Tensor {
+	return build("FromFloat64", Float64, len(data), shape, func(out []byte, i int) {
+		binary.LittleEndian.PutUint64(out, math.Float64bits(data[i]))
+	})
+}
+
+// FromComplex64 returns a COMPLEX64 tensor.
+func FromComplex64(data []complex64, shape ...int64) Tensor {
+	return build("FromComplex64", Complex64, len(data), shape, func(out []byte, i int) {
+		binary.LittleEndian.PutUint32(out, math.Float32bits(real(data[i])))
+		binary.LittleEndian.PutUint32(out[4:], math.Float32bits(imag(data[i])))
+	})
+}
+
+// FromComplex128 returns a COMPLEX128 tensor.
+func FromComplex128(data []complex128, shape ...int64) Tensor {
+	return build("FromComplex128", Complex128, len(data), shape, func(out []byte, i int) {
+		binary.LittleEndian.PutUint64(out, math.Float64bits(real(data[i])))
+		binary.LittleEndian.PutUint64(out[8:], math.Float64bits(imag(data[i])))
+	})
+}
+
+// elements checks that t has the accessor's dtype and returns its element count; it panics
+// otherwise, like a failed type assertion.
+func (t Tensor) elements(accessor string, want DType) int {
+	if t.dtype != want {
+		panic(fmt.Sprintf("tensorops: %s on a %v tensor", accessor, t.dtype))
+	}
+	return len(t.data) / want.ItemSize()
+}
+
+// The accessors return a new slice of the elements in row-major order. Each panics if the tensor
+// has another dtype; check DType() first when it is not known.
+
+// Bools returns the elements of a BOOL tensor (any non-zero byte is true).
+func (t Tensor) Bools() []bool {
+	out := make([]bool, t.elements("Bools", Bool))
+	for i := range out {
+		out[i] = t.data[i] != 0
+	}
+	return out
+}
+
+// Uint8s returns the elements of a UINT8 tensor.
+func (t Tensor) Uint8s() []uint8 {
+	out := make([]uint8, t.elements("Uint8s", Uint8))
+	copy(out, t.data)
+	return out
+}
+
+// Int8s returns the elements of an INT8 tensor.
+func (t Tensor) Int8s() []int8 {
+	out := make([]int8, t.elements("Int8s", Int8))
+	for i := range out {
+		out[i] = int8(t.data[i])
+	}
+	return out
+}
+
+// Int16s returns the elements of an INT16 tensor.
+func (t Tensor) Int16s() []int16 {
+	out := make([]int16, t.elements("Int16s", Int16))
+	for i := range out {
+		out[i] = int16(binary.LittleEndian.Uint16(t.data[2*i:]))
+	}
+	return out
+}
+
+// Int32s returns the elements of an INT32 tensor.
+func (t Tensor) Int32s() []int32 {
+	out := make([]int32, t.elements("Int32s", Int32))
+	for i := range out {
+		out[i] = int32(binary.LittleEndian.Uint32(t.data[4*i:]))
+	}
+	return out
+}
+
+// Int64s returns the elements of an INT64 tensor.
+func (t Tensor) Int64s() []int64 {
+	out := make([]int64, t.elements("Int64s", Int64))
+	for i := range out {
+		out[i] = int64(binary.LittleEndian.Uint64(t.data[8*i:]))
+	}
+	return out
+}
+
+// Float16Bits returns the bit patterns of a FLOAT16 tensor.
+func (t Tensor) Float16Bits() []uint16 { return t.uint16s("Float16Bits", Float16) }
+
+// BFloat16Bits returns the bit patterns of a BFLOAT16 tensor.
+func (t Tensor) BFloat16Bits() []uint16 { return t.uint16s("BFloat16Bits", BFloat16) }
+
+func (t Tensor) uint16s(accessor string, dtype DType) []uint16 {
+	out := make([]uint16, t.elements(accessor, dtype))
+	for i := range out {
+		out[i] = binary.LittleEndian.Uint16(t.data[2*i:])
+	}
+	return out
+}
+
+// Float32s returns the elements of a FLOAT32 tensor.
+func (t Tensor) Float32s() []float32 {
+	out := make([]float32, t.elements("Float32s", Float32))
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(t.data[4*i:]))
+	}
+	return out
+}
+
+// Float64s returns the elements of a FLOAT64 tensor.
+func (t Tensor) Float64s() []float64 {
+	out := make([]float64, t.elements("Float64s", Float64))
+	for i := range out {
+		out[i] = math.Float64frombits(binary.LittleEndian.Uint64(t.data[8*i:]))
+	}
+	return out
+}
+
+// Complex64s returns the elements of a COMPLEX64 tensor.
+func (t Tensor) Complex64s() []complex64 {
+	out := make([]complex64, t.elements("Complex64s", Complex64))
+	for i := range out {
+		out[i] = complex(math.Float32frombits(binary.LittleEndian.Uint32(t.data[8*i:])),
+			math.Float32frombits(binary.LittleEndian.Uint32(t.data[8*i+4:])))
+	}
+	return out
+}
+
+// Complex128s returns the elements of a COMPLEX128 tensor.
+func (t Tensor) Complex128s() []complex128 {
+	out := make([]complex128, t.elements("Complex128s", Complex128))
+	for i := range out {
+		out[i] = complex(math.Float64frombits(binary.LittleEndian.Uint64(t.data[16*i:])),
+			math.Float64frombits(binary.LittleEndian.Uint64(t.data[16*i+8:])))
+	}
+	return out
+}

@@ -1,0 +1,104 @@
+package tensorops_test
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+
+	"tensorops/client/go/tensorops"
+)
+
+func TestTensorLayout(t *testing.T) {
+	// Little-endian bytes, row-major, the shape given or 1-D.
+	tensor := tensorops.FromInt32([]int32{1, -2}, 2, 1)
+	if got, want := tensor.Bytes(), []byte{1, 0, 0, 0, 0xfe, 0xff, 0xff, 0xff}; !reflect.DeepEqual(got, want) {
+		t.Errorf("bytes = %v, want %v", got, want)
+	}
+	if got := tensor.Shape(); !reflect.DeepEqual(got, []int64{2, 1}) {
+		t.Errorf("shape = %v", got)
+	}
+	if got := tensorops.FromFloat64([]float64{1, 2, 3}).Shape(); !reflect.DeepEqual(got, []int64{3}) {
+		t.Errorf("default shape = %v, want [3]", got)
+	}
+	scalar := tensorops.FromFloat32([]float32{2.5}).Reshape()
+	if len(scalar.Shape()) != 0 || scalar.NumElements() != 1 || scalar.Float32s()[0] != 2.5 {
+		t.Errorf("scalar = %v %v", scalar, scalar.Float32s())
+	}
+	complexTensor := tensorops.FromComplex64([]complex64{1 - 2i})
+	if got, want := complexTensor.Bytes(), []byte{0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0}; !reflect.DeepEqual(got, want) {
+		t.Errorf("complex64 bytes = %v, want %v", got, want)
+	}
+	if tensor.String() != "int32[2 1]" {
+		t.Errorf("String() = %q", tensor.String())
+	}
+	if !(tensorops.Tensor{}).IsZero() || tensor.IsZero() || (tensorops.Tensor{}).Proto() != nil {
+		t.Error("only the zero Tensor is zero, and it has no wire message")
+	}
+}
+
+func TestTensorRoundTripsThroughProto(t *testing.T) {
+	for _, tensor := range []tensorops.Tensor{
+		tensorops.FromBool([]bool{true, false}), tensorops.FromUint8([]uint8{7}, 1, 1),
+		tensorops.FromInt8([]int8{-7}), tensorops.FromInt16([]int16{-7}), tensorops.FromInt64([]int64{-7}),
+		tensorops.FromFloat16Bits([]uint16{0x3c00}), tensorops.FromBFloat16Bits([]uint16{0x3f80}),
+		tensorops.FromComplex128([]complex128{1i}), tensorops.FromInt64(nil, 0, 3),
+	} {
+		back, err := tensorops.FromProto(tensor.Proto())
+		if err != nil || !reflect.DeepEqual(back, tensor) {
+			t.Errorf("%v: round trip gave %v, %v", tensor, back, err)
+		}
+	}
+}
+
+func TestNewTensorChecks(t *testing.T) {
+	if _, err := tensorops.NewTensor(tensorops.Float32, []int64{2}, make([]byte, 7)); err == nil ||
+		!strings.Contains(err.Error(), "needs 8 bytes") {
+		t.Errorf("short data: %v", err)
+	}
+	if _, err := tensorops.NewTensor(tensorops.Invalid, nil, nil); err == nil {
+		t.Error("undefined dtype accepted")
+	}
+	if _, err := tensorops.NewTensor(tensorops.Int8, []int64{-1}, nil); err == nil {
+		t.Error("negative size accepted")
+	}
+}
+
+func expectPanic(t *testing.T, what, substring string, f func()) {
+	t.Helper()
+	defer func() {
+		recovered := recover()
+		message, _ := recovered.(string)
+		if !strings.Contains(message, substring) {
+			t.Errorf("%s: panicked with %v, want a message containing %q", what, recovered, substring)
+		}
+	}()
+	f()
+}
+
+func TestMistakesPanic(t *testing.T) {
+	expectPanic(t, "shape mismatch", "FromFloat32: shape [2 2] holds 4 elements, data has 3", func() {
+		tensorops.FromFloat32([]float32{1, 2, 3}, 2, 2)
+	})
+	expectPanic(t, "wrong accessor", "Int64s on a float32 tensor", func() {
+		tensorops.FromFloat32([]float32{1}).Int64s()
+	})
+	expectPanic(t, "two options structs", "Gather takes at most one options struct", func() {
+		tensorops.GatherOp(tensorops.Tensor{}, 0, tensorops.Tensor{}, tensorops.GatherOptions{}, tensorops.GatherOptions{})
+	})
+}
+
+func TestOptionsAreChecked(t *testing.T) {
+	for _, option := range []tensorops.Option{
+		tensorops.WithBearerToken("two words"), tensorops.WithBearerToken(""),
+		tensorops.WithMaxMessageBytes(0), tensorops.WithTLSFiles(tensorops.TLSFiles{CertFile: "only-a-cert.pem"}),
+		tensorops.WithTLSFiles(tensorops.TLSFiles{RootCAFile: "/nonexistent/ca.pem"}),
+	} {
+		if _, err := tensorops.Dial("127.0.0.1:1", option); err == nil {
+			t.Error("Dial accepted an invalid option")
+		} else {
+			expectStatus(t, "invalid option", err, codes.InvalidArgument)
+		}
+	}
+}

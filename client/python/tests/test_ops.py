@@ -187,6 +187,35 @@ def test_scatter_nd(client):
           ref.scatter_nd(zeros, rows, row_src, "sum"), np.float32)
 
 
+@pytest.mark.parametrize("reduce", ["amax", "amin"])
+def test_tensor_scatter_nd_max_min(client, reduce):
+    x = rand((3, 4), np.float64)
+    index = np.array([[1, 1], [2, 3], [1, 1]])
+    src = rand((3,), np.float64)
+    expected = x.copy()
+    for pos, coords in enumerate(index):
+        pick = max if reduce == "amax" else min
+        expected[tuple(coords)] = pick(expected[tuple(coords)], src[pos])
+    check(client.scatter_nd(x, index, src, reduce=reduce), expected, np.float64)
+
+
+def test_scatter_nd_axes_form_inverts_gather_nd(client):
+    # With axes=[1], ScatterNd(x, idx[..., None], src) is scatter along axis 1.
+    x = rand((3, 4), np.float32)
+    index = np.array([[0, 3], [2, 2], [1, 0]])
+    src = rand((3, 2), np.float32)
+    check(client.scatter_nd(x, index[..., None], src, axes=[1], reduce="sum"),
+          ref.scatter(x, 1, index, src, "sum"), np.float32)
+
+
+def test_empty_tensors(client):
+    x = rand((3, 0), np.float32)
+    result = client.gather(x, 0, np.zeros((2, 0), np.int64))
+    assert result.shape == (2, 0) and result.dtype == np.float32
+    check(client.index_select(rand((4, 2), np.int8), 0, np.zeros((0,), np.int32)),
+          np.zeros((0, 2), np.int8), np.int8)
+
+
 def test_masked_scatter(client):
     x = rand((3, 4), np.int16)
     mask = np.array([[True, False, True, True]])

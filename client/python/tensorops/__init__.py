@@ -1,0 +1,42 @@
+"""tensorops: a Python client for the tensorops gRPC service (scatter/gather tensor ops).
+
+    import numpy as np, tensorops
+    with tensorops.Client("127.0.0.1:50051", timeout=10) as client:
+        x = np.array([[1, 2], [3, 4]], np.float32)
+        client.gather(x, 1, np.array([[0, 0], [1, 0]]))          # torch.gather(x, 1, index)
+        client.scatter_reduce(x, 0, np.array([[1, 0]]), np.ones((1, 2), np.float32), "amax")
+
+Arrays go in and come out as numpy.ndarray (results are read-only views over the response's
+bytes); bfloat16 travels as tensorops.bfloat16 (raw uint16 bits). Failed calls raise a
+tensorops.Error subclass carrying the gRPC code and the server's message. tensorops.aio.Client
+is the asyncio variant; tensorops.requests builds OpRequests for run_stream and backward.
+"""
+import pkgutil
+
+# The generated stubs (tensorops.v1.*_pb2) live in this package when it is installed with pip,
+# and in a separate directory on sys.path (e.g. build/release/python/tensorops/v1) when it is used
+# from the source tree: extend_path adds every sys.path entry's tensorops/ to this package.
+__path__ = pkgutil.extend_path(__path__, __name__)
+
+try:
+    from tensorops.v1 import tensor_pb2 as _tensor_pb2  # noqa: F401
+except ImportError as e:  # pragma: no cover - depends on how the package was set up
+    raise ImportError(
+        "tensorops: the generated stubs (tensorops.v1) are missing. Install the package with "
+        "`pip install client/python`, or run client/python/generate_stubs.py --out DIR and put "
+        f"DIR on sys.path ({e})") from e
+
+from tensorops._errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded,
+                               Error, FailedPrecondition, Internal, InvalidArgument, NotFound,
+                               OutOfRange, PermissionDenied, ResourceExhausted, Unauthenticated,
+                               Unavailable, Unimplemented, Unknown)
+from tensorops._tensor import REDUCTIONS, bfloat16
+from tensorops._client import TLS, Client
+from tensorops import aio, requests
+
+__all__ = [
+    "Client", "TLS", "aio", "bfloat16", "requests", "REDUCTIONS", "Error", "Aborted", "AlreadyExists",
+    "Cancelled", "DataLoss", "DeadlineExceeded", "FailedPrecondition", "Internal",
+    "InvalidArgument", "NotFound", "OutOfRange", "PermissionDenied", "ResourceExhausted",
+    "Unauthenticated", "Unavailable", "Unimplemented", "Unknown"
+]

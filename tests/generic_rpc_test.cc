@@ -164,6 +164,14 @@ class GenericRpcTest : public ::testing::Test {
     return stub_->Run(&context, request, response);
   }
 
+  // StartWithTheOnlyWorkerBusy restarts the server with one worker and occupies it with `blocker`,
+  // so that calls stay queued until the test releases it.
+  void StartWithTheOnlyWorkerBusy(BlockingWork& blocker) {
+    Start({.max_concurrent_calls = 1});
+    ASSERT_TRUE(server_->scheduler().Enqueue(&blocker).ok());
+    blocker.WaitUntilStarted();
+  }
+
   // OpenStreamWithQueuedRequests opens a RunStream, sends the first `count` of `ops` and waits
   // until all of them wait in the scheduler's queue (the test keeps the worker busy).
   std::unique_ptr<grpc::ClientReaderWriter<v1::RunStreamRequest, v1::RunStreamResponse>>
@@ -304,10 +312,8 @@ TEST_F(GenericRpcTest, RunStreamWithOneRequestInFlightStillAnswersAll) {
 }
 
 TEST_F(GenericRpcTest, CancellingAStreamDropsItsQueuedRequests) {
-  Start({.max_concurrent_calls = 1});
   BlockingWork blocker;
-  ASSERT_TRUE(server_->scheduler().Enqueue(&blocker).ok());
-  blocker.WaitUntilStarted();
+  StartWithTheOnlyWorkerBusy(blocker);
   grpc::ClientContext context;
   const std::vector<OpCase> ops = EveryOp();
   auto stream = OpenStreamWithQueuedRequests(context, ops, 3);
@@ -321,10 +327,8 @@ TEST_F(GenericRpcTest, CancellingAStreamDropsItsQueuedRequests) {
 }
 
 TEST_F(GenericRpcTest, ShutdownAnswersWhatAStreamSentThenEndsIt) {
-  Start({.max_concurrent_calls = 1});
   BlockingWork blocker;
-  ASSERT_TRUE(server_->scheduler().Enqueue(&blocker).ok());
-  blocker.WaitUntilStarted();
+  StartWithTheOnlyWorkerBusy(blocker);
   grpc::ClientContext context;
   const std::vector<OpCase> ops = EveryOp();
   auto stream = OpenStreamWithQueuedRequests(context, ops, 2);

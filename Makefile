@@ -2,6 +2,8 @@
 #
 #   make run    install dependencies if missing, build, start tensorops-server on 127.0.0.1:50051
 #   make test   install dependencies if missing, build, run every test
+#   make image  build the cpu container image with podman (deploy/README.md)
+#   make container-test   build, run and stop the cpu image; podman kube play (as root)
 #
 # BUILD_DIR, BUILD_TYPE, JOBS and CMAKE_ARGS can be overridden: make test CMAKE_ARGS=-DTENSOROPS_ENABLE_CUDA=OFF
 BUILD_DIR ?= build/release
@@ -10,7 +12,7 @@ JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 SERVER_ARGS ?= --host=127.0.0.1 --port=50051
 
-.PHONY: all deps configure build run test test-kernels-cpu bench format clean
+.PHONY: all deps configure build run test test-kernels-cpu bench format clean image container-test
 
 all: build
 
@@ -28,6 +30,13 @@ run: build
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+
+image:
+	podman build --format docker --target cpu --build-arg BUILD_JOBS=$(JOBS) -t tensorops:cpu .
+
+container-test: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target tensorops-cli
+	deploy/container-test $(BUILD_DIR)/container-test $(BUILD_DIR)/client/cpp/tensorops-cli
 
 bench: build
 	$(BUILD_DIR)/bench/kernels_bench

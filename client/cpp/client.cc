@@ -29,6 +29,9 @@ namespace tensorops {
 
 namespace {
 
+// gRPC clamps a retry policy's maxAttempts to 5; larger values would silently mean 5.
+constexpr int kMaxAttemptsCap = 5;
+
 // CallDeadline returns when a call starting now must finish: `timeout`, or the client's default
 // when unset, from now; InfiniteFuture() for no deadline.
 absl::Time CallDeadline(const std::optional<absl::Duration>& timeout,
@@ -121,6 +124,20 @@ absl::StatusOr<Tensor> Negated(const TensorView& src) {
 
 }  // namespace
 
+std::string ServiceConfigJson(const ClientOptions& options) {
+  // gRPC accepts no retryPolicy with maxAttempts < 2: one attempt is no policy at all.
+  const std::string retry_policy =
+      options.max_attempts < 2
+          ? ""
+          : absl::StrFormat(
+                R"(,"retryPolicy":{"maxAttempts":%d,"initialBackoff":"0.05s","maxBackoff":"1s",)"
+                R"("backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE","CANCELLED"]})",
+                options.max_attempts);
+  return absl::StrFormat(R"({"loadBalancingConfig":[{"%s":{}}],)"
+                         R"("methodConfig":[{"name":[{"service":"tensorops.v1.TensorOps"}]%s}]})",
+                         options.round_robin ? "round_robin" : "pick_first", retry_policy);
+}
+
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::string target, ClientOptions options) {
   if (target.empty()) {
     return absl::InvalidArgumentError("Client::Create: target is empty (expected \"host:port\")");
@@ -136,7 +153,13 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::string target, Clien
         "Client::Create: auth_token has a character that gRPC metadata cannot carry (expected "
         "printable ASCII without spaces)");
   }
+  if (options.max_attempts < 1 || options.max_attempts > kMaxAttemptsCap) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("Client::Create: max_attempts = %d is out of range (expected 1 to %d)",
+                        options.max_attempts, kMaxAttemptsCap));
+  }
   grpc::ChannelArguments arguments;
+  arguments.SetServiceConfigJSON(ServiceConfigJson(options));
   arguments.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   arguments.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();

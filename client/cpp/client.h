@@ -72,7 +72,32 @@ struct ClientOptions {
   int64_t max_message_bytes = int64_t{1} << 30;
   // Deadline of a call whose options leave `timeout` unset; InfiniteDuration() means none.
   absl::Duration default_timeout = absl::InfiniteDuration();
+
+  // Scale-out across replicas. The target may name several servers: a DNS name with one record
+  // per replica (a Kubernetes headless Service, "dns:///tensorops-headless:50051") or a list of
+  // addresses ("ipv4:10.0.0.1:50051,10.0.0.2:50051"). The channel carries a default service
+  // config (ServiceConfigJson) with these two choices; a config the resolver supplies wins.
+  //
+  // true: gRPC's round_robin policy, which connects to every address and sends each call to the
+  // next ready one; false: pick_first (gRPC's own default), one connection at a time.
+  bool round_robin = true;
+  // Attempts a call gets when it fails with UNAVAILABLE (a replica shutting down, a connection
+  // that broke) or with CANCELLED from the server (gRPC's server cancels the calls it has received
+  // but not yet handed to the service when it shuts down), the first included: 1 (no retries) to
+  // 5 (gRPC's cap); Create rejects others. Every tensorops call is free of side effects, so a
+  // retry is always safe; a call this client cancels, or whose deadline passes, is never retried.
+  // gRPC retries only a call that the server has not answered yet and whose request fits in its
+  // 256 KiB retry buffer (larger requests fail as they would without retries); streams are
+  // retried only before their first response.
+  int max_attempts = 5;
 };
+
+// ServiceConfigJson returns the gRPC service config Client::Create gives its channel for
+// `options`: the load balancing policy and, for every method of tensorops.v1.TensorOps, a retry
+// policy for UNAVAILABLE and CANCELLED (see max_attempts) with exponential backoff (50 ms doubling
+// to 1 s, jittered by gRPC).
+// Python's and Go's clients use the same config. `options.max_attempts` must be in range.
+std::string ServiceConfigJson(const ClientOptions& options);
 
 // GatherOptions are the optional arguments of Client::Gather.
 struct GatherOptions {
@@ -252,7 +277,9 @@ class OpStream {
 // Client calls the tensorops.v1.TensorOps service. Thread-safe; not copyable.
 class Client {
  public:
-  // Create returns a client for `target` (a gRPC target such as "host:port" or "dns:///host:port").
+  // Create returns a client for `target`: a gRPC target such as "host:port",
+  // "dns:///host:port" or "ipv4:host:port,host:port" (several replicas; see
+  // ClientOptions::round_robin).
   // Returns INVALID_ARGUMENT for an empty target, options out of range, a TLS cert_file without
   // key_file (or the reverse) and an auth_token gRPC metadata cannot carry; for a TLS file that
   // cannot be read, its error (NOT_FOUND, PERMISSION_DENIED, ...) naming the field and the path.

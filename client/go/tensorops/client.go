@@ -62,6 +62,7 @@ type settings struct {
 	token           string
 	maxMessageBytes int
 	dialOptions     []grpc.DialOption
+	serviceConfig   string // "": Dial uses ServiceConfig(true, MaxAttemptsCap).
 }
 
 // WithTLS makes Dial open a TLS channel with the given configuration (nil: Go's defaults, the
@@ -138,6 +139,49 @@ func WithMaxMessageBytes(n int) Option {
 	}}
 }
 
+// MaxAttemptsCap is the most attempts a retry policy may give a call: gRPC clamps larger values.
+const MaxAttemptsCap = 5
+
+// ServiceConfig returns the gRPC service config (JSON) Dial gives its connection; the C++ and
+// Python clients use the same. roundRobin: spread calls over every address the target resolves to
+// (a DNS name with one record per replica, "dns:///tensorops-headless:50051", or a list,
+// "ipv4:10.0.0.1:50051,10.0.0.2:50051"); false: gRPC's pick_first. maxAttempts: attempts a call
+// gets when it fails with Unavailable (a replica shutting down) or with Canceled from the server
+// (gRPC's server cancels calls it has not yet handed to the service when it shuts down), the
+// first included, 1 (no retries) to MaxAttemptsCap; others are InvalidArgument. Every tensorops
+// call is free of side effects, so a retry is always safe; calls whose context ends are not
+// retried.
+//
+// gRPC-Go before 1.40 (Debian 12 has 1.33) ignores retry policies unless the environment has
+// GRPC_GO_RETRY=on when the program starts; round_robin works either way.
+func ServiceConfig(roundRobin bool, maxAttempts int) (string, error) {
+	if maxAttempts < 1 || maxAttempts > MaxAttemptsCap {
+		return "", status.Errorf(codes.InvalidArgument, "tensorops: max attempts %d is not in 1..%d", maxAttempts, MaxAttemptsCap)
+	}
+	policy := "pick_first"
+	if roundRobin {
+		policy = "round_robin"
+	}
+	retry := ""
+	if maxAttempts > 1 {
+		retry = fmt.Sprintf(`,"retryPolicy":{"maxAttempts":%d,"initialBackoff":"0.05s","maxBackoff":"1s","backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE","CANCELLED"]}`, maxAttempts)
+	}
+	return fmt.Sprintf(`{"loadBalancingConfig":[{%q:{}}],"methodConfig":[{"name":[{"service":"tensorops.v1.TensorOps"}]%s}]}`, policy, retry), nil
+}
+
+// WithLoadBalancing sets how Dial's connection spreads calls over replicas and retries those that
+// fail with Unavailable (see ServiceConfig); without it, round_robin and 5 attempts.
+func WithLoadBalancing(roundRobin bool, maxAttempts int) Option {
+	return Option{func(s *settings) error {
+		config, err := ServiceConfig(roundRobin, maxAttempts)
+		if err != nil {
+			return err
+		}
+		s.serviceConfig = config
+		return nil
+	}}
+}
+
 // WithDialOptions passes more options to grpc.Dial (interceptors, keepalive, ...).
 func WithDialOptions(options ...grpc.DialOption) Option {
 	return Option{func(s *settings) error {
@@ -186,7 +230,9 @@ func newClient(conn grpc.ClientConnInterface, s *settings) *Client {
 	return client
 }
 
-// Dial returns a Client of the server at target ("host:port", or any gRPC target). Like
+// Dial returns a Client of the server at target ("host:port", or any gRPC target; several
+// replicas as "dns:///name:port" or, as gRPC C-core spells a list, "ipv4:host:port,host:port" or
+// "ipv6:[host]:port,...", which Dial resolves itself; see WithLoadBalancing). Like
 // grpc.Dial it does not wait for the connection: a server that is down shows as Unavailable on
 // the first call. It fails only for invalid options (InvalidArgument).
 func Dial(target string, opts ...Option) (*Client, error) {
@@ -199,7 +245,18 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	if s.tlsConfig != nil {
 		transport = grpc.WithTransportCredentials(credentials.NewTLS(s.tlsConfig))
 	}
-	conn, err := grpc.Dial(target, append([]grpc.DialOption{transport}, s.dialOptions...)...)
+	target, isList, err := addressListTarget(target)
+	if err != nil {
+		return nil, err
+	}
+	if isList {
+		s.dialOptions = append([]grpc.DialOption{grpc.WithResolvers(addressListBuilder{})}, s.dialOptions...)
+	}
+	serviceConfig := s.serviceConfig
+	if serviceConfig == "" {
+		serviceConfig, _ = ServiceConfig(true, MaxAttemptsCap)
+	}
+	conn, err := grpc.Dial(target, append([]grpc.DialOption{transport, grpc.WithDefaultServiceConfig(serviceConfig)}, s.dialOptions...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -209,16 +266,16 @@ func Dial(target string, opts ...Option) (*Client, error) {
 }
 
 // NewClient returns a Client that calls through conn, which the caller owns: Close leaves it
-// open. WithBearerToken and WithMaxMessageBytes apply; WithTLS, WithTLSFiles and WithDialOptions
-// configure a connection that Dial opens, so NewClient fails with InvalidArgument when given them.
+// open. WithBearerToken and WithMaxMessageBytes apply; WithTLS, WithTLSFiles, WithLoadBalancing
+// and WithDialOptions configure a connection that Dial opens, so NewClient fails with InvalidArgument when given them.
 func NewClient(conn grpc.ClientConnInterface, opts ...Option) (*Client, error) {
 	s, err := applyOptions(opts)
 	if err != nil {
 		return nil, err
 	}
-	if s.tlsConfig != nil || len(s.dialOptions) > 0 {
+	if s.tlsConfig != nil || len(s.dialOptions) > 0 || s.serviceConfig != "" {
 		return nil, status.Error(codes.InvalidArgument,
-			"tensorops: NewClient: TLS and dial options belong to the connection; set them where it is dialed")
+			"tensorops: NewClient: TLS, load balancing and dial options belong to the connection; set them where it is dialed")
 	}
 	return newClient(conn, s), nil
 }

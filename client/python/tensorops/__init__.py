@@ -31,11 +31,12 @@ from tensorops._errors import (Aborted, AlreadyExists, Cancelled, DataLoss, Dead
                                OutOfRange, PermissionDenied, ResourceExhausted, Unauthenticated,
                                Unavailable, Unimplemented, Unknown)
 from tensorops._tensor import REDUCTIONS, bfloat16
-from tensorops._client import TLS, Client
+from tensorops._client import TLS, Client, service_config
 from tensorops import aio, requests
 
 __all__ = [
-    "Client", "TLS", "aio", "bfloat16", "requests", "REDUCTIONS", "Error", "Aborted", "AlreadyExists",
+    "Client", "TLS", "aio", "bfloat16", "requests", "service_config", "REDUCTIONS", "Error",
+    "Aborted", "AlreadyExists",
     "Cancelled", "DataLoss", "DeadlineExceeded", "FailedPrecondition", "Internal",
     "InvalidArgument", "NotFound", "OutOfRange", "PermissionDenied", "ResourceExhausted",
     "Unauthenticated", "Unavailable", "Unimplemented", "Unknown"

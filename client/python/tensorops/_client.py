@@ -1,6 +1,7 @@
 """tensorops.Client: the synchronous client, and what the asyncio client shares with it."""
 import dataclasses
 import inspect
+import json
 import os
 
 import grpc
@@ -12,6 +13,33 @@ from tensorops.v1 import generic_pb2, server_info_pb2, service_pb2_grpc
 
 # The server's default message limit (1 GiB), both ways.
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
+
+# gRPC caps a retry policy's maxAttempts at 5.
+_MAX_ATTEMPTS_CAP = 5
+
+
+def service_config(round_robin=True, max_attempts=5):
+    """The gRPC service config (JSON) a client gives its channel; the C++ client's is the same.
+
+    round_robin: spread calls over every address the target resolves to (a DNS name with one
+    record per replica, or "ipv4:10.0.0.1:50051,10.0.0.2:50051"); False: gRPC's pick_first.
+    max_attempts: attempts a call gets when it fails with UNAVAILABLE (a replica shutting down) or
+    with CANCELLED from the server (gRPC's server cancels calls it has not yet handed to the service
+    when it shuts down), the first included, 1 (no retries) to 5. Every tensorops call is free of
+    side effects, so a retry is always safe; calls the client cancels or whose deadline passes are
+    not retried, nor calls the server has answered or whose request exceeds gRPC's 256 KiB retry
+    buffer.
+    """
+    if not 1 <= max_attempts <= _MAX_ATTEMPTS_CAP:
+        raise ValueError(f"max_attempts = {max_attempts} is out of range (expected 1 to "
+                         f"{_MAX_ATTEMPTS_CAP})")
+    method = {"name": [{"service": "tensorops.v1.TensorOps"}]}
+    if max_attempts > 1:
+        method["retryPolicy"] = {"maxAttempts": max_attempts, "initialBackoff": "0.05s",
+                                 "maxBackoff": "1s", "backoffMultiplier": 2,
+                                 "retryableStatusCodes": ["UNAVAILABLE", "CANCELLED"]}
+    return json.dumps({"loadBalancingConfig": [{"round_robin" if round_robin else "pick_first": {}}],
+                       "methodConfig": [method]})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,12 +71,15 @@ class _Base:
     """Channel options, metadata and response decoding shared by both clients."""
 
     def __init__(self, target, *, timeout=None, tls=None, token=None,
-                 max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES, options=()):
+                 max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES, round_robin=True, max_attempts=5,
+                 options=()):
         self.target = target
         self.timeout = timeout
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         self._options = [("grpc.max_send_message_length", max_message_bytes),
-                         ("grpc.max_receive_message_length", max_message_bytes), *options]
+                         ("grpc.max_receive_message_length", max_message_bytes),
+                         ("grpc.service_config", service_config(round_robin, max_attempts)),
+                         *options]
         if tls is True:
             tls = TLS()
         if tls is not None and tls.server_name:
@@ -122,9 +153,12 @@ class Client(_Base):
         with tensorops.Client("127.0.0.1:50051", timeout=10) as client:
             out = client.gather(x, 1, index)
 
-    target: "host:port". timeout: default seconds per call (None: no deadline). tls: a TLS (or
-    True for gRPC's default roots); None is plaintext. token: the bearer token, sent as
-    "authorization: Bearer <token>" on every call. Every op method takes the arguments of its
+    target: "host:port", or several replicas: "dns:///name:port" (one record each) or
+    "ipv4:10.0.0.1:50051,10.0.0.2:50051". timeout: default seconds per call (None: no deadline).
+    tls: a TLS (or True for gRPC's default roots); None is plaintext. token: the bearer token, sent
+    as "authorization: Bearer <token>" on every call. round_robin and max_attempts: how calls
+    spread over the replicas and how often one that fails with UNAVAILABLE is tried (see
+    tensorops.service_config). Every op method takes the arguments of its
     builder in tensorops.requests plus timeout=, returns an ndarray and raises tensorops.Error.
     A Client may be used from many threads at once.
     """

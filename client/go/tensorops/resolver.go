@@ -1,0 +1,54 @@
+package tensorops
+
+import (
+	"net"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/status"
+)
+
+// addressListScheme is the resolver scheme Dial uses for a target that lists its replicas.
+const addressListScheme = "tensorops-addresses"
+
+// addressListTarget turns gRPC C-core's address-list targets, "ipv4:host:port,host:port" and
+// "ipv6:[host]:port,...", which gRPC-Go has no resolver for, into a target of the static resolver
+// below, so that the C++, Python and Go clients accept the same targets. Other targets come back
+// unchanged, with ok false.
+func addressListTarget(target string) (string, bool, error) {
+	var list string
+	switch {
+	case strings.HasPrefix(target, "ipv4:"):
+		list = strings.TrimPrefix(target, "ipv4:")
+	case strings.HasPrefix(target, "ipv6:"):
+		list = strings.TrimPrefix(target, "ipv6:")
+	default:
+		return target, false, nil
+	}
+	for _, address := range strings.Split(list, ",") {
+		if _, _, err := net.SplitHostPort(address); err != nil {
+			return "", false, status.Errorf(codes.InvalidArgument, "tensorops: target %q: %v", target, err)
+		}
+	}
+	return addressListScheme + ":///" + list, true, nil
+}
+
+// addressListBuilder resolves "tensorops-addresses:///a,b,c" to the addresses a, b and c, once.
+type addressListBuilder struct{}
+
+func (addressListBuilder) Build(target resolver.Target, cc resolver.ClientConn, _ resolver.BuildOptions) (resolver.Resolver, error) {
+	var addresses []resolver.Address
+	for _, address := range strings.Split(target.Endpoint, ",") {
+		addresses = append(addresses, resolver.Address{Addr: address})
+	}
+	cc.UpdateState(resolver.State{Addresses: addresses})
+	return addressListResolver{}, nil
+}
+
+func (addressListBuilder) Scheme() string { return addressListScheme }
+
+type addressListResolver struct{}
+
+func (addressListResolver) ResolveNow(resolver.ResolveNowOptions) {}
+func (addressListResolver) Close()                                {}

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Turns kernels_bench's JSON (--benchmark_format=json) into the markdown tables of bench/README.md.
 
-Reads stdin, prints one table per benchmark family and a summary against the issue's targets.
-With repetitions, the median aggregate of each case is used.
+Reads the JSON files named on the command line (stdin without any; a later file's case replaces
+an earlier one's), prints one table per benchmark family and a summary against the issue's
+targets. With repetitions, the median aggregate of each case is used.
 
   build/release/bench/kernels_bench --benchmark_format=json | bench/kernels_table.py
+  bench/kernels_table.py all.json copy_bound_rerun.json
 """
 import json
 import statistics
@@ -12,10 +14,10 @@ import sys
 
 
 def main():
-    report = json.load(sys.stdin)
-    context = report["context"]
+    reports = [json.load(open(path)) for path in sys.argv[1:]] or [json.load(sys.stdin)]
+    context = reports[0]["context"]
     rows = {}
-    for b in report["benchmarks"]:
+    for b in [b for report in reports for b in report["benchmarks"]]:
         if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
             continue
         rows[b["run_name"]] = b  # The median aggregate, when present, comes last and wins.

@@ -47,6 +47,9 @@ ABSL_FLAG(int64_t, max_inflight_bytes, int64_t{1} << 30,
           "Cells whose payload x concurrency exceeds this are skipped: every in-flight byte is "
           "held about five times over (client request, server request, result, both responses).");
 ABSL_FLAG(int, batch_delay_us, 200, "max_queue_delay of the batching-on server, microseconds.");
+ABSL_FLAG(std::string, only, "",
+          "'echo' or 'tensorops': drive only that server (for profiling one side; ratios then "
+          "read 1.00x and the batching table is skipped).");
 
 namespace tensorops::bench {
 namespace {
@@ -315,6 +318,7 @@ double MBps(int64_t payload_bytes, double calls_per_s) { return payload_bytes * 
 
 int Run() {
   const bool quick = absl::GetFlag(FLAGS_quick);
+  const std::string only = absl::GetFlag(FLAGS_only);
   RunSettings settings{
       .repetitions = quick ? 1 : absl::GetFlag(FLAGS_repetitions),
       .seconds_per_cell = absl::Seconds(quick ? 0.2 : absl::GetFlag(FLAGS_seconds_per_cell)),
@@ -367,7 +371,13 @@ int Run() {
           ours = Measure(TensorOpsSlots(tensorops_stub.get(), &workload.slice_scatter), concurrency,
                          payload, settings);
         };
-        if (rep % 2 == 0) {
+        if (only == "echo") {
+          measure_echo();
+          ours = echo;
+        } else if (only == "tensorops") {
+          measure_ours();
+          echo = ours;
+        } else if (rep % 2 == 0) {
           measure_echo();
           measure_ours();
         } else {
@@ -407,6 +417,7 @@ int Run() {
   }
   tensorops_stub.reset();
   tensorops_server.reset();
+  if (!only.empty()) return 0;
 
   // Batching on versus off: 1 KiB at concurrency 64, each on a server of its own.
   constexpr int64_t kBatchPayload = 1024;

@@ -4,6 +4,7 @@
 #   make test   install dependencies if missing, build, run every test
 #   make image  build the cpu container image with podman (deploy/README.md)
 #   make container-test   build, run and stop the cpu image; podman kube play (as root)
+#   make bench  build, run the kernel and service benchmarks, print their tables (bench/README.md)
 #
 # BUILD_DIR, BUILD_TYPE, JOBS and CMAKE_ARGS can be overridden: make test CMAKE_ARGS=-DTENSOROPS_ENABLE_CUDA=OFF
 BUILD_DIR ?= build/release
@@ -38,8 +39,16 @@ container-test: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target tensorops-cli
 	deploy/container-test $(BUILD_DIR)/container-test $(BUILD_DIR)/client/cpp/tensorops-cli
 
+# The kernel table (with ATen ratios when libtorch-dev is installed), then the service table. Pass
+# flags through KERNELS_BENCH_ARGS (e.g. --benchmark_filter=Gather) and SERVICE_BENCH_ARGS
+# (e.g. --quick).
+KERNELS_BENCH_ARGS ?= --benchmark_min_time=0.1
+SERVICE_BENCH_ARGS ?=
 bench: build
-	$(BUILD_DIR)/bench/kernels_bench
+	$(BUILD_DIR)/bench/kernels_bench --benchmark_out=$(BUILD_DIR)/bench/kernels.json \
+	    --benchmark_out_format=json $(KERNELS_BENCH_ARGS)
+	bench/kernels_table.py < $(BUILD_DIR)/bench/kernels.json
+	$(BUILD_DIR)/bench/service/service_bench $(SERVICE_BENCH_ARGS)
 
 format:
 	find kernels proto server client/cpp tests bench \( -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.proto' \) -print0 | xargs -0 clang-format -i

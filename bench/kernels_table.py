@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Turns kernels_bench's JSON (--benchmark_format=json) into the markdown tables of bench/README.md.
+
+Reads the JSON files named on the command line (stdin without any; a later file's case replaces
+an earlier one's), prints one table per benchmark family and a summary against the issue's
+targets. With repetitions, the median aggregate of each case is used.
+
+  build/release/bench/kernels_bench --benchmark_format=json | bench/kernels_table.py
+  bench/kernels_table.py all.json copy_bound_rerun.json
+"""
+import json
+import statistics
+import sys
+
+
+def main():
+    reports = [json.load(open(path)) for path in sys.argv[1:]] or [json.load(sys.stdin)]
+    context = reports[0]["context"]
+    rows = {}
+    for b in [b for report in reports for b in report["benchmarks"]]:
+        if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
+            continue
+        rows[b["run_name"]] = b  # The median aggregate, when present, comes last and wins.
+    families = {}
+    for b in rows.values():
+        families.setdefault(b["run_name"].split("/")[0], []).append(b)
+
+    print(f"\n## Kernels ({context.get('date', '')}, {context.get('num_cpus')} CPUs, "
+          f"{context.get('aten', 'no ATen')}, large = {int(context.get('large_bytes', 0)) >> 20} MiB)\n")
+    print("vs ATen = ATen's time / ours (> 1: we are faster); of memcpy = memcpy's time for the "
+          "same bytes / ours (1.0 = copy bandwidth).\n")
+    for family, cases in families.items():
+        print(f"\n### {family.removeprefix('BM_')}\n")
+        print("| case | ours µs | Mitems/s | GB/s | vs ATen | of memcpy |")
+        print("|---|---|---|---|---|---|")
+        for b in cases:
+            scale = {"ns": 1e-3, "us": 1, "ms": 1e3, "s": 1e6}[b["time_unit"]]
+            aten = b.get("vs_aten")
+            print(f"| {b.get('label', b['run_name'])} | {b['real_time'] * scale:.1f} "
+                  f"| {b.get('items_per_second', 0) / 1e6:.1f} "
+                  f"| {b.get('bytes_per_second', 0) / 1e9:.2f} "
+                  f"| {'' if aten is None else f'{aten:.2f}x'} | {b['of_memcpy']:.2f} |")
+
+    print("\n### Kernel targets\n")
+    all_cases = [b for b in rows.values()]
+    with_aten = [b for b in all_cases if "vs_aten" in b]
+    if with_aten:
+        ratios = [b["vs_aten"] for b in with_aten]
+        below = [b for b in with_aten if b["vs_aten"] < 1.0]
+        median = statistics.median(ratios)
+        print(f"- median vs ATen over {len(ratios)} cases: {median:.2f}x (target >= 1.5x: "
+              f"{'met' if median >= 1.5 else 'NOT met'}); cases below 1.0x: {len(below)} "
+              f"(target 0: {'met' if not below else 'NOT met'})")
+        for name, pick in [
+            ("Scatter AMAX", lambda b: b["run_name"].startswith("BM_Scatter") and b["label"].endswith(" AMAX")),
+            ("Scatter AMIN", lambda b: b["run_name"].startswith("BM_Scatter") and b["label"].endswith(" AMIN")),
+            ("Scatter MEAN", lambda b: b["run_name"].startswith("BM_Scatter") and b["label"].endswith(" MEAN")),
+            ("MaskedScatter", lambda b: b["run_name"].startswith("BM_MaskedScatter")),
+        ]:
+            chosen = [b["vs_aten"] for b in with_aten if pick(b)]
+            if chosen:
+                m = statistics.median(chosen)
+                print(f"- {name}: median {m:.2f}x, min {min(chosen):.2f}x over {len(chosen)} cases "
+                      f"(target >= 2x: {'met' if m >= 2 else 'NOT met'})")
+        worst = sorted(with_aten, key=lambda b: b["vs_aten"])[:10]
+        print("- slowest against ATen: " + "; ".join(
+            f"{b['run_name'].split('/')[0].removeprefix('BM_')} {b['label']} {b['vs_aten']:.2f}x" for b in worst))
+    else:
+        print("- vs ATen: not measured (built without libtorch)")
+    copy_bound = [b for b in all_cases if b["run_name"].startswith("BM_CopyBound") and b["label"].endswith("large")]
+    gather_rows = copy_bound
+    for b in gather_rows:
+        print(f"- {b['label']}: {b['of_memcpy']:.2f} of memcpy (target >= 0.70: "
+              f"{'met' if b['of_memcpy'] >= 0.7 else 'NOT met'})")
+
+
+if __name__ == "__main__":
+    main()

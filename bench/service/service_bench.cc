@@ -1,0 +1,471 @@
+// service_bench: a closed-loop load generator for the tensorops service against a raw gRPC echo
+// service, both served in this process by the same gRPC build through the callback API, and driven
+// by the same client code through the generated stubs' callback API (`stub->async()`).
+//
+// The tensorops call is a SliceScatter whose work is a copy: input is a float32 [rows, 256] tensor
+// of the payload's size, src one column ([rows, 1], 1/256 of the payload) written into column 0,
+// so the request carries the payload (+0.4%) and the response the payload. The echo call sends the
+// payload as one bytes field and gets it back. Every cell keeps `concurrency` calls in flight for
+// --seconds_per_cell (or --max_calls_per_cell), after one warm-up call per slot; repetitions
+// alternate echo and tensorops so drift on a shared machine hits both, and the tables report the
+// median over repetitions (ratios are the median of per-repetition ratios).
+//
+//   build/release/bench/service/service_bench            # full tables, about 2-3 minutes
+//   build/release/bench/service/service_bench --quick    # smoke run, seconds
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "bench/service/echo_service.h"
+#include "grpcpp/grpcpp.h"
+#include "server/server.h"
+#include "tensorops/v1/service.grpc.pb.h"
+
+ABSL_FLAG(bool, quick, false,
+          "Smoke run: one repetition of 0.2 s per cell, 64 MiB at concurrency 1 only.");
+ABSL_FLAG(double, seconds_per_cell, 1.0, "How long each cell keeps its calls in flight.");
+ABSL_FLAG(int64_t, max_calls_per_cell, 20000, "Most calls one cell sends (besides warm-up).");
+ABSL_FLAG(int, repetitions, 3, "Repetitions of every cell; the tables report medians.");
+ABSL_FLAG(std::vector<std::string>, payloads,
+          std::vector<std::string>({"1024", "1048576", "67108864"}),
+          "Payload sizes in bytes (multiples of 1024).");
+ABSL_FLAG(std::vector<std::string>, concurrency, std::vector<std::string>({"1", "16", "64"}),
+          "Calls kept in flight.");
+ABSL_FLAG(int64_t, max_inflight_bytes, int64_t{1} << 30,
+          "Cells whose payload x concurrency exceeds this are skipped: every in-flight byte is "
+          "held about five times over (client request, server request, result, both responses).");
+ABSL_FLAG(int, batch_delay_us, 200, "max_queue_delay of the batching-on server, microseconds.");
+ABSL_FLAG(std::string, only, "",
+          "'echo' or 'tensorops': drive only that server (for profiling one side; ratios then "
+          "read 1.00x and the batching table is skipped).");
+
+namespace tensorops::bench {
+namespace {
+
+// Slot is one outstanding call, restarted call after call.
+class Slot {
+ public:
+  using Done = std::function<void(grpc::Status)>;
+  virtual ~Slot() = default;
+  // Start sends one call; `done` runs on a gRPC thread when it completes.
+  virtual void Start(Done done) = 0;
+  // response_bytes is the payload size of the last response.
+  virtual int64_t response_bytes() const = 0;
+};
+
+// UnarySlot owns a call's context and response; `send` issues the call through a stub's async().
+template <typename Response>
+class UnarySlot final : public Slot {
+ public:
+  using Send = std::function<void(grpc::ClientContext*, Response*, Done)>;
+  UnarySlot(Send send, std::function<int64_t(const Response&)> bytes_of)
+      : send_(std::move(send)), bytes_of_(std::move(bytes_of)) {}
+
+  void Start(Done done) override {
+    context_ = std::make_unique<grpc::ClientContext>();
+    response_.Clear();
+    send_(context_.get(), &response_, std::move(done));
+  }
+  int64_t response_bytes() const override { return bytes_of_(response_); }
+
+ private:
+  Send send_;
+  std::function<int64_t(const Response&)> bytes_of_;
+  std::unique_ptr<grpc::ClientContext> context_;
+  Response response_;
+};
+
+using SlotFactory = std::function<std::unique_ptr<Slot>()>;
+
+struct CellResult {
+  double p50_ms = 0;
+  double p99_ms = 0;
+  double calls_per_s = 0;
+  int64_t calls = 0;
+  std::string error;  // Non-empty when a call failed.
+};
+
+// Drive keeps `slots` calls in flight until `max_calls` have completed or `duration` has passed,
+// and returns latency percentiles and throughput.
+CellResult Drive(const SlotFactory& factory, int concurrency, int64_t max_calls,
+                 absl::Duration duration, int64_t expected_bytes) {
+  std::vector<std::unique_ptr<Slot>> slots;
+  std::vector<std::vector<double>> latencies(concurrency);  // Per slot: its calls are sequential.
+  for (int i = 0; i < concurrency; ++i) slots.push_back(factory());
+
+  absl::Mutex mu;
+  int outstanding = concurrency;
+  std::string error;
+  absl::Time end_time;
+  std::atomic<int64_t> started{concurrency};
+  std::atomic<bool> failed{false};
+  const absl::Time start_time = absl::Now();
+  const absl::Time deadline = start_time + duration;
+
+  std::vector<std::function<void()>> launch(concurrency);
+  for (int i = 0; i < concurrency; ++i) {
+    launch[i] = [&, i] {
+      const absl::Time sent = absl::Now();
+      slots[i]->Start([&, i, sent](grpc::Status status) {
+        const absl::Time now = absl::Now();
+        latencies[i].push_back(absl::ToDoubleMilliseconds(now - sent));
+        if (!status.ok() || slots[i]->response_bytes() != expected_bytes) {
+          absl::MutexLock lock(&mu);
+          if (error.empty()) {
+            error = status.ok()
+                        ? absl::StrFormat("response of %d bytes, expected %d",
+                                          slots[i]->response_bytes(), expected_bytes)
+                        : absl::StrFormat("%d: %s", status.error_code(), status.error_message());
+          }
+          failed = true;
+        }
+        if (!failed && now < deadline && started.fetch_add(1) < max_calls) {
+          launch[i]();
+          return;
+        }
+        absl::MutexLock lock(&mu);
+        if (--outstanding == 0) end_time = now;
+      });
+    };
+  }
+  for (auto& start : launch) start();
+  {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(
+        +[](int* outstanding) { return *outstanding == 0; }, &outstanding));
+  }
+
+  CellResult result;
+  result.error = error;
+  std::vector<double> all;
+  for (const auto& slot_latencies : latencies) {
+    all.insert(all.end(), slot_latencies.begin(), slot_latencies.end());
+  }
+  std::sort(all.begin(), all.end());
+  result.calls = static_cast<int64_t>(all.size());
+  if (!all.empty()) {
+    // Nearest rank; with fewer than 100 calls p99 is the slowest call.
+    auto rank = [&](double q) {
+      return all[std::min(all.size() - 1, static_cast<size_t>(q * all.size()))];
+    };
+    result.p50_ms = rank(0.50);
+    result.p99_ms = rank(0.99);
+    result.calls_per_s = all.size() / absl::ToDoubleSeconds(end_time - start_time);
+  }
+  return result;
+}
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+std::shared_ptr<grpc::Channel> Connect(int port) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  // Each server gets its own connection, not one shared through the global subchannel pool.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(absl::StrFormat("127.0.0.1:%d", port),
+                                   grpc::InsecureChannelCredentials(), args);
+}
+
+// EchoServer serves EchoService on a free loopback port with tensorops' message limits.
+class EchoServer {
+ public:
+  EchoServer() {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    builder.SetMaxReceiveMessageSize(1 << 30);
+    builder.SetMaxSendMessageSize(1 << 30);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+  }
+  ~EchoServer() { server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1))); }
+  int port() const { return port_; }
+
+ private:
+  EchoService service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+std::unique_ptr<Server> StartTensorOps(int max_batch, absl::Duration max_queue_delay) {
+  ServerOptions options;
+  options.port = 0;
+  options.limits.max_batch = max_batch;
+  options.limits.max_queue_delay = max_queue_delay;
+  absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
+  if (!server.ok()) {
+    absl::FPrintF(stderr, "tensorops server: %s\n", server.status().ToString());
+    std::exit(1);
+  }
+  return *std::move(server);
+}
+
+// The two workloads of one payload size, sharing nothing but the size.
+struct Workload {
+  tensorops::v1::SliceScatterRequest slice_scatter;
+  tensorops::bench::v1::EchoMessage echo;
+};
+
+Workload MakeWorkload(int64_t payload_bytes) {
+  constexpr int64_t kCols = 256;
+  const int64_t rows = payload_bytes / (kCols * 4);
+  Workload w;
+  tensorops::v1::Tensor* input = w.slice_scatter.mutable_input();
+  input->set_dtype(tensorops::v1::DATA_TYPE_FLOAT32);
+  input->add_shape(rows);
+  input->add_shape(kCols);
+  input->mutable_data()->assign(payload_bytes, '\x3f');
+  tensorops::v1::Tensor* src = w.slice_scatter.mutable_src();
+  src->set_dtype(tensorops::v1::DATA_TYPE_FLOAT32);
+  src->add_shape(rows);
+  src->add_shape(1);
+  src->mutable_data()->assign(rows * 4, '\x40');
+  w.slice_scatter.set_axis(1);
+  w.slice_scatter.set_start(0);
+  w.slice_scatter.set_end(1);
+  w.echo.mutable_data()->assign(payload_bytes, '\x3f');
+  return w;
+}
+
+SlotFactory TensorOpsSlots(tensorops::v1::TensorOps::Stub* stub,
+                           const tensorops::v1::SliceScatterRequest* request) {
+  return [stub, request] {
+    return std::make_unique<UnarySlot<tensorops::v1::SliceScatterResponse>>(
+        [stub, request](grpc::ClientContext* context, tensorops::v1::SliceScatterResponse* response,
+                        Slot::Done done) {
+          stub->async()->SliceScatter(context, request, response, std::move(done));
+        },
+        [](const tensorops::v1::SliceScatterResponse& r) {
+          return static_cast<int64_t>(r.result().data().size());
+        });
+  };
+}
+
+SlotFactory EchoSlots(tensorops::bench::v1::Echo::Stub* stub,
+                      const tensorops::bench::v1::EchoMessage* request) {
+  return [stub, request] {
+    return std::make_unique<UnarySlot<tensorops::bench::v1::EchoMessage>>(
+        [stub, request](grpc::ClientContext* context, tensorops::bench::v1::EchoMessage* response,
+                        Slot::Done done) {
+          stub->async()->Echo(context, request, response, std::move(done));
+        },
+        [](const tensorops::bench::v1::EchoMessage& r) {
+          return static_cast<int64_t>(r.data().size());
+        });
+  };
+}
+
+struct RunSettings {
+  int repetitions;
+  absl::Duration seconds_per_cell;
+  int64_t max_calls_per_cell;
+};
+
+// Measure warms `factory` up (at least one call per slot) and then runs one timed cell.
+CellResult Measure(const SlotFactory& factory, int concurrency, int64_t payload_bytes,
+                   const RunSettings& settings) {
+  // Warm-up long enough for HTTP/2 flow control to size its windows for this payload: without it
+  // whichever server is measured first on a new payload size pays for the window growth.
+  CellResult warm =
+      Drive(factory, concurrency, settings.max_calls_per_cell,
+            std::min(settings.seconds_per_cell, absl::Milliseconds(300)), payload_bytes);
+  if (!warm.error.empty()) return warm;
+  return Drive(factory, concurrency, settings.max_calls_per_cell, settings.seconds_per_cell,
+               payload_bytes);
+}
+
+// Summary holds one row's medians over repetitions.
+struct Summary {
+  double p50_ms, p99_ms, calls_per_s;
+  int64_t calls;
+};
+
+Summary Summarize(const std::vector<CellResult>& reps) {
+  std::vector<double> p50, p99, cps, calls;
+  for (const CellResult& r : reps) {
+    p50.push_back(r.p50_ms);
+    p99.push_back(r.p99_ms);
+    cps.push_back(r.calls_per_s);
+    calls.push_back(r.calls);
+  }
+  return {Median(p50), Median(p99), Median(cps), static_cast<int64_t>(Median(calls))};
+}
+
+std::string SizeName(int64_t bytes) {
+  if (bytes >= (1 << 20)) return absl::StrFormat("%d MiB", bytes >> 20);
+  return absl::StrFormat("%d KiB", bytes >> 10);
+}
+
+double MBps(int64_t payload_bytes, double calls_per_s) { return payload_bytes * calls_per_s / 1e6; }
+
+int Run() {
+  const bool quick = absl::GetFlag(FLAGS_quick);
+  const std::string only = absl::GetFlag(FLAGS_only);
+  RunSettings settings{
+      .repetitions = quick ? 1 : absl::GetFlag(FLAGS_repetitions),
+      .seconds_per_cell = absl::Seconds(quick ? 0.2 : absl::GetFlag(FLAGS_seconds_per_cell)),
+      .max_calls_per_cell = absl::GetFlag(FLAGS_max_calls_per_cell)};
+  const int64_t max_inflight = quick ? int64_t{64} << 20 : absl::GetFlag(FLAGS_max_inflight_bytes);
+  std::vector<int64_t> payloads;
+  for (const std::string& p : absl::GetFlag(FLAGS_payloads)) payloads.push_back(std::stoll(p));
+  std::vector<int> concurrencies;
+  for (const std::string& c : absl::GetFlag(FLAGS_concurrency)) {
+    concurrencies.push_back(std::stoi(c));
+  }
+
+  EchoServer echo_server;
+  std::unique_ptr<Server> tensorops_server = StartTensorOps(8, absl::ZeroDuration());
+  auto echo_stub = tensorops::bench::v1::Echo::NewStub(Connect(echo_server.port()));
+  auto tensorops_stub = tensorops::v1::TensorOps::NewStub(Connect(tensorops_server->port()));
+
+  absl::PrintF(
+      "\n## Service: tensorops SliceScatter (a copy) vs raw gRPC echo, same process, %s\n\n"
+      "median of %d repetition(s), %.1f s per cell; ratio = tensorops / echo "
+      "(p50: lower is better, 1.0 = no overhead; throughput: higher is better, 1.0 = transport "
+      "speed)\n\n",
+      absl::FormatTime("%Y-%m-%d", absl::Now(), absl::UTCTimeZone()), settings.repetitions,
+      absl::ToDoubleSeconds(settings.seconds_per_cell));
+  absl::PrintF(
+      "| payload | conc | echo p50 ms | ours p50 ms | p50 ratio | echo p99 ms | ours p99 ms | "
+      "echo calls/s | ours calls/s | echo MB/s | ours MB/s | throughput ratio |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::fflush(stdout);
+  std::vector<std::string> verdicts;
+  for (int64_t payload : payloads) {
+    Workload workload = MakeWorkload(payload);
+    for (int concurrency : concurrencies) {
+      if (payload * concurrency > max_inflight) {
+        absl::PrintF("| %s | %d | skipped: %s in flight > --max_inflight_bytes |||||||||\n",
+                     SizeName(payload), concurrency, SizeName(payload * concurrency));
+        continue;
+      }
+      std::vector<CellResult> echo_reps, ours_reps;
+      std::vector<double> p50_ratios, throughput_ratios;
+      std::string error;
+      for (int rep = 0; rep < settings.repetitions && error.empty(); ++rep) {
+        // Alternate which server goes first, so that neither always runs on a cooler machine.
+        CellResult echo, ours;
+        auto measure_echo = [&] {
+          echo =
+              Measure(EchoSlots(echo_stub.get(), &workload.echo), concurrency, payload, settings);
+        };
+        auto measure_ours = [&] {
+          ours = Measure(TensorOpsSlots(tensorops_stub.get(), &workload.slice_scatter), concurrency,
+                         payload, settings);
+        };
+        if (only == "echo") {
+          measure_echo();
+          ours = echo;
+        } else if (only == "tensorops") {
+          measure_ours();
+          echo = ours;
+        } else if (rep % 2 == 0) {
+          measure_echo();
+          measure_ours();
+        } else {
+          measure_ours();
+          measure_echo();
+        }
+        error = !echo.error.empty() ? "echo: " + echo.error
+                                    : (!ours.error.empty() ? "tensorops: " + ours.error : "");
+        echo_reps.push_back(echo);
+        ours_reps.push_back(ours);
+        p50_ratios.push_back(ours.p50_ms / echo.p50_ms);
+        throughput_ratios.push_back(ours.calls_per_s / echo.calls_per_s);
+      }
+      if (!error.empty()) {
+        absl::PrintF("| %s | %d | failed: %s |||||||||\n", SizeName(payload), concurrency, error);
+        continue;
+      }
+      const Summary e = Summarize(echo_reps), o = Summarize(ours_reps);
+      const double p50_ratio = Median(p50_ratios), throughput_ratio = Median(throughput_ratios);
+      absl::PrintF(
+          "| %s | %d | %.3f | %.3f | %.2fx | %.3f | %.3f | %.0f | %.0f | %.1f | %.1f | %.2fx |\n",
+          SizeName(payload), concurrency, e.p50_ms, o.p50_ms, p50_ratio, e.p99_ms, o.p99_ms,
+          e.calls_per_s, o.calls_per_s, MBps(payload, e.calls_per_s), MBps(payload, o.calls_per_s),
+          throughput_ratio);
+      std::fflush(stdout);
+      if (payload == 1024 && concurrency == 1) {
+        verdicts.push_back(
+            absl::StrFormat("- 1 KiB, concurrency 1: p50 ratio %.2fx, target <= 1.25x: %s",
+                            p50_ratio, p50_ratio <= 1.25 ? "met" : "NOT met"));
+      }
+      if (payload == (int64_t{64} << 20)) {
+        verdicts.push_back(absl::StrFormat(
+            "- 64 MiB, concurrency %d: throughput ratio %.2fx, target >= 0.8x: %s", concurrency,
+            throughput_ratio, throughput_ratio >= 0.8 ? "met" : "NOT met"));
+      }
+    }
+  }
+  tensorops_stub.reset();
+  tensorops_server.reset();
+  if (!only.empty()) return 0;
+
+  // Batching on versus off: 1 KiB at concurrency 64, each on a server of its own.
+  constexpr int64_t kBatchPayload = 1024;
+  constexpr int kBatchConcurrency = 64;
+  const absl::Duration delay = absl::Microseconds(absl::GetFlag(FLAGS_batch_delay_us));
+  Workload workload = MakeWorkload(kBatchPayload);
+  std::unique_ptr<Server> batch_on = StartTensorOps(8, delay);
+  std::unique_ptr<Server> batch_off = StartTensorOps(1, absl::ZeroDuration());
+  auto on_stub = tensorops::v1::TensorOps::NewStub(Connect(batch_on->port()));
+  auto off_stub = tensorops::v1::TensorOps::NewStub(Connect(batch_off->port()));
+  std::vector<CellResult> on_reps, off_reps;
+  std::vector<double> p50_ratios, throughput_ratios;
+  std::string error;
+  for (int rep = 0; rep < settings.repetitions && error.empty(); ++rep) {
+    CellResult off = Measure(TensorOpsSlots(off_stub.get(), &workload.slice_scatter),
+                             kBatchConcurrency, kBatchPayload, settings);
+    CellResult on = Measure(TensorOpsSlots(on_stub.get(), &workload.slice_scatter),
+                            kBatchConcurrency, kBatchPayload, settings);
+    error = off.error + on.error;
+    off_reps.push_back(off);
+    on_reps.push_back(on);
+    p50_ratios.push_back(on.p50_ms / off.p50_ms);
+    throughput_ratios.push_back(on.calls_per_s / off.calls_per_s);
+  }
+  absl::PrintF(
+      "\n## Service: batching on vs off, 1 KiB SliceScatter, concurrency 64\n\n"
+      "ratio = on / off\n\n"
+      "| server | p50 ms | p99 ms | calls/s | MB/s |\n|---|---|---|---|---|\n");
+  if (!error.empty()) {
+    absl::PrintF("failed: %s\n", error);
+  } else {
+    const Summary off = Summarize(off_reps), on = Summarize(on_reps);
+    absl::PrintF("| off: max_batch=1 | %.3f | %.3f | %.0f | %.1f |\n", off.p50_ms, off.p99_ms,
+                 off.calls_per_s, MBps(kBatchPayload, off.calls_per_s));
+    absl::PrintF("| on: max_batch=8, max_queue_delay=%dus | %.3f | %.3f | %.0f | %.1f |\n",
+                 absl::GetFlag(FLAGS_batch_delay_us), on.p50_ms, on.p99_ms, on.calls_per_s,
+                 MBps(kBatchPayload, on.calls_per_s));
+    absl::PrintF("| ratio on/off | %.2fx | | %.2fx | |\n", Median(p50_ratios),
+                 Median(throughput_ratios));
+  }
+  absl::PrintF("\n### Service targets\n\n%s\n", absl::StrJoin(verdicts, "\n"));
+  return 0;
+}
+
+}  // namespace
+}  // namespace tensorops::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return tensorops::bench::Run();
+}

@@ -31,6 +31,7 @@
 #include "bench/service/echo_service.h"
 #include "grpcpp/grpcpp.h"
 #include "server/server.h"
+#include "spdlog/spdlog.h"
 #include "tensorops/v1/service.grpc.pb.h"
 
 ABSL_FLAG(bool, quick, false,
@@ -467,5 +468,7 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  // The servers' start-up and shutdown lines would interleave with the tables.
+  spdlog::set_level(spdlog::level::warn);
   return tensorops::bench::Run();
 }

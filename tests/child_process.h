@@ -1,5 +1,4 @@
 // ChildProcess: a child process with its output captured, for tests that run the real binaries.
-// (The same class as e2e_test.cc's, shared here for the tests written after it.)
 #ifndef TENSOROPS_TESTS_CHILD_PROCESS_H_
 #define TENSOROPS_TESTS_CHILD_PROCESS_H_
 
@@ -165,6 +164,11 @@ inline std::string DescribeExit(int status) {
   if (WIFEXITED(status)) return absl::StrCat("exit code ", WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return absl::StrCat("killed by signal ", WTERMSIG(status));
   return absl::StrCat("wait status ", status);
+}
+
+// ExitedWith tells whether a wait status is a normal exit with `code`.
+inline bool ExitedWith(int status, int code) {
+  return WIFEXITED(status) && WEXITSTATUS(status) == code;
 }
 
 }  // namespace tensorops::testing

@@ -37,8 +37,16 @@ ABSL_FLAG(int64_t, max_queue_delay_us, 0,
           "Microseconds a worker holding a partial batch waits for more calls (>= 0; 0 = never "
           "wait).");
 ABSL_FLAG(std::string, device, "auto",
-          "Where calls run: auto (a usable GPU, else the CPU), cpu, or cuda (fail at start-up "
-          "without one). Every op runs on the CPU until the CUDA executor exists.");
+          "Where calls run: auto (a usable GPU for calls of at least --gpu_min_bytes, else the "
+          "CPU), cpu, or cuda (every call with a GPU kernel on the GPU; fail at start-up without "
+          "one). A call the GPU fails re-runs on the CPU.");
+ABSL_FLAG(int, streams, 4, "CUDA streams, i.e. batches on the GPU at once (>= 1).");
+ABSL_FLAG(int64_t, gpu_min_bytes, int64_t{1} << 20,
+          "Under --device=auto, calls with a smaller request run on the CPU, where they cost less "
+          "than a round trip to the GPU (>= 0).");
+ABSL_FLAG(int64_t, gpu_memory_limit, 0,
+          "Most GPU memory in bytes that batches hold at once (>= 0; 0 = no limit but the "
+          "device's); a batch that would exceed it runs on the CPU.");
 ABSL_FLAG(int, metrics_port, -1,
           "Port of the Prometheus endpoint (GET /metrics); -1 = none, 0 = any free port.");
 ABSL_FLAG(std::string, metrics_host, "0.0.0.0",
@@ -78,6 +86,9 @@ bool FlagsToOptions(tensorops::ServerOptions* options) {
   const int64_t max_queue_delay_us = absl::GetFlag(FLAGS_max_queue_delay_us);
   options->limits.max_queue_delay = absl::Microseconds(max_queue_delay_us);
   options->device = absl::GetFlag(FLAGS_device);
+  options->gpu.streams = absl::GetFlag(FLAGS_streams);
+  options->gpu.min_bytes = absl::GetFlag(FLAGS_gpu_min_bytes);
+  options->gpu.memory_limit_bytes = absl::GetFlag(FLAGS_gpu_memory_limit);
   options->metrics.port = absl::GetFlag(FLAGS_metrics_port);
   options->metrics.host = absl::GetFlag(FLAGS_metrics_host);
   const int shutdown_grace_s = absl::GetFlag(FLAGS_shutdown_grace_s);
@@ -127,6 +138,14 @@ bool FlagsToOptions(tensorops::ServerOptions* options) {
         absl::StrFormat("--max_queue_delay_us=%d is negative (expected >= 0)", max_queue_delay_us);
   } else if (options->device != "auto" && options->device != "cpu" && options->device != "cuda") {
     error = absl::StrFormat("--device=%s is not one of auto, cpu, cuda", options->device);
+  } else if (options->gpu.streams < 1) {
+    error = absl::StrFormat("--streams=%d is out of range (expected >= 1)", options->gpu.streams);
+  } else if (options->gpu.min_bytes < 0) {
+    error =
+        absl::StrFormat("--gpu_min_bytes=%d is negative (expected >= 0)", options->gpu.min_bytes);
+  } else if (options->gpu.memory_limit_bytes < 0) {
+    error = absl::StrFormat("--gpu_memory_limit=%d is negative (expected >= 0; 0 = no limit)",
+                            options->gpu.memory_limit_bytes);
   } else if (options->metrics.port < -1 || options->metrics.port > 65535) {
     error = absl::StrFormat("--metrics_port=%d is out of range (expected -1..65535; -1 = none)",
                             options->metrics.port);

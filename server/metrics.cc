@@ -191,8 +191,23 @@ class Metrics::Impl {
                           .Add({})),
         batch_size_(prometheus::BuildHistogram()
                         .Name("tensorops_batch_size")
-                        .Help("Calls per batch a worker took from the queue, by device.")
+                        .Help("Calls per batch a worker took from the queue, by the device "
+                              "that ran them.")
                         .Register(*registry_)),
+        device_fallbacks_(prometheus::BuildCounter()
+                              .Name("tensorops_device_fallbacks_total")
+                              .Help("Calls the GPU failed (out of memory, failed launch or copy) "
+                                    "that re-ran on the CPU.")
+                              .Register(*registry_)
+                              .Add({})),
+        device_memory_(prometheus::BuildGauge()
+                           .Name("tensorops_device_memory_bytes")
+                           .Help("Memory of the GPU executor, sampled as each device batch "
+                                 "starts: pinned staging allocated and in use, device in use.")
+                           .Register(*registry_)),
+        pinned_allocated_(device_memory_.Add({{"kind", "pinned_allocated"}})),
+        pinned_in_use_(device_memory_.Add({{"kind", "pinned_in_use"}})),
+        device_in_use_(device_memory_.Add({{"kind", "device_in_use"}})),
         stage_buckets_(StageBuckets()) {
     for (const char* reason : kKnownRejectReasons) rejected_.Add({{"reason", reason}});
   }
@@ -255,6 +270,13 @@ class Metrics::Impl {
         .Observe(static_cast<double>(calls));
   }
 
+  void DeviceFallback() { device_fallbacks_.Increment(); }
+  void SetDeviceMemory(int64_t pinned_allocated, int64_t pinned_in_use, int64_t device_in_use) {
+    pinned_allocated_.Set(static_cast<double>(pinned_allocated));
+    pinned_in_use_.Set(static_cast<double>(pinned_in_use));
+    device_in_use_.Set(static_cast<double>(device_in_use));
+  }
+
   std::string Scrape() const {
     return prometheus::TextSerializer().Serialize(registry_->Collect());
   }
@@ -297,6 +319,11 @@ class Metrics::Impl {
   prometheus::Gauge& queued_;
   prometheus::Gauge& streams_open_;
   prometheus::Family<prometheus::Histogram>& batch_size_;
+  prometheus::Counter& device_fallbacks_;
+  prometheus::Family<prometheus::Gauge>& device_memory_;
+  prometheus::Gauge& pinned_allocated_;
+  prometheus::Gauge& pinned_in_use_;
+  prometheus::Gauge& device_in_use_;
   const prometheus::Histogram::BucketBoundaries stage_buckets_;
 
   absl::Mutex series_mu_;
@@ -381,6 +408,13 @@ void Metrics::BatchTaken(std::string_view device, int64_t calls) {
 }
 
 void Metrics::StreamClosed() { impl_->StreamClosed(); }
+
+void Metrics::DeviceFallback() { impl_->DeviceFallback(); }
+
+void Metrics::SetDeviceMemory(int64_t pinned_allocated, int64_t pinned_in_use,
+                              int64_t device_in_use) {
+  impl_->SetDeviceMemory(pinned_allocated, pinned_in_use, device_in_use);
+}
 
 std::string Metrics::Scrape() const { return impl_->Scrape(); }
 

@@ -77,6 +77,10 @@ struct CallStages {
 //   tensorops_calls_in_flight                         gauge, as last set
 //   tensorops_calls_queued                            gauge, as last set
 //   tensorops_streams_open                            gauge, StreamOpened minus StreamClosed
+//   tensorops_batch_size{device}                      histogram, calls per batch and device
+//   tensorops_device_fallbacks_total                  counter, one per DeviceFallback
+//   tensorops_device_memory_bytes{kind}               gauge, kind = pinned_allocated|
+//                                                      pinned_in_use|device_in_use
 //
 // A call's series appear with its first CallFinished: all four stage histograms of its op at once
 // (empty ones at 0), so that rate() sees them from the start. The documented Rejected reasons are
@@ -127,9 +131,14 @@ class Metrics {
   void StreamOpened();
   void StreamClosed();
 
-  // BatchTaken observes one batch of `calls` calls that a worker of `device` ("cpu") took from the
-  // queue, in the tensorops_batch_size histogram.
+  // BatchTaken observes the `calls` calls of one batch a worker took from the queue that ran on
+  // `device` ("cpu", "cuda"), in the tensorops_batch_size histogram.
   void BatchTaken(std::string_view device, int64_t calls);
+
+  // DeviceFallback counts a call the GPU failed and the CPU re-ran.
+  void DeviceFallback();
+  // SetDeviceMemory sets the GPU executor's memory gauges, in bytes.
+  void SetDeviceMemory(int64_t pinned_allocated, int64_t pinned_in_use, int64_t device_in_use);
 
   // Scrape returns this object's metrics in the Prometheus text format 0.0.4, for tests and logs.
   // The HTTP endpoint serves the same families plus prometheus-cpp's own exposer_* families

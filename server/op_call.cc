@@ -42,6 +42,19 @@ std::string_view RejectionReason(const absl::Status& status) {
   }
 }
 
+std::optional<Scheduler::Work::DeviceTask> PrepareOnDevice(const PreparedOp& op,
+                                                           DeviceRun* device_run) {
+  if (!op.device) return std::nullopt;
+  const absl::Status status = GuardExceptions(op.op, [&]() -> absl::Status {
+    absl::StatusOr<DeviceRun> run = op.device();
+    if (!run.ok()) return run.status();
+    *device_run = *std::move(run);
+    return absl::OkStatus();
+  });
+  if (!status.ok() || device_run->call == nullptr) return std::nullopt;
+  return Scheduler::Work::DeviceTask{.call = device_run->call.get(), .result = device_run->result};
+}
+
 void LogFinishedCall(std::string_view method, std::string_view peer, absl::Duration elapsed,
                      const absl::Status& status) {
   if (status.ok()) {
@@ -98,6 +111,17 @@ void UnaryOpCall::Run() {
 }
 
 void UnaryOpCall::Drop(const absl::Status& why) { FinishWith(why); }
+
+std::optional<Scheduler::Work::DeviceTask> UnaryOpCall::PrepareDevice() {
+  timeline_.run_start = absl::Now();
+  return PrepareOnDevice(op_, &device_run_);
+}
+
+void UnaryOpCall::CompleteOnDevice() {
+  timeline_.device = "cuda";
+  timeline_.run_end = absl::Now();
+  FinishWith(absl::OkStatus());
+}
 
 void UnaryOpCall::OnCancel() {
   // Only a call still waiting in the queue is ours to end here; a running one ends by itself.

@@ -71,6 +71,12 @@ absl::Status Authenticate(const ServingContext& serving,
 std::string_view RejectionReason(const absl::Status& status);
 
 // LogFinishedCall writes the one line of a failed call (info) or of a successful one (debug).
+// PrepareOnDevice is Scheduler::Work::PrepareDevice for a call running `op`: its GPU form, kept
+// alive in `device_run`, or nullopt when it runs on the CPU (no GPU form, or an error the CPU run
+// will report again).
+std::optional<Scheduler::Work::DeviceTask> PrepareOnDevice(const PreparedOp& op,
+                                                           DeviceRun* device_run);
+
 void LogFinishedCall(std::string_view method, std::string_view peer, absl::Duration elapsed,
                      const absl::Status& status);
 
@@ -96,6 +102,8 @@ class UnaryOpCall final : public grpc::ServerUnaryReactor, private Scheduler::Wo
   // Scheduler::Work: on a worker thread, or wherever the call left the queue.
   void Run() override;
   void Drop(const absl::Status& why) override;
+  std::optional<DeviceTask> PrepareDevice() override;
+  void CompleteOnDevice() override;
 
   void OnCancel() override;
   void OnDone() override;
@@ -113,6 +121,7 @@ class UnaryOpCall final : public grpc::ServerUnaryReactor, private Scheduler::Wo
   CallTimeline timeline_;
   absl::StatusCode code_ = absl::StatusCode::kOk;
   PreparedOp op_;
+  DeviceRun device_run_;
 };
 
 }  // namespace tensorops

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "kernels/backward.h"
+#include "kernels/device_call.h"
 #include "kernels/gather.h"
 #include "kernels/index_ops.h"
 #include "kernels/masked_scatter.h"
@@ -30,7 +31,7 @@ absl::StatusOr<MutableTensorView> AllocateResult(std::string_view op, DataType d
   return wire::AllocateTensor(dtype, shape, result);
 }
 
-// The CPU kernel of each plan type. The CUDA executor will pick its own kernel here.
+// The CPU kernel of each plan type. Plans with a GPU form (MakeDeviceCall) also get one.
 absl::Status RunGather(const GatherPlan& plan, const MutableTensorView& result) {
   return cpu::Gather(plan, result);
 }
@@ -51,20 +52,46 @@ absl::Status RunMaskedScatter(const MaskedScatterPlan& plan, const MutableTensor
 }
 
 // Prepare is the common tail of every PrepareOp: take the plan (or its error) and return the op
-// that allocates the result in `result_tensor` (inside the response) and runs the kernel into it.
+// that allocates the result in `result_tensor` (inside the response) and runs the kernel into it,
+// and, for plans with GPU kernels unless `allow_device` is false, its GPU form.
 template <typename Plan, typename Kernel>
 absl::StatusOr<PreparedOp> Prepare(std::string_view op, absl::StatusOr<Plan> plan,
                                    const wire::DecodeLimits& limits, v1::Tensor* result_tensor,
-                                   Kernel kernel) {
+                                   Kernel kernel, bool allow_device = true) {
   if (!plan.ok()) return plan.status();
   auto shared_plan = std::make_shared<const Plan>(*std::move(plan));
-  return PreparedOp{
-      .op = op, .run = [op, limits, kernel, shared_plan, result_tensor]() -> absl::Status {
-        absl::StatusOr<MutableTensorView> result = AllocateResult(
-            op, shared_plan->result_dtype, shared_plan->result_shape, limits, result_tensor);
+  const auto allocate = [op, limits, shared_plan, result_tensor] {
+    return AllocateResult(op, shared_plan->result_dtype, shared_plan->result_shape, limits,
+                          result_tensor);
+  };
+  PreparedOp prepared{.op = op, .run = [allocate, kernel, shared_plan]() -> absl::Status {
+                        absl::StatusOr<MutableTensorView> result = allocate();
+                        if (!result.ok()) return result.status();
+                        return kernel(*shared_plan, *result);
+                      }};
+  if constexpr (requires(const Plan& p) { MakeDeviceCall(p); }) {
+    if (allow_device) {
+      prepared.device = [allocate, shared_plan]() -> absl::StatusOr<DeviceRun> {
+        std::unique_ptr<DeviceCall> call = MakeDeviceCall(*shared_plan);
+        if (call == nullptr) return DeviceRun{};
+        absl::StatusOr<MutableTensorView> result = allocate();
         if (!result.ok()) return result.status();
-        return kernel(*shared_plan, *result);
-      }};
+        return DeviceRun{.call = std::move(call), .result = result->data()};
+      };
+    }
+  }
+  return prepared;
+}
+
+// ReproducibleOnDevice: whether a Scatter-like call asked to be `deterministic` can run on the
+// GPU. Its float sums and products use atomics, whose order varies from run to run; until the
+// sorted segmented reduction exists those calls stay on the CPU, which is always reproducible.
+bool ReproducibleOnDevice(bool deterministic, Reduction reduce, DataType dtype) {
+  if (!deterministic) return true;
+  if (reduce != Reduction::kSum && reduce != Reduction::kMean && reduce != Reduction::kProd) {
+    return true;
+  }
+  return !IsFloating(dtype) && !IsComplex(dtype);
 }
 
 }  // namespace
@@ -275,7 +302,10 @@ absl::StatusOr<PreparedOp> PrepareOp(const v1::ScatterRequest& request,
                                      const wire::DecodeLimits& limits, v1::Tensor* result) {
   absl::StatusOr<ScatterArgs> args = DecodeArgs(request, limits);
   if (!args.ok()) return args.status();
-  return Prepare("scatter", PlanScatter(*args), limits, result, RunScatter);
+  absl::StatusOr<ScatterPlan> plan = PlanScatter(*args);
+  const bool allow_device =
+      !plan.ok() || ReproducibleOnDevice(request.deterministic(), plan->reduce, plan->result_dtype);
+  return Prepare("scatter", std::move(plan), limits, result, RunScatter, allow_device);
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::IndexSelectRequest& request,

@@ -14,15 +14,24 @@
 #define TENSOROPS_SERVER_PREPARED_OP_H_
 
 #include <functional>
+#include <memory>
 #include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/device_call.h"
 #include "proto/codec.h"
 #include "tensorops/v1/generic.pb.h"
 #include "tensorops/v1/ops.pb.h"
 
 namespace tensorops {
+
+// DeviceRun is a call's GPU form (kernels/device_call.h) and the host buffer its result goes to.
+struct DeviceRun {
+  // Null when this call has no GPU form: run it with PreparedOp::run.
+  std::unique_ptr<DeviceCall> call;
+  void* result = nullptr;
+};
 
 // PreparedOp is a planned op.
 struct PreparedOp {
@@ -32,6 +41,10 @@ struct PreparedOp {
   // PrepareOp was given and runs the kernel into it; errors as the kernel's (an out-of-range index
   // value is found here). May throw std::bad_alloc. Call at most once.
   std::function<absl::Status()> run;
+  // device, set for ops with GPU kernels: allocates the result as `run` does and returns the GPU
+  // form of the call. The CUDA executor runs it; when the device fails (or the call has no GPU
+  // form) `run` runs the call on the CPU instead. Errors are the result's limits, as `run`'s.
+  std::function<absl::StatusOr<DeviceRun>()> device;
 };
 
 // PrepareOp decodes and plans one request under `limits`, its result to go into `result` (inside

@@ -73,6 +73,15 @@ class RunStreamReactor::Request final : public Scheduler::Work {
     Answer(status);
   }
   void Drop(const absl::Status& why) override { Answer(why); }
+  std::optional<DeviceTask> PrepareDevice() override {
+    timeline_.run_start = absl::Now();
+    return PrepareOnDevice(op_, &device_run_);
+  }
+  void CompleteOnDevice() override {
+    timeline_.device = "cuda";
+    timeline_.run_end = absl::Now();
+    Answer(absl::OkStatus());
+  }
 
   const v1::RunStreamResponse& response() const { return response_; }
 
@@ -110,6 +119,7 @@ class RunStreamReactor::Request final : public Scheduler::Work {
   const v1::RunStreamRequest message_;
   v1::RunStreamResponse response_;
   PreparedOp op_;
+  DeviceRun device_run_;
   CallTimeline timeline_;
   absl::StatusCode code_ = absl::StatusCode::kOk;
 };

@@ -22,6 +22,10 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions op
         options.max_batch, options.max_batch_bytes, absl::FormatDuration(options.max_queue_delay),
         options.threads));
   }
+  if (options.gpu_min_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "gpu_min_bytes = %d is out of range (expected >= 0)", options.gpu_min_bytes));
+  }
   if (options.max_queued_calls < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "max_queued_calls = %d is out of range (expected >= 0)", options.max_queued_calls));
@@ -149,7 +153,6 @@ void Scheduler::WorkerLoop() {
           "the call's deadline passed while it waited in the server's queue"));
     }
     if (batch.empty()) continue;
-    if (options_.on_batch) options_.on_batch(static_cast<int64_t>(batch.size()));
     const int64_t ran = static_cast<int64_t>(batch.size());
     RunBatch(batch);
     absl::MutexLock lock(&mu_);
@@ -159,13 +162,64 @@ void Scheduler::WorkerLoop() {
 }
 
 void Scheduler::RunBatch(const std::vector<Work*>& batch) {
-  if (batch.size() == 1) {
-    arena_->execute([&] { batch.front()->Run(); });
+  std::vector<Work*> on_cpu;
+  std::vector<Work*> on_device;
+  std::vector<const DeviceCall*> calls;
+  std::vector<void*> results;
+  for (Work* work : batch) {
+    std::optional<Work::DeviceTask> task;
+    if (options_.device != nullptr && work->bytes() >= options_.gpu_min_bytes) {
+      task = work->PrepareDevice();
+    }
+    if (!task.has_value()) {
+      on_cpu.push_back(work);
+      continue;
+    }
+    on_device.push_back(work);
+    calls.push_back(task->call);
+    results.push_back(task->result);
+  }
+  if (options_.on_batch) {
+    if (!on_cpu.empty()) options_.on_batch("cpu", static_cast<int64_t>(on_cpu.size()));
+    if (!on_device.empty()) options_.on_batch("cuda", static_cast<int64_t>(on_device.size()));
+  }
+  if (on_device.empty()) {
+    RunOnCpu(on_cpu);
+    return;
+  }
+  // The CPU part runs in the arena while this thread drives the device batch (mostly waiting
+  // for the GPU); calls the device failed join the CPU part afterwards.
+  oneapi::tbb::task_group group;
+  arena_->execute([&] {
+    for (Work* work : on_cpu) group.run([work] { work->Run(); });
+  });
+  const std::vector<DeviceOutcome> outcomes = options_.device->RunBatch(calls, results);
+  std::vector<Work*> failed;
+  for (size_t i = 0; i < on_device.size(); ++i) {
+    if (outcomes[i].ok()) {
+      on_device[i]->CompleteOnDevice();
+      continue;
+    }
+    if (!outcomes[i].device_error.ok() && options_.on_device_fallback) {
+      options_.on_device_fallback(outcomes[i].device_error);
+    }
+    failed.push_back(on_device[i]);
+  }
+  arena_->execute([&] {
+    for (Work* work : failed) group.run([work] { work->Run(); });
+    group.wait();
+  });
+}
+
+void Scheduler::RunOnCpu(const std::vector<Work*>& calls) {
+  if (calls.empty()) return;
+  if (calls.size() == 1) {
+    arena_->execute([&] { calls.front()->Run(); });
     return;
   }
   arena_->execute([&] {
     oneapi::tbb::task_group group;
-    for (Work* work : batch) group.run([work] { work->Run(); });
+    for (Work* work : calls) group.run([work] { work->Run(); });
     group.wait();
   });
 }

@@ -19,8 +19,9 @@
 // max_queue_delay at 0 on the CPU; batching pays where a batch shares one launch or one copy (the
 // CUDA executor), and there a delay of a few hundred microseconds buys larger batches.
 //
-// The dynamic batcher and the CUDA executor (DESIGN.md, "Data flow") will take over behind this
-// same interface; the handlers do not change.
+// Placement (DESIGN.md, "Devices and placement"): with a GPU executor, a batch's calls that have
+// a GPU form and a request of at least `gpu_min_bytes` run there as one device batch, while the
+// rest of the batch runs in the arena; a call the device fails re-runs on the CPU.
 #ifndef TENSOROPS_SERVER_SCHEDULER_H_
 #define TENSOROPS_SERVER_SCHEDULER_H_
 
@@ -28,6 +29,8 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -36,6 +39,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "kernels/cuda/executor.h"
+#include "kernels/device_call.h"
 #include "oneapi/tbb/task_arena.h"
 
 namespace tensorops {
@@ -58,8 +63,19 @@ struct SchedulerOptions {
   // Called with (in_flight, queued) whenever either changes, under the scheduler's lock: it must
   // be cheap and must not call back into the scheduler. May be empty.
   std::function<void(int64_t in_flight, int64_t queued)> on_load_change;
-  // Called with each batch's size as a worker takes it, outside the lock. May be empty.
-  std::function<void(int64_t batch_size)> on_batch;
+  // Called for each batch a worker runs, once per device it runs on ("cpu", "cuda") with the
+  // number of its calls there, outside the lock. May be empty.
+  std::function<void(std::string_view device, int64_t batch_size)> on_batch;
+
+  // The GPU executor, or null to run every call on the CPU. Not owned; must outlive the
+  // scheduler.
+  DeviceExecutor* device = nullptr;
+  // With a device: calls whose request is smaller run on the CPU, where they cost less than a
+  // round trip over PCIe: >= 0.
+  int64_t gpu_min_bytes = int64_t{1} << 20;
+  // Called for each call the device failed and the CPU re-ran, with the device's error, outside
+  // the lock. May be empty.
+  std::function<void(const absl::Status& device_error)> on_device_fallback;
 };
 
 // Scheduler owns the worker threads. Thread-safe. Not copyable. The destructor stops it (Stop).
@@ -85,6 +101,19 @@ class Scheduler {
     // Drop ends a call that will not run; `why` is DEADLINE_EXCEEDED, CANCELLED (from Cancel's
     // caller) or UNAVAILABLE (Stop).
     virtual void Drop(const absl::Status& why) = 0;
+
+    // DeviceTask is a call readied for the GPU: its GPU form and the host buffer of its result.
+    struct DeviceTask {
+      const DeviceCall* call = nullptr;
+      void* result = nullptr;
+    };
+    // PrepareDevice readies the call for the GPU executor (allocating its result), or returns
+    // nullopt when it runs on the CPU: no GPU form, or an error that Run will report. The Work
+    // keeps the DeviceCall alive until it ends. Called on a worker, at most once.
+    virtual std::optional<DeviceTask> PrepareDevice() { return std::nullopt; }
+    // CompleteOnDevice ends a call the executor ran successfully: its result is in place. (A call
+    // the device failed ends with Run instead.)
+    virtual void CompleteOnDevice() {}
 
    private:
     friend class Scheduler;
@@ -126,8 +155,10 @@ class Scheduler {
   // TakeBatchLocked waits for calls and takes a batch from the queue's front; empty once stopping
   // with nothing left.
   std::vector<Work*> TakeBatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // RunBatch runs the calls side by side in the arena.
+  // RunBatch places the calls and runs them: the GPU part as one device batch on this thread,
+  // the CPU part side by side in the arena meanwhile.
   void RunBatch(const std::vector<Work*>& batch);
+  void RunOnCpu(const std::vector<Work*>& calls);
   void NotifyLoadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SchedulerOptions options_;

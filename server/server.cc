@@ -66,7 +66,8 @@ std::string DevicesSummary(const DeviceInventory& inventory, int cpu_threads) {
 // BuildServerInfo describes this server for the ServerInfo RPC.
 v1::ServerInfoResponse BuildServerInfo(const ServerOptions& options,
                                        const DeviceInventory& inventory, int cpu_threads,
-                                       int max_concurrent_calls, bool tls, bool token_auth) {
+                                       int max_concurrent_calls, bool tls, bool token_auth,
+                                       const std::string& placement) {
   v1::ServerInfoResponse info;
   info.set_version(TENSOROPS_VERSION);
   info.set_git_revision(TENSOROPS_GIT_REVISION);
@@ -100,7 +101,10 @@ v1::ServerInfoResponse BuildServerInfo(const ServerOptions& options,
   info_limits->set_max_batch(limits.max_batch);
   info_limits->set_max_batch_bytes(limits.max_batch_bytes);
   info_limits->set_max_queue_delay_us(absl::ToInt64Microseconds(limits.max_queue_delay));
-  info.set_placement("cpu");
+  info.set_placement(placement);
+  info.set_gpu_streams(options.gpu.streams);
+  info.set_gpu_min_bytes(options.gpu.min_bytes);
+  info.set_gpu_memory_limit(options.gpu.memory_limit_bytes);
 
   // The ops are the alternatives of OpRequest, named like their RPCs: one list to keep.
   const google::protobuf::OneofDescriptor* ops = v1::OpRequest::descriptor()->oneof_decl(0);
@@ -172,21 +176,48 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
         limits.max_concurrent_calls, limits.max_queued_calls, limits.max_stream_in_flight));
   }
 
-  // Placement. Every op runs on the CPU until the CUDA executor exists (the CUDA kernels' issue),
-  // so "cuda" cannot be honoured yet and "auto" always means the CPU.
+  // Placement: a GPU executor when --device asks for one and a GPU is usable.
   const DeviceInventory inventory = QueryDevices();
   if (options.device != "auto" && options.device != "cpu" && options.device != "cuda") {
     return absl::InvalidArgumentError(
         absl::StrFormat("device = '%s' is not one of auto, cpu, cuda", options.device));
   }
-  if (options.device == "cuda") {
-    return absl::FailedPreconditionError(
-        inventory.cuda_devices.empty()
-            ? absl::StrFormat("--device=cuda, but no GPU is usable: %s (use --device=auto or cpu)",
-                              inventory.note)
-            : std::string("--device=cuda, but this build has no CUDA executor yet: every op runs "
-                          "on the CPU (use --device=auto or cpu)"));
+  if (options.gpu.streams < 1 || options.gpu.min_bytes < 0 || options.gpu.memory_limit_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "streams = %d, gpu_min_bytes = %d, gpu_memory_limit = %d: expected >= 1, >= 0 and >= 0",
+        options.gpu.streams, options.gpu.min_bytes, options.gpu.memory_limit_bytes));
   }
+  const bool gpu_found =
+      options.gpu.executor_for_testing != nullptr || !inventory.cuda_devices.empty();
+  if (options.device == "cuda" && !gpu_found) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "--device=cuda, but no GPU is usable: %s (use --device=auto or cpu)", inventory.note));
+  }
+  std::unique_ptr<DeviceExecutor> owned_executor;
+  DeviceExecutor* executor = options.gpu.executor_for_testing;
+  if (options.device != "cpu" && gpu_found && executor == nullptr) {
+    absl::StatusOr<std::unique_ptr<DeviceExecutor>> created =
+        CreateCudaExecutor({.device = inventory.cuda_devices.front().ordinal,
+                            .streams = options.gpu.streams,
+                            .memory_limit_bytes = options.gpu.memory_limit_bytes});
+    if (created.ok()) {
+      owned_executor = *std::move(created);
+      executor = owned_executor.get();
+    } else if (options.device == "cuda") {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "--device=cuda, but the GPU cannot be used: %s", created.status().ToString()));
+    } else {
+      spdlog::warn("the GPU cannot be used, every call runs on the CPU: {}",
+                   created.status().ToString());
+    }
+  }
+  if (options.device == "cpu") executor = nullptr;
+  const std::string placement =
+      executor == nullptr ? "cpu"
+      : options.device == "cuda"
+          ? absl::StrFormat("%s for every call with a GPU kernel", executor->name())
+          : absl::StrFormat("%s for calls of >= %d request bytes, else cpu", executor->name(),
+                            options.gpu.min_bytes);
 
   std::unique_ptr<Server> server(new Server(options, std::move(authenticator)));
   const int cpu_threads = static_cast<int>(oneapi::tbb::global_control::active_value(
@@ -198,6 +229,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   absl::StatusOr<std::unique_ptr<Metrics>> metrics = Metrics::Create(options.metrics);
   if (!metrics.ok()) return metrics.status();
   server->metrics_ = *std::move(metrics);
+  server->owned_executor_ = std::move(owned_executor);
   absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(
       {.max_concurrent_calls = max_concurrent_calls,
        .max_queued_calls = limits.max_queued_calls,
@@ -210,8 +242,25 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
              metrics->SetInFlight(in_flight);
              metrics->SetQueued(queued);
            },
-       .on_batch = [metrics = server->metrics_.get()](
-                       int64_t batch_size) { metrics->BatchTaken("cpu", batch_size); }});
+       .on_batch =
+           [metrics = server->metrics_.get(), executor](std::string_view device,
+                                                        int64_t batch_size) {
+             metrics->BatchTaken(device, batch_size);
+             // Sampled as each device batch starts: what earlier and concurrent batches hold.
+             if (device != "cpu" && executor != nullptr) {
+               const DeviceMemory memory = executor->memory();
+               metrics->SetDeviceMemory(memory.pinned_allocated, memory.pinned_in_use,
+                                        memory.device_in_use);
+             }
+           },
+       .device = executor,
+       .gpu_min_bytes = options.device == "cuda" ? 0 : options.gpu.min_bytes,
+       .on_device_fallback =
+           [metrics = server->metrics_.get()](const absl::Status& device_error) {
+             metrics->DeviceFallback();
+             spdlog::warn("a call failed on the GPU and re-ran on the CPU: {}",
+                          device_error.ToString());
+           }});
   if (!scheduler.ok()) return scheduler.status();
   server->scheduler_ = *std::move(scheduler);
   server->serving_ =
@@ -223,8 +272,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
                      .authenticator = server->authenticator_.get(),
                      .max_stream_in_flight = limits.max_stream_in_flight};
   server->service_ = std::make_unique<TensorOpsService>(
-      server->serving_, BuildServerInfo(options, inventory, cpu_threads, max_concurrent_calls,
-                                        tls_mode != "off", server->authenticator_ != nullptr));
+      server->serving_,
+      BuildServerInfo(options, inventory, cpu_threads, max_concurrent_calls, tls_mode != "off",
+                      server->authenticator_ != nullptr, placement));
 
   const std::string address = ListenAddress(options.host, options.port);
   int selected_port = 0;
@@ -248,12 +298,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
 
   const bool token_auth = server->authenticator_ != nullptr;
   spdlog::info(
-      "tensorops-server {} (rev {}) listening on {}; tls: {}, auth: {}; devices: {}; every op runs "
-      "on the CPU; limits: max_message_bytes={}, max_elements={}, max_rank={}, "
+      "tensorops-server {} (rev {}) listening on {}; tls: {}, auth: {}; devices: {}; placement: "
+      "{}; limits: max_message_bytes={}, max_elements={}, max_rank={}, "
       "max_concurrent_calls={}, max_queued_calls={}, max_stream_in_flight={}; batching: "
       "max_batch={}, max_batch_bytes={}, max_queue_delay={}; metrics: {}",
       TENSOROPS_VERSION, TENSOROPS_GIT_REVISION, ListenAddress(options.host, selected_port),
-      tls_mode, token_auth ? "token" : "off", DevicesSummary(inventory, cpu_threads),
+      tls_mode, token_auth ? "token" : "off", DevicesSummary(inventory, cpu_threads), placement,
       limits.max_message_bytes, limits.max_elements, limits.max_rank, max_concurrent_calls,
       limits.max_queued_calls, limits.max_stream_in_flight, limits.max_batch,
       limits.max_batch_bytes, absl::FormatDuration(limits.max_queue_delay),

@@ -87,6 +87,8 @@ class Server {
   // Declared in the order they depend on each other: the gRPC server calls into the service until
   // destroyed, the service's calls run on the scheduler, and both count into the metrics.
   std::unique_ptr<Metrics> metrics_;
+  // The CUDA executor when calls run on a GPU (null otherwise, or when a test supplied one).
+  std::unique_ptr<DeviceExecutor> owned_executor_;
   std::unique_ptr<Scheduler> scheduler_;
   ServingContext serving_;
   std::unique_ptr<TensorOpsService> service_;

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "kernels/cuda/executor.h"
 #include "kernels/shape.h"
 #include "server/metrics.h"
 
@@ -89,9 +90,23 @@ struct ServerOptions {
   Limits limits;
   Shutdown shutdown;
   Security security;
-  // Where calls run: "auto" (a GPU when one was found and the build has the CUDA executor, else
-  // the CPU), "cpu", or "cuda" (Start fails without a usable GPU). Default "auto".
+  // Where calls run: "auto" (the GPU for calls of at least gpu.min_bytes when a GPU was found,
+  // else the CPU), "cpu", or "cuda" (every call with a GPU kernel on the GPU; Start fails without
+  // a usable GPU). Default "auto". Calls the GPU fails re-run on the CPU either way.
   std::string device = "auto";
+  // The CUDA executor (used when `device` puts calls on a GPU).
+  struct Gpu {
+    // Streams of the GPU, i.e. device batches in flight at once: >= 1. Default 4.
+    int streams = 4;
+    // Under "auto", calls with a smaller request run on the CPU: >= 0. Default 1 MiB.
+    int64_t min_bytes = int64_t{1} << 20;
+    // Most device memory batches hold at once, >= 0; 0 (default) = no limit but the device's.
+    int64_t memory_limit_bytes = 0;
+    // Tests only: an executor to use as if a GPU had been found (not owned; must outlive the
+    // server).
+    DeviceExecutor* executor_for_testing = nullptr;
+  };
+  Gpu gpu;
   // The Prometheus endpoint; port -1 (the default) serves none, but calls are still counted.
   MetricsOptions metrics;
 };

@@ -178,8 +178,8 @@ TEST(SchedulerTest, ReportsLoadChanges) {
 // BatchSizes records the sizes of the batches a scheduler's workers take.
 class BatchSizes {
  public:
-  std::function<void(int64_t)> Recorder() {
-    return [this](int64_t size) {
+  std::function<void(std::string_view, int64_t)> Recorder() {
+    return [this](std::string_view, int64_t size) {
       absl::MutexLock lock(&mu_);
       sizes_.push_back(size);
     };

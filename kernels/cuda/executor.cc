@@ -1,0 +1,333 @@
+// The CUDA executor (executor.h): a stream pool, a pinned staging pool and batches packed into one
+// copy each way.
+#include "kernels/cuda/executor.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cstring>
+#include <map>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "kernels/cpu/parallel.h"
+
+namespace tensorops {
+namespace {
+
+int64_t AlignUp(int64_t bytes) {
+  return (bytes + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
+}
+
+std::string CudaError(std::string_view what, cudaError_t error) {
+  return absl::StrFormat("cuda: %s: %s", what, cudaGetErrorString(error));
+}
+
+// PinnedPool hands out page-locked host buffers and keeps released ones for reuse, binned by
+// power-of-two size, up to `cache_bytes` in all: cudaMallocHost costs milliseconds and would
+// otherwise be paid on every batch.
+class PinnedPool {
+ public:
+  explicit PinnedPool(int64_t cache_bytes) : cache_bytes_(cache_bytes) {}
+  ~PinnedPool() {
+    for (auto& [size, buffer] : free_) cudaFreeHost(buffer);
+  }
+
+  // Acquire returns a buffer of at least `bytes` and its capacity, or the allocation's error.
+  absl::StatusOr<std::pair<void*, int64_t>> Acquire(int64_t bytes) {
+    const int64_t capacity = static_cast<int64_t>(
+        std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(bytes, 1 << 16))));
+    {
+      absl::MutexLock lock(&mu_);
+      if (auto it = free_.find(capacity); it != free_.end()) {
+        void* buffer = it->second;
+        free_.erase(it);
+        cached_ -= capacity;
+        in_use_ += capacity;
+        return std::make_pair(buffer, capacity);
+      }
+    }
+    void* buffer = nullptr;
+    if (const cudaError_t error = cudaMallocHost(&buffer, capacity); error != cudaSuccess) {
+      cudaGetLastError();
+      return absl::ResourceExhaustedError(CudaError("pinned staging memory", error));
+    }
+    absl::MutexLock lock(&mu_);
+    in_use_ += capacity;
+    return std::make_pair(buffer, capacity);
+  }
+
+  void Release(void* buffer, int64_t capacity) {
+    {
+      absl::MutexLock lock(&mu_);
+      in_use_ -= capacity;
+      if (cached_ + capacity <= cache_bytes_) {
+        free_.emplace(capacity, buffer);
+        cached_ += capacity;
+        return;
+      }
+    }
+    cudaFreeHost(buffer);
+  }
+
+  int64_t allocated() const {
+    absl::MutexLock lock(&mu_);
+    return in_use_ + cached_;
+  }
+  int64_t in_use() const {
+    absl::MutexLock lock(&mu_);
+    return in_use_;
+  }
+
+ private:
+  const int64_t cache_bytes_;
+  mutable absl::Mutex mu_;
+  std::multimap<int64_t, void*> free_ ABSL_GUARDED_BY(mu_);
+  int64_t cached_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+class CudaExecutor final : public DeviceExecutor {
+ public:
+  CudaExecutor(const CudaExecutorOptions& options, std::vector<cudaStream_t> streams)
+      : options_(options), pinned_(options.pinned_cache_bytes), free_streams_(std::move(streams)) {
+    all_streams_ = free_streams_;
+  }
+
+  ~CudaExecutor() override {
+    cudaSetDevice(options_.device);
+    for (cudaStream_t stream : all_streams_) cudaStreamDestroy(stream);
+  }
+
+  std::vector<DeviceOutcome> RunBatch(absl::Span<const DeviceCall* const> calls,
+                                      absl::Span<void* const> results) override;
+
+  DeviceMemory memory() const override {
+    return {.pinned_allocated = pinned_.allocated(),
+            .pinned_in_use = pinned_.in_use(),
+            .device_in_use = device_in_use_.load(std::memory_order_relaxed)};
+  }
+
+  std::string name() const override { return absl::StrFormat("cuda:%d", options_.device); }
+
+ private:
+  // Where a batch's memory lies, in bytes from the start of its device block. The staging buffer
+  // mirrors [0, copy_back_end): inputs, then results and error flags (the one copy back);
+  // workspaces live on the device only.
+  struct Layout {
+    std::vector<std::vector<int64_t>> inputs;
+    std::vector<int64_t> results;
+    int64_t inputs_end = 0;
+    int64_t flags = 0;
+    int64_t copy_back_end = 0;
+    std::vector<int64_t> workspaces;
+    int64_t device_bytes = 0;
+  };
+  static Layout PlanLayout(absl::Span<const DeviceCall* const> calls);
+
+  std::vector<DeviceOutcome> AllFailed(size_t count, const absl::Status& why) const {
+    return std::vector<DeviceOutcome>(count, DeviceOutcome{.device_error = why});
+  }
+
+  cudaStream_t AcquireStream() {
+    absl::MutexLock lock(
+        &mu_, absl::Condition(
+                  +[](std::vector<cudaStream_t>* free) { return !free->empty(); }, &free_streams_));
+    cudaStream_t stream = free_streams_.back();
+    free_streams_.pop_back();
+    return stream;
+  }
+  void ReleaseStream(cudaStream_t stream) {
+    absl::MutexLock lock(&mu_);
+    free_streams_.push_back(stream);
+  }
+
+  // Disable records an error that poisoned the context: every later batch runs on the CPU.
+  void Disable(const absl::Status& why) {
+    absl::MutexLock lock(&mu_);
+    if (disabled_.ok()) {
+      disabled_ = absl::UnavailableError(absl::StrFormat(
+          "%s is disabled after an unrecoverable error: %s", name(), why.message()));
+    }
+  }
+
+  const CudaExecutorOptions options_;
+  PinnedPool pinned_;
+  std::atomic<int64_t> device_in_use_{0};
+  std::vector<cudaStream_t> all_streams_;
+
+  mutable absl::Mutex mu_;
+  std::vector<cudaStream_t> free_streams_ ABSL_GUARDED_BY(mu_);
+  absl::Status disabled_ ABSL_GUARDED_BY(mu_);
+};
+
+CudaExecutor::Layout CudaExecutor::PlanLayout(absl::Span<const DeviceCall* const> calls) {
+  Layout layout;
+  int64_t at = 0;
+  for (const DeviceCall* call : calls) {
+    std::vector<int64_t>& offsets = layout.inputs.emplace_back();
+    for (const HostSpan& span : call->inputs()) {
+      offsets.push_back(at);
+      at += AlignUp(span.bytes);
+    }
+  }
+  layout.inputs_end = at;
+  for (const DeviceCall* call : calls) {
+    layout.results.push_back(at);
+    at += AlignUp(call->result_bytes());
+  }
+  layout.flags = at;
+  at += AlignUp(static_cast<int64_t>(calls.size() * sizeof(int32_t)));
+  layout.copy_back_end = at;
+  for (const DeviceCall* call : calls) {
+    layout.workspaces.push_back(at);
+    at += AlignUp(call->workspace_bytes());
+  }
+  layout.device_bytes = at;
+  return layout;
+}
+
+std::vector<DeviceOutcome> CudaExecutor::RunBatch(absl::Span<const DeviceCall* const> calls,
+                                                  absl::Span<void* const> results) {
+  if (calls.empty()) return {};
+  {
+    absl::MutexLock lock(&mu_);
+    if (!disabled_.ok()) return AllFailed(calls.size(), disabled_);
+  }
+  const Layout layout = PlanLayout(calls);
+  if (options_.memory_limit_bytes > 0) {
+    const int64_t in_use = device_in_use_.fetch_add(layout.device_bytes) + layout.device_bytes;
+    if (in_use > options_.memory_limit_bytes) {
+      device_in_use_.fetch_sub(layout.device_bytes);
+      return AllFailed(
+          calls.size(),
+          absl::ResourceExhaustedError(absl::StrFormat(
+              "the batch needs %d bytes of device memory and %d are in use; "
+              "--gpu_memory_limit=%d",
+              layout.device_bytes, in_use - layout.device_bytes, options_.memory_limit_bytes)));
+    }
+  } else {
+    device_in_use_.fetch_add(layout.device_bytes);
+  }
+  absl::StatusOr<std::pair<void*, int64_t>> staging = pinned_.Acquire(layout.copy_back_end);
+  if (!staging.ok()) {
+    device_in_use_.fetch_sub(layout.device_bytes);
+    return AllFailed(calls.size(), staging.status());
+  }
+  char* host = static_cast<char*>(staging->first);
+
+  cudaSetDevice(options_.device);
+  const cudaStream_t stream = AcquireStream();
+  std::vector<DeviceOutcome> outcomes(calls.size());
+  absl::Status batch_error;
+  bool poisoned = false;
+  void* block = nullptr;
+  if (const cudaError_t alloc_error = cudaMallocAsync(&block, layout.device_bytes, stream);
+      alloc_error != cudaSuccess) {
+    cudaGetLastError();
+    batch_error = absl::ResourceExhaustedError(CudaError("device memory", alloc_error));
+  } else {
+    char* device = static_cast<char*>(block);
+    // Pack every input into the staging buffer, then one copy to the device.
+    for (size_t c = 0; c < calls.size(); ++c) {
+      const std::vector<HostSpan>& spans = calls[c]->inputs();
+      for (size_t s = 0; s < spans.size(); ++s) {
+        cpu::ParallelCopy(host + layout.inputs[c][s], spans[s].data, spans[s].bytes);
+      }
+    }
+    cudaError_t error =
+        cudaMemcpyAsync(device, host, layout.inputs_end, cudaMemcpyHostToDevice, stream);
+    if (error == cudaSuccess) {
+      error = cudaMemsetAsync(device + layout.flags, 0, calls.size() * sizeof(int32_t), stream);
+    }
+    if (error != cudaSuccess) {
+      batch_error = absl::UnavailableError(CudaError("copying the batch to the device", error));
+    } else {
+      std::vector<void*> copies;
+      for (size_t c = 0; c < calls.size(); ++c) {
+        copies.clear();
+        for (int64_t offset : layout.inputs[c]) copies.push_back(device + offset);
+        const DeviceBuffers buffers{
+            .inputs = copies,
+            .result = device + layout.results[c],
+            .workspace = device + layout.workspaces[c],
+            .error_flag = reinterpret_cast<int32_t*>(device + layout.flags) + c};
+        outcomes[c].device_error = calls[c]->Enqueue(buffers, stream);
+      }
+      error =
+          cudaMemcpyAsync(host + layout.inputs_end, device + layout.inputs_end,
+                          layout.copy_back_end - layout.inputs_end, cudaMemcpyDeviceToHost, stream);
+      if (error == cudaSuccess) error = cudaStreamSynchronize(stream);
+      if (error != cudaSuccess) {
+        batch_error = absl::UnavailableError(CudaError("running the batch", error));
+        // Out-of-memory and launch-resource errors leave the context usable; anything else
+        // (illegal address, a trap) poisons it for the life of the process.
+        poisoned = error != cudaErrorMemoryAllocation && error != cudaErrorLaunchOutOfResources;
+        cudaGetLastError();
+      }
+    }
+    cudaFreeAsync(block, stream);
+  }
+  ReleaseStream(stream);
+  if (poisoned) Disable(batch_error);
+  device_in_use_.fetch_sub(layout.device_bytes);
+
+  const auto* flags = reinterpret_cast<const int32_t*>(host + layout.flags);
+  for (size_t c = 0; c < calls.size(); ++c) {
+    DeviceOutcome& outcome = outcomes[c];
+    if (!batch_error.ok()) outcome.device_error = batch_error;
+    if (!outcome.device_error.ok()) continue;
+    if (flags[c] != 0) {
+      outcome.index_error = true;
+      continue;
+    }
+    cpu::ParallelCopy(results[c], host + layout.results[c], calls[c]->result_bytes());
+  }
+  pinned_.Release(staging->first, staging->second);
+  return outcomes;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceExecutor>> CreateCudaExecutor(
+    const CudaExecutorOptions& options) {
+  if (options.streams < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("streams = %d is out of range (expected >= 1)", options.streams));
+  }
+  if (options.memory_limit_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("gpu_memory_limit = %d is negative (expected >= 0; 0 = no limit)",
+                        options.memory_limit_bytes));
+  }
+  if (cudaError_t error = cudaSetDevice(options.device); error != cudaSuccess) {
+    cudaGetLastError();
+    return absl::FailedPreconditionError(
+        CudaError(absl::StrFormat("selecting device %d", options.device), error));
+  }
+  // Keep freed device memory in the runtime's pool rather than returning it to the driver at
+  // every synchronization: that is what makes cudaMallocAsync a caching allocator.
+  cudaMemPool_t pool;
+  if (cudaDeviceGetDefaultMemPool(&pool, options.device) == cudaSuccess) {
+    uint64_t keep = UINT64_MAX;
+    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+  }
+  std::vector<cudaStream_t> streams;
+  for (int i = 0; i < options.streams; ++i) {
+    cudaStream_t stream;
+    if (cudaError_t error = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+        error != cudaSuccess) {
+      cudaGetLastError();
+      for (cudaStream_t created : streams) cudaStreamDestroy(created);
+      return absl::FailedPreconditionError(CudaError("creating streams", error));
+    }
+    streams.push_back(stream);
+  }
+  return std::make_unique<CudaExecutor>(options, std::move(streams));
+}
+
+}  // namespace tensorops

@@ -1,0 +1,142 @@
+#include "kernels/device_call.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cuda/launch.h"
+
+namespace tensorops {
+namespace {
+
+// GatherCall: the GPU form of Gather and IndexSelect.
+class GatherCall final : public DeviceCall {
+ public:
+  explicit GatherCall(const GatherPlan& plan) : plan_(plan) {
+    AddInput(plan.index);
+    // The plan keeps the input's axis stride out of its view: the kernel adds it per index.
+    AddInput(plan.input, std::max<int64_t>(plan.input_axis_size - 1, 0) * plan.input_axis_stride);
+    result_bytes_ = NumElements(plan.result_shape) * ItemSize(plan.result_dtype);
+  }
+
+  absl::Status Enqueue(const DeviceBuffers& buffers, void* stream) const override {
+    return cuda::LaunchGather(RelocatePlan(plan_, *this, buffers.inputs), buffers.result,
+                              buffers.error_flag, stream);
+  }
+
+ private:
+  const GatherPlan& plan_;
+};
+
+// ScatterCall: the GPU form of Scatter and IndexReduce.
+class ScatterCall final : public DeviceCall {
+ public:
+  explicit ScatterCall(const ScatterPlan& plan) : plan_(plan) {
+    AddInput(plan.input);
+    if (plan.index.numel() > 0) {
+      AddInput(plan.index);
+      AddInput(plan.source);
+    }
+    result_bytes_ = NumElements(plan.result_shape) * ItemSize(plan.result_dtype);
+    workspace_bytes_ = cuda::PlanScatterWorkspace(plan).bytes;
+  }
+
+  absl::Status Enqueue(const DeviceBuffers& buffers, void* stream) const override {
+    return cuda::LaunchScatter(RelocatePlan(plan_, *this, buffers.inputs), buffers.result,
+                               buffers.workspace, buffers.error_flag, stream);
+  }
+
+ private:
+  const ScatterPlan& plan_;
+};
+
+}  // namespace
+
+void DeviceCall::AddInput(const TensorView& view, int64_t extra_extent_elements) {
+  if (view.numel() == 0) return;
+  // The view's lowest and highest element offsets (strides may be 0 for broadcasts).
+  int64_t lowest = 0;
+  int64_t highest = extra_extent_elements;
+  for (int64_t d = 0; d < view.rank(); ++d) {
+    const int64_t reach = (view.size(d) - 1) * view.strides()[d];
+    (reach < 0 ? lowest : highest) += reach;
+  }
+  const auto* data = static_cast<const char*>(view.data());
+  const char* begin = data + lowest * view.itemsize();
+  const char* end = data + (highest + 1) * view.itemsize();
+  // Merge with every span the new one touches, so that spans stay disjoint and each byte is
+  // copied once (a plan may view one tensor twice: an index and its original form).
+  for (auto it = inputs_.begin(); it != inputs_.end();) {
+    const auto* other_begin = static_cast<const char*>(it->data);
+    const char* other_end = other_begin + it->bytes;
+    if (other_begin < end && begin < other_end) {
+      begin = std::min(begin, other_begin);
+      end = std::max(end, other_end);
+      it = inputs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  inputs_.push_back({begin, end - begin});
+}
+
+const void* DeviceCall::Relocate(const void* host, absl::Span<void* const> copies) const {
+  const auto* byte = static_cast<const char*>(host);
+  for (size_t i = 0; i < inputs_.size() && i < copies.size(); ++i) {
+    const auto* begin = static_cast<const char*>(inputs_[i].data);
+    if (byte >= begin && byte < begin + inputs_[i].bytes) {
+      return static_cast<const char*>(copies[i]) + (byte - begin);
+    }
+  }
+  return nullptr;
+}
+
+TensorView DeviceCall::Relocate(const TensorView& view, absl::Span<void* const> copies) const {
+  const void* data = view.numel() == 0 ? nullptr : Relocate(view.data(), copies);
+  return TensorView(view.dtype(), view.shape(), view.strides(), data);
+}
+
+GatherPlan RelocatePlan(const GatherPlan& plan, const DeviceCall& call,
+                        absl::Span<void* const> copies) {
+  GatherPlan relocated = plan;
+  relocated.input = call.Relocate(plan.input, copies);
+  relocated.index = call.Relocate(plan.index, copies);
+  // original_index stays on the host: only the CPU's error message reads it.
+  return relocated;
+}
+
+ScatterPlan RelocatePlan(const ScatterPlan& plan, const DeviceCall& call,
+                         absl::Span<void* const> copies) {
+  ScatterPlan relocated;
+  relocated.op = plan.op;
+  relocated.result_dtype = plan.result_dtype;
+  relocated.result_shape = plan.result_shape;
+  relocated.input = call.Relocate(plan.input, copies);
+  relocated.index = call.Relocate(plan.index, copies);
+  relocated.source = call.Relocate(plan.source, copies);
+  relocated.axis = plan.axis;
+  relocated.reduce = plan.reduce;
+  relocated.include_self = plan.include_self;
+  relocated.original_index = plan.original_index;
+  return relocated;
+}
+
+bool DeviceScatterSupported(DataType dtype, Reduction reduce) {
+  // complex128 products would need a 128-bit compare-and-swap; a mean of booleans is a corner
+  // PyTorch itself rejects. Both stay on the CPU.
+  if (dtype == DataType::kComplex128 && reduce == Reduction::kProd) return false;
+  if (dtype == DataType::kBool && reduce == Reduction::kMean) return false;
+  return true;
+}
+
+std::unique_ptr<DeviceCall> MakeDeviceCall(const GatherPlan& plan) {
+  if (NumElements(plan.result_shape) == 0) return nullptr;
+  return std::make_unique<GatherCall>(plan);
+}
+
+std::unique_ptr<DeviceCall> MakeDeviceCall(const ScatterPlan& plan) {
+  if (NumElements(plan.result_shape) == 0) return nullptr;
+  if (!DeviceScatterSupported(plan.result_dtype, plan.reduce)) return nullptr;
+  return std::make_unique<ScatterCall>(plan);
+}
+
+}  // namespace tensorops

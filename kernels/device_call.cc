@@ -121,11 +121,8 @@ ScatterPlan RelocatePlan(const ScatterPlan& plan, const DeviceCall& call,
 }
 
 bool DeviceScatterSupported(DataType dtype, Reduction reduce) {
-  // complex128 products would need a 128-bit compare-and-swap; a mean of booleans is a corner
-  // PyTorch itself rejects. Both stay on the CPU.
-  if (dtype == DataType::kComplex128 && reduce == Reduction::kProd) return false;
-  if (dtype == DataType::kBool && reduce == Reduction::kMean) return false;
-  return true;
+  // complex128 products would need a 128-bit compare-and-swap: they stay on the CPU.
+  return !(dtype == DataType::kComplex128 && reduce == Reduction::kProd);
 }
 
 std::unique_ptr<DeviceCall> MakeDeviceCall(const GatherPlan& plan) {

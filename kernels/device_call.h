@@ -80,7 +80,7 @@ class DeviceCall {
 
 // MakeDeviceCall returns the GPU form of a planned call, or null when the call has none (it then
 // runs on the CPU): empty calls, and the few dtype/reduction pairs the GPU kernels leave to the
-// CPU (Scatter PROD of complex128, MEAN of bool). The plan must outlive the call.
+// CPU (Scatter PROD of complex128). The plan must outlive the call.
 std::unique_ptr<DeviceCall> MakeDeviceCall(const GatherPlan& plan);
 std::unique_ptr<DeviceCall> MakeDeviceCall(const ScatterPlan& plan);
 

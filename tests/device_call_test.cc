@@ -1,0 +1,287 @@
+// DeviceCall on the CPU: what the CUDA executor copies to the device must be everything the
+// kernels read. Each case builds a call's GPU form, copies its input spans into fresh buffers (as
+// the executor's staging does), overwrites the original request memory, and runs the CPU kernel on
+// the plan relocated onto the copies: it must give the result of the original plan. A span that
+// missed a byte the kernel reads would show up as poisoned data or a crash under ASan.
+#include "kernels/device_call.h"
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "absl/random/random.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/index_ops.h"
+
+namespace tensorops {
+namespace {
+
+// RandomTensor fills a tensor with random bytes; index tensors get values in [-bound, bound).
+Tensor RandomTensor(absl::BitGen& gen, DataType dtype, const Shape& shape) {
+  Tensor tensor(dtype, shape);
+  auto* bytes = static_cast<unsigned char*>(tensor.mutable_view().data());
+  for (int64_t i = 0; i < tensor.numel() * ItemSize(dtype); ++i) {
+    bytes[i] = absl::Uniform<unsigned char>(gen);
+  }
+  return tensor;
+}
+
+Tensor RandomIndex(absl::BitGen& gen, DataType dtype, const Shape& shape, int64_t bound) {
+  Tensor tensor(dtype, shape);
+  for (int64_t i = 0; i < tensor.numel(); ++i) {
+    const int64_t value = absl::Uniform<int64_t>(gen, -bound, bound);
+    if (dtype == DataType::kInt32) {
+      tensor.mutable_view().data_as<int32_t>()[i] = static_cast<int32_t>(value);
+    } else {
+      tensor.mutable_view().data_as<int64_t>()[i] = value;
+    }
+  }
+  return tensor;
+}
+
+Shape RandomShape(absl::BitGen& gen, int rank, int64_t max_size) {
+  Shape shape;
+  for (int d = 0; d < rank; ++d) shape.push_back(absl::Uniform<int64_t>(gen, 1, max_size + 1));
+  return shape;
+}
+
+// Copies is what the executor's staging holds for a call: one buffer per input span.
+class Copies {
+ public:
+  explicit Copies(const DeviceCall& call) {
+    for (const HostSpan& span : call.inputs()) {
+      buffers_.emplace_back(static_cast<size_t>(span.bytes));
+      std::memcpy(buffers_.back().data(), span.data, static_cast<size_t>(span.bytes));
+      pointers_.push_back(buffers_.back().data());
+    }
+  }
+  absl::Span<void* const> pointers() const { return pointers_; }
+
+ private:
+  std::vector<std::vector<unsigned char>> buffers_;
+  std::vector<void*> pointers_;
+};
+
+void Poison(Tensor& tensor) {
+  std::memset(tensor.mutable_view().data(), 0xA5,
+              static_cast<size_t>(tensor.numel()) * static_cast<size_t>(ItemSize(tensor.dtype())));
+}
+
+bool SameBytes(const Tensor& a, const Tensor& b) {
+  return a.numel() == b.numel() && a.dtype() == b.dtype() &&
+         std::memcmp(a.view().data(), b.view().data(),
+                     static_cast<size_t>(a.numel() * ItemSize(a.dtype()))) == 0;
+}
+
+void ExpectSpansDisjoint(const DeviceCall& call) {
+  const std::vector<HostSpan>& spans = call.inputs();
+  for (size_t i = 0; i < spans.size(); ++i) {
+    for (size_t j = i + 1; j < spans.size(); ++j) {
+      const auto* a = static_cast<const char*>(spans[i].data);
+      const auto* b = static_cast<const char*>(spans[j].data);
+      EXPECT_TRUE(a + spans[i].bytes <= b || b + spans[j].bytes <= a) << i << " overlaps " << j;
+    }
+  }
+}
+
+// ExpectRelocatedGatherMatches: the call of `plan`, run on copies of its spans after `input` and
+// `index` are poisoned, gives `expected`.
+void ExpectRelocatedGatherMatches(const GatherPlan& plan, const Tensor& expected, Tensor& input,
+                                  Tensor& index, int trial) {
+  std::unique_ptr<DeviceCall> call = MakeDeviceCall(plan);
+  ASSERT_NE(call, nullptr);
+  EXPECT_EQ(call->result_bytes(), expected.numel() * ItemSize(expected.dtype()));
+  EXPECT_EQ(call->workspace_bytes(), 0);
+  ExpectSpansDisjoint(*call);
+  const Copies copies(*call);
+  Poison(input);
+  Poison(index);
+  Tensor relocated(plan.result_dtype, plan.result_shape);
+  ASSERT_TRUE(
+      cpu::Gather(RelocatePlan(plan, *call, copies.pointers()), relocated.mutable_view()).ok());
+  EXPECT_TRUE(SameBytes(expected, relocated)) << "trial " << trial;
+}
+
+TEST(DeviceCallTest, GatherReadsOnlyItsInputSpans) {
+  absl::BitGen gen;
+  for (int trial = 0; trial < 300; ++trial) {
+    const DataType dtype = kAllDataTypes[trial % std::size(kAllDataTypes)];
+    const DataType index_dtype = trial % 2 == 0 ? DataType::kInt32 : DataType::kInt64;
+    const int rank = absl::Uniform<int>(gen, 1, 5);
+    const int64_t axis = absl::Uniform<int64_t>(gen, 0, rank);
+    const bool broadcast = trial % 3 == 0;
+    Shape input_shape = RandomShape(gen, rank, 5);
+    Shape index_shape = input_shape;
+    for (int d = 0; d < rank; ++d) {
+      // Broadcast sizes must be equal or 1; otherwise at most the input's.
+      index_shape[d] = d == axis                                ? absl::Uniform<int64_t>(gen, 1, 7)
+                       : broadcast && absl::Bernoulli(gen, 0.3) ? 1
+                       : broadcast                              ? input_shape[d]
+                                   : absl::Uniform<int64_t>(gen, 1, input_shape[d] + 1);
+    }
+    Tensor input = RandomTensor(gen, dtype, input_shape);
+    Tensor index = RandomIndex(gen, index_dtype, index_shape, input_shape[axis]);
+    absl::StatusOr<GatherPlan> plan = PlanGather(
+        {.input = input.view(), .index = index.view(), .axis = axis, .broadcast = broadcast});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    Tensor expected(plan->result_dtype, plan->result_shape);
+    ASSERT_TRUE(cpu::Gather(*plan, expected.mutable_view()).ok());
+    ExpectRelocatedGatherMatches(*plan, expected, input, index, trial);
+  }
+}
+
+TEST(DeviceCallTest, IndexSelectReadsOnlyItsInputSpans) {
+  absl::BitGen gen;
+  for (int trial = 0; trial < 50; ++trial) {
+    const Shape input_shape = RandomShape(gen, 3, 6);
+    const int64_t axis = trial % 3;
+    Tensor input = RandomTensor(gen, DataType::kFloat32, input_shape);
+    Tensor index =
+        RandomIndex(gen, DataType::kInt64, {absl::Uniform<int64_t>(gen, 1, 9)}, input_shape[axis]);
+    absl::StatusOr<GatherPlan> plan =
+        PlanIndexSelect({.input = input.view(), .index = index.view(), .axis = axis});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    Tensor expected(plan->result_dtype, plan->result_shape);
+    ASSERT_TRUE(cpu::Gather(*plan, expected.mutable_view()).ok());
+    ExpectRelocatedGatherMatches(*plan, expected, input, index, trial);
+  }
+}
+
+constexpr Reduction kReductions[] = {Reduction::kAssign, Reduction::kSum,  Reduction::kProd,
+                                     Reduction::kMean,   Reduction::kAmax, Reduction::kAmin};
+
+TEST(DeviceCallTest, ScatterReadsOnlyItsInputSpans) {
+  absl::BitGen gen;
+  int device_calls = 0;
+  for (int trial = 0; trial < 600; ++trial) {
+    const DataType dtype = kAllDataTypes[trial % std::size(kAllDataTypes)];
+    const Reduction reduce = kReductions[(trial / 12) % 6];
+    // Combinations planning rejects.
+    if (IsComplex(dtype) && (reduce == Reduction::kAmax || reduce == Reduction::kAmin)) continue;
+    if (dtype == DataType::kBool && reduce == Reduction::kMean) continue;
+    const bool scalar_value = trial % 5 == 0;
+    const bool broadcast = trial % 7 == 0;
+    const int rank = absl::Uniform<int>(gen, 1, 4);
+    const int64_t axis = absl::Uniform<int64_t>(gen, 0, rank);
+    const Shape input_shape = RandomShape(gen, rank, 5);
+    Shape index_shape = input_shape;
+    for (int d = 0; d < rank; ++d) {
+      // Paddle's broadcast needs sizes that broadcast to the input's (equal or 1).
+      index_shape[d] = d == axis   ? absl::Uniform<int64_t>(gen, 1, 9)
+                       : broadcast ? (absl::Bernoulli(gen, 0.5) ? 1 : input_shape[d])
+                                   : absl::Uniform<int64_t>(gen, 1, input_shape[d] + 1);
+    }
+    Shape source_shape = index_shape;
+    if (!broadcast) {
+      for (int d = 0; d < rank; ++d) source_shape[d] += absl::Uniform<int64_t>(gen, 0, 2);
+    }
+    Tensor input = RandomTensor(gen, dtype, input_shape);
+    Tensor index = RandomIndex(gen, DataType::kInt64, index_shape, input_shape[axis]);
+    Tensor source = RandomTensor(gen, dtype, source_shape);
+    ScatterArgs args{.input = input.view(),
+                     .index = index.view(),
+                     .axis = axis,
+                     .reduce = reduce,
+                     .include_self = absl::Bernoulli(gen, 0.5),
+                     .broadcast = broadcast};
+    if (scalar_value) {
+      args.source = Scalar(int64_t{3});
+    } else {
+      args.source = source.view();
+    }
+    absl::StatusOr<ScatterPlan> plan = PlanScatter(args);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    Tensor expected(plan->result_dtype, plan->result_shape);
+    ASSERT_TRUE(cpu::Scatter(*plan, expected.mutable_view()).ok());
+
+    std::unique_ptr<DeviceCall> call = MakeDeviceCall(*plan);
+    if (!DeviceScatterSupported(dtype, reduce)) {
+      EXPECT_EQ(call, nullptr);
+      continue;
+    }
+    ASSERT_NE(call, nullptr);
+    ++device_calls;
+    EXPECT_EQ(call->workspace_bytes(), cuda::PlanScatterWorkspace(*plan).bytes);
+    ExpectSpansDisjoint(*call);
+    const Copies copies(*call);
+    Poison(input);
+    Poison(index);
+    Poison(source);
+    Tensor relocated(plan->result_dtype, plan->result_shape);
+    ASSERT_TRUE(
+        cpu::Scatter(RelocatePlan(*plan, *call, copies.pointers()), relocated.mutable_view()).ok());
+    EXPECT_TRUE(SameBytes(expected, relocated))
+        << "trial " << trial << " " << DataTypeName(dtype) << " " << ReductionName(reduce);
+  }
+  EXPECT_GT(device_calls, 400);
+}
+
+TEST(DeviceCallTest, ScatterWorkspaceHoldsWhatEachReductionNeeds) {
+  Tensor input = Tensor::Zeros(DataType::kInt8, {10});
+  Tensor index = Tensor::Zeros(DataType::kInt64, {3});
+  Tensor source = Tensor::Zeros(DataType::kInt8, {3});
+  const auto workspace = [&](DataType dtype, Reduction reduce) {
+    Tensor typed_input = Tensor::Zeros(dtype, {10});
+    Tensor typed_source = Tensor::Zeros(dtype, {3});
+    absl::StatusOr<ScatterPlan> plan = PlanScatter({.input = typed_input.view(),
+                                                    .index = index.view(),
+                                                    .source = typed_source.view(),
+                                                    .reduce = reduce});
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return cuda::PlanScatterWorkspace(*plan);
+  };
+  // ASSIGN: the winners only (10 int64, rounded up to 256 bytes).
+  const cuda::ScatterWorkspace assign = workspace(DataType::kInt8, Reduction::kAssign);
+  EXPECT_EQ(assign.winners, 0);
+  EXPECT_EQ(assign.shadow, -1);
+  EXPECT_EQ(assign.bytes, 256);
+  // A narrow type accumulates in a 32-bit shadow; MEAN adds the counts.
+  const cuda::ScatterWorkspace mean = workspace(DataType::kBFloat16, Reduction::kMean);
+  EXPECT_EQ(mean.shadow, 0);
+  EXPECT_EQ(mean.counts, 256);
+  EXPECT_EQ(mean.bytes, 512);
+  // float32 SUM reduces in place: no scratch at all.
+  EXPECT_EQ(workspace(DataType::kFloat32, Reduction::kSum).bytes, 0);
+}
+
+TEST(DeviceCallTest, EmptyAndCpuOnlyCallsHaveNoDeviceForm) {
+  Tensor input = Tensor::Zeros(DataType::kFloat32, {0, 3});
+  Tensor index = Tensor::Zeros(DataType::kInt64, {0, 3});
+  absl::StatusOr<GatherPlan> empty = PlanGather({.input = input.view(), .index = index.view()});
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(MakeDeviceCall(*empty), nullptr);
+
+  Tensor complex_input = Tensor::Zeros(DataType::kComplex128, {4});
+  Tensor complex_source = Tensor::Zeros(DataType::kComplex128, {2});
+  Tensor small_index = Tensor::Zeros(DataType::kInt64, {2});
+  absl::StatusOr<ScatterPlan> product = PlanScatter({.input = complex_input.view(),
+                                                     .index = small_index.view(),
+                                                     .source = complex_source.view(),
+                                                     .reduce = Reduction::kProd});
+  ASSERT_TRUE(product.ok()) << product.status();
+  EXPECT_EQ(MakeDeviceCall(*product), nullptr);
+  EXPECT_FALSE(DeviceScatterSupported(DataType::kComplex128, Reduction::kProd));
+  EXPECT_TRUE(DeviceScatterSupported(DataType::kComplex64, Reduction::kProd));
+  EXPECT_TRUE(DeviceScatterSupported(DataType::kBFloat16, Reduction::kAmax));
+}
+
+TEST(DeviceCallTest, OverlappingViewsShareOneSpan) {
+  // Broadcast Gather views the index at stride 0 and the plan keeps the caller's index too: both
+  // must land in one span, copied once.
+  Tensor input = Tensor::Zeros(DataType::kFloat32, {4, 5});
+  Tensor index = Tensor::Zeros(DataType::kInt64, {1, 3});
+  absl::StatusOr<GatherPlan> plan =
+      PlanGather({.input = input.view(), .index = index.view(), .axis = 1, .broadcast = true});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::unique_ptr<DeviceCall> call = MakeDeviceCall(*plan);
+  ASSERT_NE(call, nullptr);
+  ASSERT_EQ(call->inputs().size(), 2u);
+  int64_t total = 0;
+  for (const HostSpan& span : call->inputs()) total += span.bytes;
+  EXPECT_EQ(total, 4 * 5 * 4 + 3 * 8);
+}
+
+}  // namespace
+}  // namespace tensorops

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 
 #include "kernels/cuda/launch.h"
 
@@ -47,6 +48,45 @@ class ScatterCall final : public DeviceCall {
 
  private:
   const ScatterPlan& plan_;
+};
+
+// ViewScatterCall: SelectScatter, SliceScatter and DiagonalScatter as one fused pass.
+class ViewScatterCall final : public DeviceCall {
+ public:
+  ViewScatterCall(const ViewScatterPlan& plan, const cuda::WindowMap& map)
+      : plan_(plan), map_(map) {
+    AddInput(plan.input);
+    AddInput(plan.src);
+    result_bytes_ = NumElements(plan.result_shape) * ItemSize(plan.result_dtype);
+  }
+
+  absl::Status Enqueue(const DeviceBuffers& buffers, void* stream) const override {
+    return cuda::LaunchViewScatter(RelocatePlan(plan_, *this, buffers.inputs), map_, buffers.result,
+                                   stream);
+  }
+
+ private:
+  const ViewScatterPlan& plan_;
+  const cuda::WindowMap map_;
+};
+
+class MaskedScatterCall final : public DeviceCall {
+ public:
+  explicit MaskedScatterCall(const MaskedScatterPlan& plan) : plan_(plan) {
+    AddInput(plan.input);
+    AddInput(plan.mask);
+    AddInput(plan.source);
+    result_bytes_ = NumElements(plan.result_shape) * ItemSize(plan.result_dtype);
+    workspace_bytes_ = cuda::MaskedScatterWorkspaceBytes(plan);
+  }
+
+  absl::Status Enqueue(const DeviceBuffers& buffers, void* stream) const override {
+    return cuda::LaunchMaskedScatter(RelocatePlan(plan_, *this, buffers.inputs), buffers.result,
+                                     buffers.workspace, buffers.error_flag, stream);
+  }
+
+ private:
+  const MaskedScatterPlan& plan_;
 };
 
 }  // namespace
@@ -120,6 +160,23 @@ ScatterPlan RelocatePlan(const ScatterPlan& plan, const DeviceCall& call,
   return relocated;
 }
 
+ViewScatterPlan RelocatePlan(const ViewScatterPlan& plan, const DeviceCall& call,
+                             absl::Span<void* const> copies) {
+  ViewScatterPlan relocated = plan;
+  relocated.input = call.Relocate(plan.input, copies);
+  relocated.src = call.Relocate(plan.src, copies);
+  return relocated;
+}
+
+MaskedScatterPlan RelocatePlan(const MaskedScatterPlan& plan, const DeviceCall& call,
+                               absl::Span<void* const> copies) {
+  MaskedScatterPlan relocated = plan;
+  relocated.input = call.Relocate(plan.input, copies);
+  relocated.mask = call.Relocate(plan.mask, copies);
+  relocated.source = call.Relocate(plan.source, copies);
+  return relocated;
+}
+
 bool DeviceScatterSupported(DataType dtype, Reduction reduce) {
   // complex128 products would need a 128-bit compare-and-swap: they stay on the CPU.
   return !(dtype == DataType::kComplex128 && reduce == Reduction::kProd);
@@ -134,6 +191,26 @@ std::unique_ptr<DeviceCall> MakeDeviceCall(const ScatterPlan& plan) {
   if (NumElements(plan.result_shape) == 0) return nullptr;
   if (!DeviceScatterSupported(plan.result_dtype, plan.reduce)) return nullptr;
   return std::make_unique<ScatterCall>(plan);
+}
+
+std::unique_ptr<DeviceCall> MakeDeviceCall(const ViewScatterPlan& plan) {
+  if (NumElements(plan.result_shape) == 0) return nullptr;
+  std::optional<cuda::WindowMap> map = cuda::MakeWindowMap(plan);
+  if (!map.has_value()) return nullptr;
+  return std::make_unique<ViewScatterCall>(plan, *map);
+}
+
+std::unique_ptr<DeviceCall> MakeDeviceCall(const MaskedScatterPlan& plan) {
+  // The kernel reads the source as the flat run of elements SPEC numbers.
+  if (NumElements(plan.result_shape) == 0 || !plan.source.is_contiguous()) return nullptr;
+  return std::make_unique<MaskedScatterCall>(plan);
+}
+
+std::unique_ptr<DeviceCall> MakeDeviceCall(const NdPlan& plan) {
+  // Along a single axis GatherNd and ScatterNd are Gather and Scatter (the plan says which).
+  if (plan.single_axis_gather.has_value()) return MakeDeviceCall(*plan.single_axis_gather);
+  if (plan.single_axis_scatter.has_value()) return MakeDeviceCall(*plan.single_axis_scatter);
+  return nullptr;
 }
 
 }  // namespace tensorops

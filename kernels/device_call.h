@@ -23,7 +23,10 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "kernels/gather.h"
+#include "kernels/masked_scatter.h"
+#include "kernels/nd_ops.h"
 #include "kernels/scatter.h"
+#include "kernels/view_scatter.h"
 
 namespace tensorops {
 
@@ -79,10 +82,14 @@ class DeviceCall {
 };
 
 // MakeDeviceCall returns the GPU form of a planned call, or null when the call has none (it then
-// runs on the CPU): empty calls, and the few dtype/reduction pairs the GPU kernels leave to the
-// CPU (Scatter PROD of complex128). The plan must outlive the call.
+// runs on the CPU): empty calls, the few dtype/reduction pairs the GPU kernels leave to the CPU
+// (Scatter PROD of complex128), and GatherNd/ScatterNd except along a single axis (their general
+// form has no GPU kernel yet). The plan must outlive the call.
 std::unique_ptr<DeviceCall> MakeDeviceCall(const GatherPlan& plan);
 std::unique_ptr<DeviceCall> MakeDeviceCall(const ScatterPlan& plan);
+std::unique_ptr<DeviceCall> MakeDeviceCall(const ViewScatterPlan& plan);
+std::unique_ptr<DeviceCall> MakeDeviceCall(const MaskedScatterPlan& plan);
+std::unique_ptr<DeviceCall> MakeDeviceCall(const NdPlan& plan);
 
 // RelocatePlan returns `plan` with every view moved onto `copies` of the call's inputs: what the
 // kernels of MakeDeviceCall(plan) read. Exposed so that tests can check, on the CPU, that a call's
@@ -91,6 +98,10 @@ GatherPlan RelocatePlan(const GatherPlan& plan, const DeviceCall& call,
                         absl::Span<void* const> copies);
 ScatterPlan RelocatePlan(const ScatterPlan& plan, const DeviceCall& call,
                          absl::Span<void* const> copies);
+ViewScatterPlan RelocatePlan(const ViewScatterPlan& plan, const DeviceCall& call,
+                             absl::Span<void* const> copies);
+MaskedScatterPlan RelocatePlan(const MaskedScatterPlan& plan, const DeviceCall& call,
+                               absl::Span<void* const> copies);
 
 // DeviceScatterSupported: whether `dtype` scattered with `reduce` has a GPU kernel.
 bool DeviceScatterSupported(DataType dtype, Reduction reduce);

@@ -354,7 +354,11 @@ absl::StatusOr<PreparedOp> PrepareOp(const v1::ScatterNdRequest& request,
                                      const wire::DecodeLimits& limits, v1::Tensor* result) {
   absl::StatusOr<ScatterNdArgs> args = DecodeArgs(request, limits);
   if (!args.ok()) return args.status();
-  return Prepare("scatter_nd", PlanScatterNd(*args), limits, result, RunScatterNd);
+  absl::StatusOr<NdPlan> plan = PlanScatterNd(*args);
+  const bool allow_device =
+      !plan.ok() ||
+      ReproducibleOnDevice(request.deterministic(), plan->reduce, plan->result_dtype);
+  return Prepare("scatter_nd", std::move(plan), limits, result, RunScatterNd, allow_device);
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::MaskedScatterRequest& request,

@@ -5,14 +5,19 @@
 // missed a byte the kernel reads would show up as poisoned data or a crash under ASan.
 #include "kernels/device_call.h"
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/window_map.h"
 #include "kernels/index_ops.h"
 
 namespace tensorops {
@@ -244,6 +249,152 @@ TEST(DeviceCallTest, ScatterWorkspaceHoldsWhatEachReductionNeeds) {
   EXPECT_EQ(mean.bytes, 512);
   // float32 SUM reduces in place: no scratch at all.
   EXPECT_EQ(workspace(DataType::kFloat32, Reduction::kSum).bytes, 0);
+}
+
+// The fused view-scatter pass on the host: WindowMap::Locate, run for every result element as the
+// GPU kernel does, must give the CPU's copy-then-write result, and the call must read only its
+// spans.
+void ExpectFusedViewScatterMatches(const ViewScatterPlan& plan, Tensor& input, Tensor& src,
+                                   const std::string& what) {
+  Tensor expected(plan.result_dtype, plan.result_shape);
+  ASSERT_TRUE(cpu::ViewScatter(plan, expected.mutable_view()).ok()) << what;
+  std::unique_ptr<DeviceCall> call = MakeDeviceCall(plan);
+  ASSERT_NE(call, nullptr) << what;
+  std::optional<cuda::WindowMap> map = cuda::MakeWindowMap(plan);
+  ASSERT_TRUE(map.has_value()) << what;
+  const Copies copies(*call);
+  Poison(input);
+  Poison(src);
+  const ViewScatterPlan relocated = RelocatePlan(plan, *call, copies.pointers());
+  const int64_t itemsize = ItemSize(plan.result_dtype);
+  Tensor fused(plan.result_dtype, plan.result_shape);
+  auto* out = static_cast<char*>(fused.mutable_view().data());
+  for (int64_t position = 0; position < fused.numel(); ++position) {
+    int64_t input_offset = 0;
+    const int64_t source_offset = map->Locate(position, &input_offset);
+    const char* from =
+        source_offset >= 0
+            ? static_cast<const char*>(relocated.src.data()) + source_offset * itemsize
+            : static_cast<const char*>(relocated.input.data()) + input_offset * itemsize;
+    std::memcpy(out + position * itemsize, from, static_cast<size_t>(itemsize));
+  }
+  EXPECT_TRUE(SameBytes(expected, fused)) << what;
+}
+
+TEST(DeviceCallTest, FusedSelectAndSliceScatterMatchTheCpu) {
+  absl::BitGen gen;
+  for (int trial = 0; trial < 200; ++trial) {
+    const DataType dtype = kAllDataTypes[trial % std::size(kAllDataTypes)];
+    const int rank = absl::Uniform<int>(gen, 1, 5);
+    const Shape shape = RandomShape(gen, rank, 6);
+    const int64_t axis = absl::Uniform<int64_t>(gen, 0, rank);
+    Tensor input = RandomTensor(gen, dtype, shape);
+    if (trial % 2 == 0) {
+      Shape src_shape = shape;
+      src_shape.erase(src_shape.begin() + axis);
+      Tensor src = RandomTensor(gen, dtype, src_shape);
+      const int64_t index = absl::Uniform<int64_t>(gen, -shape[axis], shape[axis]);
+      absl::StatusOr<ViewScatterPlan> plan = PlanSelectScatter(
+          {.input = input.view(), .src = src.view(), .axis = axis, .index = index});
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      ExpectFusedViewScatterMatches(*plan, input, src, absl::StrCat("select trial ", trial));
+    } else {
+      const int64_t start = absl::Uniform<int64_t>(gen, 0, shape[axis]);
+      const int64_t end = absl::Uniform<int64_t>(gen, start, shape[axis] + 1);
+      const int64_t step = absl::Uniform<int64_t>(gen, 1, 4);
+      Shape src_shape = shape;
+      src_shape[axis] = (end - start + step - 1) / step;
+      Tensor src = RandomTensor(gen, dtype, src_shape);
+      absl::StatusOr<ViewScatterPlan> plan = PlanSliceScatter({.input = input.view(),
+                                                               .src = src.view(),
+                                                               .axis = axis,
+                                                               .start = start,
+                                                               .end = end,
+                                                               .step = step});
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      if (NumElements(plan->result_shape) == 0) continue;
+      ExpectFusedViewScatterMatches(*plan, input, src, absl::StrCat("slice trial ", trial));
+    }
+  }
+}
+
+TEST(DeviceCallTest, FusedDiagonalScatterMatchesTheCpu) {
+  absl::BitGen gen;
+  for (int trial = 0; trial < 200; ++trial) {
+    const DataType dtype = kAllDataTypes[trial % std::size(kAllDataTypes)];
+    const int rank = absl::Uniform<int>(gen, 2, 5);
+    const Shape shape = RandomShape(gen, rank, 6);
+    const int64_t axis1 = absl::Uniform<int64_t>(gen, 0, rank);
+    int64_t axis2 = absl::Uniform<int64_t>(gen, 0, rank - 1);
+    if (axis2 >= axis1) ++axis2;
+    const int64_t offset = absl::Uniform<int64_t>(gen, -shape[axis1], shape[axis2] + 1);
+    // The source has the diagonal's shape: the other dims in order, the diagonal last.
+    Shape src_shape;
+    for (int d = 0; d < rank; ++d) {
+      if (d != axis1 && d != axis2) src_shape.push_back(shape[d]);
+    }
+    const int64_t length =
+        std::max<int64_t>(0, offset >= 0 ? std::min(shape[axis1], shape[axis2] - offset)
+                                         : std::min(shape[axis1] + offset, shape[axis2]));
+    src_shape.push_back(length);
+    Tensor input = RandomTensor(gen, dtype, shape);
+    Tensor src = RandomTensor(gen, dtype, src_shape);
+    absl::StatusOr<ViewScatterPlan> plan = PlanDiagonalScatter({.input = input.view(),
+                                                                .src = src.view(),
+                                                                .offset = offset,
+                                                                .axis1 = axis1,
+                                                                .axis2 = axis2});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ExpectFusedViewScatterMatches(*plan, input, src, absl::StrCat("diagonal trial ", trial));
+  }
+}
+
+TEST(DeviceCallTest, MaskedScatterReadsOnlyItsInputSpans) {
+  absl::BitGen gen;
+  for (int trial = 0; trial < 100; ++trial) {
+    const DataType dtype = kAllDataTypes[trial % std::size(kAllDataTypes)];
+    const Shape shape = RandomShape(gen, absl::Uniform<int>(gen, 1, 4), 6);
+    // Every other trial broadcasts the mask along its first dimension.
+    Shape mask_shape = shape;
+    if (trial % 2 == 1) mask_shape[0] = 1;
+    Tensor mask(DataType::kBool, mask_shape);
+    for (int64_t i = 0; i < mask.numel(); ++i) {
+      mask.mutable_view().data_as<bool>()[i] = absl::Bernoulli(gen, 0.5);
+    }
+    Tensor input = RandomTensor(gen, dtype, shape);
+    Tensor source = RandomTensor(gen, dtype, {NumElements(shape)});
+    absl::StatusOr<MaskedScatterPlan> plan =
+        PlanMaskedScatter({.input = input.view(), .mask = mask.view(), .source = source.view()});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    Tensor expected(plan->result_dtype, plan->result_shape);
+    ASSERT_TRUE(cpu::MaskedScatter(*plan, expected.mutable_view()).ok());
+    std::unique_ptr<DeviceCall> call = MakeDeviceCall(*plan);
+    ASSERT_NE(call, nullptr);
+    ExpectSpansDisjoint(*call);
+    const Copies copies(*call);
+    Poison(input);
+    Poison(source);
+    std::memset(mask.mutable_view().data(), 0, static_cast<size_t>(mask.numel()));
+    Tensor relocated(plan->result_dtype, plan->result_shape);
+    ASSERT_TRUE(
+        cpu::MaskedScatter(RelocatePlan(*plan, *call, copies.pointers()), relocated.mutable_view())
+            .ok());
+    EXPECT_TRUE(SameBytes(expected, relocated)) << "trial " << trial;
+  }
+}
+
+TEST(DeviceCallTest, NdCallsAlongOneAxisRunAsGatherAndScatter) {
+  Tensor input = Tensor::Zeros(DataType::kFloat32, {4, 5});
+  Tensor index = Tensor::Zeros(DataType::kInt64, {4, 5, 1});
+  absl::StatusOr<NdPlan> single =
+      PlanGatherNd({.input = input.view(), .index = index.view(), .axes = {1}});
+  ASSERT_TRUE(single.ok()) << single.status();
+  EXPECT_NE(MakeDeviceCall(*single), nullptr);
+  // The TensorFlow form has no GPU kernel yet.
+  Tensor points = Tensor::Zeros(DataType::kInt64, {3, 2});
+  absl::StatusOr<NdPlan> general = PlanGatherNd({.input = input.view(), .index = points.view()});
+  ASSERT_TRUE(general.ok()) << general.status();
+  EXPECT_EQ(MakeDeviceCall(*general), nullptr);
 }
 
 TEST(DeviceCallTest, EmptyAndCpuOnlyCallsHaveNoDeviceForm) {

@@ -31,6 +31,8 @@
 #include "kernels/device_call.h"
 #include "kernels/dispatch.h"
 #include "kernels/index_ops.h"
+#include "kernels/masked_scatter.h"
+#include "kernels/view_scatter.h"
 #include "server/scheduler.h"
 #include "server/server.h"
 #include "tests/blocking_work.h"
@@ -291,7 +293,7 @@ TEST(ServerPlacementTest, EveryCallTheDeviceFailsIsAnsweredFromTheCpu) {
   testing::ExpectStatus(stub->Gather(&bad_context, gather, &gathered),
                         grpc::StatusCode::INVALID_ARGUMENT, "index[1, 0] = 7 is out of range");
 
-  // Ops without GPU kernels never reach the device.
+  // SelectScatter has a GPU form too (the fused view-scatter pass).
   v1::SelectScatterRequest select;
   *select.mutable_input() = testing::MakeTensor<float>({2, 2}, {1, 2, 3, 4});
   *select.mutable_src() = testing::MakeTensor<float>({2}, {9, 9});
@@ -302,8 +304,17 @@ TEST(ServerPlacementTest, EveryCallTheDeviceFailsIsAnsweredFromTheCpu) {
   ASSERT_TRUE(stub->SelectScatter(&select_context, select, &selected).ok());
   EXPECT_THAT(testing::Values<float>(selected.result()), ElementsAre(1, 2, 9, 9));
 
-  EXPECT_THAT(device.batches(), ElementsAre(1, 1, 1));
-  EXPECT_EQ(FallbackCount(*server), 3);
+  // GatherNd's TensorFlow form has no GPU kernel: it never reaches the device.
+  v1::GatherNdRequest gather_nd;
+  *gather_nd.mutable_input() = testing::MakeTensor<float>({2, 2}, {1, 2, 3, 4});
+  *gather_nd.mutable_index() = testing::MakeTensor<int64_t>({1, 2}, {1, 0});
+  grpc::ClientContext gather_nd_context;
+  v1::GatherNdResponse gathered_nd;
+  ASSERT_TRUE(stub->GatherNd(&gather_nd_context, gather_nd, &gathered_nd).ok());
+  EXPECT_THAT(testing::Values<float>(gathered_nd.result()), ElementsAre(3));
+
+  EXPECT_THAT(device.batches(), ElementsAre(1, 1, 1, 1));
+  EXPECT_EQ(FallbackCount(*server), 4);
   EXPECT_THAT(server->metrics().Scrape(),
               HasSubstr("tensorops_requests_total{code=\"OK\",device=\"cpu\",op=\"gather\"} 1"));
 }
@@ -484,6 +495,75 @@ TEST_F(CudaExecutorTest, ScatterOfEveryDtypeAndReductionMatchesTheCpu) {
             << DataTypeName(dtype) << " " << ReductionName(reduce) << " " << include_self;
       }
     }
+  }
+}
+
+// RunAlone runs one plan's call through the executor; the outcome's result lands in `result`.
+template <typename Plan>
+DeviceOutcome RunAlone(DeviceExecutor& executor, const Plan& plan, std::vector<char>* result) {
+  std::unique_ptr<DeviceCall> call = MakeDeviceCall(plan);
+  EXPECT_NE(call, nullptr);
+  if (call == nullptr) return {.device_error = absl::InternalError("no device form")};
+  result->assign(call->result_bytes(), 0);
+  const DeviceCall* calls[] = {call.get()};
+  void* results[] = {result->data()};
+  return executor.RunBatch(calls, results).front();
+}
+
+TEST_F(CudaExecutorTest, ViewScattersMatchTheCpu) {
+  absl::BitGen gen;
+  for (DataType dtype : kAllDataTypes) {
+    Tensor input = RandomValues(gen, dtype, {6, 7, 8});
+    Tensor row = RandomValues(gen, dtype, {6, 8});
+    Tensor slice = RandomValues(gen, dtype, {6, 3, 8});
+    Tensor diagonal = RandomValues(gen, dtype, {7, 6});  // min(6, 8 - 1) along the diagonal
+    std::vector<ViewScatterPlan> plans;
+    plans.push_back(
+        *PlanSelectScatter({.input = input.view(), .src = row.view(), .axis = 1, .index = -2}));
+    plans.push_back(*PlanSliceScatter(
+        {.input = input.view(), .src = slice.view(), .axis = 1, .start = 1, .end = 7, .step = 2}));
+    plans.push_back(*PlanDiagonalScatter(
+        {.input = input.view(), .src = diagonal.view(), .offset = 1, .axis1 = 0, .axis2 = 2}));
+    for (const ViewScatterPlan& plan : plans) {
+      Tensor cpu(plan.result_dtype, plan.result_shape);
+      ASSERT_TRUE(cpu::ViewScatter(plan, cpu.mutable_view()).ok());
+      std::vector<char> result;
+      const DeviceOutcome outcome = RunAlone(*executor_, plan, &result);
+      ASSERT_TRUE(outcome.ok()) << outcome.device_error;
+      EXPECT_TRUE(SameBytes(cpu, result)) << DataTypeName(dtype);
+    }
+  }
+}
+
+TEST_F(CudaExecutorTest, MaskedScatterMatchesTheCpuAndFlagsATooSmallSource) {
+  absl::BitGen gen;
+  for (DataType dtype : kAllDataTypes) {
+    Tensor input = RandomValues(gen, dtype, {300, 70});
+    Tensor mask(DataType::kBool, {1, 70});  // broadcast along the rows
+    int64_t true_count = 0;
+    for (int64_t i = 0; i < mask.numel(); ++i) {
+      const bool value = absl::Bernoulli(gen, 0.4);
+      mask.mutable_view().data_as<bool>()[i] = value;
+      true_count += value ? 300 : 0;
+    }
+    Tensor source = RandomValues(gen, dtype, {true_count + 5});
+    absl::StatusOr<MaskedScatterPlan> plan =
+        PlanMaskedScatter({.input = input.view(), .mask = mask.view(), .source = source.view()});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    Tensor cpu(plan->result_dtype, plan->result_shape);
+    ASSERT_TRUE(cpu::MaskedScatter(*plan, cpu.mutable_view()).ok());
+    std::vector<char> result;
+    DeviceOutcome outcome = RunAlone(*executor_, *plan, &result);
+    ASSERT_TRUE(outcome.ok()) << outcome.device_error;
+    EXPECT_TRUE(SameBytes(cpu, result)) << DataTypeName(dtype);
+
+    if (true_count == 0) continue;
+    const TensorView short_source(dtype, {true_count - 1}, source.view().data());
+    absl::StatusOr<MaskedScatterPlan> too_small =
+        PlanMaskedScatter({.input = input.view(), .mask = mask.view(), .source = short_source});
+    ASSERT_TRUE(too_small.ok());
+    outcome = RunAlone(*executor_, *too_small, &result);
+    EXPECT_TRUE(outcome.index_error);
   }
 }
 

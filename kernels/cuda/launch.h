@@ -3,16 +3,20 @@
 // without waiting; an error is a failed launch. Built without CUDA, every launch returns
 // FAILED_PRECONDITION (launch_none.cc).
 //
-// Scatter needs scratch memory on the device, laid out by ScatterWorkspace (shared with the host
-// code that sizes it).
+// Scatter and MaskedScatter need scratch memory on the device, sized by host code (Scatter's
+// layout, ScatterWorkspace, is shared with the kernels).
 #ifndef TENSOROPS_KERNELS_CUDA_LAUNCH_H_
 #define TENSOROPS_KERNELS_CUDA_LAUNCH_H_
 
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/cuda/window_map.h"
+#include "kernels/device_call.h"
 #include "kernels/gather.h"
+#include "kernels/masked_scatter.h"
 #include "kernels/scatter.h"
+#include "kernels/view_scatter.h"
 
 namespace tensorops::cuda {
 
@@ -45,7 +49,7 @@ inline bool NeedsShadow(DataType dtype) {
 }
 
 inline ScatterWorkspace PlanScatterWorkspace(const ScatterPlan& plan) {
-  constexpr int64_t kAlign = 256;
+  constexpr int64_t kAlign = kDeviceAlignment;
   const auto align = [](int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; };
   const int64_t numel = NumElements(plan.result_shape);
   ScatterWorkspace workspace;
@@ -69,6 +73,15 @@ absl::Status LaunchGather(const GatherPlan& plan, void* result, int32_t* error_f
 
 absl::Status LaunchScatter(const ScatterPlan& plan, void* result, void* workspace,
                            int32_t* error_flag, void* stream);
+
+// The view scatters, given the window of `plan` as a WindowMap (window_map.h).
+absl::Status LaunchViewScatter(const ViewScatterPlan& plan, const WindowMap& map, void* result,
+                               void* stream);
+
+// MaskedScatter's workspace: the prefix sum of the mask (int64 per element) and CUB's scratch.
+int64_t MaskedScatterWorkspaceBytes(const MaskedScatterPlan& plan);
+absl::Status LaunchMaskedScatter(const MaskedScatterPlan& plan, void* result, void* workspace,
+                                 int32_t* error_flag, void* stream);
 
 }  // namespace tensorops::cuda
 

@@ -21,4 +21,15 @@ absl::Status LaunchScatter(const ScatterPlan& plan, void*, void*, int32_t*, void
   return NoCuda(plan.op);
 }
 
+absl::Status LaunchViewScatter(const ViewScatterPlan&, const WindowMap&, void*, void*) {
+  return NoCuda("view_scatter");
+}
+
+// Without CUDA there is no CUB to ask; nothing runs in this workspace anyway.
+int64_t MaskedScatterWorkspaceBytes(const MaskedScatterPlan&) { return 0; }
+
+absl::Status LaunchMaskedScatter(const MaskedScatterPlan&, void*, void*, int32_t*, void*) {
+  return NoCuda("masked_scatter");
+}
+
 }  // namespace tensorops::cuda

@@ -42,22 +42,6 @@ __global__ void GatherKernel(Walk<3> walk, int64_t count, const Index* __restric
   }
 }
 
-template <typename Fn>
-decltype(auto) DispatchElementSize(int64_t itemsize, Fn&& fn) {
-  switch (itemsize) {
-    case 1:
-      return fn(TypeTag<uint8_t>{});
-    case 2:
-      return fn(TypeTag<uint16_t>{});
-    case 4:
-      return fn(TypeTag<uint32_t>{});
-    case 8:
-      return fn(TypeTag<uint64_t>{});
-    default:
-      return fn(TypeTag<Bytes16>{});
-  }
-}
-
 // ---- Scatter: accumulators and atomics ----
 
 template <typename T>
@@ -366,7 +350,7 @@ absl::Status LaunchGather(const GatherPlan& plan, void* result, int32_t* error_f
   const Shape out_strides = ContiguousStrides(plan.index.shape());
   const Walk<3> walk =
       MakeWalk<3>(plan.index.shape(), {plan.index.strides(), out_strides, plan.input.strides()});
-  return DispatchElementSize(ItemSize(plan.result_dtype), [&]<typename Elem>(TypeTag<Elem>) {
+  return cpu::DispatchItemSize(ItemSize(plan.result_dtype), [&]<typename Elem>(TypeTag<Elem>) {
     return DispatchIndexType(plan.index.dtype(), [&]<typename Index>(TypeTag<Index>) {
       GatherKernel<Elem, Index>
           <<<GridFor(count), kThreadsPerBlock, 0, static_cast<cudaStream_t>(stream)>>>(

@@ -16,6 +16,8 @@
 #include <type_traits>
 
 #include "absl/status/status.h"
+#include "kernels/cpu/item_size.h"
+#include "kernels/dispatch.h"
 #include "kernels/half.h"
 #include "kernels/shape.h"
 
@@ -104,20 +106,19 @@ struct DeviceTypeOf<std::complex<Real>> {
 template <typename T>
 using DeviceType = typename DeviceTypeOf<T>::type;
 
-// Bytes16: a complex128 element moved without looking at it.
-struct alignas(16) Bytes16 {
-  uint64_t low;
-  uint64_t high;
-};
+// CudaStatus reports a failed CUDA call as the device error it is.
+inline absl::Status CudaStatus(std::string_view what, cudaError_t error) {
+  // Plain std::string: absl::StrCat's string_view overloads do not resolve under nvcc's front end.
+  std::string message = "cuda: ";
+  message.append(what).append(" failed: ").append(cudaGetErrorString(error));
+  return absl::UnavailableError(message);
+}
 
 // LaunchStatus reports the last launch's error, if any, as the device error it is.
 inline absl::Status LaunchStatus(std::string_view what) {
   const cudaError_t error = cudaGetLastError();
   if (error == cudaSuccess) return absl::OkStatus();
-  // Plain std::string: absl::StrCat's string_view overloads do not resolve under nvcc's front end.
-  std::string message = "cuda: launching ";
-  message.append(what).append(" failed: ").append(cudaGetErrorString(error));
-  return absl::UnavailableError(message);
+  return CudaStatus(std::string("launching ").append(what), error);
 }
 
 }  // namespace tensorops::cuda

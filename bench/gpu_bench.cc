@@ -1,0 +1,343 @@
+// GPU kernel benchmark (issue: CUDA kernels for every operation): each op on large inputs
+// (2^26 elements by default, float32 and bfloat16, random and duplicate-heavy indices), its inputs
+// already on the device, timed with CUDA events: our kernels' median time, the bandwidth they
+// achieve against a device-to-device copy of the same bytes measured in the same run, and, given
+// PyTorch CUDA's times for the same cases (bench/gpu_torch.py writes them), the ratio.
+//
+//   gpu_bench [--log2_elements=26] [--iterations=10] [--torch_times=torch.json]
+//
+// Only the kernels are timed (no PCIe copies), as PyTorch's are: both read device-resident data.
+// Needs a GPU; prints why and exits 0 without one.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/device.h"
+#include "kernels/device_call.h"
+#include "kernels/index_ops.h"
+#include "kernels/masked_scatter.h"
+#include "kernels/view_scatter.h"
+
+namespace tensorops {
+namespace {
+
+#define CHECK_CUDA(call)                                                  \
+  do {                                                                    \
+    const cudaError_t error = (call);                                     \
+    if (error != cudaSuccess) {                                           \
+      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(error)); \
+      std::exit(1);                                                       \
+    }                                                                     \
+  } while (0)
+
+// A fast deterministic generator: the data's distribution matters here, not its quality.
+class Lcg {
+ public:
+  explicit Lcg(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    state_ = state_ * 6364136223846793005ull + 1442695040888963407ull;
+    return state_ >> 17;
+  }
+
+ private:
+  uint64_t state_;
+};
+
+Tensor Values(DataType dtype, const Shape& shape, uint64_t seed) {
+  Tensor tensor(dtype, shape);
+  Lcg lcg(seed);
+  for (int64_t i = 0; i < tensor.numel(); ++i) {
+    const float value = static_cast<float>(lcg.Next() % 1000) / 100.0f - 5.0f;
+    if (dtype == DataType::kFloat32) {
+      tensor.mutable_view().data_as<float>()[i] = value;
+    } else {
+      tensor.mutable_view().data_as<BFloat16>()[i] = BFloat16(value);
+    }
+  }
+  return tensor;
+}
+
+// Indices in [0, bound), or drawn from only `distinct` values when > 0 (duplicate-heavy).
+Tensor Indices(const Shape& shape, int64_t bound, uint64_t seed, int64_t distinct = 0) {
+  Tensor tensor(DataType::kInt64, shape);
+  Lcg lcg(seed);
+  const int64_t spread = distinct > 0 ? std::min(distinct, bound) : bound;
+  for (int64_t i = 0; i < tensor.numel(); ++i) {
+    const int64_t pick = static_cast<int64_t>(lcg.Next() % static_cast<uint64_t>(spread));
+    tensor.mutable_view().data_as<int64_t>()[i] = distinct > 0 ? pick * (bound / spread) : pick;
+  }
+  return tensor;
+}
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+// DeviceRun holds one call's buffers on the device and times its kernels.
+class DeviceRun {
+ public:
+  explicit DeviceRun(const DeviceCall& call) : call_(call) {
+    for (const HostSpan& span : call.inputs()) {
+      void* copy = nullptr;
+      CHECK_CUDA(cudaMalloc(&copy, span.bytes));
+      CHECK_CUDA(cudaMemcpy(copy, span.data, span.bytes, cudaMemcpyHostToDevice));
+      inputs_.push_back(copy);
+      bytes_ += span.bytes;
+    }
+    CHECK_CUDA(cudaMalloc(&result_, std::max<int64_t>(call.result_bytes(), 1)));
+    CHECK_CUDA(cudaMalloc(&workspace_, std::max<int64_t>(call.workspace_bytes(), 1)));
+    CHECK_CUDA(cudaMalloc(&flag_, sizeof(int32_t)));
+    CHECK_CUDA(cudaMemset(flag_, 0, sizeof(int32_t)));
+    bytes_ += call.result_bytes();
+  }
+  ~DeviceRun() {
+    for (void* copy : inputs_) cudaFree(copy);
+    cudaFree(result_);
+    cudaFree(workspace_);
+    cudaFree(flag_);
+  }
+
+  // Milliseconds of one Enqueue (median over `iterations`, after a warm-up).
+  double TimeMs(int iterations, cudaStream_t stream) {
+    const DeviceBuffers buffers{.inputs = inputs_,
+                                .result = result_,
+                                .workspace = workspace_,
+                                .error_flag = static_cast<int32_t*>(flag_)};
+    return TimeEach(iterations, stream, [&] {
+      const absl::Status status = call_.Enqueue(buffers, stream);
+      if (!status.ok()) {
+        std::fprintf(stderr, "%s\n", status.ToString().c_str());
+        std::exit(1);
+      }
+    });
+  }
+
+  // Bytes the call reads and writes once: its inputs and its result.
+  int64_t bytes() const { return bytes_; }
+
+  static double TimeEach(int iterations, cudaStream_t stream, const std::function<void()>& body) {
+    cudaEvent_t start, stop;
+    CHECK_CUDA(cudaEventCreate(&start));
+    CHECK_CUDA(cudaEventCreate(&stop));
+    body();  // warm-up
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    std::vector<double> times;
+    for (int i = 0; i < iterations; ++i) {
+      CHECK_CUDA(cudaEventRecord(start, stream));
+      body();
+      CHECK_CUDA(cudaEventRecord(stop, stream));
+      CHECK_CUDA(cudaEventSynchronize(stop));
+      float ms = 0;
+      CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+      times.push_back(ms);
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    return Median(times);
+  }
+
+ private:
+  const DeviceCall& call_;
+  std::vector<void*> inputs_;
+  void* result_ = nullptr;
+  void* workspace_ = nullptr;
+  void* flag_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+// CopyMs times a device-to-device copy of `bytes` / 2 (it reads and writes, `bytes` in all).
+double CopyMs(int64_t bytes, int iterations, cudaStream_t stream) {
+  const int64_t half = bytes / 2;
+  void* from = nullptr;
+  void* to = nullptr;
+  CHECK_CUDA(cudaMalloc(&from, half));
+  CHECK_CUDA(cudaMalloc(&to, half));
+  CHECK_CUDA(cudaMemset(from, 1, half));
+  const double ms = DeviceRun::TimeEach(iterations, stream, [&] {
+    CHECK_CUDA(cudaMemcpyAsync(to, from, half, cudaMemcpyDeviceToDevice, stream));
+  });
+  cudaFree(from);
+  cudaFree(to);
+  return ms;
+}
+
+std::map<std::string, double> ReadTorchTimes(const std::string& path) {
+  std::map<std::string, double> times;
+  if (path.empty()) return times;
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  // The file is a flat JSON object of "case": milliseconds, as bench/gpu_torch.py writes it.
+  const std::regex entry("\"([^\"]+)\"\\s*:\\s*([0-9.eE+-]+)");
+  const std::string content = text.str();
+  for (std::sregex_iterator it(content.begin(), content.end(), entry), end; it != end; ++it) {
+    times[(*it)[1]] = std::stod((*it)[2]);
+  }
+  return times;
+}
+
+struct Case {
+  std::string name;
+  std::function<double(int iterations, cudaStream_t stream, int64_t* bytes)> run;
+};
+
+template <typename Plan>
+double RunPlan(const absl::StatusOr<Plan>& plan, int iterations, cudaStream_t stream,
+               int64_t* bytes) {
+  if (!plan.ok()) {
+    std::fprintf(stderr, "%s\n", plan.status().ToString().c_str());
+    std::exit(1);
+  }
+  std::unique_ptr<DeviceCall> call = MakeDeviceCall(*plan);
+  if (call == nullptr) {
+    std::fprintf(stderr, "no GPU form\n");
+    std::exit(1);
+  }
+  DeviceRun run(*call);
+  *bytes = run.bytes();
+  return run.TimeMs(iterations, stream);
+}
+
+std::vector<Case> Cases(int64_t elements) {
+  const int64_t cols = 256;
+  const int64_t rows = elements / cols;
+  std::vector<Case> cases;
+  for (DataType dtype : {DataType::kFloat32, DataType::kBFloat16}) {
+    const std::string type = dtype == DataType::kFloat32 ? "f32" : "bf16";
+    cases.push_back({"gather axis0 random " + type, [=](int it, cudaStream_t s, int64_t* b) {
+                       Tensor x = Values(dtype, {rows, cols}, 1);
+                       Tensor i = Indices({rows, cols}, rows, 2);
+                       return RunPlan(PlanGather({.input = x.view(), .index = i.view(), .axis = 0}),
+                                      it, s, b);
+                     }});
+    cases.push_back({"gather last random " + type, [=](int it, cudaStream_t s, int64_t* b) {
+                       Tensor x = Values(dtype, {rows, cols}, 1);
+                       Tensor i = Indices({rows, cols}, cols, 3);
+                       return RunPlan(PlanGather({.input = x.view(), .index = i.view(), .axis = 1}),
+                                      it, s, b);
+                     }});
+    cases.push_back({"index_select axis0 " + type, [=](int it, cudaStream_t s, int64_t* b) {
+                       Tensor x = Values(dtype, {rows, cols}, 1);
+                       Tensor i = Indices({rows}, rows, 4);
+                       return RunPlan(
+                           PlanIndexSelect({.input = x.view(), .index = i.view(), .axis = 0}), it,
+                           s, b);
+                     }});
+    for (const auto& [label, reduce, distinct] :
+         {std::tuple{"sum random", Reduction::kSum, int64_t{0}},
+          std::tuple{"sum dup1%", Reduction::kSum, rows / 100},
+          std::tuple{"amax dup1%", Reduction::kAmax, rows / 100},
+          std::tuple{"mean random", Reduction::kMean, int64_t{0}},
+          std::tuple{"assign random", Reduction::kAssign, int64_t{0}}}) {
+      cases.push_back(
+          {std::string("scatter axis0 ") + label + " " + type,
+           [=, reduce = reduce, distinct = distinct](int it, cudaStream_t s, int64_t* b) {
+             Tensor x = Values(dtype, {rows, cols}, 5);
+             Tensor i = Indices({rows, cols}, rows, 6, distinct);
+             Tensor src = Values(dtype, {rows, cols}, 7);
+             return RunPlan(PlanScatter({.input = x.view(),
+                                         .index = i.view(),
+                                         .source = src.view(),
+                                         .axis = 0,
+                                         .reduce = reduce}),
+                            it, s, b);
+           }});
+    }
+    cases.push_back(
+        {"masked_scatter half " + type, [=](int it, cudaStream_t s, int64_t* b) {
+           Tensor x = Values(dtype, {elements}, 8);
+           Tensor mask(DataType::kBool, {elements});
+           Lcg lcg(9);
+           for (int64_t k = 0; k < elements; ++k) {
+             mask.mutable_view().data_as<bool>()[k] = lcg.Next() % 2 == 0;
+           }
+           Tensor src = Values(dtype, {elements}, 10);
+           return RunPlan(
+               PlanMaskedScatter({.input = x.view(), .mask = mask.view(), .source = src.view()}),
+               it, s, b);
+         }});
+    cases.push_back(
+        {"select_scatter " + type, [=](int it, cudaStream_t s, int64_t* b) {
+           Tensor x = Values(dtype, {rows, cols}, 11);
+           Tensor src = Values(dtype, {cols}, 12);
+           return RunPlan(PlanSelectScatter(
+                              {.input = x.view(), .src = src.view(), .axis = 0, .index = rows / 2}),
+                          it, s, b);
+         }});
+    cases.push_back({"slice_scatter step2 " + type, [=](int it, cudaStream_t s, int64_t* b) {
+                       Tensor x = Values(dtype, {rows, cols}, 13);
+                       Tensor src = Values(dtype, {rows, cols / 2}, 14);
+                       return RunPlan(PlanSliceScatter({.input = x.view(),
+                                                        .src = src.view(),
+                                                        .axis = 1,
+                                                        .start = 0,
+                                                        .end = cols,
+                                                        .step = 2}),
+                                      it, s, b);
+                     }});
+    cases.push_back({"diagonal_scatter " + type, [=](int it, cudaStream_t s, int64_t* b) {
+                       int64_t side = 1;
+                       while (side * side * 4 <= elements) side *= 2;
+                       Tensor x = Values(dtype, {side, side}, 15);
+                       Tensor src = Values(dtype, {side}, 16);
+                       return RunPlan(PlanDiagonalScatter({.input = x.view(), .src = src.view()}),
+                                      it, s, b);
+                     }});
+  }
+  return cases;
+}
+
+int Main(int argc, char** argv) {
+  int log2_elements = 26;
+  int iterations = 10;
+  std::string torch_path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--log2_elements=", 0) == 0) log2_elements = std::stoi(arg.substr(16));
+    if (arg.rfind("--iterations=", 0) == 0) iterations = std::stoi(arg.substr(13));
+    if (arg.rfind("--torch_times=", 0) == 0) torch_path = arg.substr(14);
+  }
+  const DeviceInventory inventory = QueryDevices();
+  if (inventory.cuda_devices.empty()) {
+    std::printf("gpu_bench: no GPU (%s); nothing to measure\n", inventory.note.c_str());
+    return 0;
+  }
+  const std::map<std::string, double> torch = ReadTorchTimes(torch_path);
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreate(&stream));
+  std::printf("# %s, 2^%d elements, median of %d\n\n", inventory.cuda_devices[0].name.c_str(),
+              log2_elements, iterations);
+  std::printf("| case | ours ms | GB/s | of copy | PyTorch ms | vs PyTorch |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  for (const Case& c : Cases(int64_t{1} << log2_elements)) {
+    int64_t bytes = 0;
+    const double ours = c.run(iterations, stream, &bytes);
+    const double copy = CopyMs(bytes, iterations, stream);
+    const double gbps = static_cast<double>(bytes) / (ours * 1e6);
+    const auto it = torch.find(c.name);
+    std::printf(
+        "| %s | %.3f | %.0f | %.2f | %s | %s |\n", c.name.c_str(), ours, gbps, copy / ours,
+        it == torch.end() ? "-" : std::to_string(it->second).substr(0, 6).c_str(),
+        it == torch.end() ? "-" : (std::to_string(it->second / ours).substr(0, 4) + "x").c_str());
+    std::fflush(stdout);
+  }
+  cudaStreamDestroy(stream);
+  return 0;
+}
+
+}  // namespace
+}  // namespace tensorops
+
+int main(int argc, char** argv) { return tensorops::Main(argc, argv); }

@@ -89,6 +89,25 @@ class MaskedScatterCall final : public DeviceCall {
   const MaskedScatterPlan& plan_;
 };
 
+// GatherNdCall: GatherNd's general form (TensorFlow's, or several axes).
+class GatherNdCall final : public DeviceCall {
+ public:
+  explicit GatherNdCall(const NdPlan& plan) : plan_(plan) {
+    AddInput(plan.input);
+    AddInput(plan.index);
+    result_bytes_ = NumElements(plan.result_shape) * ItemSize(plan.result_dtype);
+  }
+
+  absl::Status Enqueue(const DeviceBuffers& buffers, void* stream) const override {
+    return cuda::LaunchGatherNd(plan_, Relocate(plan_.input.data(), buffers.inputs),
+                                Relocate(plan_.index.data(), buffers.inputs), buffers.result,
+                                buffers.error_flag, stream);
+  }
+
+ private:
+  const NdPlan& plan_;
+};
+
 }  // namespace
 
 void DeviceCall::AddInput(const TensorView& view, int64_t extra_extent_elements) {
@@ -210,6 +229,12 @@ std::unique_ptr<DeviceCall> MakeDeviceCall(const NdPlan& plan) {
   // Along a single axis GatherNd and ScatterNd are Gather and Scatter (the plan says which).
   if (plan.single_axis_gather.has_value()) return MakeDeviceCall(*plan.single_axis_gather);
   if (plan.single_axis_scatter.has_value()) return MakeDeviceCall(*plan.single_axis_scatter);
+  // The general GatherNd reads its input as the contiguous tensor the request holds; ScatterNd's
+  // general form has no GPU kernel yet.
+  if (plan.op == "gather_nd" && NumElements(plan.result_shape) > 0 && plan.input.is_contiguous() &&
+      plan.index.is_contiguous()) {
+    return std::make_unique<GatherNdCall>(plan);
+  }
   return nullptr;
 }
 

@@ -83,8 +83,8 @@ class DeviceCall {
 
 // MakeDeviceCall returns the GPU form of a planned call, or null when the call has none (it then
 // runs on the CPU): empty calls, the few dtype/reduction pairs the GPU kernels leave to the CPU
-// (Scatter PROD of complex128), and GatherNd/ScatterNd except along a single axis (their general
-// form has no GPU kernel yet). The plan must outlive the call.
+// (Scatter PROD of complex128), and ScatterNd except along a single axis (its general form has no
+// GPU kernel yet). The plan must outlive the call.
 std::unique_ptr<DeviceCall> MakeDeviceCall(const GatherPlan& plan);
 std::unique_ptr<DeviceCall> MakeDeviceCall(const ScatterPlan& plan);
 std::unique_ptr<DeviceCall> MakeDeviceCall(const ViewScatterPlan& plan);

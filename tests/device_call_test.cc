@@ -383,18 +383,26 @@ TEST(DeviceCallTest, MaskedScatterReadsOnlyItsInputSpans) {
   }
 }
 
-TEST(DeviceCallTest, NdCallsAlongOneAxisRunAsGatherAndScatter) {
+TEST(DeviceCallTest, NdCallsHaveTheirDeviceForms) {
   Tensor input = Tensor::Zeros(DataType::kFloat32, {4, 5});
   Tensor index = Tensor::Zeros(DataType::kInt64, {4, 5, 1});
   absl::StatusOr<NdPlan> single =
       PlanGatherNd({.input = input.view(), .index = index.view(), .axes = {1}});
   ASSERT_TRUE(single.ok()) << single.status();
   EXPECT_NE(MakeDeviceCall(*single), nullptr);
-  // The TensorFlow form has no GPU kernel yet.
+  // The TensorFlow form has its own GatherNd kernel, but ScatterNd's has none yet.
   Tensor points = Tensor::Zeros(DataType::kInt64, {3, 2});
   absl::StatusOr<NdPlan> general = PlanGatherNd({.input = input.view(), .index = points.view()});
   ASSERT_TRUE(general.ok()) << general.status();
-  EXPECT_EQ(MakeDeviceCall(*general), nullptr);
+  std::unique_ptr<DeviceCall> call = MakeDeviceCall(*general);
+  ASSERT_NE(call, nullptr);
+  EXPECT_EQ(call->inputs().size(), 2u);
+  EXPECT_EQ(call->result_bytes(), 3 * 4);
+  Tensor updates = Tensor::Zeros(DataType::kFloat32, {3});
+  absl::StatusOr<NdPlan> scatter =
+      PlanScatterNd({.input = input.view(), .index = points.view(), .source = updates.view()});
+  ASSERT_TRUE(scatter.ok()) << scatter.status();
+  EXPECT_EQ(MakeDeviceCall(*scatter), nullptr);
 }
 
 TEST(DeviceCallTest, EmptyAndCpuOnlyCallsHaveNoDeviceForm) {

@@ -32,6 +32,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/index_ops.h"
 #include "kernels/masked_scatter.h"
+#include "kernels/nd_ops.h"
 #include "kernels/view_scatter.h"
 #include "server/scheduler.h"
 #include "server/server.h"
@@ -304,14 +305,16 @@ TEST(ServerPlacementTest, EveryCallTheDeviceFailsIsAnsweredFromTheCpu) {
   ASSERT_TRUE(stub->SelectScatter(&select_context, select, &selected).ok());
   EXPECT_THAT(testing::Values<float>(selected.result()), ElementsAre(1, 2, 9, 9));
 
-  // GatherNd's TensorFlow form has no GPU kernel: it never reaches the device.
-  v1::GatherNdRequest gather_nd;
-  *gather_nd.mutable_input() = testing::MakeTensor<float>({2, 2}, {1, 2, 3, 4});
-  *gather_nd.mutable_index() = testing::MakeTensor<int64_t>({1, 2}, {1, 0});
-  grpc::ClientContext gather_nd_context;
-  v1::GatherNdResponse gathered_nd;
-  ASSERT_TRUE(stub->GatherNd(&gather_nd_context, gather_nd, &gathered_nd).ok());
-  EXPECT_THAT(testing::Values<float>(gathered_nd.result()), ElementsAre(3));
+  // ScatterNd's TensorFlow form has no GPU kernel: it never reaches the device.
+  // scatter_nd(zeros(2, 2), [[1, 0]], [5]) = [[0, 0], [5, 0]]
+  v1::ScatterNdRequest scatter_nd;
+  *scatter_nd.mutable_input() = testing::MakeTensor<float>({2, 2}, {0, 0, 0, 0});
+  *scatter_nd.mutable_index() = testing::MakeTensor<int64_t>({1, 2}, {1, 0});
+  *scatter_nd.mutable_src() = testing::MakeTensor<float>({1}, {5});
+  grpc::ClientContext scatter_nd_context;
+  v1::ScatterNdResponse scattered_nd;
+  ASSERT_TRUE(stub->ScatterNd(&scatter_nd_context, scatter_nd, &scattered_nd).ok());
+  EXPECT_THAT(testing::Values<float>(scattered_nd.result()), ElementsAre(0, 0, 5, 0));
 
   EXPECT_THAT(device.batches(), ElementsAre(1, 1, 1, 1));
   EXPECT_EQ(FallbackCount(*server), 4);
@@ -564,6 +567,26 @@ TEST_F(CudaExecutorTest, MaskedScatterMatchesTheCpuAndFlagsATooSmallSource) {
     ASSERT_TRUE(too_small.ok());
     outcome = RunAlone(*executor_, *too_small, &result);
     EXPECT_TRUE(outcome.index_error);
+  }
+}
+
+TEST_F(CudaExecutorTest, GatherNdInTheTensorFlowFormMatchesTheCpu) {
+  absl::BitGen gen;
+  for (DataType dtype : kAllDataTypes) {
+    Tensor input = RandomValues(gen, dtype, {50, 60, 7});
+    Tensor index(DataType::kInt64, {40, 2});
+    for (int64_t i = 0; i < 40; ++i) {
+      index.mutable_view().data_as<int64_t>()[2 * i] = absl::Uniform<int64_t>(gen, -50, 50);
+      index.mutable_view().data_as<int64_t>()[2 * i + 1] = absl::Uniform<int64_t>(gen, -60, 60);
+    }
+    absl::StatusOr<NdPlan> plan = PlanGatherNd({.input = input.view(), .index = index.view()});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    Tensor cpu(plan->result_dtype, plan->result_shape);
+    ASSERT_TRUE(cpu::GatherNd(*plan, cpu.mutable_view()).ok());
+    std::vector<char> result;
+    const DeviceOutcome outcome = RunAlone(*executor_, *plan, &result);
+    ASSERT_TRUE(outcome.ok()) << outcome.device_error;
+    EXPECT_TRUE(SameBytes(cpu, result)) << DataTypeName(dtype);
   }
 }
 

@@ -15,6 +15,7 @@
 #include "kernels/device_call.h"
 #include "kernels/gather.h"
 #include "kernels/masked_scatter.h"
+#include "kernels/nd_ops.h"
 #include "kernels/scatter.h"
 #include "kernels/view_scatter.h"
 
@@ -73,6 +74,11 @@ absl::Status LaunchGather(const GatherPlan& plan, void* result, int32_t* error_f
 
 absl::Status LaunchScatter(const ScatterPlan& plan, void* result, void* workspace,
                            int32_t* error_flag, void* stream);
+
+// GatherNd in its general form, reading `input` and `index` (the device copies of plan.input and
+// plan.index, both contiguous).
+absl::Status LaunchGatherNd(const NdPlan& plan, const void* input, const void* index, void* result,
+                            int32_t* error_flag, void* stream);
 
 // The view scatters, given the window of `plan` as a WindowMap (window_map.h).
 absl::Status LaunchViewScatter(const ViewScatterPlan& plan, const WindowMap& map, void* result,

@@ -21,6 +21,10 @@ absl::Status LaunchScatter(const ScatterPlan& plan, void*, void*, int32_t*, void
   return NoCuda(plan.op);
 }
 
+absl::Status LaunchGatherNd(const NdPlan& plan, const void*, const void*, void*, int32_t*, void*) {
+  return NoCuda(plan.op);
+}
+
 absl::Status LaunchViewScatter(const ViewScatterPlan&, const WindowMap&, void*, void*) {
   return NoCuda("view_scatter");
 }

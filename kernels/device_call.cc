@@ -175,6 +175,7 @@ ScatterPlan RelocatePlan(const ScatterPlan& plan, const DeviceCall& call,
   relocated.axis = plan.axis;
   relocated.reduce = plan.reduce;
   relocated.include_self = plan.include_self;
+  relocated.deterministic = plan.deterministic;
   relocated.original_index = plan.original_index;
   return relocated;
 }

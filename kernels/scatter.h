@@ -55,6 +55,9 @@ struct ScatterPlan {
   int64_t axis = 0;
   Reduction reduce = Reduction::kAssign;
   bool include_self = true;
+  // GPU only: reduce float SUM/MEAN/PROD in an order fixed by the data (sort by destination, then
+  // a segmented reduction), so that repeated calls agree bit for bit. The CPU kernels always are.
+  bool deterministic = false;
   TensorView original_index;
   // Owns the source when the plan made it: a converted scalar `value`, or a scaled copy.
   std::optional<Tensor> source_storage;

@@ -53,11 +53,11 @@ absl::Status RunMaskedScatter(const MaskedScatterPlan& plan, const MutableTensor
 
 // Prepare is the common tail of every PrepareOp: take the plan (or its error) and return the op
 // that allocates the result in `result_tensor` (inside the response) and runs the kernel into it,
-// and, for plans with GPU kernels unless `allow_device` is false, its GPU form.
+// and, for plans with GPU kernels, its GPU form.
 template <typename Plan, typename Kernel>
 absl::StatusOr<PreparedOp> Prepare(std::string_view op, absl::StatusOr<Plan> plan,
                                    const wire::DecodeLimits& limits, v1::Tensor* result_tensor,
-                                   Kernel kernel, bool allow_device = true) {
+                                   Kernel kernel) {
   if (!plan.ok()) return plan.status();
   auto shared_plan = std::make_shared<const Plan>(*std::move(plan));
   const auto allocate = [op, limits, shared_plan, result_tensor] {
@@ -70,28 +70,15 @@ absl::StatusOr<PreparedOp> Prepare(std::string_view op, absl::StatusOr<Plan> pla
                         return kernel(*shared_plan, *result);
                       }};
   if constexpr (requires(const Plan& p) { MakeDeviceCall(p); }) {
-    if (allow_device) {
-      prepared.device = [allocate, shared_plan]() -> absl::StatusOr<DeviceRun> {
-        std::unique_ptr<DeviceCall> call = MakeDeviceCall(*shared_plan);
-        if (call == nullptr) return DeviceRun{};
-        absl::StatusOr<MutableTensorView> result = allocate();
-        if (!result.ok()) return result.status();
-        return DeviceRun{.call = std::move(call), .result = result->data()};
-      };
-    }
+    prepared.device = [allocate, shared_plan]() -> absl::StatusOr<DeviceRun> {
+      std::unique_ptr<DeviceCall> call = MakeDeviceCall(*shared_plan);
+      if (call == nullptr) return DeviceRun{};
+      absl::StatusOr<MutableTensorView> result = allocate();
+      if (!result.ok()) return result.status();
+      return DeviceRun{.call = std::move(call), .result = result->data()};
+    };
   }
   return prepared;
-}
-
-// ReproducibleOnDevice: whether a Scatter-like call asked to be `deterministic` can run on the
-// GPU. Its float sums and products use atomics, whose order varies from run to run; until the
-// sorted segmented reduction exists those calls stay on the CPU, which is always reproducible.
-bool ReproducibleOnDevice(bool deterministic, Reduction reduce, DataType dtype) {
-  if (!deterministic) return true;
-  if (reduce != Reduction::kSum && reduce != Reduction::kMean && reduce != Reduction::kProd) {
-    return true;
-  }
-  return !IsFloating(dtype) && !IsComplex(dtype);
 }
 
 }  // namespace
@@ -143,7 +130,7 @@ absl::StatusOr<ScatterArgs> DecodeArgs(const v1::ScatterRequest& request,
   // proto3 `optional`: an absent include_self means true, as in PyTorch.
   args.include_self = request.has_include_self() ? request.include_self() : true;
   args.broadcast = request.broadcast();
-  // `deterministic` needs nothing here: the CPU kernels are always bitwise reproducible.
+  // `deterministic` is set on the plan by PrepareOp (it only changes the GPU's kernels).
 
   return args;
 }
@@ -274,7 +261,7 @@ absl::StatusOr<ScatterNdArgs> DecodeArgs(const v1::ScatterNdRequest& request,
         wire::CheckShapeField(src->dtype(), args.shape, kOp, "shape", limits);
     if (!numel.ok()) return numel.status();
   }
-  // `deterministic` needs nothing here: the CPU kernels are always bitwise reproducible.
+  // `deterministic` is set on the plan by PrepareOp (it only changes the GPU's kernels).
   return args;
 }
 
@@ -303,9 +290,9 @@ absl::StatusOr<PreparedOp> PrepareOp(const v1::ScatterRequest& request,
   absl::StatusOr<ScatterArgs> args = DecodeArgs(request, limits);
   if (!args.ok()) return args.status();
   absl::StatusOr<ScatterPlan> plan = PlanScatter(*args);
-  const bool allow_device =
-      !plan.ok() || ReproducibleOnDevice(request.deterministic(), plan->reduce, plan->result_dtype);
-  return Prepare("scatter", std::move(plan), limits, result, RunScatter, allow_device);
+  // The CPU kernels are always reproducible; the flag picks the GPU's sorted reduction.
+  if (plan.ok()) plan->deterministic = request.deterministic();
+  return Prepare("scatter", std::move(plan), limits, result, RunScatter);
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::IndexSelectRequest& request,
@@ -355,10 +342,11 @@ absl::StatusOr<PreparedOp> PrepareOp(const v1::ScatterNdRequest& request,
   absl::StatusOr<ScatterNdArgs> args = DecodeArgs(request, limits);
   if (!args.ok()) return args.status();
   absl::StatusOr<NdPlan> plan = PlanScatterNd(*args);
-  const bool allow_device =
-      !plan.ok() ||
-      ReproducibleOnDevice(request.deterministic(), plan->reduce, plan->result_dtype);
-  return Prepare("scatter_nd", std::move(plan), limits, result, RunScatterNd, allow_device);
+  // Only the single-axis form runs on the GPU (as a Scatter); the flag picks its sorted reduction.
+  if (plan.ok() && plan->single_axis_scatter.has_value()) {
+    plan->single_axis_scatter->deterministic = request.deterministic();
+  }
+  return Prepare("scatter_nd", std::move(plan), limits, result, RunScatterNd);
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::MaskedScatterRequest& request,

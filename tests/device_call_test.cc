@@ -251,6 +251,40 @@ TEST(DeviceCallTest, ScatterWorkspaceHoldsWhatEachReductionNeeds) {
   EXPECT_EQ(workspace(DataType::kFloat32, Reduction::kSum).bytes, 0);
 }
 
+TEST(DeviceCallTest, DeterministicFloatSumsTakeTheSortedReduction) {
+  Tensor index = Tensor::Zeros(DataType::kInt64, {3});
+  const auto plan_for = [&](DataType dtype, Reduction reduce, Tensor* input, Tensor* source) {
+    *input = Tensor::Zeros(dtype, {10});
+    *source = Tensor::Zeros(dtype, {3});
+    absl::StatusOr<ScatterPlan> plan = PlanScatter({.input = input->view(),
+                                                    .index = index.view(),
+                                                    .source = source->view(),
+                                                    .reduce = reduce});
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    plan->deterministic = true;
+    return *std::move(plan);
+  };
+  Tensor input, source;
+  for (DataType dtype : {DataType::kBFloat16, DataType::kFloat32, DataType::kComplex64}) {
+    for (Reduction reduce : {Reduction::kSum, Reduction::kMean, Reduction::kProd}) {
+      const ScatterPlan plan = plan_for(dtype, reduce, &input, &source);
+      EXPECT_TRUE(cuda::UsesSortedReduction(plan));
+      const cuda::ScatterWorkspace workspace = cuda::PlanScatterWorkspace(plan);
+      EXPECT_EQ(workspace.sorted, 0);
+      EXPECT_EQ(workspace.shadow, -1);
+      EXPECT_EQ(workspace.counts, -1);
+    }
+  }
+  // Integer sums and every AMAX/AMIN are exact in any order: they keep the atomics.
+  EXPECT_FALSE(
+      cuda::UsesSortedReduction(plan_for(DataType::kInt32, Reduction::kSum, &input, &source)));
+  EXPECT_FALSE(
+      cuda::UsesSortedReduction(plan_for(DataType::kFloat32, Reduction::kAmax, &input, &source)));
+  ScatterPlan relaxed = plan_for(DataType::kFloat32, Reduction::kSum, &input, &source);
+  relaxed.deterministic = false;
+  EXPECT_FALSE(cuda::UsesSortedReduction(relaxed));
+}
+
 // The fused view-scatter pass on the host: WindowMap::Locate, run for every result element as the
 // GPU kernel does, must give the CPU's copy-then-write result, and the call must read only its
 // spans.

@@ -37,6 +37,7 @@
 #include "server/scheduler.h"
 #include "server/server.h"
 #include "tests/blocking_work.h"
+#include "tests/reference.h"
 #include "tests/service_test_util.h"
 #include "tests/wait_for.h"
 
@@ -587,6 +588,56 @@ TEST_F(CudaExecutorTest, GatherNdInTheTensorFlowFormMatchesTheCpu) {
     const DeviceOutcome outcome = RunAlone(*executor_, *plan, &result);
     ASSERT_TRUE(outcome.ok()) << outcome.device_error;
     EXPECT_TRUE(SameBytes(cpu, result)) << DataTypeName(dtype);
+  }
+}
+
+TEST_F(CudaExecutorTest, DeterministicFloatSumsRepeatBitForBitAndMatchTheCpu) {
+  absl::BitGen gen;
+  for (DataType dtype :
+       {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat64, DataType::kComplex64}) {
+    for (Reduction reduce : {Reduction::kSum, Reduction::kMean}) {
+      for (bool include_self : {true, false}) {
+        // Uniform values in [0, 1): sums whose rounding depends on the order.
+        Tensor input = RandomValues(gen, dtype, {64, 9});
+        Tensor index = RandomIndices(gen, {20000, 9}, 64);
+        Tensor source(dtype, {20000, 9});
+        DispatchDataType(dtype, [&]<typename T>(TypeTag<T>) {
+          for (int64_t i = 0; i < source.numel(); ++i) {
+            const double value = absl::Uniform<double>(gen, 0, 1);
+            if constexpr (std::is_same_v<T, std::complex<float>>) {
+              source.mutable_view().data_as<T>()[i] = T(static_cast<float>(value), 0.5f);
+            } else if constexpr (std::is_same_v<T, BFloat16>) {
+              source.mutable_view().data_as<T>()[i] = T(static_cast<float>(value));
+            } else if constexpr (std::is_floating_point_v<T>) {
+              source.mutable_view().data_as<T>()[i] = static_cast<T>(value);
+            }
+          }
+        });
+        absl::StatusOr<ScatterPlan> plan = PlanScatter({.input = input.view(),
+                                                        .index = index.view(),
+                                                        .source = source.view(),
+                                                        .reduce = reduce,
+                                                        .include_self = include_self});
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        plan->deterministic = true;
+        Tensor cpu(plan->result_dtype, plan->result_shape);
+        ASSERT_TRUE(cpu::Scatter(*plan, cpu.mutable_view()).ok());
+        std::vector<char> first, second;
+        ASSERT_TRUE(RunAlone(*executor_, *plan, &first).ok());
+        ASSERT_TRUE(RunAlone(*executor_, *plan, &second).ok());
+        EXPECT_EQ(first, second) << DataTypeName(dtype) << " " << ReductionName(reduce);
+        // Within rounding of the CPU's sequential sums.
+        Tensor gpu(plan->result_dtype, plan->result_shape);
+        std::memcpy(gpu.mutable_view().data(), first.data(), first.size());
+        for (int64_t i = 0; i < cpu.numel(); ++i) {
+          const double expected = testing::ElementAsDouble(cpu, i);
+          EXPECT_NEAR(
+              testing::ElementAsDouble(gpu, i), expected,
+              (dtype == DataType::kBFloat16 ? 1e-2 : 1e-5) * std::max(1.0, std::abs(expected)))
+              << DataTypeName(dtype) << " element " << i;
+        }
+      }
+    }
   }
 }
 

@@ -21,6 +21,15 @@
 
 namespace tensorops::cuda {
 
+// UsesSortedReduction: whether a Scatter reduces by sorting its updates by destination and
+// reducing each run (deterministic float SUM/MEAN/PROD) instead of with atomics.
+inline bool UsesSortedReduction(const ScatterPlan& plan) {
+  return plan.deterministic &&
+         (plan.reduce == Reduction::kSum || plan.reduce == Reduction::kMean ||
+          plan.reduce == Reduction::kProd) &&
+         (IsFloating(plan.result_dtype) || IsComplex(plan.result_dtype));
+}
+
 // ScatterWorkspace is where Scatter's scratch lies inside its workspace, in bytes from its start;
 // -1 for a part the call does not need.
 struct ScatterWorkspace {
@@ -31,8 +40,14 @@ struct ScatterWorkspace {
   int64_t counts = -1;
   // ASSIGN's last writer per destination: the largest update position (int64, -1 for none).
   int64_t winners = -1;
+  // The sorted reduction's buffers (SortedReduction below), when UsesSortedReduction.
+  int64_t sorted = -1;
   int64_t bytes = 0;
 };
+
+// SortedReductionBytes: the scratch of the sorted reduction of `plan` (keys, values, runs and
+// CUB's temporary storage); 0 without CUDA.
+int64_t SortedReductionBytes(const ScatterPlan& plan);
 
 // NeedsShadow: whether Scatter accumulates elements of `dtype` in a 32-bit shadow.
 inline bool NeedsShadow(DataType dtype) {
@@ -57,6 +72,12 @@ inline ScatterWorkspace PlanScatterWorkspace(const ScatterPlan& plan) {
   if (plan.reduce == Reduction::kAssign) {
     workspace.winners = workspace.bytes;
     workspace.bytes += align(numel * 8);
+    return workspace;
+  }
+  if (UsesSortedReduction(plan)) {
+    // Each destination is written once, from its run: no shadow, no counts per destination.
+    workspace.sorted = workspace.bytes;
+    workspace.bytes += align(SortedReductionBytes(plan));
     return workspace;
   }
   if (NeedsShadow(plan.result_dtype)) {

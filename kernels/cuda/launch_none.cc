@@ -29,7 +29,9 @@ absl::Status LaunchViewScatter(const ViewScatterPlan&, const WindowMap&, void*, 
   return NoCuda("view_scatter");
 }
 
-// Without CUDA there is no CUB to ask; nothing runs in this workspace anyway.
+// Without CUDA there is no CUB to ask; nothing runs in these workspaces anyway.
+int64_t SortedReductionBytes(const ScatterPlan&) { return 0; }
+
 int64_t MaskedScatterWorkspaceBytes(const MaskedScatterPlan&) { return 0; }
 
 absl::Status LaunchMaskedScatter(const MaskedScatterPlan&, void*, void*, int32_t*, void*) {

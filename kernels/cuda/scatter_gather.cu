@@ -10,16 +10,22 @@
 //                 on the CPU, whatever order the threads run in;
 //   5. finalize:  MEAN divides by the counts; the shadow rounds into the result.
 // Integer, ASSIGN, AMAX and AMIN results equal the CPU's exactly; float sums and products differ
-// only by the order of rounding (SPEC, "Reference equalities").
+// only by the order of rounding (SPEC, "Reference equalities"). A `deterministic` float SUM, MEAN
+// or PROD replaces steps 2, 3 and 5 with a sort of the updates by destination and a reduction by
+// key (below), whose order is fixed, so that its results repeat bit for bit.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
+#include "cub/device/device_radix_sort.cuh"
+#include "cub/device/device_reduce.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/walk.cuh"
 #include "kernels/dispatch.h"
 #include "kernels/reduction.h"
+#include "thrust/iterator/constant_iterator.h"
 
 namespace tensorops::cuda {
 namespace {
@@ -282,6 +288,171 @@ __global__ void FinalizeKernel(int64_t count, const Acc<T>* acc, const unsigned 
   }
 }
 
+// ---- Scatter: the sorted (deterministic) reduction ----
+//
+// For `deterministic` float SUM/MEAN/PROD: every update becomes (destination, value); a stable
+// radix sort by destination keeps each destination's values in row-major order of the updates; a
+// reduction by key (CUB) combines each run; one thread per run then writes its destination once.
+// The order of every operation is fixed by the data, so repeated calls agree bit for bit.
+
+template <typename T>
+constexpr bool kSortable = kIsHalf<T> || std::is_floating_point_v<T> || kIsComplex<T>;
+
+template <typename Op>
+struct CombineOp {
+  template <typename A>
+  __host__ __device__ __forceinline__ A operator()(const A& a, const A& b) const {
+    if constexpr (kIsComplex<A>) {
+      if constexpr (std::is_same_v<Op, ProdOp>) {
+        return {a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re};
+      } else {
+        return {a.re + b.re, a.im + b.im};
+      }
+    } else if constexpr (std::is_same_v<Op, ProdOp>) {
+      return a * b;
+    } else {
+      return a + b;
+    }
+  }
+};
+
+using Key = unsigned long long;
+
+// EndBit: the key bits to sort on. Destinations are < numel and the sentinel (an update whose
+// index was out of range) is numel itself.
+int EndBit(int64_t numel) { return 64 - __builtin_clzll(static_cast<Key>(numel) | 1); }
+
+// SortedLayout: where the sorted reduction's buffers lie in its scratch, in bytes.
+struct SortedLayout {
+  int64_t keys_in = 0, keys_out = 0, values_in = 0, values_out = 0, unique = 0, aggregates = 0,
+          counts = 0, runs = 0, temp = 0;
+  size_t temp_bytes = 0;
+  int64_t bytes = 0;
+};
+
+template <typename T, typename Op>
+SortedLayout PlanSorted(int64_t updates, int64_t numel, bool mean) {
+  using A = Acc<T>;
+  size_t sort_bytes = 0;
+  size_t reduce_bytes = 0;
+  size_t count_bytes = 0;
+  cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, static_cast<const Key*>(nullptr),
+                                  static_cast<Key*>(nullptr), static_cast<const A*>(nullptr),
+                                  static_cast<A*>(nullptr), updates, 0, EndBit(numel));
+  cub::DeviceReduce::ReduceByKey(nullptr, reduce_bytes, static_cast<const Key*>(nullptr),
+                                 static_cast<Key*>(nullptr), static_cast<const A*>(nullptr),
+                                 static_cast<A*>(nullptr), static_cast<int64_t*>(nullptr),
+                                 CombineOp<Op>{}, updates);
+  if (mean) {
+    cub::DeviceReduce::ReduceByKey(
+        nullptr, count_bytes, static_cast<const Key*>(nullptr), static_cast<Key*>(nullptr),
+        thrust::constant_iterator<int64_t>(1), static_cast<int64_t*>(nullptr),
+        static_cast<int64_t*>(nullptr), CombineOp<SumOp>{}, updates);
+  }
+  const auto take = [](int64_t* at, int64_t bytes) {
+    const int64_t offset = *at;
+    *at += (bytes + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
+    return offset;
+  };
+  SortedLayout layout;
+  int64_t at = 0;
+  const int64_t key_bytes = updates * static_cast<int64_t>(sizeof(Key));
+  const int64_t value_bytes = updates * static_cast<int64_t>(sizeof(A));
+  layout.keys_in = take(&at, key_bytes);
+  layout.keys_out = take(&at, key_bytes);
+  layout.values_in = take(&at, value_bytes);
+  layout.values_out = take(&at, value_bytes);
+  layout.unique = take(&at, key_bytes);
+  layout.aggregates = take(&at, value_bytes);
+  layout.counts = mean ? take(&at, updates * static_cast<int64_t>(sizeof(int64_t))) : -1;
+  layout.runs = take(&at, sizeof(int64_t));
+  layout.temp_bytes = std::max({sort_bytes, reduce_bytes, count_bytes});
+  layout.temp = take(&at, static_cast<int64_t>(layout.temp_bytes));
+  layout.bytes = at;
+  return layout;
+}
+
+template <typename T, typename Index>
+__global__ void KeysKernel(UpdateWalk updates, const Index* __restrict__ index,
+                           const T* __restrict__ source, Key sentinel, Key* keys, Acc<T>* values,
+                           int32_t* error) {
+  TENSOROPS_GRID_STRIDE_LOOP(position, updates.count) {
+    int64_t at[3];
+    int64_t dest;
+    const bool in_range = Destination(updates, index, position, at, &dest, error);
+    keys[position] = in_range ? static_cast<Key>(dest) : sentinel;
+    values[position] = ToAcc(source[at[1]]);
+  }
+}
+
+template <typename T, typename Op>
+__global__ void ApplyRunsKernel(int64_t max_runs, const int64_t* __restrict__ runs,
+                                const Key* __restrict__ unique,
+                                const Acc<T>* __restrict__ aggregates,
+                                const int64_t* __restrict__ counts, Key sentinel, bool include_self,
+                                T* result) {
+  TENSOROPS_GRID_STRIDE_LOOP(run, max_runs) {
+    if (run >= *runs || unique[run] == sentinel) continue;
+    const Key dest = unique[run];
+    Acc<T> value = aggregates[run];
+    // The input first, then the updates: the CPU's order, up to the grouping of the sums.
+    if (include_self) value = CombineOp<Op>{}(ToAcc(result[dest]), value);
+    if (counts != nullptr) {
+      const int64_t n = counts[run] + (include_self ? 1 : 0);
+      if constexpr (kIsComplex<Acc<T>>) {
+        value.re /= static_cast<decltype(value.re)>(n);
+        value.im /= static_cast<decltype(value.im)>(n);
+      } else {
+        value = value / static_cast<Acc<T>>(n);
+      }
+    }
+    result[dest] = FromAcc<T>(value);
+  }
+}
+
+template <typename T, typename Index, typename Op>
+absl::Status LaunchSortedScatter(const ScatterPlan& plan, const UpdateWalk& updates, T* result,
+                                 char* scratch, int32_t* error, cudaStream_t stream) {
+  using A = Acc<T>;
+  const int64_t numel = NumElements(plan.result_shape);
+  const bool mean = plan.reduce == Reduction::kMean;
+  const SortedLayout layout = PlanSorted<T, Op>(updates.count, numel, mean);
+  const auto keys_in = reinterpret_cast<Key*>(scratch + layout.keys_in);
+  const auto keys_out = reinterpret_cast<Key*>(scratch + layout.keys_out);
+  const auto values_in = reinterpret_cast<A*>(scratch + layout.values_in);
+  const auto values_out = reinterpret_cast<A*>(scratch + layout.values_out);
+  const auto unique = reinterpret_cast<Key*>(scratch + layout.unique);
+  const auto aggregates = reinterpret_cast<A*>(scratch + layout.aggregates);
+  const auto counts = mean ? reinterpret_cast<int64_t*>(scratch + layout.counts) : nullptr;
+  const auto runs = reinterpret_cast<int64_t*>(scratch + layout.runs);
+  void* temp = scratch + layout.temp;
+  const Key sentinel = static_cast<Key>(numel);
+  const unsigned grid = GridFor(updates.count);
+
+  KeysKernel<T, Index><<<grid, kThreadsPerBlock, 0, stream>>>(updates, plan.index.data_as<Index>(),
+                                                              plan.source.data_as<T>(), sentinel,
+                                                              keys_in, values_in, error);
+  size_t temp_bytes = layout.temp_bytes;
+  cudaError_t status =
+      cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, values_in, values_out,
+                                      updates.count, 0, EndBit(numel), stream);
+  if (status != cudaSuccess) return CudaStatus("sorting scatter updates", status);
+  temp_bytes = layout.temp_bytes;
+  status = cub::DeviceReduce::ReduceByKey(temp, temp_bytes, keys_out, unique, values_out,
+                                          aggregates, runs, CombineOp<Op>{}, updates.count, stream);
+  if (status != cudaSuccess) return CudaStatus("reducing scatter updates by destination", status);
+  if (mean) {
+    temp_bytes = layout.temp_bytes;
+    status = cub::DeviceReduce::ReduceByKey(temp, temp_bytes, keys_out, unique,
+                                            thrust::constant_iterator<int64_t>(1), counts, runs,
+                                            CombineOp<SumOp>{}, updates.count, stream);
+    if (status != cudaSuccess) return CudaStatus("counting scatter updates", status);
+  }
+  ApplyRunsKernel<T, Op><<<grid, kThreadsPerBlock, 0, stream>>>(
+      updates.count, runs, unique, aggregates, counts, sentinel, plan.include_self, result);
+  return LaunchStatus(plan.op);
+}
+
 template <typename T, typename Index>
 absl::Status LaunchScatterTyped(const ScatterPlan& plan, T* result, char* workspace, int32_t* error,
                                 cudaStream_t stream) {
@@ -322,6 +493,15 @@ absl::Status LaunchScatterTyped(const ScatterPlan& plan, T* result, char* worksp
       AssignKernel<DeviceType<T>, Index><<<grid, kThreadsPerBlock, 0, stream>>>(
           updates, index, reinterpret_cast<const DeviceType<T>*>(source),
           reinterpret_cast<DeviceType<T>*>(result), scratch.winners, error);
+    } else if (layout.sorted >= 0) {
+      return DispatchReduction(plan.reduce, [&]<typename Op>(Op) -> absl::Status {
+        if constexpr (kSortable<T> && (std::is_same_v<Op, SumOp> || std::is_same_v<Op, ProdOp>)) {
+          return LaunchSortedScatter<T, Index, Op>(plan, updates, result, workspace + layout.sorted,
+                                                   error, stream);
+        } else {
+          return absl::InternalError("scatter: a sorted reduction of a type without one");
+        }
+      });
     } else {
       DispatchReduction(plan.reduce, [&]<typename Op>(Op) {
         if constexpr (kHasDeviceReduction<T, Op>) {
@@ -343,6 +523,23 @@ absl::Status LaunchScatterTyped(const ScatterPlan& plan, T* result, char* worksp
 }
 
 }  // namespace
+
+int64_t SortedReductionBytes(const ScatterPlan& plan) {
+  if (!UsesSortedReduction(plan) || plan.index.numel() == 0) return 0;
+  return DispatchDataType(plan.result_dtype, [&]<typename Host>(TypeTag<Host>) -> int64_t {
+    using T = DeviceType<Host>;
+    if constexpr (kSortable<T>) {
+      const int64_t numel = NumElements(plan.result_shape);
+      const bool mean = plan.reduce == Reduction::kMean;
+      if (plan.reduce == Reduction::kProd) {
+        return PlanSorted<T, ProdOp>(plan.index.numel(), numel, mean).bytes;
+      }
+      return PlanSorted<T, SumOp>(plan.index.numel(), numel, mean).bytes;
+    } else {
+      return 0;
+    }
+  });
+}
 
 absl::Status LaunchGather(const GatherPlan& plan, void* result, int32_t* error_flag, void* stream) {
   const int64_t count = NumElements(plan.result_shape);

@@ -1,5 +1,6 @@
 // GPU kernel benchmark (issue: CUDA kernels for every operation): each op on large inputs
-// (2^26 elements by default, float32 and bfloat16, random and duplicate-heavy indices), its inputs
+// (2^26 elements by default, float32 and bfloat16, random and duplicate-heavy indices, the
+// deterministic SUM), its inputs
 // already on the device, timed with CUDA events: our kernels' median time, the bandwidth they
 // achieve against a device-to-device copy of the same bytes measured in the same run, and, given
 // PyTorch CUDA's times for the same cases (bench/gpu_torch.py writes them), the ratio.
@@ -255,6 +256,19 @@ std::vector<Case> Cases(int64_t elements) {
                             it, s, b);
            }});
     }
+    cases.push_back(
+        {"scatter axis0 sum dup1% deterministic " + type, [=](int it, cudaStream_t s, int64_t* b) {
+           Tensor x = Values(dtype, {rows, cols}, 5);
+           Tensor i = Indices({rows, cols}, rows, 6, rows / 100);
+           Tensor src = Values(dtype, {rows, cols}, 7);
+           absl::StatusOr<ScatterPlan> plan = PlanScatter({.input = x.view(),
+                                                           .index = i.view(),
+                                                           .source = src.view(),
+                                                           .axis = 0,
+                                                           .reduce = Reduction::kSum});
+           if (plan.ok()) plan->deterministic = true;
+           return RunPlan(plan, it, s, b);
+         }});
     cases.push_back(
         {"masked_scatter half " + type, [=](int it, cudaStream_t s, int64_t* b) {
            Tensor x = Values(dtype, {elements}, 8);

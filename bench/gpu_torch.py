@@ -73,6 +73,16 @@ def main():
             idx = indices((rows, cols), rows, distinct)
             results[f"scatter axis0 {label} {name}"] = timed(
                 lambda: x.scatter_reduce(0, idx, src, reduce, include_self=True))
+        # PyTorch's deterministic path for the same duplicate-heavy SUM, where it has one.
+        idx = indices((rows, cols), rows, rows // 100)
+        torch.use_deterministic_algorithms(True)
+        try:
+            results[f"scatter axis0 sum dup1% deterministic {name}"] = timed(
+                lambda: x.scatter_add(0, idx, src))
+        except RuntimeError as error:
+            print(f"gpu_torch: no deterministic scatter_add: {error}", file=sys.stderr)
+        finally:
+            torch.use_deterministic_algorithms(False)
         idx = indices((rows, cols), rows)
         results[f"scatter axis0 assign random {name}"] = timed(lambda: x.scatter(0, idx, src))
         flat = values(dtype, (elements,))

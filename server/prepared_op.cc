@@ -3,6 +3,8 @@
 #include <exception>
 #include <memory>
 #include <new>
+#include <optional>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -50,21 +52,67 @@ absl::Status RunMaskedScatter(const MaskedScatterPlan& plan, const MutableTensor
   return cpu::MaskedScatter(plan, result);
 }
 
+// Below this many bytes the input is not worth taking (and a short std::string keeps its bytes
+// inside the object, where a swap would move them away from the plan's view).
+constexpr size_t kMinTakenInputBytes = 4096;
+
+// TakeInput moves `input_data`'s bytes into `result_tensor` as the result when the plan's input
+// is exactly those bytes, contiguous, of the result's shape and dtype; the kernel then runs in
+// place. Returns the result's view, or nullopt (nothing changed) when the input does not qualify.
+template <typename Plan>
+std::optional<MutableTensorView> TakeInput(const Plan& plan, std::string* input_data,
+                                           v1::Tensor* result_tensor) {
+  const TensorView& input = plan.input;
+  if (input_data == nullptr || input_data->size() < kMinTakenInputBytes ||
+      input.data() != input_data->data() || input.dtype() != plan.result_dtype ||
+      input.shape() != plan.result_shape || !input.is_contiguous() ||
+      static_cast<size_t>(input.numel() * input.itemsize()) != input_data->size()) {
+    return std::nullopt;
+  }
+  result_tensor->set_dtype(wire::DataTypeToProto(plan.result_dtype));
+  result_tensor->mutable_shape()->Assign(plan.result_shape.begin(), plan.result_shape.end());
+  std::string* data = result_tensor->mutable_data();
+  data->swap(*input_data);
+  if (data->data() != input.data()) {
+    // The bytes moved (a string implementation that kept them inline): undo, copy instead.
+    data->swap(*input_data);
+    return std::nullopt;
+  }
+  return MutableTensorView(plan.result_dtype, plan.result_shape, static_cast<void*>(data->data()));
+}
+
 // Prepare is the common tail of every PrepareOp: take the plan (or its error) and return the op
 // that allocates the result in `result_tensor` (inside the response) and runs the kernel into it.
+// With `input_data` (the request's input.data, which the caller lets us take) an op whose result
+// is its input updated takes those bytes as the result instead and runs in place.
 template <typename Plan, typename Kernel>
 absl::StatusOr<PreparedOp> Prepare(std::string_view op, absl::StatusOr<Plan> plan,
                                    const wire::DecodeLimits& limits, v1::Tensor* result_tensor,
-                                   Kernel kernel) {
+                                   Kernel kernel, std::string* input_data = nullptr) {
   if (!plan.ok()) return plan.status();
   auto shared_plan = std::make_shared<const Plan>(*std::move(plan));
   return PreparedOp{
-      .op = op, .run = [op, limits, kernel, shared_plan, result_tensor]() -> absl::Status {
+      .op = op,
+      .run = [op, limits, kernel, shared_plan, result_tensor, input_data]() -> absl::Status {
+        if constexpr (requires { shared_plan->input; }) {
+          if (std::optional<MutableTensorView> in_place =
+                  TakeInput(*shared_plan, input_data, result_tensor)) {
+            return kernel(*shared_plan, *in_place);
+          }
+        }
         absl::StatusOr<MutableTensorView> result = AllocateResult(
             op, shared_plan->result_dtype, shared_plan->result_shape, limits, result_tensor);
         if (!result.ok()) return result.status();
         return kernel(*shared_plan, *result);
       }};
+}
+
+// TakableInput is `request`'s input.data when the caller allows taking it (InputReuse), else null.
+// The request is not a const object (see InputReuse), so writing through the pointer is defined.
+template <typename Request>
+std::string* TakableInput(const Request& request, InputReuse reuse) {
+  if (reuse != InputReuse::kMayTakeInput) return nullptr;
+  return const_cast<std::string*>(&request.input().data());
 }
 
 }  // namespace
@@ -265,98 +313,114 @@ absl::StatusOr<MaskedScatterArgs> DecodeArgs(const v1::MaskedScatterRequest& req
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::GatherRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse /*reuse: the result is not the input's*/) {
   absl::StatusOr<GatherArgs> args = DecodeArgs(request, limits);
   if (!args.ok()) return args.status();
   return Prepare("gather", PlanGather(*args), limits, result, RunGather);
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::ScatterRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse reuse) {
   absl::StatusOr<ScatterArgs> args = DecodeArgs(request, limits);
   if (!args.ok()) return args.status();
-  return Prepare("scatter", PlanScatter(*args), limits, result, RunScatter);
+  return Prepare("scatter", PlanScatter(*args), limits, result, RunScatter,
+                 TakableInput(request, reuse));
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::IndexSelectRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse /*reuse: the result is not the input's*/) {
   absl::StatusOr<IndexSelectArgs> args = DecodeArgs(request, limits);
   if (!args.ok()) return args.status();
   return Prepare("index_select", PlanIndexSelect(*args), limits, result, RunGather);
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::IndexReduceRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse reuse) {
   absl::StatusOr<IndexReduceArgs> args = DecodeArgs(request, limits);
   if (!args.ok()) return args.status();
-  return Prepare("index_reduce", PlanIndexReduce(*args), limits, result, RunScatter);
+  return Prepare("index_reduce", PlanIndexReduce(*args), limits, result, RunScatter,
+                 TakableInput(request, reuse));
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::SelectScatterRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse reuse) {
   absl::StatusOr<SelectScatterArgs> args = DecodeArgs(request, limits);
   if (!args.ok()) return args.status();
-  return Prepare("select_scatter", PlanSelectScatter(*args), limits, result, RunViewScatter);
+  return Prepare("select_scatter", PlanSelectScatter(*args), limits, result, RunViewScatter,
+                 TakableInput(request, reuse));
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::SliceScatterRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse reuse) {
   absl::StatusOr<SliceScatterArgs> args = DecodeArgs(request, limits);
   if (!args.ok()) return args.status();
-  return Prepare("slice_scatter", PlanSliceScatter(*args), limits, result, RunViewScatter);
+  return Prepare("slice_scatter", PlanSliceScatter(*args), limits, result, RunViewScatter,
+                 TakableInput(request, reuse));
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::DiagonalScatterRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse reuse) {
   absl::StatusOr<DiagonalScatterArgs> args = DecodeArgs(request, limits);
   if (!args.ok()) return args.status();
-  return Prepare("diagonal_scatter", PlanDiagonalScatter(*args), limits, result, RunViewScatter);
+  return Prepare("diagonal_scatter", PlanDiagonalScatter(*args), limits, result, RunViewScatter,
+                 TakableInput(request, reuse));
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::GatherNdRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse /*reuse: the result is not the input's*/) {
   absl::StatusOr<GatherNdArgs> args = DecodeArgs(request, limits);
   if (!args.ok()) return args.status();
   return Prepare("gather_nd", PlanGatherNd(*args), limits, result, RunGatherNd);
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::ScatterNdRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse /*reuse: the result is not the input's*/) {
   absl::StatusOr<ScatterNdArgs> args = DecodeArgs(request, limits);
   if (!args.ok()) return args.status();
   return Prepare("scatter_nd", PlanScatterNd(*args), limits, result, RunScatterNd);
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::MaskedScatterRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse reuse) {
   absl::StatusOr<MaskedScatterArgs> args = DecodeArgs(request, limits);
   if (!args.ok()) return args.status();
-  return Prepare("masked_scatter", PlanMaskedScatter(*args), limits, result, RunMaskedScatter);
+  return Prepare("masked_scatter", PlanMaskedScatter(*args), limits, result, RunMaskedScatter,
+                 TakableInput(request, reuse));
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::OpRequest& request, const wire::DecodeLimits& limits,
-                                     v1::Tensor* result) {
+                                     v1::Tensor* result, InputReuse reuse) {
   switch (request.op_case()) {
     case v1::OpRequest::kGather:
-      return PrepareOp(request.gather(), limits, result);
+      return PrepareOp(request.gather(), limits, result, reuse);
     case v1::OpRequest::kScatter:
-      return PrepareOp(request.scatter(), limits, result);
+      return PrepareOp(request.scatter(), limits, result, reuse);
     case v1::OpRequest::kIndexSelect:
-      return PrepareOp(request.index_select(), limits, result);
+      return PrepareOp(request.index_select(), limits, result, reuse);
     case v1::OpRequest::kIndexReduce:
-      return PrepareOp(request.index_reduce(), limits, result);
+      return PrepareOp(request.index_reduce(), limits, result, reuse);
     case v1::OpRequest::kSelectScatter:
-      return PrepareOp(request.select_scatter(), limits, result);
+      return PrepareOp(request.select_scatter(), limits, result, reuse);
     case v1::OpRequest::kSliceScatter:
-      return PrepareOp(request.slice_scatter(), limits, result);
+      return PrepareOp(request.slice_scatter(), limits, result, reuse);
     case v1::OpRequest::kDiagonalScatter:
-      return PrepareOp(request.diagonal_scatter(), limits, result);
+      return PrepareOp(request.diagonal_scatter(), limits, result, reuse);
     case v1::OpRequest::kGatherNd:
-      return PrepareOp(request.gather_nd(), limits, result);
+      return PrepareOp(request.gather_nd(), limits, result, reuse);
     case v1::OpRequest::kScatterNd:
-      return PrepareOp(request.scatter_nd(), limits, result);
+      return PrepareOp(request.scatter_nd(), limits, result, reuse);
     case v1::OpRequest::kMaskedScatter:
-      return PrepareOp(request.masked_scatter(), limits, result);
+      return PrepareOp(request.masked_scatter(), limits, result, reuse);
     case v1::OpRequest::OP_NOT_SET:
       break;
   }

@@ -2,31 +2,57 @@
 """Turns kernels_bench's JSON (--benchmark_format=json) into the markdown tables of bench/README.md.
 
 Reads the JSON files named on the command line (stdin without any; a later file's case replaces
-an earlier one's), prints one table per benchmark family and a summary against the issue's
-targets. With repetitions, the median aggregate of each case is used.
+an earlier one's, or with --median every number of a case is the median over the files that have
+it), prints one table per benchmark family and a summary against the issue's targets. With
+repetitions, the median aggregate of each case is used.
 
   build/release/bench/kernels_bench --benchmark_format=json | bench/kernels_table.py
   bench/kernels_table.py all.json copy_bound_rerun.json
+  bench/kernels_table.py --median run1.json run2.json run3.json   # a loaded machine: several runs
 """
 import json
 import statistics
 import sys
 
 
+MEDIAN_FIELDS = ("real_time", "items_per_second", "bytes_per_second", "vs_aten", "of_memcpy")
+
+
 def main():
-    reports = [json.load(open(path)) for path in sys.argv[1:]] or [json.load(sys.stdin)]
+    args = sys.argv[1:]
+    median_of_files = "--median" in args
+    paths = [a for a in args if a != "--median"]
+    reports = [json.load(open(path)) for path in paths] or [json.load(sys.stdin)]
     context = reports[0]["context"]
     rows = {}
-    for b in [b for report in reports for b in report["benchmarks"]]:
-        if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
-            continue
-        rows[b["run_name"]] = b  # The median aggregate, when present, comes last and wins.
+    runs = {}
+    for report in reports:
+        picked = {}
+        for b in report["benchmarks"]:
+            if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
+                continue
+            picked[b["run_name"]] = b  # The median aggregate, when present, comes last and wins.
+        for name, b in picked.items():
+            rows[name] = b
+            runs.setdefault(name, []).append(b)
+    if median_of_files:
+        # Each run's ratios were taken back to back; the median over runs drops the runs that a
+        # burst of load from another process skewed.
+        for name, bs in runs.items():
+            merged = dict(bs[0])
+            for field in MEDIAN_FIELDS:
+                values = [b[field] for b in bs if field in b]
+                if values:
+                    merged[field] = statistics.median(values)
+            rows[name] = merged
     families = {}
     for b in rows.values():
         families.setdefault(b["run_name"].split("/")[0], []).append(b)
 
+    runs_note = f", median of {len(reports)} runs" if median_of_files and len(reports) > 1 else ""
     print(f"\n## Kernels ({context.get('date', '')}, {context.get('num_cpus')} CPUs, "
-          f"{context.get('aten', 'no ATen')}, large = {int(context.get('large_bytes', 0)) >> 20} MiB)\n")
+          f"{context.get('aten', 'no ATen')}, large = {int(context.get('large_bytes', 0)) >> 20} MiB"
+          f"{runs_note})\n")
     print("vs ATen = ATen's time / ours (> 1: we are faster); of memcpy = memcpy's time for the "
           "same bytes / ours (1.0 = copy bandwidth).\n")
     for family, cases in families.items():

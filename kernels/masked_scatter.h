@@ -45,7 +45,9 @@ struct MaskedScatterPlan {
 absl::StatusOr<MaskedScatterPlan> PlanMaskedScatter(const MaskedScatterArgs& args);
 
 namespace cpu {
-// MaskedScatter runs `plan` into `result`, a contiguous tensor of plan.result_shape. When the
+// MaskedScatter runs `plan` into `result`, a contiguous tensor of plan.result_shape: disjoint from
+// the operands, or the input itself (same memory, input contiguous, not broadcast) to run in
+// place; mask and source may not alias it. When the
 // source is too small: INVALID_ARGUMENT "masked_scatter: src has 3 elements but mask has 5 true
 // positions (src must have at least one element per true position)"; `result` is then
 // unspecified.

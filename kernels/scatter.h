@@ -68,9 +68,11 @@ struct ScatterPlan {
 absl::StatusOr<ScatterPlan> PlanScatter(const ScatterArgs& args);
 
 namespace cpu {
-// Scatter runs `plan` on the CPU into `result`, a contiguous tensor of plan.result_shape that may
-// not alias the input. Returns INVALID_ARGUMENT naming the first out-of-range index in row-major
-// order; `result` is then unspecified.
+// Scatter runs `plan` on the CPU into `result`, a contiguous tensor of plan.result_shape that is
+// either disjoint from every operand or, to run in place, the input itself (the same memory, when
+// the input is contiguous of that shape); the index and source may not alias it. Returns
+// INVALID_ARGUMENT naming the first out-of-range index in row-major order; `result` is then
+// unspecified.
 absl::Status Scatter(const ScatterPlan& plan, const MutableTensorView& result);
 }  // namespace cpu
 

@@ -136,6 +136,7 @@ void StridedCopy(const CopyLayout& layout, const Elem* source, Elem* dest) {
 void CopyElements(const TensorView& source, const MutableTensorView& dest) {
   const int64_t itemsize = source.itemsize();
   if (source.numel() == 0) return;
+  if (source.data() == dest.data() && source.strides() == dest.strides()) return;
   if (source.is_contiguous() && dest.is_contiguous()) {
     cpu::ParallelCopy(dest.data(), source.data(), source.numel() * itemsize);
     return;

@@ -145,7 +145,10 @@ class Tensor {
 };
 
 // CopyElements copies `source` into `dest` element by element in row-major order; both must have
-// the same dtype and shape (either may be strided, e.g. a broadcast source).
+// the same dtype and shape (either may be strided, e.g. a broadcast source). A `dest` that is
+// `source` itself (same memory and strides) is left as it is: the kernels that start by copying
+// their input into the result then run in place when the caller hands them the input's memory as
+// the result. Any other overlap is undefined.
 void CopyElements(const TensorView& source, const MutableTensorView& dest);
 
 }  // namespace tensorops

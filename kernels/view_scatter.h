@@ -72,7 +72,9 @@ absl::StatusOr<ViewScatterPlan> PlanSliceScatter(const SliceScatterArgs& args);
 absl::StatusOr<ViewScatterPlan> PlanDiagonalScatter(const DiagonalScatterArgs& args);
 
 namespace cpu {
-// ViewScatter runs `plan` into `result`, a contiguous tensor of plan.result_shape.
+// ViewScatter runs `plan` into `result`, a contiguous tensor of plan.result_shape: disjoint from
+// the operands, or the input itself (same memory, input contiguous) to write only the window in
+// place. `src` may not alias it.
 absl::Status ViewScatter(const ViewScatterPlan& plan, const MutableTensorView& result);
 }  // namespace cpu
 

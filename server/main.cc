@@ -36,6 +36,9 @@ ABSL_FLAG(int64_t, max_batch_bytes, int64_t{64} << 20,
 ABSL_FLAG(int64_t, max_queue_delay_us, 0,
           "Microseconds a worker holding a partial batch waits for more calls (>= 0; 0 = never "
           "wait).");
+ABSL_FLAG(int64_t, inline_max_bytes, int64_t{64} << 10,
+          "Largest request (bytes) run on the gRPC thread that received it when a worker is free "
+          "and nothing is queued, instead of being handed to a worker (>= 0; 0 = never).");
 ABSL_FLAG(std::string, device, "auto",
           "Where calls run: auto (a usable GPU for calls of at least --gpu_min_bytes, else the "
           "CPU), cpu, or cuda (every call with a GPU kernel on the GPU; fail at start-up without "
@@ -85,6 +88,7 @@ bool FlagsToOptions(tensorops::ServerOptions* options) {
   options->limits.max_batch_bytes = absl::GetFlag(FLAGS_max_batch_bytes);
   const int64_t max_queue_delay_us = absl::GetFlag(FLAGS_max_queue_delay_us);
   options->limits.max_queue_delay = absl::Microseconds(max_queue_delay_us);
+  options->limits.inline_max_bytes = absl::GetFlag(FLAGS_inline_max_bytes);
   options->device = absl::GetFlag(FLAGS_device);
   options->gpu.streams = absl::GetFlag(FLAGS_streams);
   options->gpu.min_bytes = absl::GetFlag(FLAGS_gpu_min_bytes);
@@ -136,6 +140,9 @@ bool FlagsToOptions(tensorops::ServerOptions* options) {
   } else if (max_queue_delay_us < 0) {
     error =
         absl::StrFormat("--max_queue_delay_us=%d is negative (expected >= 0)", max_queue_delay_us);
+  } else if (options->limits.inline_max_bytes < 0) {
+    error = absl::StrFormat("--inline_max_bytes=%d is negative (expected >= 0; 0 = never inline)",
+                            options->limits.inline_max_bytes);
   } else if (options->device != "auto" && options->device != "cpu" && options->device != "cuda") {
     error = absl::StrFormat("--device=%s is not one of auto, cpu, cuda", options->device);
   } else if (options->gpu.streams < 1) {

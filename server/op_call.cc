@@ -80,8 +80,9 @@ grpc::ServerUnaryReactor* UnaryOpCall::Start(
       return absl::OkStatus();
     });
   call->timeline_.prepared = absl::Now();
-  // From Enqueue on, a worker may run and finish the call (and gRPC delete it) at any moment.
-  if (status.ok()) status = serving.scheduler->Enqueue(call);
+  // From Submit on, a worker (or Submit itself, inline) may run and finish the call; gRPC deletes
+  // it only after the handler has returned it, so returning `call` stays safe.
+  if (status.ok()) status = serving.scheduler->Submit(call);
   if (!status.ok()) call->FinishWith(status);
   return call;
 }

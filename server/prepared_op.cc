@@ -3,6 +3,8 @@
 #include <exception>
 #include <memory>
 #include <new>
+#include <optional>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -51,24 +53,64 @@ absl::Status RunMaskedScatter(const MaskedScatterPlan& plan, const MutableTensor
   return cpu::MaskedScatter(plan, result);
 }
 
+// Below this many bytes the input is not worth taking (and a short std::string keeps its bytes
+// inside the object, where a swap would move them away from the plan's view).
+constexpr size_t kMinTakenInputBytes = 4096;
+
+// TakeInput moves `input_data`'s bytes into `result_tensor` as the result when the plan's input
+// is exactly those bytes, contiguous, of the result's shape and dtype; the kernel then runs in
+// place. Returns the result's view, or nullopt (nothing changed) when the input does not qualify.
+template <typename Plan>
+std::optional<MutableTensorView> TakeInput(const Plan& plan, std::string* input_data,
+                                           v1::Tensor* result_tensor) {
+  const TensorView& input = plan.input;
+  if (input_data == nullptr || input_data->size() < kMinTakenInputBytes ||
+      input.data() != input_data->data() || input.dtype() != plan.result_dtype ||
+      input.shape() != plan.result_shape || !input.is_contiguous() ||
+      static_cast<size_t>(input.numel() * input.itemsize()) != input_data->size()) {
+    return std::nullopt;
+  }
+  result_tensor->set_dtype(wire::DataTypeToProto(plan.result_dtype));
+  result_tensor->mutable_shape()->Assign(plan.result_shape.begin(), plan.result_shape.end());
+  std::string* data = result_tensor->mutable_data();
+  data->swap(*input_data);
+  if (data->data() != input.data()) {
+    // The bytes moved (a string implementation that kept them inline): undo, copy instead.
+    data->swap(*input_data);
+    return std::nullopt;
+  }
+  return MutableTensorView(plan.result_dtype, plan.result_shape, static_cast<void*>(data->data()));
+}
+
 // Prepare is the common tail of every PrepareOp: take the plan (or its error) and return the op
 // that allocates the result in `result_tensor` (inside the response) and runs the kernel into it,
-// and, for plans with GPU kernels, its GPU form.
+// and, for plans with GPU kernels, its GPU form. With `input_data` (the request's input.data,
+// which the caller lets us take) an op whose result is its input updated takes those bytes as the
+// result instead and runs in place on the CPU (the GPU form always allocates its result: the
+// device copies read the input).
 template <typename Plan, typename Kernel>
 absl::StatusOr<PreparedOp> Prepare(std::string_view op, absl::StatusOr<Plan> plan,
                                    const wire::DecodeLimits& limits, v1::Tensor* result_tensor,
-                                   Kernel kernel) {
+                                   Kernel kernel, std::string* input_data = nullptr) {
   if (!plan.ok()) return plan.status();
   auto shared_plan = std::make_shared<const Plan>(*std::move(plan));
   const auto allocate = [op, limits, shared_plan, result_tensor] {
     return AllocateResult(op, shared_plan->result_dtype, shared_plan->result_shape, limits,
                           result_tensor);
   };
-  PreparedOp prepared{.op = op, .run = [allocate, kernel, shared_plan]() -> absl::Status {
-                        absl::StatusOr<MutableTensorView> result = allocate();
-                        if (!result.ok()) return result.status();
-                        return kernel(*shared_plan, *result);
-                      }};
+  PreparedOp prepared{
+      .op = op,
+      .run = [allocate, kernel, shared_plan, result_tensor, input_data]() -> absl::Status {
+        if constexpr (requires { shared_plan->input; }) {
+          if (std::optional<MutableTensorView> in_place =
+                  TakeInput(*shared_plan, input_data, result_tensor)) {
+            return kernel(*shared_plan, *in_place);
+          }
+        }
+        absl::StatusOr<MutableTensorView> result = allocate();
+        if (!result.ok()) return result.status();
+        return kernel(*shared_plan, *result);
+      }};
   if constexpr (requires(const Plan& p) { MakeDeviceCall(p); }) {
     prepared.device = [allocate, shared_plan]() -> absl::StatusOr<DeviceRun> {
       std::unique_ptr<DeviceCall> call = MakeDeviceCall(*shared_plan);
@@ -79,6 +121,14 @@ absl::StatusOr<PreparedOp> Prepare(std::string_view op, absl::StatusOr<Plan> pla
     };
   }
   return prepared;
+}
+
+// TakableInput is `request`'s input.data when the caller allows taking it (InputReuse), else null.
+// The request is not a const object (see InputReuse), so writing through the pointer is defined.
+template <typename Request>
+std::string* TakableInput(const Request& request, InputReuse reuse) {
+  if (reuse != InputReuse::kMayTakeInput) return nullptr;
+  return const_cast<std::string*>(&request.input().data());
 }
 
 }  // namespace
@@ -279,66 +329,80 @@ absl::StatusOr<MaskedScatterArgs> DecodeArgs(const v1::MaskedScatterRequest& req
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::GatherRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse /*reuse: the result is not the input's*/) {
   absl::StatusOr<GatherArgs> args = DecodeArgs(request, limits);
   if (!args.ok()) return args.status();
   return Prepare("gather", PlanGather(*args), limits, result, RunGather);
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::ScatterRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse reuse) {
   absl::StatusOr<ScatterArgs> args = DecodeArgs(request, limits);
   if (!args.ok()) return args.status();
   absl::StatusOr<ScatterPlan> plan = PlanScatter(*args);
   // The CPU kernels are always reproducible; the flag picks the GPU's sorted reduction.
   if (plan.ok()) plan->deterministic = request.deterministic();
-  return Prepare("scatter", std::move(plan), limits, result, RunScatter);
+  return Prepare("scatter", std::move(plan), limits, result, RunScatter,
+                 TakableInput(request, reuse));
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::IndexSelectRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse /*reuse: the result is not the input's*/) {
   absl::StatusOr<IndexSelectArgs> args = DecodeArgs(request, limits);
   if (!args.ok()) return args.status();
   return Prepare("index_select", PlanIndexSelect(*args), limits, result, RunGather);
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::IndexReduceRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse reuse) {
   absl::StatusOr<IndexReduceArgs> args = DecodeArgs(request, limits);
   if (!args.ok()) return args.status();
-  return Prepare("index_reduce", PlanIndexReduce(*args), limits, result, RunScatter);
+  return Prepare("index_reduce", PlanIndexReduce(*args), limits, result, RunScatter,
+                 TakableInput(request, reuse));
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::SelectScatterRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse reuse) {
   absl::StatusOr<SelectScatterArgs> args = DecodeArgs(request, limits);
   if (!args.ok()) return args.status();
-  return Prepare("select_scatter", PlanSelectScatter(*args), limits, result, RunViewScatter);
+  return Prepare("select_scatter", PlanSelectScatter(*args), limits, result, RunViewScatter,
+                 TakableInput(request, reuse));
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::SliceScatterRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse reuse) {
   absl::StatusOr<SliceScatterArgs> args = DecodeArgs(request, limits);
   if (!args.ok()) return args.status();
-  return Prepare("slice_scatter", PlanSliceScatter(*args), limits, result, RunViewScatter);
+  return Prepare("slice_scatter", PlanSliceScatter(*args), limits, result, RunViewScatter,
+                 TakableInput(request, reuse));
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::DiagonalScatterRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse reuse) {
   absl::StatusOr<DiagonalScatterArgs> args = DecodeArgs(request, limits);
   if (!args.ok()) return args.status();
-  return Prepare("diagonal_scatter", PlanDiagonalScatter(*args), limits, result, RunViewScatter);
+  return Prepare("diagonal_scatter", PlanDiagonalScatter(*args), limits, result, RunViewScatter,
+                 TakableInput(request, reuse));
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::GatherNdRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse /*reuse: the result is not the input's*/) {
   absl::StatusOr<GatherNdArgs> args = DecodeArgs(request, limits);
   if (!args.ok()) return args.status();
   return Prepare("gather_nd", PlanGatherNd(*args), limits, result, RunGatherNd);
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::ScatterNdRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse /*reuse: the result is not the input's*/) {
   absl::StatusOr<ScatterNdArgs> args = DecodeArgs(request, limits);
   if (!args.ok()) return args.status();
   absl::StatusOr<NdPlan> plan = PlanScatterNd(*args);
@@ -350,35 +414,37 @@ absl::StatusOr<PreparedOp> PrepareOp(const v1::ScatterNdRequest& request,
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::MaskedScatterRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result) {
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse reuse) {
   absl::StatusOr<MaskedScatterArgs> args = DecodeArgs(request, limits);
   if (!args.ok()) return args.status();
-  return Prepare("masked_scatter", PlanMaskedScatter(*args), limits, result, RunMaskedScatter);
+  return Prepare("masked_scatter", PlanMaskedScatter(*args), limits, result, RunMaskedScatter,
+                 TakableInput(request, reuse));
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::OpRequest& request, const wire::DecodeLimits& limits,
-                                     v1::Tensor* result) {
+                                     v1::Tensor* result, InputReuse reuse) {
   switch (request.op_case()) {
     case v1::OpRequest::kGather:
-      return PrepareOp(request.gather(), limits, result);
+      return PrepareOp(request.gather(), limits, result, reuse);
     case v1::OpRequest::kScatter:
-      return PrepareOp(request.scatter(), limits, result);
+      return PrepareOp(request.scatter(), limits, result, reuse);
     case v1::OpRequest::kIndexSelect:
-      return PrepareOp(request.index_select(), limits, result);
+      return PrepareOp(request.index_select(), limits, result, reuse);
     case v1::OpRequest::kIndexReduce:
-      return PrepareOp(request.index_reduce(), limits, result);
+      return PrepareOp(request.index_reduce(), limits, result, reuse);
     case v1::OpRequest::kSelectScatter:
-      return PrepareOp(request.select_scatter(), limits, result);
+      return PrepareOp(request.select_scatter(), limits, result, reuse);
     case v1::OpRequest::kSliceScatter:
-      return PrepareOp(request.slice_scatter(), limits, result);
+      return PrepareOp(request.slice_scatter(), limits, result, reuse);
     case v1::OpRequest::kDiagonalScatter:
-      return PrepareOp(request.diagonal_scatter(), limits, result);
+      return PrepareOp(request.diagonal_scatter(), limits, result, reuse);
     case v1::OpRequest::kGatherNd:
-      return PrepareOp(request.gather_nd(), limits, result);
+      return PrepareOp(request.gather_nd(), limits, result, reuse);
     case v1::OpRequest::kScatterNd:
-      return PrepareOp(request.scatter_nd(), limits, result);
+      return PrepareOp(request.scatter_nd(), limits, result, reuse);
     case v1::OpRequest::kMaskedScatter:
-      return PrepareOp(request.masked_scatter(), limits, result);
+      return PrepareOp(request.masked_scatter(), limits, result, reuse);
     case v1::OpRequest::OP_NOT_SET:
       break;
   }

@@ -47,34 +47,55 @@ struct PreparedOp {
   std::function<absl::StatusOr<DeviceRun>()> device;
 };
 
+// InputReuse says whether `run` may take the request's input bytes for the result.
+enum class InputReuse {
+  kNo,
+  // The request is not a const object (gRPC's per-call request message is one, handed over as a
+  // const pointer), is not touched by anyone else until the call is over, and nothing reads its
+  // input.data after `run` except the plan. Then the ops whose result is their input updated
+  // (scatter, index_reduce, select/slice/diagonal_scatter, masked_scatter) move input.data's bytes
+  // into the result and run in place: no result allocation, no zero-fill, no copy of the input.
+  kMayTakeInput,
+};
+
 // PrepareOp decodes and plans one request under `limits`, its result to go into `result` (inside
 // the response, which must outlive the PreparedOp): INVALID_ARGUMENT for a bad request (naming the
 // op, the argument, the value and the rule), RESOURCE_EXHAUSTED for a tensor over the limits. One
 // overload per op request message.
 absl::StatusOr<PreparedOp> PrepareOp(const v1::GatherRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result);
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse reuse = InputReuse::kNo);
 absl::StatusOr<PreparedOp> PrepareOp(const v1::ScatterRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result);
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse reuse = InputReuse::kNo);
 absl::StatusOr<PreparedOp> PrepareOp(const v1::IndexSelectRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result);
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse reuse = InputReuse::kNo);
 absl::StatusOr<PreparedOp> PrepareOp(const v1::IndexReduceRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result);
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse reuse = InputReuse::kNo);
 absl::StatusOr<PreparedOp> PrepareOp(const v1::SelectScatterRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result);
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse reuse = InputReuse::kNo);
 absl::StatusOr<PreparedOp> PrepareOp(const v1::SliceScatterRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result);
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse reuse = InputReuse::kNo);
 absl::StatusOr<PreparedOp> PrepareOp(const v1::DiagonalScatterRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result);
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse reuse = InputReuse::kNo);
 absl::StatusOr<PreparedOp> PrepareOp(const v1::GatherNdRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result);
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse reuse = InputReuse::kNo);
 absl::StatusOr<PreparedOp> PrepareOp(const v1::ScatterNdRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result);
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse reuse = InputReuse::kNo);
 absl::StatusOr<PreparedOp> PrepareOp(const v1::MaskedScatterRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result);
+                                     const wire::DecodeLimits& limits, v1::Tensor* result,
+                                     InputReuse reuse = InputReuse::kNo);
 // The generic form: the op the oneof holds; INVALID_ARGUMENT "run: op is not set ..." when it
 // holds none.
 absl::StatusOr<PreparedOp> PrepareOp(const v1::OpRequest& request, const wire::DecodeLimits& limits,
-                                     v1::Tensor* result);
+                                     v1::Tensor* result, InputReuse reuse = InputReuse::kNo);
 
 // PrepareBackward decodes the forward call and grad_output of `request`; its `run` computes the
 // gradients (kernels/backward.h) into `response`. Errors as PrepareOp's, and the backward's own

@@ -61,7 +61,7 @@ class RunStreamReactor::Request final : public Scheduler::Work {
       return absl::OkStatus();
     });
     timeline_.prepared = absl::Now();
-    if (status.ok()) status = stream_->serving_.scheduler->Enqueue(this);
+    if (status.ok()) status = stream_->serving_.scheduler->Submit(this);
     if (!status.ok()) Answer(status);
   }
 

@@ -15,12 +15,13 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions op
         "max_concurrent_calls = %d is out of range (expected >= 1)", options.max_concurrent_calls));
   }
   if (options.max_batch < 1 || options.max_batch_bytes < 1 ||
-      options.max_queue_delay < absl::ZeroDuration() || options.threads < 0) {
+      options.max_queue_delay < absl::ZeroDuration() || options.threads < 0 ||
+      options.inline_max_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "max_batch = %d, max_batch_bytes = %d, max_queue_delay = %s, threads = %d: expected >= 1, "
-        ">= 1, >= 0 and >= 0",
+        "max_batch = %d, max_batch_bytes = %d, max_queue_delay = %s, threads = %d, "
+        "inline_max_bytes = %d: expected >= 1, >= 1, >= 0, >= 0 and >= 0",
         options.max_batch, options.max_batch_bytes, absl::FormatDuration(options.max_queue_delay),
-        options.threads));
+        options.threads, options.inline_max_bytes));
   }
   if (options.gpu_min_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -49,11 +50,18 @@ Scheduler::~Scheduler() { Stop(); }
 
 absl::Status Scheduler::Enqueue(Work* work) {
   absl::MutexLock lock(&mu_);
+  return EnqueueLocked(work);
+}
+
+absl::Status Scheduler::EnqueueLocked(Work* work) {
   if (stopping_) {
     return absl::UnavailableError("the server is shutting down and takes no new calls");
   }
   // Calls that an idle worker will take at once do not count as queued.
-  const int64_t waiting_after = static_cast<int64_t>(queue_.size()) + 1 - idle_workers_;
+  // (An idle worker whose slot an inline call holds takes nothing until that call ends.)
+  const int64_t takers = std::min<int64_t>(
+      idle_workers_, options_.max_concurrent_calls - running_batches_ - inline_running_);
+  const int64_t waiting_after = static_cast<int64_t>(queue_.size()) + 1 - takers;
   if (waiting_after > options_.max_queued_calls) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("the server is busy: %d calls are executing and %d are queued, the most "
@@ -62,6 +70,38 @@ absl::Status Scheduler::Enqueue(Work* work) {
   }
   work->enqueued_ = absl::Now();
   queue_.push_back(work);
+  NotifyLoadLocked();
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::Submit(Work* work) {
+  {
+    absl::MutexLock lock(&mu_);
+    // Inline only where a worker would have taken the call at once anyway: running it here skips
+    // two cross-thread wake-ups (the worker's, then gRPC's to send the reply) and changes nothing
+    // else. A large call still goes to a worker, so that the gRPC thread keeps serving others.
+    // A call placed on the GPU goes to a worker too: only workers drive device batches.
+    const bool for_device = options_.device != nullptr && work->bytes() >= options_.gpu_min_bytes;
+    const bool run_inline = options_.inline_max_bytes > 0 && !stopping_ && queue_.empty() &&
+                            SlotFreeLocked() && work->bytes() <= options_.inline_max_bytes &&
+                            !for_device;
+    if (!run_inline) return EnqueueLocked(work);
+    work->enqueued_ = absl::Now();
+    ++inline_running_;
+    ++in_flight_;
+    NotifyLoadLocked();
+  }
+  // As a worker does: a call already past its deadline is dropped, not run.
+  const bool expired = absl::Now() > work->deadline();
+  if (expired) {
+    work->Drop(absl::DeadlineExceededError("the call's deadline passed before it could run"));
+  } else {
+    if (options_.on_batch) options_.on_batch("cpu", 1);
+    arena_->execute([work] { work->Run(); });
+  }
+  absl::MutexLock lock(&mu_);
+  --inline_running_;
+  --in_flight_;
   NotifyLoadLocked();
   return absl::OkStatus();
 }
@@ -90,6 +130,11 @@ void Scheduler::Stop() {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
     stopping_ = true;
+    // Inline calls run on their callers' threads; they still use the arena and count as in flight,
+    // so Stop waits for them as it does for the workers.
+    mu_.Await(absl::Condition(
+        +[](Scheduler* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->inline_running_ == 0; },
+        this));
   }
   for (std::thread& worker : workers_) worker.join();
   // Every worker drains the queue before it exits, so nothing is left to drop here.
@@ -97,13 +142,17 @@ void Scheduler::Stop() {
 
 std::vector<Scheduler::Work*> Scheduler::TakeBatchLocked() {
   ++idle_workers_;
+  // A worker takes work only into a free slot: inline calls hold slots too.
   mu_.Await(absl::Condition(
-      +[](Scheduler* s)
-           ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return !s->queue_.empty() || s->stopping_; },
+      +[](Scheduler* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+        return s->queue_.empty() ? s->stopping_ : s->SlotFreeLocked();
+      },
       this));
   --idle_workers_;
   std::vector<Work*> batch;
   if (queue_.empty()) return batch;  // Stopping, and nothing left to run.
+  // The slot is held from here, so that no inline call takes it while the batch fills.
+  ++running_batches_;
   batch.push_back(queue_.front());
   queue_.pop_front();
   int64_t batch_bytes = batch.front()->bytes();
@@ -143,6 +192,7 @@ void Scheduler::WorkerLoop() {
                                             [now](Work* work) { return now <= work->deadline(); });
       expired.assign(live_end, batch.end());
       batch.erase(live_end, batch.end());
+      if (batch.empty()) --running_batches_;
       in_flight_ += static_cast<int64_t>(batch.size());
       NotifyLoadLocked();
     }
@@ -157,6 +207,7 @@ void Scheduler::WorkerLoop() {
     RunBatch(batch);
     absl::MutexLock lock(&mu_);
     in_flight_ -= ran;
+    --running_batches_;
     NotifyLoadLocked();
   }
 }

@@ -15,6 +15,12 @@
 // run. The queue bounds how much request memory waits on the server: results are allocated only
 // when a call runs.
 //
+// A small call may also run inline (Submit): when a worker slot is free and nothing is queued, a
+// call of at most `inline_max_bytes` of request runs on the calling (gRPC) thread, as a raw gRPC
+// handler would, instead of waking a worker and then waking gRPC again to send the reply. It
+// counts as in flight and occupies a worker slot while it runs, so admission and the bound on
+// calls executing at once are unchanged.
+//
 // Tuning: under light load batches are of one call and the delay is the only cost, so keep
 // max_queue_delay at 0 on the CPU; batching pays where a batch shares one launch or one copy (the
 // CUDA executor), and there a delay of a few hundred microseconds buys larger batches.
@@ -60,6 +66,9 @@ struct SchedulerOptions {
   // Threads of the oneTBB arena the batches run in: >= 0; 0 = oneTBB's default (every core, or
   // the process's global_control limit).
   int threads = 0;
+  // Largest request (Work::bytes) that Submit may run inline on the calling thread: >= 0;
+  // 0 = never inline, every call goes through the queue.
+  int64_t inline_max_bytes = 0;
   // Called with (in_flight, queued) whenever either changes, under the scheduler's lock: it must
   // be cheap and must not call back into the scheduler. May be empty.
   std::function<void(int64_t in_flight, int64_t queued)> on_load_change;
@@ -134,6 +143,12 @@ class Scheduler {
   // taken and the caller still ends it.
   absl::Status Enqueue(Work* work);
 
+  // Submit is Enqueue, except that a call of at most inline_max_bytes that finds a worker slot
+  // free and the queue empty runs (or, past its deadline, is dropped) on the calling thread before
+  // Submit returns OK. Either way `work` may have ended, and be gone, by the time Submit returns.
+  // The caller must hold no lock that Run or Drop takes.
+  absl::Status Submit(Work* work);
+
   // Cancel takes `work` out of the queue if it is still waiting there and returns true: the
   // caller must then Drop it. False when a worker has taken it (it will run to its end) or it was
   // never queued.
@@ -152,6 +167,7 @@ class Scheduler {
   explicit Scheduler(SchedulerOptions options);
 
   void WorkerLoop();
+  absl::Status EnqueueLocked(Work* work) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // TakeBatchLocked waits for calls and takes a batch from the queue's front; empty once stopping
   // with nothing left.
   std::vector<Work*> TakeBatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -160,6 +176,10 @@ class Scheduler {
   void RunBatch(const std::vector<Work*>& batch);
   void RunOnCpu(const std::vector<Work*>& calls);
   void NotifyLoadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SlotFreeLocked: fewer than max_concurrent_calls batches (inline calls included) executing.
+  bool SlotFreeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return running_batches_ + inline_running_ < options_.max_concurrent_calls;
+  }
 
   const SchedulerOptions options_;
   // The CPU executor: batches run as tasks in this arena.
@@ -171,6 +191,10 @@ class Scheduler {
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   // Workers waiting for work; with max_queued_calls == 0 a call is admitted only when one is.
   int64_t idle_workers_ ABSL_GUARDED_BY(mu_) = 0;
+  // Batches that workers have taken and not finished, and calls running inline (Submit): each
+  // holds one of the max_concurrent_calls slots.
+  int64_t running_batches_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t inline_running_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -237,6 +237,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
        .max_batch_bytes = limits.max_batch_bytes,
        .max_queue_delay = limits.max_queue_delay,
        .threads = options.threads,
+       .inline_max_bytes = limits.inline_max_bytes,
        .on_load_change =
            [metrics = server->metrics_.get()](int64_t in_flight, int64_t queued) {
              metrics->SetInFlight(in_flight);
@@ -301,12 +302,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
       "tensorops-server {} (rev {}) listening on {}; tls: {}, auth: {}; devices: {}; placement: "
       "{}; limits: max_message_bytes={}, max_elements={}, max_rank={}, "
       "max_concurrent_calls={}, max_queued_calls={}, max_stream_in_flight={}; batching: "
-      "max_batch={}, max_batch_bytes={}, max_queue_delay={}; metrics: {}",
+      "max_batch={}, max_batch_bytes={}, max_queue_delay={}, inline_max_bytes={}; metrics: {}",
       TENSOROPS_VERSION, TENSOROPS_GIT_REVISION, ListenAddress(options.host, selected_port),
       tls_mode, token_auth ? "token" : "off", DevicesSummary(inventory, cpu_threads), placement,
       limits.max_message_bytes, limits.max_elements, limits.max_rank, max_concurrent_calls,
       limits.max_queued_calls, limits.max_stream_in_flight, limits.max_batch,
-      limits.max_batch_bytes, absl::FormatDuration(limits.max_queue_delay),
+      limits.max_batch_bytes, absl::FormatDuration(limits.max_queue_delay), limits.inline_max_bytes,
       server->metrics_->port() >= 0
           ? absl::StrFormat("http://%s/metrics",
                             ListenAddress(options.metrics.host, server->metrics_->port()))

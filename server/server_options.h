@@ -47,6 +47,10 @@ struct ServerOptions {
     // How long a worker holding a partial batch waits for more calls: >= 0. Default 0 (take what
     // is queued, never wait).
     absl::Duration max_queue_delay = absl::ZeroDuration();
+    // Largest request (bytes) that runs on the gRPC thread that received it, when a worker slot
+    // is free and nothing is queued, rather than being handed to a worker: >= 0; 0 = never.
+    // Default 64 KiB: below that the hand-off costs more than the op.
+    int64_t inline_max_bytes = int64_t{64} << 10;
     // Requests one RunStream may have read and not yet answered, >= 1; the server reads no more
     // of that stream until one is answered. Default 64.
     int max_stream_in_flight = 64;

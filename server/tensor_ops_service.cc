@@ -21,7 +21,12 @@ grpc::ServerUnaryReactor* TensorOpsService::ServeOp(grpc::CallbackServerContext*
                                                     const Request* request, Response* response) {
   return UnaryOpCall::Start(
       serving_, context, method, op,
-      [&] { return PrepareOp(*request, serving_.limits, response->mutable_result()); },
+      // gRPC's request message belongs to this call until it is finished, and nothing reads it
+      // after the op has run: the op may take its input bytes as the result.
+      [&] {
+        return PrepareOp(*request, serving_.limits, response->mutable_result(),
+                         InputReuse::kMayTakeInput);
+      },
       static_cast<int64_t>(request->ByteSizeLong()), response);
 }
 

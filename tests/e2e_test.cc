@@ -1227,6 +1227,7 @@ TEST(ServerProcessTest, BadLimitAndLoggingFlagsAreUsageErrors) {
       {"--max_batch=0", "--max_batch=0 is out of range"},
       {"--max_batch_bytes=0", "--max_batch_bytes=0 is out of range"},
       {"--max_queue_delay_us=-1", "--max_queue_delay_us=-1 is negative"},
+      {"--inline_max_bytes=-1", "--inline_max_bytes=-1 is negative"},
       {"--device=gpu", "--device=gpu is not one of auto, cpu, cuda"},
   };
   for (const auto& [flag, message] : cases) {

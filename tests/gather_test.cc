@@ -4,6 +4,7 @@
 #include "kernels/gather.h"
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -329,6 +330,44 @@ TEST(GatherErrorTest, FirstOffenderInLargeParallelWalk) {
     EXPECT_THAT(
         GatherError(input, index, axis).message(),
         HasSubstr(absl::StrCat("gather: index[123, 456] = 1000 is out of range for axis ", axis)));
+  }
+}
+
+// The kernel checks a contiguous run of indices a block at a time with wrapping arithmetic before
+// gathering it: the extremes of the index types, the bounds themselves, and a bad index in a
+// later block of a long run must all be caught (and good runs with negatives wrapped).
+TEST(GatherErrorTest, ExtremeIndicesInLongContiguousRunsAreCaught) {
+  constexpr int64_t kLength = 1500;  // Several check blocks.
+  Tensor input(DataType::kInt32, {2, kLength});
+  for (int64_t i = 0; i < 2 * kLength; ++i) input.data_as<int32_t>()[i] = static_cast<int32_t>(i);
+  for (const DataType dtype : {DataType::kInt32, DataType::kInt64}) {
+    const int64_t low = dtype == DataType::kInt32 ? std::numeric_limits<int32_t>::min()
+                                                  : std::numeric_limits<int64_t>::min();
+    const int64_t high = dtype == DataType::kInt32 ? std::numeric_limits<int32_t>::max()
+                                                   : std::numeric_limits<int64_t>::max();
+    for (const int64_t bad : {low, high, -kLength - 1, kLength}) {
+      for (const int64_t position : {int64_t{0}, int64_t{700}, kLength - 1}) {
+        SCOPED_TRACE(
+            absl::StrCat(std::string(DataTypeName(dtype)), " index ", bad, " at ", position));
+        std::vector<int64_t> values(2 * kLength, -kLength);  // The lowest valid index.
+        values[kLength + position] = bad;
+        const Tensor index = IndexTensor({2, kLength}, values, dtype);
+        EXPECT_THAT(
+            GatherError(input, index, 1).message(),
+            HasSubstr(absl::StrCat("index[1, ", position, "] = ", bad, " is out of range")));
+      }
+    }
+    // The bounds themselves are good: -size wraps to 0, size - 1 stays.
+    std::vector<int64_t> values(2 * kLength, kLength - 1);
+    for (int64_t i = 0; i < 2 * kLength; i += 3) values[i] = -kLength;
+    absl::StatusOr<Tensor> out = Gather({.input = input.view(),
+                                         .index = IndexTensor({2, kLength}, values, dtype).view(),
+                                         .axis = 1});
+    ASSERT_TRUE(out.ok()) << out.status();
+    for (int64_t i = 0; i < 2 * kLength; ++i) {
+      const int64_t row = i / kLength;
+      ASSERT_EQ(out->data_as<int32_t>()[i], row * kLength + (i % 3 == 0 ? 0 : kLength - 1)) << i;
+    }
   }
 }
 

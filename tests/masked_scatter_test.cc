@@ -322,6 +322,24 @@ TEST_P(MaskedScatterLargeTest, SameShapeRandomMask) {
   Check(input.view(), mask.view(), source.view());
 }
 
+// The service hands the kernel the input's own memory as the result (InputReuse): the fused
+// write pass then reads each element where it writes it.
+TEST_P(MaskedScatterLargeTest, InPlaceResultIsTheInput) {
+  absl::BitGen gen = SeededGen(static_cast<uint64_t>(dtype()) + 150, kMaskedScatterSeedSalt);
+  const Shape shape = {60, 5000};
+  Tensor input = RandomTensor(dtype(), shape, gen);
+  const Tensor mask = RandomMask(shape, 0.5, gen);
+  const Tensor source = RandomTensor(dtype(), {ReferenceMaskedCount(mask.view(), shape)}, gen);
+  const absl::StatusOr<Tensor> expected =
+      ReferenceMaskedScatter(input.view(), mask.view(), source.view());
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  absl::StatusOr<MaskedScatterPlan> plan =
+      PlanMaskedScatter({.input = input.view(), .mask = mask.view(), .source = source.view()});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(cpu::MaskedScatter(*plan, input.mutable_view()).ok());
+  ExpectSameBytes(input, *expected);
+}
+
 TEST_P(MaskedScatterLargeTest, BroadcastMaskRowAndColumn) {
   absl::BitGen gen = SeededGen(static_cast<uint64_t>(dtype()) + 200, kMaskedScatterSeedSalt);
   const Tensor input = RandomTensor(dtype(), {60, 5000}, gen);

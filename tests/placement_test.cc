@@ -179,6 +179,23 @@ TEST(PlacementTest, LargeCallsWithAGpuFormRunOnTheDeviceAndTheRestOnTheCpu) {
   EXPECT_TRUE(recorded.fallbacks.empty());
 }
 
+TEST(PlacementTest, ACallForTheDeviceIsNeverRunInline) {
+  FakeExecutor device(FakeExecutor::Mode::kSucceed);
+  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+      Scheduler::Create({.max_concurrent_calls = 1,
+                         .inline_max_bytes = 1000,
+                         .device = &device,
+                         .gpu_min_bytes = 100});
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  // Both are small enough to run inline; only the one under gpu_min_bytes may.
+  PlacedWork small(50, true), for_device(500, true);
+  ASSERT_TRUE((*scheduler)->Submit(&small).ok());
+  ASSERT_TRUE((*scheduler)->Submit(&for_device).ok());
+  EXPECT_EQ(small.WaitForEnd(), "cpu");
+  EXPECT_EQ(for_device.WaitForEnd(), "device");
+  EXPECT_THAT(device.batches(), ElementsAre(1));
+}
+
 TEST(PlacementTest, ABatchSplitsBetweenTheDeviceAndTheCpu) {
   FakeExecutor device(FakeExecutor::Mode::kSucceed);
   Recorded recorded;

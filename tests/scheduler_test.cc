@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -217,6 +218,140 @@ std::vector<std::unique_ptr<BlockingWork>> Works(int count, int64_t bytes) {
   return works;
 }
 
+// --- Inline runs (Submit) -----------------------------------------------------------------------
+
+// ThreadWork records the thread it ran on and the scheduler's in-flight count while it ran.
+class ThreadWork : public Scheduler::Work {
+ public:
+  ThreadWork(Scheduler* scheduler, int64_t bytes)
+      : Scheduler::Work(absl::InfiniteFuture(), bytes), scheduler_(scheduler) {}
+
+  void Run() override {
+    thread_ = std::this_thread::get_id();
+    in_flight_while_running_ = scheduler_->InFlightCount();
+    ended_.Notify();
+  }
+  void Drop(const absl::Status& why) override {
+    dropped_ = why;
+    ended_.Notify();
+  }
+
+  bool ended() const { return ended_.HasBeenNotified(); }
+  void WaitUntilEnded() { ended_.WaitForNotification(); }
+  std::thread::id thread() const { return thread_; }
+  int64_t in_flight_while_running() const { return in_flight_while_running_; }
+  const absl::Status& dropped() const { return dropped_; }
+
+ private:
+  Scheduler* const scheduler_;
+  absl::Notification ended_;
+  std::thread::id thread_;
+  int64_t in_flight_while_running_ = -1;
+  absl::Status dropped_;
+};
+
+TEST(SchedulerInlineTest, SmallCallRunsOnTheCallingThreadAndCountsAsInFlight) {
+  BatchSizes sizes;
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(
+      {.max_concurrent_calls = 1, .inline_max_bytes = 1024, .on_batch = sizes.Recorder()});
+  ASSERT_NE(scheduler, nullptr);
+  ThreadWork work(scheduler.get(), 1024);
+  ASSERT_TRUE(scheduler->Submit(&work).ok());
+  // Ended before Submit returned, here, while counted as executing.
+  EXPECT_TRUE(work.ended());
+  EXPECT_EQ(work.thread(), std::this_thread::get_id());
+  EXPECT_EQ(work.in_flight_while_running(), 1);
+  EXPECT_EQ(scheduler->InFlightCount(), 0);
+  EXPECT_THAT(sizes.Get(), ElementsAre(1)) << "an inline call is a batch of one";
+}
+
+TEST(SchedulerInlineTest, LargeCallOrZeroInlineMaxBytesGoesToAWorker) {
+  struct Case {
+    int64_t inline_max_bytes;
+    int64_t bytes;
+  };
+  for (const Case c :
+       {Case{.inline_max_bytes = 1024, .bytes = 1025}, Case{.inline_max_bytes = 0, .bytes = 0}}) {
+    SCOPED_TRACE(absl::StrCat(c.bytes, " bytes, inline_max_bytes ", c.inline_max_bytes));
+    std::unique_ptr<Scheduler> scheduler =
+        MakeScheduler({.max_concurrent_calls = 1, .inline_max_bytes = c.inline_max_bytes});
+    ASSERT_NE(scheduler, nullptr);
+    ThreadWork work(scheduler.get(), c.bytes);
+    ASSERT_TRUE(scheduler->Submit(&work).ok());
+    work.WaitUntilEnded();
+    EXPECT_NE(work.thread(), std::this_thread::get_id());
+  }
+}
+
+TEST(SchedulerInlineTest, CallFindingEveryWorkerBusyIsQueued) {
+  std::unique_ptr<Scheduler> scheduler =
+      MakeScheduler({.max_concurrent_calls = 1, .inline_max_bytes = 1024});
+  ASSERT_NE(scheduler, nullptr);
+  BlockingWork running;
+  ASSERT_TRUE(scheduler->Enqueue(&running).ok());
+  running.WaitUntilStarted();
+  ThreadWork work(scheduler.get(), 10);
+  ASSERT_TRUE(scheduler->Submit(&work).ok());
+  EXPECT_FALSE(work.ended());
+  EXPECT_EQ(scheduler->QueuedCount(), 1);
+  running.Release();
+  work.WaitUntilEnded();
+  EXPECT_NE(work.thread(), std::this_thread::get_id());
+}
+
+TEST(SchedulerInlineTest, InlineCallHoldsAWorkerSlot) {
+  std::unique_ptr<Scheduler> scheduler =
+      MakeScheduler({.max_concurrent_calls = 1, .max_queued_calls = 0, .inline_max_bytes = 1024});
+  ASSERT_NE(scheduler, nullptr);
+  BlockingWork inline_call(absl::InfiniteFuture(), 10);
+  std::future<absl::Status> submitted =
+      std::async(std::launch::async, [&] { return scheduler->Submit(&inline_call); });
+  inline_call.WaitUntilStarted();
+  EXPECT_EQ(scheduler->InFlightCount(), 1);
+  // The worker may be idle, but its slot is the inline call's: with no queue, nothing else is
+  // admitted, neither through the queue nor inline.
+  BlockingWork refused, refused_inline(absl::InfiniteFuture(), 10);
+  EXPECT_EQ(scheduler->Enqueue(&refused).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(scheduler->Submit(&refused_inline).code(), absl::StatusCode::kResourceExhausted);
+  inline_call.Release();
+  EXPECT_TRUE(submitted.get().ok());
+  EXPECT_EQ(scheduler->InFlightCount(), 0);
+  EXPECT_FALSE(refused.ran());
+  EXPECT_FALSE(refused_inline.ran());
+}
+
+TEST(SchedulerInlineTest, QueuedCallWaitsForTheInlineCallsSlot) {
+  std::unique_ptr<Scheduler> scheduler =
+      MakeScheduler({.max_concurrent_calls = 1, .max_queued_calls = 1, .inline_max_bytes = 1024});
+  ASSERT_NE(scheduler, nullptr);
+  BlockingWork inline_call(absl::InfiniteFuture(), 10);
+  std::future<absl::Status> submitted =
+      std::async(std::launch::async, [&] { return scheduler->Submit(&inline_call); });
+  inline_call.WaitUntilStarted();
+  BlockingWork queued;
+  queued.Release();
+  ASSERT_TRUE(scheduler->Enqueue(&queued).ok());
+  // The idle worker must not take it while the inline call holds the only slot. (A wrong
+  // scheduler would start it within microseconds; this gives it ample chance to.)
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(queued.ran());
+  EXPECT_EQ(scheduler->QueuedCount(), 1);
+  inline_call.Release();
+  EXPECT_TRUE(submitted.get().ok());
+  queued.WaitUntilEnded();
+  EXPECT_TRUE(queued.ran());
+}
+
+TEST(SchedulerInlineTest, SubmitAfterStopIsUnavailable) {
+  std::unique_ptr<Scheduler> scheduler =
+      MakeScheduler({.max_concurrent_calls = 1, .inline_max_bytes = 1024});
+  ASSERT_NE(scheduler, nullptr);
+  scheduler->Stop();
+  ThreadWork work(scheduler.get(), 10);
+  EXPECT_EQ(scheduler->Submit(&work).code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(work.ended());
+}
+
 TEST(SchedulerBatchTest, BatchClosesAtMaxBatch) {
   BatchSizes sizes;
   std::unique_ptr<Scheduler> scheduler =
@@ -305,6 +440,8 @@ TEST(SchedulerTest, CreateRejectsOptionsOutOfRange) {
   EXPECT_EQ(Scheduler::Create({.max_concurrent_calls = 1, .max_queue_delay = absl::Seconds(-1)})
                 .status()
                 .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Scheduler::Create({.max_concurrent_calls = 1, .inline_max_bytes = -1}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 

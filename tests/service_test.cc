@@ -17,6 +17,7 @@
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "server/prepared_op.h"
 #include "server/server.h"
 #include "server/tensor_ops_service.h"
 #include "tensorops/v1/service.grpc.pb.h"
@@ -352,6 +353,161 @@ TEST_F(ServiceTest, ConcurrentCallsAllSucceed) {
   }
   for (std::thread& thread : threads) thread.join();
   EXPECT_THAT(failures, ::testing::Each(0));
+}
+
+// --- Results computed in the request's input bytes (InputReuse) --------------------------------
+
+// 64 x 64 float32 (16 KiB, above the size below which the input is never taken), values that
+// show a misplaced or doubled update.
+constexpr int64_t kSide = 64;
+std::vector<float> Ramp(float scale) {
+  std::vector<float> values(kSide * kSide);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = scale * static_cast<float>(i % 997);
+  return values;
+}
+
+// InPlaceRequests: one request of every op that may take its input, with inputs and sources
+// large enough to be taken, and the ways they update it (reductions, include_self, windows).
+std::vector<v1::OpRequest> InPlaceRequests() {
+  std::vector<v1::OpRequest> requests;
+  const v1::Tensor input = MakeTensor<float>({kSide, kSide}, Ramp(0.5f));
+  const v1::Tensor src = MakeTensor<float>({kSide, kSide}, Ramp(-0.25f));
+  std::vector<int64_t> index_values(kSide * kSide);
+  for (int64_t i = 0; i < kSide * kSide; ++i) index_values[i] = (i * 7 + i / kSide * 3) % kSide;
+  const v1::Tensor index = MakeTensor<int64_t>({kSide, kSide}, index_values);
+  for (const v1::Reduction reduce :
+       {v1::REDUCTION_ASSIGN, v1::REDUCTION_SUM, v1::REDUCTION_MEAN, v1::REDUCTION_AMAX}) {
+    for (const int64_t axis : {0, 1}) {
+      v1::ScatterRequest* scatter = requests.emplace_back().mutable_scatter();
+      *scatter->mutable_input() = input;
+      *scatter->mutable_index() = index;
+      *scatter->mutable_src() = src;
+      scatter->set_axis(axis);
+      scatter->set_reduce(reduce);
+      scatter->set_include_self(axis == 0);
+    }
+  }
+  v1::IndexReduceRequest* index_reduce = requests.emplace_back().mutable_index_reduce();
+  *index_reduce->mutable_input() = input;
+  *index_reduce->mutable_index() = MakeTensor<int64_t>({4}, {3, 60, 3, 0});
+  const std::vector<float> ramp = Ramp(1.0f);
+  *index_reduce->mutable_src() =
+      MakeTensor<float>({kSide, 4}, std::vector<float>(ramp.begin(), ramp.begin() + 4 * kSide));
+  index_reduce->set_axis(1);
+  index_reduce->set_reduce(v1::REDUCTION_SUM);
+  v1::SelectScatterRequest* select = requests.emplace_back().mutable_select_scatter();
+  *select->mutable_input() = input;
+  *select->mutable_src() = MakeTensor<float>({kSide}, std::vector<float>(kSide, 9.0f));
+  select->set_axis(1);
+  select->set_index(5);
+  v1::SliceScatterRequest* slice = requests.emplace_back().mutable_slice_scatter();
+  *slice->mutable_input() = input;
+  *slice->mutable_src() = MakeTensor<float>({kSide, 16}, std::vector<float>(kSide * 16, -1.0f));
+  slice->set_axis(1);
+  slice->set_start(3);
+  slice->set_step(4);
+  v1::DiagonalScatterRequest* diagonal = requests.emplace_back().mutable_diagonal_scatter();
+  *diagonal->mutable_input() = input;
+  *diagonal->mutable_src() = MakeTensor<float>({kSide - 2}, std::vector<float>(kSide - 2, 7.0f));
+  diagonal->set_offset(2);
+  v1::MaskedScatterRequest* masked = requests.emplace_back().mutable_masked_scatter();
+  *masked->mutable_input() = input;
+  std::vector<uint8_t> mask(kSide * kSide);
+  for (size_t i = 0; i < mask.size(); ++i) mask[i] = i % 3 == 0;
+  *masked->mutable_mask() = MakeMask({kSide, kSide}, mask);
+  *masked->mutable_src() = src;
+  return requests;
+}
+
+// InputOf is the input tensor of whichever op `request` holds.
+const v1::Tensor& InputOf(const v1::OpRequest& request) {
+  switch (request.op_case()) {
+    case v1::OpRequest::kScatter:
+      return request.scatter().input();
+    case v1::OpRequest::kIndexReduce:
+      return request.index_reduce().input();
+    case v1::OpRequest::kSelectScatter:
+      return request.select_scatter().input();
+    case v1::OpRequest::kSliceScatter:
+      return request.slice_scatter().input();
+    case v1::OpRequest::kDiagonalScatter:
+      return request.diagonal_scatter().input();
+    case v1::OpRequest::kMaskedScatter:
+      return request.masked_scatter().input();
+    default:
+      ADD_FAILURE() << "no input in " << request.ShortDebugString().substr(0, 80);
+      return request.gather().input();
+  }
+}
+
+// RunPrepared prepares and runs `request` into `result`.
+absl::Status RunPrepared(const v1::OpRequest& request, v1::Tensor* result, InputReuse reuse) {
+  absl::StatusOr<PreparedOp> op = PrepareOp(request, wire::DecodeLimits{}, result, reuse);
+  if (!op.ok()) return op.status();
+  return op->run();
+}
+
+TEST(InputReuseTest, TakenInputGivesTheResultOfACopy) {
+  for (const v1::OpRequest& request : InPlaceRequests()) {
+    SCOPED_TRACE(OpName(request));
+    v1::Tensor copied;
+    ASSERT_TRUE(RunPrepared(request, &copied, InputReuse::kNo).ok());
+    EXPECT_EQ(InputOf(request).data().size(), copied.data().size()) << "the input stays";
+
+    v1::OpRequest taken_from = request;
+    const void* input_bytes = InputOf(taken_from).data().data();
+    v1::Tensor taken;
+    ASSERT_TRUE(RunPrepared(taken_from, &taken, InputReuse::kMayTakeInput).ok());
+    EXPECT_EQ(taken.data().data(), input_bytes) << "the result is not the input's memory";
+    EXPECT_TRUE(InputOf(taken_from).data().empty());
+    EXPECT_EQ(taken.dtype(), copied.dtype());
+    EXPECT_THAT(taken.shape(), ElementsAreArray(copied.shape()));
+    EXPECT_TRUE(taken.data() == copied.data()) << "in place and copied results differ";
+  }
+}
+
+TEST(InputReuseTest, SmallBroadcastOrOtherOpsInputsAreNotTaken) {
+  std::vector<v1::OpRequest> requests(3);
+  // Small: a short string may hold its bytes inline, where the plan's view would lose them.
+  *requests[0].mutable_scatter() = InPlaceRequests()[0].scatter();
+  *requests[0].mutable_scatter()->mutable_input() = MakeTensor<float>({2, 2}, {1, 2, 3, 4});
+  *requests[0].mutable_scatter()->mutable_index() = MakeTensor<int64_t>({1, 1}, {1});
+  *requests[0].mutable_scatter()->mutable_src() = MakeTensor<float>({1, 1}, {9});
+  // Broadcast: the result is larger than the input.
+  v1::MaskedScatterRequest* masked = requests[1].mutable_masked_scatter();
+  *masked->mutable_input() = MakeTensor<float>({1, kSide * 4}, std::vector<float>(kSide * 4, 1));
+  *masked->mutable_mask() = MakeMask({2, 1}, {0, 1});
+  *masked->mutable_src() = MakeTensor<float>({kSide * 4}, std::vector<float>(kSide * 4, 2));
+  // Gather reads its input while writing the result.
+  v1::GatherRequest* gather = requests[2].mutable_gather();
+  *gather->mutable_input() = MakeTensor<float>({kSide, kSide}, Ramp(1.0f));
+  *gather->mutable_index() =
+      MakeTensor<int64_t>({kSide, kSide}, std::vector<int64_t>(kSide * kSide, 1));
+  for (v1::OpRequest& request : requests) {
+    SCOPED_TRACE(OpName(request));
+    const size_t input_size = request.has_gather() ? request.gather().input().data().size()
+                                                   : InputOf(request).data().size();
+    v1::Tensor result;
+    ASSERT_TRUE(RunPrepared(request, &result, InputReuse::kMayTakeInput).ok());
+    EXPECT_EQ((request.has_gather() ? request.gather().input() : InputOf(request)).data().size(),
+              input_size);
+  }
+}
+
+TEST_F(ServiceTest, LargeScatterAndSliceScatterComputeInTheirInputs) {
+  // Through the service the inputs are taken (InputReuse::kMayTakeInput); the results must be
+  // those of the same requests run on copies.
+  for (const v1::OpRequest& request : InPlaceRequests()) {
+    SCOPED_TRACE(OpName(request));
+    v1::Tensor expected;
+    ASSERT_TRUE(RunPrepared(request, &expected, InputReuse::kNo).ok());
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::OpResponse response;
+    const grpc::Status status = stub_->Run(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_TRUE(response.result().data() == expected.data());
+  }
 }
 
 // --- Bad requests: INVALID_ARGUMENT with SPEC's message, and the server keeps serving ----------

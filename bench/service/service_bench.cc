@@ -48,6 +48,9 @@ ABSL_FLAG(int64_t, max_inflight_bytes, int64_t{1} << 30,
           "Cells whose payload x concurrency exceeds this are skipped: every in-flight byte is "
           "held about five times over (client request, server request, result, both responses).");
 ABSL_FLAG(int, batch_delay_us, 200, "max_queue_delay of the batching-on server, microseconds.");
+ABSL_FLAG(int64_t, inline_max_bytes, int64_t{64} << 10,
+          "The tensorops servers' --inline_max_bytes (0: every call goes through the queue, to "
+          "compare).");
 ABSL_FLAG(std::string, only, "",
           "'echo' or 'tensorops': drive only that server (for profiling one side; ratios then "
           "read 1.00x and the batching table is skipped).");
@@ -211,6 +214,7 @@ std::unique_ptr<Server> StartTensorOps(int max_batch, absl::Duration max_queue_d
   options.port = 0;
   options.limits.max_batch = max_batch;
   options.limits.max_queue_delay = max_queue_delay;
+  options.limits.inline_max_bytes = absl::GetFlag(FLAGS_inline_max_bytes);
   absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
   if (!server.ok()) {
     absl::FPrintF(stderr, "tensorops server: %s\n", server.status().ToString());

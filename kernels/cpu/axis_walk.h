@@ -29,6 +29,7 @@
 #include "kernels/shape.h"
 #include "tbb/blocked_range2d.h"
 #include "tbb/parallel_for.h"
+#include "tbb/task_arena.h"
 
 namespace tensorops::cpu {
 
@@ -38,6 +39,8 @@ class AxisWalk {
   static constexpr int kDirect = 1;
   static constexpr int kIndexed = 2;
   static constexpr int kOperands = 3;
+  // kMinRunElements: the run length a parallel walk aims for (see ForEachRun).
+  static constexpr int64_t kMinRunElements = 512;
   using Offsets = std::array<int64_t, kOperands>;
 
   // `shape` is the iteration shape and `strides[k]` operand k's strides over it, in elements.
@@ -66,12 +69,18 @@ class AxisWalk {
     if (positions < kMinParallelElements) return RunBox(0, outer_count_, 0, inner_count_, run);
     if (!ordered && inner_shape_.empty()) return SplitAlongAxis(run);
     // Tasks of about kMinParallelElements positions: whole outer rows when a row is small, else
-    // one outer row split along the inner positions.
+    // one outer row split along the inner positions. A task's inner positions are also the
+    // length of its runs, so they get at least kMinRunElements of them while that still leaves
+    // a few tasks per thread: a tall matrix split into tasks of a few columns each had every
+    // run touch one cache line and one page per row (64 MiB axis-0 cases: runs of 8 elements).
     const int64_t row = axis_size_ * inner_count_;
     const int64_t outer_grain = std::max<int64_t>(1, kMinParallelElements / row);
+    const int64_t threads = tbb::this_task_arena::max_concurrency();
+    const int64_t run_grain =
+        std::min<int64_t>(kMinRunElements, std::max<int64_t>(1, inner_count_ / (4 * threads)));
     const int64_t inner_grain =
         row > kMinParallelElements
-            ? std::max<int64_t>(1, kMinParallelElements / std::max<int64_t>(axis_size_, 1))
+            ? std::max<int64_t>(run_grain, kMinParallelElements / std::max<int64_t>(axis_size_, 1))
             : inner_count_;
     std::atomic<bool> ok{true};
     tbb::parallel_for(
@@ -205,6 +214,52 @@ class AxisWalk {
   int64_t outer_count_ = 1;
   int64_t inner_count_ = 1;
 };
+
+// ForEachIndexInRun calls `body(i, value)` for i in [0, count), `value` being the run's i-th index
+// (at `index[i * index_step]`) wrapped into [0, axis_size); false when an index lies outside
+// [-axis_size, axis_size), after calling `body` for none or some of the positions.
+//
+// A contiguous run (the common case) is checked a block at a time first and then visited without
+// a branch per element, so that the loads of consecutive elements overlap instead of each
+// waiting behind a range check (the profile of a 64 MiB Gather had two thirds of its samples on
+// the store after the input load). The check is branch-free integer arithmetic that compilers
+// vectorize with plain SSE2 (a min/max pass over int64 does not vectorize there and cost as much
+// as the gather itself); a block is small enough to stay in L1 between the two passes.
+template <typename Index, typename Body>
+inline bool ForEachIndexInRun(const Index* index, int64_t count, int64_t index_step,
+                              int64_t axis_size, const Body& body) {
+  if (index_step == 1) {
+    constexpr int64_t kBlock = 512;
+    // value is in [-size, size) exactly when value + size is in [0, 2 * size): then neither
+    // shifted nor span - shifted has its top bit set (unsigned, so that wrapping is defined).
+    const uint64_t size = static_cast<uint64_t>(axis_size);
+    const uint64_t span = 2 * size - 1;
+    for (int64_t begin = 0; begin < count; begin += kBlock) {
+      const int64_t end = std::min(count, begin + kBlock);
+      uint64_t out_of_range = 0;
+      uint64_t negative = 0;
+      for (int64_t i = begin; i < end; ++i) {
+        const uint64_t value = static_cast<uint64_t>(static_cast<int64_t>(index[i]));
+        const uint64_t shifted = value + size;
+        out_of_range |= shifted | (span - shifted);
+        negative |= value;
+      }
+      if (static_cast<int64_t>(out_of_range) < 0) return false;
+      if (static_cast<int64_t>(negative) >= 0) {
+        for (int64_t i = begin; i < end; ++i) body(i, static_cast<int64_t>(index[i]));
+      } else {
+        for (int64_t i = begin; i < end; ++i) body(i, WrapIndex(index[i], axis_size));
+      }
+    }
+    return true;
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t value = index[i * index_step];
+    if (!InRange(value, axis_size)) return false;
+    body(i, WrapIndex(value, axis_size));
+  }
+  return true;
+}
 
 }  // namespace tensorops::cpu
 

@@ -71,12 +71,10 @@ bool GatherWalk(const GatherPlan& plan, const MutableTensorView& result) {
     const int64_t index_step = step[AxisWalk::kIndex];
     const int64_t out_step = step[AxisWalk::kDirect];
     const int64_t input_step = step[AxisWalk::kIndexed];
-    for (int64_t i = 0; i < count; ++i) {
-      const int64_t value = index_run[i * index_step];
-      if (!InRange(value, axis_size)) return false;
-      out_run[i * out_step] = input_run[i * input_step + WrapIndex(value, axis_size) * axis_stride];
-    }
-    return true;
+    return ForEachIndexInRun(
+        index_run, count, index_step, axis_size, [&](int64_t i, int64_t value) {
+          out_run[i * out_step] = input_run[i * input_step + value * axis_stride];
+        });
   };
   return walk.ForEachRun(run, /*ordered=*/false);
 }
@@ -105,13 +103,10 @@ class ScatterUpdates {
       const int64_t index_step = step[AxisWalk::kIndex];
       const int64_t source_step = step[AxisWalk::kDirect];
       const int64_t dest_step = step[AxisWalk::kIndexed];
-      for (int64_t i = 0; i < length; ++i) {
-        const int64_t value = index_run[i * index_step];
-        if (!InRange(value, axis_size)) return false;
-        apply(dest_base + i * dest_step + WrapIndex(value, axis_size) * axis_stride,
-              source_run[i * source_step]);
-      }
-      return true;
+      return ForEachIndexInRun(
+          index_run, length, index_step, axis_size, [&](int64_t i, int64_t value) {
+            apply(dest_base + i * dest_step + value * axis_stride, source_run[i * source_step]);
+          });
     };
     return walk_.ForEachRun(run);
   }

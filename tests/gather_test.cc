@@ -333,28 +333,34 @@ TEST(GatherErrorTest, FirstOffenderInLargeParallelWalk) {
   }
 }
 
-// The kernel checks a contiguous run of indices a block at a time with wrapping arithmetic before
-// gathering it: the extremes of the index types, the bounds themselves, and a bad index in a
-// later block of a long run must all be caught (and good runs with negatives wrapped).
+// The kernel checks a contiguous run of indices in one of two ways: along the last axis (every
+// position reads one line) in the gathering loop itself, along the first axis a block at a time
+// with wrapping arithmetic before gathering. In both, the extremes of the index types, the bounds
+// themselves, and a bad index in a later block of a long run must all be caught (and good runs
+// with negatives wrapped).
 TEST(GatherErrorTest, ExtremeIndicesInLongContiguousRunsAreCaught) {
   constexpr int64_t kLength = 1500;  // Several check blocks.
   Tensor input(DataType::kInt32, {2, kLength});
   for (int64_t i = 0; i < 2 * kLength; ++i) input.data_as<int32_t>()[i] = static_cast<int32_t>(i);
+  // Along axis 0 each run of the index's rows reads kLength different lines of `tall`.
+  Tensor tall(DataType::kInt32, {kLength, kLength});
   for (const DataType dtype : {DataType::kInt32, DataType::kInt64}) {
     const int64_t low = dtype == DataType::kInt32 ? std::numeric_limits<int32_t>::min()
                                                   : std::numeric_limits<int64_t>::min();
     const int64_t high = dtype == DataType::kInt32 ? std::numeric_limits<int32_t>::max()
                                                    : std::numeric_limits<int64_t>::max();
-    for (const int64_t bad : {low, high, -kLength - 1, kLength}) {
-      for (const int64_t position : {int64_t{0}, int64_t{700}, kLength - 1}) {
-        SCOPED_TRACE(
-            absl::StrCat(std::string(DataTypeName(dtype)), " index ", bad, " at ", position));
-        std::vector<int64_t> values(2 * kLength, -kLength);  // The lowest valid index.
-        values[kLength + position] = bad;
-        const Tensor index = IndexTensor({2, kLength}, values, dtype);
-        EXPECT_THAT(
-            GatherError(input, index, 1).message(),
-            HasSubstr(absl::StrCat("index[1, ", position, "] = ", bad, " is out of range")));
+    for (const int64_t axis : {0, 1}) {
+      for (const int64_t bad : {low, high, -kLength - 1, kLength}) {
+        for (const int64_t position : {int64_t{0}, int64_t{700}, kLength - 1}) {
+          SCOPED_TRACE(absl::StrCat(std::string(DataTypeName(dtype)), " axis ", axis, " index ",
+                                    bad, " at ", position));
+          std::vector<int64_t> values(2 * kLength, -kLength);  // The lowest valid index.
+          values[kLength + position] = bad;
+          const Tensor index = IndexTensor({2, kLength}, values, dtype);
+          EXPECT_THAT(
+              GatherError(axis == 0 ? tall : input, index, axis).message(),
+              HasSubstr(absl::StrCat("index[1, ", position, "] = ", bad, " is out of range")));
+        }
       }
     }
     // The bounds themselves are good: -size wraps to 0, size - 1 stays.

@@ -68,13 +68,12 @@ bool GatherWalk(const GatherPlan& plan, const MutableTensorView& result) {
     const Index* index_run = index + at[AxisWalk::kIndex];
     Elem* out_run = out + at[AxisWalk::kDirect];
     const Elem* input_run = input + at[AxisWalk::kIndexed];
-    const int64_t index_step = step[AxisWalk::kIndex];
-    const int64_t out_step = step[AxisWalk::kDirect];
-    const int64_t input_step = step[AxisWalk::kIndexed];
-    return ForEachIndexInRun(
-        index_run, count, index_step, axis_size, [&](int64_t i, int64_t value) {
-          out_run[i * out_step] = input_run[i * input_step + value * axis_stride];
-        });
+    return WithRunSteps(step, [&](auto index_step, auto out_step, auto input_step) {
+      return ForEachIndexInRun(
+          index_run, count, index_step, input_step, axis_size, [=](int64_t i, int64_t value) {
+            out_run[i * out_step] = input_run[i * input_step + value * axis_stride];
+          });
+    });
   };
   return walk.ForEachRun(run, /*ordered=*/false);
 }
@@ -100,13 +99,12 @@ class ScatterUpdates {
       const Index* index_run = index_ + at[AxisWalk::kIndex];
       const T* source_run = source_ + at[AxisWalk::kDirect];
       const int64_t dest_base = at[AxisWalk::kIndexed];
-      const int64_t index_step = step[AxisWalk::kIndex];
-      const int64_t source_step = step[AxisWalk::kDirect];
-      const int64_t dest_step = step[AxisWalk::kIndexed];
-      return ForEachIndexInRun(
-          index_run, length, index_step, axis_size, [&](int64_t i, int64_t value) {
-            apply(dest_base + i * dest_step + value * axis_stride, source_run[i * source_step]);
-          });
+      return WithRunSteps(step, [&](auto index_step, auto source_step, auto dest_step) {
+        return ForEachIndexInRun(
+            index_run, length, index_step, dest_step, axis_size, [=](int64_t i, int64_t value) {
+              apply(dest_base + i * dest_step + value * axis_stride, source_run[i * source_step]);
+            });
+      });
     };
     return walk_.ForEachRun(run);
   }

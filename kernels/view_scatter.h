@@ -52,6 +52,16 @@ struct DiagonalScatterArgs {
   int64_t axis2 = 1;
 };
 
+// SlabWindow: a window made of whole slabs of the result, the blocks that one position along
+// `axis` spans (everything after it). Along `axis`, positions start + k * step for k < count hold
+// src's k-th slab. Select and Slice windows have this form; a diagonal's does not.
+struct SlabWindow {
+  int64_t axis = 0;
+  int64_t start = 0;
+  int64_t step = 1;
+  int64_t count = 0;
+};
+
 // ViewScatterPlan: result = input, then the window of the result (window_shape, window_strides,
 // window_offset, in elements of the contiguous result) = src.
 struct ViewScatterPlan {
@@ -63,6 +73,9 @@ struct ViewScatterPlan {
   Shape window_shape;
   Shape window_strides;
   int64_t window_offset = 0;
+  // The same window as slabs, where it has that form: the CPU kernel then writes each slab of the
+  // result once, from input or from src, instead of copying input and then overwriting the window.
+  std::optional<SlabWindow> slabs;
 };
 
 // Plan* validate the arguments against SPEC and PyTorch (INVALID_ARGUMENT naming the op,

@@ -201,6 +201,76 @@ INSTANTIATE_TEST_SUITE_P(All, ViewScatterRandomTest,
                          });
 
 // --------------------------------------------------------------------------------------------
+// Select and Slice windows of long slabs (at least 256 bytes after the axis), which the kernel
+// writes in one pass from input or src: random outer and axis sizes, slice bounds and steps, with
+// a fresh result and with the input's own memory as the result (in place).
+
+class ViewScatterSlabTest : public ::testing::TestWithParam<DataType> {};
+
+TEST_P(ViewScatterSlabTest, MatchesReferenceFreshAndInPlace) {
+  const DataType dtype = GetParam();
+  absl::BitGen gen = SeededGen(static_cast<uint64_t>(dtype) + 100, kViewScatterSeedSalt);
+  const int64_t min_inner = 256 / ItemSize(dtype);
+  for (int trial = 0; trial < 40; ++trial) {
+    Shape shape;
+    const int64_t outer_rank = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, 2);
+    for (int64_t d = 0; d < outer_rank; ++d) {
+      shape.push_back(absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, 4));
+    }
+    const int64_t axis = outer_rank;
+    shape.push_back(absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, 9));
+    if (absl::Bernoulli(gen, 0.5)) shape.push_back(absl::Uniform<int64_t>(gen, 1, 3));
+    shape.push_back(absl::Uniform<int64_t>(absl::IntervalClosed, gen, min_inner, 2 * min_inner));
+    const Tensor input = RandomTensor(dtype, shape, gen);
+
+    const bool select = absl::Bernoulli(gen, 0.4);
+    const int64_t size = shape[axis];
+    const int64_t index = absl::Uniform<int64_t>(gen, -size, size);
+    const std::optional<int64_t> start = RandomBound(gen, size);
+    const std::optional<int64_t> end = RandomBound(gen, size);
+    const int64_t step = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, 3);
+    Shape src_shape = shape;
+    if (select) {
+      src_shape.erase(src_shape.begin() + axis);
+    } else {
+      src_shape[axis] = ReferenceSliceLength(size, start, end, step);
+    }
+    const Tensor src = RandomTensor(dtype, src_shape, gen);
+    SCOPED_TRACE(absl::StrCat(
+        "trial ", trial, ": input ", ShapeString(shape), " axis ", axis,
+        select ? absl::StrCat(" select ", index)
+               : absl::StrCat(" slice ", start ? *start : -99, ":", end ? *end : 99, ":", step)));
+
+    const absl::StatusOr<ViewScatterPlan> plan =
+        select ? PlanSelectScatter(
+                     {.input = input.view(), .src = src.view(), .axis = axis, .index = index})
+               : PlanSliceScatter({.input = input.view(),
+                                   .src = src.view(),
+                                   .axis = axis,
+                                   .start = start,
+                                   .end = end,
+                                   .step = step});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const Tensor expected =
+        select ? ReferenceSelectScatter(input.view(), src.view(), axis, index)
+               : ReferenceSliceScatter(input.view(), src.view(), axis, start, end, step);
+
+    Tensor fresh(dtype, shape);
+    ASSERT_TRUE(cpu::ViewScatter(*plan, fresh.mutable_view()).ok());
+    ExpectSameBytes(fresh, expected);
+
+    Tensor in_place = Tensor::FromView(input.view());
+    ViewScatterPlan in_place_plan = *plan;
+    in_place_plan.input = in_place.view();
+    ASSERT_TRUE(cpu::ViewScatter(in_place_plan, in_place.mutable_view()).ok());
+    ExpectSameBytes(in_place, expected);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDataTypes, ViewScatterSlabTest, ::testing::ValuesIn(kAllDataTypes),
+                         [](const auto& info) { return std::string(DataTypeName(info.param)); });
+
+// --------------------------------------------------------------------------------------------
 // Large windows: the parallel copies (the input copy, and many outer positions of the window).
 
 TEST(ViewScatterLargeTest, SelectScatterMiddleAxis) {

@@ -85,11 +85,11 @@ absl::StatusOr<ViewScatterPlan> PlanSelectScatter(const SelectScatterArgs& args)
   }
 
   ViewScatterPlan plan = StartPlan(input, args.src);
-  plan.window_offset = WrapIndex(args.index, size) * plan.window_strides[*axis];
+  const int64_t position = WrapIndex(args.index, size);
+  plan.window_offset = position * plan.window_strides[*axis];
   plan.window_shape.erase(plan.window_shape.begin() + *axis);
   plan.window_strides.erase(plan.window_strides.begin() + *axis);
-  plan.slabs =
-      SlabWindow{.axis = *axis, .start = WrapIndex(args.index, size), .step = 1, .count = 1};
+  plan.slabs = SlabWindow{.axis = *axis, .start = position, .step = 1, .count = 1};
   if (absl::Status status = CheckSrcShape(kSelectScatter, args.src, plan.window_shape,
                                           absl::StrFormat("the shape of input %s without axis %d",
                                                           ShapeToString(input.shape()), *axis));

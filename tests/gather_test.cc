@@ -377,6 +377,51 @@ TEST(GatherErrorTest, ExtremeIndicesInLongContiguousRunsAreCaught) {
   }
 }
 
+// A run's indices are visited four at a time while they lie in [0, size); the first one outside
+// hands the rest of the run to the loop that checks and wraps each index. The handover must be
+// right wherever it falls: at every position of a group of four and in the tail, for a negative
+// index (then wrapped) and for an out-of-range one (then reported), on a contiguous and on a
+// strided index along the last axis, and on the first axis (runs checked a block at a time).
+TEST(GatherTest, RunsTurningNegativeOrBadAtAnyPositionAreHandled) {
+  constexpr int64_t kSize = 11;
+  constexpr int64_t kLength = 13;  // Three groups of four and a tail of one.
+  struct Layout {
+    int64_t axis;
+    bool strided_index;
+  };
+  for (const DataType dtype : {DataType::kInt32, DataType::kInt64}) {
+    for (const Layout layout : {Layout{1, false}, Layout{1, true}, Layout{0, false}}) {
+      // Each row of the [2, kLength] index is one run.
+      const Shape input_shape = layout.axis == 1 ? Shape{2, kSize} : Shape{kSize, kLength};
+      Tensor input(DataType::kInt32, input_shape);
+      for (int64_t i = 0; i < input.numel(); ++i) {
+        input.data_as<int32_t>()[i] = static_cast<int32_t>(i);
+      }
+      const auto gather = [&](const std::vector<int64_t>& values) {
+        const Tensor index = IndexTensor({2, kLength}, values, dtype);
+        const testing::LaidOutTensor stepped = testing::SteppedCopy(index);
+        const TensorView index_view = layout.strided_index ? stepped.view : index.view();
+        absl::StatusOr<Tensor> expected =
+            ReferenceGather(input.view(), layout.axis, index_view, /*broadcast=*/false);
+        absl::StatusOr<Tensor> actual =
+            Gather(GatherArgs{.input = input.view(), .index = index_view, .axis = layout.axis});
+        EXPECT_EQ(actual.ok(), expected.ok()) << actual.status() << " / " << expected.status();
+        if (actual.ok() && expected.ok()) ExpectTensorsNear(*actual, *expected);
+        return actual.status();
+      };
+      for (int64_t turn = 0; turn < kLength; ++turn) {
+        SCOPED_TRACE(absl::StrCat(std::string(DataTypeName(dtype)), " axis ", layout.axis,
+                                  layout.strided_index ? " strided" : "", " turn at ", turn));
+        EXPECT_TRUE(gather(testing::TurningRunIndex(kSize, kLength, turn)).ok());
+        for (const int64_t bad : {kSize, -kSize - 1}) {
+          EXPECT_THAT(gather(testing::TurningRunIndex(kSize, kLength, turn, bad)).message(),
+                      HasSubstr(absl::StrCat("index[1, ", turn, "] = ", bad, " is out of range")));
+        }
+      }
+    }
+  }
+}
+
 TEST(GatherErrorTest, IndexDtypeMustBeInt32OrInt64) {
   Tensor input(DataType::kFloat32, {3});
   Tensor float_index = TensorFromValues(DataType::kFloat32, {2}, {0, 1});

@@ -25,6 +25,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
@@ -910,6 +911,27 @@ inline const char* IndexPatternName(IndexPattern pattern) {
       return "negative";
   }
   return "?";
+}
+
+// TurningRunIndex returns the values of a [2, length] index whose rows are runs of indices into
+// an axis of `size`: valid and non-negative before position `turn`, negative at `turn`, then mixed.
+// With `bad` set, row 1 instead holds non-negative indices before `turn` and `*bad` at `turn`,
+// the first out-of-range index in row-major order. The kernels visit valid non-negative indices
+// on a fast path; these runs leave it at every position the tests ask for.
+inline std::vector<int64_t> TurningRunIndex(int64_t size, int64_t length, int64_t turn,
+                                            std::optional<int64_t> bad = std::nullopt) {
+  std::vector<int64_t> values(static_cast<size_t>(2 * length));
+  for (int64_t run = 0; run < 2; ++run) {
+    for (int64_t k = 0; k < length; ++k) {
+      values[run * length + k] =
+          k < turn ? (k * 3 + run) % size : (k % 3 == 2 ? k % size : -1 - (k + run) % size);
+    }
+  }
+  if (bad.has_value()) {
+    for (int64_t k = 0; k < turn; ++k) values[length + k] = k % size;
+    values[length + turn] = *bad;
+  }
+  return values;
 }
 
 // RandomIndex returns an index tensor of `shape` and `index_dtype` (int32 or int64) whose values

@@ -680,6 +680,55 @@ TEST(ScatterTest, TwoPhasePlanAndRun) {
   EXPECT_EQ(ToDoubles(out), (std::vector<double>{1, 2, 33, 74, 5, 6}));
 }
 
+// A run's indices are visited four at a time while they lie in [0, size); the first one outside
+// hands the rest of the run to the loop that checks and wraps each index. Wherever the handover
+// falls, every update must land once and in order (ASSIGN's last writer wins across it), and a bad
+// index must be reported: along the last axis with a contiguous and a strided index, and along
+// the first axis (runs checked a block at a time).
+TEST(ScatterTest, RunsTurningNegativeOrBadAtAnyPositionAreHandled) {
+  constexpr int64_t kSize = 5;     // Small, so that the 13 updates of a run collide.
+  constexpr int64_t kLength = 13;  // Three groups of four and a tail of one.
+  struct Layout {
+    int64_t axis;
+    bool strided_index;
+  };
+  for (const Layout layout : {Layout{1, false}, Layout{1, true}, Layout{0, false}}) {
+    // Each row of the [2, kLength] index is one run.
+    const Shape input_shape = layout.axis == 1 ? Shape{2, kSize} : Shape{kSize, kLength};
+    Tensor input(DataType::kInt32, input_shape);
+    for (int64_t i = 0; i < input.numel(); ++i) input.data_as<int32_t>()[i] = 1000 + i;
+    Tensor source(DataType::kInt32, {2, kLength});
+    for (int64_t i = 0; i < source.numel(); ++i) source.data_as<int32_t>()[i] = i + 1;
+    for (const Reduction reduce : {Reduction::kAssign, Reduction::kSum}) {
+      const auto scatter = [&](const std::vector<int64_t>& values) {
+        const Tensor index = IndexTensor({2, kLength}, values, DataType::kInt64);
+        const testing::LaidOutTensor stepped = testing::SteppedCopy(index);
+        const TensorView index_view = layout.strided_index ? stepped.view : index.view();
+        absl::StatusOr<Tensor> expected =
+            ReferenceScatter(input.view(), layout.axis, index_view, source.view(), reduce,
+                             /*include_self=*/true, /*broadcast=*/false);
+        absl::StatusOr<Tensor> actual = Scatter(ScatterArgs{.input = input.view(),
+                                                            .index = index_view,
+                                                            .source = source.view(),
+                                                            .axis = layout.axis,
+                                                            .reduce = reduce});
+        EXPECT_EQ(actual.ok(), expected.ok()) << actual.status() << " / " << expected.status();
+        if (actual.ok() && expected.ok()) ExpectTensorsNear(*actual, *expected);
+        return actual.status();
+      };
+      for (int64_t turn = 0; turn < kLength; ++turn) {
+        SCOPED_TRACE(absl::StrCat("axis ", layout.axis, layout.strided_index ? " strided " : " ",
+                                  std::string(ReductionName(reduce)), " turn at ", turn));
+        EXPECT_TRUE(scatter(testing::TurningRunIndex(kSize, kLength, turn)).ok());
+        for (const int64_t bad : {kSize, -kSize - 1}) {
+          EXPECT_THAT(scatter(testing::TurningRunIndex(kSize, kLength, turn, bad)).message(),
+                      HasSubstr(absl::StrCat("index[1, ", turn, "] = ", bad, " is out of range")));
+        }
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Errors: the kernel and the reference reject the same inputs, with SPEC-style messages.
 

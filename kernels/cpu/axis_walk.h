@@ -245,8 +245,9 @@ inline bool WithRunSteps(const AxisWalk::Offsets& step, const Visit& visit) {
 // `indexed_step` (the indexed operand's step along the run) tells:
 //
 // - Step 0 (a last-axis Gather or Scatter: every position indexes the same line, which stays in
-//   cache): the loop is bound by its instruction count, so one pass with a predicted branch per
-//   element is fastest; it also keeps the index stream's loads interleaved with the accesses.
+//   cache), or a strided index: the loop is bound by its instruction count, so one pass with a
+//   predicted branch per element is fastest; it also keeps the index stream's loads interleaved
+//   with the accesses. Indices in [0, axis_size) take a shorter loop than the others (below).
 // - Otherwise, for a contiguous index (an axis-0 walk: each position indexes its own line, and
 //   its access misses the cache independently of the others): the indices are checked a block at
 //   a time first, and then visited without a branch per element, so that the access loop is as
@@ -261,7 +262,34 @@ inline bool ForEachIndexInRun(const Index* index, int64_t count, IndexStep index
   const uint64_t size = static_cast<uint64_t>(axis_size);
   constexpr bool kOneLine = std::is_same_v<IndexedStep, ConstantStep<0>>;
   if (kOneLine || index_step != 1) {
-    for (int64_t i = 0; i < count; ++i) {
+    // While the indices lie in [0, axis_size), as nearly all do, each costs one predicted unsigned
+    // compare and needs no wrap. A wrap selected per element (cmov) made the loop 1.9x slower
+    // than this one (f32 1 MiB last-axis Gather, standalone: 158 against 73 µs per thread;
+    // int64 106 against 44), and most of the gain needs the fast loop unrolled: a fast loop that
+    // re-entered the checked one per block of 256 took 103 µs. The first index outside [0,
+    // axis_size) sends the rest of the run to the checked and wrapped loop, so a run of mixed
+    // signs costs what it did before (a fast loop that mispredicts on every negative index was
+    // 7x slower on random signs).
+    constexpr int64_t kUnroll = 4;
+    int64_t i = 0;
+    for (; i + kUnroll <= count; i += kUnroll) {
+      int64_t values[kUnroll];
+#pragma GCC unroll 4
+      for (int64_t k = 0; k < kUnroll; ++k) values[k] = index[(i + k) * index_step];
+      int64_t k = 0;
+#pragma GCC unroll 4
+      for (; k < kUnroll; ++k) {
+        if (static_cast<uint64_t>(values[k]) >= size) [[unlikely]] {
+          break;
+        }
+        body(i + k, values[k]);
+      }
+      if (k < kUnroll) [[unlikely]] {
+        i += k;
+        break;
+      }
+    }
+    for (; i < count; ++i) {
       const int64_t value = index[i * index_step];
       // value is in [-size, size) exactly when value + size is in [0, 2 * size), unsigned.
       if (static_cast<uint64_t>(value) + size >= 2 * size) return false;

@@ -1,9 +1,11 @@
 // Tests of the core pieces every op builds on: dtype traits, the float16/bfloat16 conversions,
 // shape helpers, scalar conversion and the reduction functors.
+#include <algorithm>
 #include <cmath>
 #include <complex>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <string>
 
 #include "absl/status/status.h"
@@ -477,6 +479,48 @@ TEST(ReductionTest, FloorDivide) {
   EXPECT_EQ(FloorDivide<uint8_t>(250, 3), 83);
   EXPECT_EQ(FloorDivide<int64_t>(std::numeric_limits<int64_t>::min(), 2),
             std::numeric_limits<int64_t>::min() / 2);
+}
+
+// The host's FloorDivide divides in double where that is exact (|dividend| < 2^53); checked against
+// the integer definition around zero, at the 2^53 boundary on both sides, and on random operands
+// of every magnitude.
+TEST(ReductionTest, FloorDivideMatchesIntegerFloorEverywhere) {
+  const auto floor_divide = [](int64_t a, int64_t n) {
+    const int64_t q = a / n;
+    return (a % n != 0 && a < 0) ? q - 1 : q;
+  };
+  int64_t checked = 0;
+  const auto expect = [&](int64_t a, int64_t n) {
+    ASSERT_EQ(FloorDivide<int64_t>(a, n), floor_divide(a, n)) << a << " / " << n;
+    ++checked;
+  };
+  for (int64_t a = -1000; a <= 1000; ++a) {
+    for (int64_t n = 1; n <= 100; ++n) expect(a, n);
+  }
+  constexpr int64_t kBoundary = int64_t{1} << 53;
+  for (int64_t near : {kBoundary, -kBoundary, std::numeric_limits<int64_t>::max(),
+                       std::numeric_limits<int64_t>::min()}) {
+    for (int64_t delta = -3; delta <= 3; ++delta) {
+      // Across 2^53 and -2^53; up to the type's ends.
+      const int64_t a = near == std::numeric_limits<int64_t>::max()   ? near - 3 + delta
+                        : near == std::numeric_limits<int64_t>::min() ? near + 3 + delta
+                                                                      : near + delta;
+      for (int64_t n :
+           {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{7}, int64_t{1000003}, kBoundary - 1,
+            kBoundary, kBoundary + 1, std::numeric_limits<int64_t>::max()}) {
+        expect(a, n);
+      }
+    }
+  }
+  std::mt19937_64 rng(7);
+  for (int k = 0; k < 200000; ++k) {
+    const int64_t a = static_cast<int64_t>(rng()) >> (rng() % 64);
+    const int64_t n = std::max<int64_t>(1, static_cast<int64_t>(rng() >> 1) >> (rng() % 63));
+    expect(a, n);
+  }
+  EXPECT_EQ(checked, 2001 * 100 + 4 * 7 * 9 + 200000);
+  EXPECT_EQ(FloorDivide<int8_t>(-127, 2), -64);
+  EXPECT_EQ(FloorDivide<uint8_t>(255, 2), 127);
 }
 
 TEST(ReductionTest, IdentityValues) {

@@ -16,6 +16,7 @@ void StreamRegistry::CloseAll() {
   {
     absl::MutexLock lock(&mu_);
     closed_ = true;
+    closing_ = streams_;
     for (RunStreamReactor* stream : streams_) {
       stream->Ref();
       streams.push_back(stream);
@@ -37,6 +38,15 @@ bool StreamRegistry::Add(RunStreamReactor* stream) {
 void StreamRegistry::Remove(RunStreamReactor* stream) {
   absl::MutexLock lock(&mu_);
   streams_.erase(stream);
+  closing_.erase(stream);
+}
+
+bool StreamRegistry::AwaitClosed(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithDeadline(
+      absl::Condition(
+          +[](std::set<RunStreamReactor*>* closing) { return closing->empty(); }, &closing_),
+      deadline);
 }
 
 // Request is one op request read from the stream, from preparation to its written response.

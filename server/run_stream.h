@@ -39,6 +39,12 @@ class StreamRegistry {
   // what it has read.
   void CloseAll();
 
+  // AwaitClosed waits until every stream that was open at CloseAll has ended (gRPC is done with
+  // it: its status was sent) or `deadline` passes; true when they all ended. Streams opened after
+  // CloseAll end at once and are not waited for, so a client that keeps opening them cannot hold
+  // shutdown up.
+  bool AwaitClosed(absl::Time deadline);
+
  private:
   friend class RunStreamReactor;
   // Add registers `stream` and returns whether CloseAll has already happened.
@@ -47,6 +53,8 @@ class StreamRegistry {
 
   absl::Mutex mu_;
   std::set<RunStreamReactor*> streams_ ABSL_GUARDED_BY(mu_);
+  // The streams CloseAll closed that have not ended yet.
+  std::set<RunStreamReactor*> closing_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 

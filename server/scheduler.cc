@@ -54,7 +54,7 @@ absl::Status Scheduler::Enqueue(Work* work) {
 }
 
 absl::Status Scheduler::EnqueueLocked(Work* work) {
-  if (stopping_) {
+  if (closed_) {
     return absl::UnavailableError("the server is shutting down and takes no new calls");
   }
   // Calls that an idle worker will take at once do not count as queued.
@@ -82,7 +82,7 @@ absl::Status Scheduler::Submit(Work* work) {
     // else. A large call still goes to a worker, so that the gRPC thread keeps serving others.
     // A call placed on the GPU goes to a worker too: only workers drive device batches.
     const bool for_device = options_.device != nullptr && work->bytes() >= options_.gpu_min_bytes;
-    const bool run_inline = options_.inline_max_bytes > 0 && !stopping_ && queue_.empty() &&
+    const bool run_inline = options_.inline_max_bytes > 0 && !closed_ && queue_.empty() &&
                             SlotFreeLocked() && work->bytes() <= options_.inline_max_bytes &&
                             !for_device;
     if (!run_inline) return EnqueueLocked(work);
@@ -125,10 +125,16 @@ int64_t Scheduler::QueuedCount() const {
   return static_cast<int64_t>(queue_.size());
 }
 
+void Scheduler::Close() {
+  absl::MutexLock lock(&mu_);
+  closed_ = true;
+}
+
 void Scheduler::Stop() {
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
+    closed_ = true;
     stopping_ = true;
     // Inline calls run on their callers' threads; they still use the arena and count as in flight,
     // so Stop waits for them as it does for the workers.

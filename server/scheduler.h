@@ -158,6 +158,10 @@ class Scheduler {
   int64_t InFlightCount() const;
   int64_t QueuedCount() const;
 
+  // Close refuses new work (UNAVAILABLE) from now on; what is queued or running goes on.
+  // Idempotent.
+  void Close();
+
   // Stop refuses new work, lets the workers finish what is queued and joins them. Idempotent.
   void Stop();
 
@@ -195,6 +199,8 @@ class Scheduler {
   // holds one of the max_concurrent_calls slots.
   int64_t running_batches_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t inline_running_ ABSL_GUARDED_BY(mu_) = 0;
+  // Close or Stop was called: new work is refused.
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -343,8 +343,17 @@ void Server::Shutdown(absl::Duration grace) {
       absl::FormatDuration(grace));
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + grace;
-  // Streams stop reading now; they end once what they read is answered, within the grace.
+  // New op calls are refused from now on. Streams stop reading; they end once what they read is
+  // answered, within the grace.
+  scheduler_->Close();
   service_->BeginShutdown();
+  // gRPC's Shutdown sends GOAWAY, and from then on closes a connection the moment its last call
+  // ends, without reading what the client still sends: a client whose frames (a window update,
+  // the reset of its half of a stream) arrive after the close gets a connection reset, and can
+  // lose the stream's last responses and status ("Broken pipe" in 1.4% of runs under load). So
+  // the streams end first; their clients' last frames are then read before the GOAWAY's ping is
+  // answered, and the connection closes cleanly.
+  service_->AwaitStreamsEnded(deadline);
   grpc_server_->Shutdown(absl::ToChronoTime(deadline));
   // Every call has ended by now (gRPC cancelled those the grace cut off, which takes them out of
   // the queue); what a worker still runs finishes before Stop returns.

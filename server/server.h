@@ -71,7 +71,9 @@ class Server {
   // in-flight calls may finish for up to `grace` (options.shutdown.grace without an argument) and
   // are cancelled after that. Thread-safe and idempotent (only the first call's grace counts);
   // returns once the server has stopped. Open health Watch streams count as in-flight calls; open
-  // RunStreams end with UNAVAILABLE as soon as they have answered every request they read.
+  // RunStreams end with UNAVAILABLE as soon as they have answered every request they read. New op
+  // calls are refused at once; gRPC's GOAWAY (the refusal of everything else) waits until the
+  // RunStreams open at the start have ended (see Shutdown's body for why).
   void Shutdown();
   void Shutdown(absl::Duration grace);
 

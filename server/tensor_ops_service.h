@@ -34,6 +34,10 @@ class TensorOpsService final : public v1::TensorOps::CallbackService {
   // has answered every request it has read. Unary calls are drained by gRPC's own Shutdown.
   void BeginShutdown();
 
+  // AwaitStreamsEnded waits until the RunStreams open at BeginShutdown have ended, or `deadline`;
+  // true when they have.
+  bool AwaitStreamsEnded(absl::Time deadline) { return streams_.AwaitClosed(deadline); }
+
   grpc::ServerUnaryReactor* Gather(grpc::CallbackServerContext* context,
                                    const v1::GatherRequest* request,
                                    v1::GatherResponse* response) override;

@@ -336,16 +336,27 @@ TEST_F(GenericRpcTest, ShutdownAnswersWhatAStreamSentThenEndsIt) {
 
   // A long grace: the stream must end because it was answered, not because the grace ran out.
   std::thread shutdown([&] { server_->Shutdown(absl::Seconds(60)); });
-  // Once a new channel's calls are refused, shutdown has begun (streams are closed before that).
-  // ServerInfo does not go through the scheduler, so the probe never waits behind the blocker.
+  // Once a new stream is ended at once, shutdown has begun: open streams are closing. (Before
+  // that, the probe, which sends nothing, just waits out its short deadline.)
   std::unique_ptr<v1::TensorOps::Stub> late = Connect(server_->port());
   ASSERT_TRUE(WaitFor([&] {
+    grpc::ClientContext probe_context;
+    probe_context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
+    auto probe = late->RunStream(&probe_context);
+    v1::RunStreamResponse unused;
+    while (probe->Read(&unused)) {
+    }
+    return probe->Finish().error_code() == grpc::StatusCode::UNAVAILABLE;
+  }));
+  // While the stream drains, new op calls are refused; they would run after it otherwise.
+  {
     grpc::ClientContext late_context;
     late_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    v1::ServerInfoResponse info;
-    return late->ServerInfo(&late_context, v1::ServerInfoRequest(), &info).error_code() ==
-           grpc::StatusCode::UNAVAILABLE;
-  }));
+    v1::OpResponse response;
+    const grpc::Status refused = late->Run(&late_context, ops[0].request, &response);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_THAT(refused.error_message(), HasSubstr("takes no new calls"));
+  }
   blocker.Release();
 
   std::vector<uint64_t> ids;

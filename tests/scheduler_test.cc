@@ -148,6 +148,33 @@ TEST(SchedulerTest, StopRunsWhatIsQueuedThenRefuses) {
   EXPECT_EQ(scheduler->Enqueue(&late).code(), absl::StatusCode::kUnavailable);
 }
 
+// Close (shutdown's first step) refuses new calls, queued or inline, while the workers go on with
+// what was queued.
+TEST(SchedulerTest, CloseRefusesNewCallsAndKeepsRunningQueuedOnes) {
+  std::unique_ptr<Scheduler> scheduler =
+      MakeScheduler({.max_concurrent_calls = 1, .max_queued_calls = 4, .inline_max_bytes = 1024});
+  ASSERT_NE(scheduler, nullptr);
+  BlockingWork running, queued;
+  queued.Release();
+  ASSERT_TRUE(scheduler->Enqueue(&running).ok());
+  running.WaitUntilStarted();
+  ASSERT_TRUE(scheduler->Enqueue(&queued).ok());
+  scheduler->Close();
+  BlockingWork late;
+  const absl::Status refused = scheduler->Enqueue(&late);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(refused.message(), HasSubstr("takes no new calls"));
+  running.Release();
+  queued.WaitUntilEnded();
+  EXPECT_TRUE(queued.ran());
+  // With every worker idle again, a small call would run inline; it is refused too.
+  BlockingWork small(absl::InfiniteFuture(), 10);
+  small.Release();
+  EXPECT_EQ(scheduler->Submit(&small).code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(small.ran());
+  EXPECT_FALSE(late.ran());
+}
+
 TEST(SchedulerTest, ReportsLoadChanges) {
   absl::Mutex mu;
   std::vector<std::pair<int64_t, int64_t>> loads;

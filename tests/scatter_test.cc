@@ -421,6 +421,31 @@ TEST(ScatterTest, AssignDuplicatesLastWriterWins) {
   }
 }
 
+// Last-writer-wins must hold in every kind of run: with a strided source along the last axis each
+// run's indices are checked a block at a time and visited in groups (loads, then stores), and
+// within a group the later update must still land last.
+TEST(ScatterTest, AssignDuplicatesLastWriterWinsInEveryKindOfRun) {
+  constexpr int64_t kLength = 40;  // Five groups of eight: the last group decides.
+  Tensor input = Tensor::Zeros(DataType::kInt32, {2, 3});
+  std::vector<int64_t> values(2 * kLength);
+  std::vector<double> source_values(2 * kLength);
+  for (int64_t i = 0; i < 2 * kLength; ++i) {
+    values[i] = (i * 7 / 3) % 3;
+    source_values[i] = static_cast<double>(i + 1);
+  }
+  const Tensor index = IndexTensor({2, kLength}, values);
+  const Tensor source = TensorFromValues(DataType::kInt32, {2, kLength}, source_values);
+  const testing::LaidOutTensor strided_source = testing::SteppedCopy(source);
+  for (const TensorView source_view : {source.view(), strided_source.view}) {
+    const ScatterArgs args{
+        .input = input.view(), .index = index.view(), .source = source_view, .axis = 1};
+    absl::StatusOr<Tensor> expected =
+        ReferenceScatter(args.input, 1, args.index, source_view, Reduction::kAssign, true, false);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    ExpectTensorsNear(ScatterOk(args), *expected);
+  }
+}
+
 TEST(ScatterTest, IntegerMeanFloors) {
   Tensor zero = TensorFromValues(DataType::kInt32, {1}, {0});
   Tensor index = IndexTensor({2}, {0, 0});

@@ -237,9 +237,43 @@ inline bool WithRunSteps(const AxisWalk::Offsets& step, const Visit& visit) {
   return visit(step[AxisWalk::kIndex], step[AxisWalk::kDirect], step[AxisWalk::kIndexed]);
 }
 
-// ForEachIndexInRun calls `body(i, value)` for i in [0, count), `value` being the run's i-th index
-// (at `index[i * index_step]`) wrapped into [0, axis_size); false when an index lies outside
-// [-axis_size, axis_size), after calling `body` for none or some of the positions.
+// LoadsThenStores visits positions [begin, end) of a run whose indices `value_at(i)` are checked,
+// eight at a time: the eight loads, then the eight stores. Issued one after the other, each load
+// followed the previous position's store, and a load whose address matched a store still waiting
+// for its cache line in the low 12 bits (4K aliasing) waited for it: with int64 rows of 4 KiB,
+// an axis-0 Scatter whose result sat 64-128 bytes off its source ran 5x slower (standalone, 1 MiB:
+// 450-470 against 85-90 µs). Loads first: 100-140 µs there, and Gather along axis 0 20% faster
+// at every offset (f32 1 MiB: 174 against 137 µs).
+template <typename ValueAt, typename Load, typename Store>
+inline void LoadsThenStores(int64_t begin, int64_t end, const ValueAt& value_at, const Load& load,
+                            const Store& store) {
+  constexpr int64_t kGroup = 8;
+  using Loaded = decltype(load(int64_t{0}, int64_t{0}));
+  int64_t i = begin;
+  for (; i + kGroup <= end; i += kGroup) {
+    int64_t values[kGroup];
+    Loaded loaded[kGroup];
+#pragma GCC unroll 8
+    for (int64_t k = 0; k < kGroup; ++k) {
+      values[k] = value_at(i + k);
+      loaded[k] = load(i + k, values[k]);
+    }
+#pragma GCC unroll 8
+    for (int64_t k = 0; k < kGroup; ++k) store(i + k, values[k], loaded[k]);
+  }
+  for (; i < end; ++i) {
+    const int64_t value = value_at(i);
+    store(i, value, load(i, value));
+  }
+}
+
+// ForEachIndexInRun visits i in [0, count) with `value`, the run's i-th index (at
+// `index[i * index_step]`) wrapped into [0, axis_size), in two steps: `load(i, value)` reads what
+// position i moves and returns it, `store(i, value, loaded)` writes it. It returns false when an
+// index lies outside [-axis_size, axis_size), after visiting none or some of the positions. A
+// position's store may come after later positions' loads, never before its own load or an earlier
+// position's store; `load` must therefore not read what an earlier store of the same run writes
+// (Gather's input is not its result; Scatter's loads read the source, its stores the result).
 //
 // How the indices are checked depends on where the body's indexed accesses go, which
 // `indexed_step` (the indexed operand's step along the run) tells:
@@ -255,10 +289,12 @@ inline bool WithRunSteps(const AxisWalk::Offsets& step, const Visit& visit) {
 //   had two thirds of its samples on the store after the input load). The check is branch-free
 //   integer arithmetic that compilers vectorize with plain SSE2; a block is small enough to stay
 //   in L1 between the two passes. On last-axis runs this split cost 1.4-1.7x in a standalone loop
-//   (the separate check pass stalls on the index stream with no accesses to overlap).
-template <typename Index, typename IndexStep, typename IndexedStep, typename Body>
+//   (the separate check pass stalls on the index stream with no accesses to overlap). The checked
+//   positions are visited eight loads, then eight stores, at a time (LoadsThenStores).
+template <typename Index, typename IndexStep, typename IndexedStep, typename Load, typename Store>
 inline bool ForEachIndexInRun(const Index* index, int64_t count, IndexStep index_step,
-                              IndexedStep /*indexed_step*/, int64_t axis_size, const Body& body) {
+                              IndexedStep /*indexed_step*/, int64_t axis_size, const Load& load,
+                              const Store& store) {
   const uint64_t size = static_cast<uint64_t>(axis_size);
   constexpr bool kOneLine = std::is_same_v<IndexedStep, ConstantStep<0>>;
   if (kOneLine || index_step != 1) {
@@ -282,7 +318,7 @@ inline bool ForEachIndexInRun(const Index* index, int64_t count, IndexStep index
         if (static_cast<uint64_t>(values[k]) >= size) [[unlikely]] {
           break;
         }
-        body(i + k, values[k]);
+        store(i + k, values[k], load(i + k, values[k]));
       }
       if (k < kUnroll) [[unlikely]] {
         i += k;
@@ -293,7 +329,8 @@ inline bool ForEachIndexInRun(const Index* index, int64_t count, IndexStep index
       const int64_t value = index[i * index_step];
       // value is in [-size, size) exactly when value + size is in [0, 2 * size), unsigned.
       if (static_cast<uint64_t>(value) + size >= 2 * size) return false;
-      body(i, value < 0 ? value + axis_size : value);
+      const int64_t wrapped = value < 0 ? value + axis_size : value;
+      store(i, wrapped, load(i, wrapped));
     }
     return true;
   }
@@ -313,9 +350,12 @@ inline bool ForEachIndexInRun(const Index* index, int64_t count, IndexStep index
     }
     if (static_cast<int64_t>(out_of_range) < 0) return false;
     if (static_cast<int64_t>(negative) >= 0) {
-      for (int64_t i = begin; i < end; ++i) body(i, static_cast<int64_t>(index[i]));
+      LoadsThenStores(
+          begin, end, [index](int64_t i) { return static_cast<int64_t>(index[i]); }, load, store);
     } else {
-      for (int64_t i = begin; i < end; ++i) body(i, WrapIndex(index[i], axis_size));
+      LoadsThenStores(
+          begin, end, [index, axis_size](int64_t i) { return WrapIndex(index[i], axis_size); },
+          load, store);
     }
   }
   return true;

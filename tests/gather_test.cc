@@ -333,13 +333,12 @@ TEST(GatherErrorTest, FirstOffenderInLargeParallelWalk) {
   }
 }
 
-// The kernel checks a contiguous run of indices in one of two ways: along the last axis (every
-// position reads one line) in the gathering loop itself, along the first axis a block at a time
-// with wrapping arithmetic before gathering. In both, the extremes of the index types, the bounds
-// themselves, and a bad index in a later block of a long run must all be caught (and good runs
-// with negatives wrapped).
+// The kernel checks each index of a run as it gathers, along the last axis (every position reads
+// one line) and along the first (every position reads its own line) alike. In both, the extremes
+// of the index types, the bounds themselves, and a bad index late in a long run must all be
+// caught (and good runs with negatives wrapped).
 TEST(GatherErrorTest, ExtremeIndicesInLongContiguousRunsAreCaught) {
-  constexpr int64_t kLength = 1500;  // Several check blocks.
+  constexpr int64_t kLength = 1500;  // Long runs: a bad index far from their start.
   Tensor input(DataType::kInt32, {2, kLength});
   for (int64_t i = 0; i < 2 * kLength; ++i) input.data_as<int32_t>()[i] = static_cast<int32_t>(i);
   // Along axis 0 each run of the index's rows reads kLength different lines of `tall`.
@@ -381,7 +380,7 @@ TEST(GatherErrorTest, ExtremeIndicesInLongContiguousRunsAreCaught) {
 // hands the rest of the run to the loop that checks and wraps each index. The handover must be
 // right wherever it falls: at every position of a group of four and in the tail, for a negative
 // index (then wrapped) and for an out-of-range one (then reported), on a contiguous and on a
-// strided index along the last axis, and on the first axis (runs checked a block at a time).
+// strided index along the last axis, and on the first axis (each position its own line).
 TEST(GatherTest, RunsTurningNegativeOrBadAtAnyPositionAreHandled) {
   constexpr int64_t kSize = 11;
   constexpr int64_t kLength = 13;  // Three groups of four and a tail of one.

@@ -421,11 +421,10 @@ TEST(ScatterTest, AssignDuplicatesLastWriterWins) {
   }
 }
 
-// Last-writer-wins must hold in every kind of run: with a strided source along the last axis each
-// run's indices are checked a block at a time and visited in groups (loads, then stores), and
-// within a group the later update must still land last.
+// Last-writer-wins must hold in every kind of run: a contiguous source (runs with compile-time
+// steps) and a strided one (runtime steps), within the loop's groups of four and across them.
 TEST(ScatterTest, AssignDuplicatesLastWriterWinsInEveryKindOfRun) {
-  constexpr int64_t kLength = 40;  // Five groups of eight: the last group decides.
+  constexpr int64_t kLength = 40;  // Ten groups of four: the last group decides.
   Tensor input = Tensor::Zeros(DataType::kInt32, {2, 3});
   std::vector<int64_t> values(2 * kLength);
   std::vector<double> source_values(2 * kLength);
@@ -709,7 +708,7 @@ TEST(ScatterTest, TwoPhasePlanAndRun) {
 // hands the rest of the run to the loop that checks and wraps each index. Wherever the handover
 // falls, every update must land once and in order (ASSIGN's last writer wins across it), and a bad
 // index must be reported: along the last axis with a contiguous and a strided index, and along
-// the first axis (runs checked a block at a time).
+// the first axis (each position its own line).
 TEST(ScatterTest, RunsTurningNegativeOrBadAtAnyPositionAreHandled) {
   constexpr int64_t kSize = 5;     // Small, so that the 13 updates of a run collide.
   constexpr int64_t kLength = 13;  // Three groups of four and a tail of one.

@@ -237,126 +237,55 @@ inline bool WithRunSteps(const AxisWalk::Offsets& step, const Visit& visit) {
   return visit(step[AxisWalk::kIndex], step[AxisWalk::kDirect], step[AxisWalk::kIndexed]);
 }
 
-// LoadsThenStores visits positions [begin, end) of a run whose indices `value_at(i)` are checked,
-// eight at a time: the eight loads, then the eight stores. Issued one after the other, each load
-// followed the previous position's store, and a load whose address matched a store still waiting
-// for its cache line in the low 12 bits (4K aliasing) waited for it: with int64 rows of 4 KiB,
-// an axis-0 Scatter whose result sat 64-128 bytes off its source ran 5x slower (standalone, 1 MiB:
-// 450-470 against 85-90 µs). Loads first: 100-140 µs there, and Gather along axis 0 20% faster
-// at every offset (f32 1 MiB: 174 against 137 µs).
-template <typename ValueAt, typename Load, typename Store>
-inline void LoadsThenStores(int64_t begin, int64_t end, const ValueAt& value_at, const Load& load,
-                            const Store& store) {
-  constexpr int64_t kGroup = 8;
-  using Loaded = decltype(load(int64_t{0}, int64_t{0}));
-  int64_t i = begin;
-  for (; i + kGroup <= end; i += kGroup) {
-    int64_t values[kGroup];
-    Loaded loaded[kGroup];
-#pragma GCC unroll 8
-    for (int64_t k = 0; k < kGroup; ++k) {
-      values[k] = value_at(i + k);
-      loaded[k] = load(i + k, values[k]);
-    }
-#pragma GCC unroll 8
-    for (int64_t k = 0; k < kGroup; ++k) store(i + k, values[k], loaded[k]);
-  }
-  for (; i < end; ++i) {
-    const int64_t value = value_at(i);
-    store(i, value, load(i, value));
-  }
-}
-
-// ForEachIndexInRun visits i in [0, count) with `value`, the run's i-th index (at
-// `index[i * index_step]`) wrapped into [0, axis_size), in two steps: `load(i, value)` reads what
-// position i moves and returns it, `store(i, value, loaded)` writes it. It returns false when an
-// index lies outside [-axis_size, axis_size), after visiting none or some of the positions. A
-// position's store may come after later positions' loads, never before its own load or an earlier
-// position's store; `load` must therefore not read what an earlier store of the same run writes
-// (Gather's input is not its result; Scatter's loads read the source, its stores the result).
+// ForEachIndexInRun calls `visit(i, value)` for i in [0, count) in order, `value` being the run's
+// i-th index (at `index[i * index_step]`) wrapped into [0, axis_size). It returns false when an
+// index lies outside [-axis_size, axis_size), after visiting the positions before it.
 //
-// How the indices are checked depends on where the body's indexed accesses go, which
-// `indexed_step` (the indexed operand's step along the run) tells:
+// While the indices lie in [0, axis_size), as nearly all do, each costs one predicted unsigned
+// compare and needs no wrap, in a loop unrolled four times. The first index outside [0, axis_size)
+// sends the rest of the run to a loop that checks and wraps each index, so a run of mixed signs
+// costs no more than it would have in that loop alone (a fast loop that mispredicts on every
+// negative index was 7x slower on random signs).
 //
-// - Step 0 (a last-axis Gather or Scatter: every position indexes the same line, which stays in
-//   cache), or a strided index: the loop is bound by its instruction count, so one pass with a
-//   predicted branch per element is fastest; it also keeps the index stream's loads interleaved
-//   with the accesses. Indices in [0, axis_size) take a shorter loop than the others (below).
-// - Otherwise, for a contiguous index (an axis-0 walk: each position indexes its own line, and
-//   its access misses the cache independently of the others): the indices are checked a block at
-//   a time first, and then visited without a branch per element, so that the access loop is as
-//   short as possible and more of its cache misses overlap (the profile of a 64 MiB axis-0 Gather
-//   had two thirds of its samples on the store after the input load). The check is branch-free
-//   integer arithmetic that compilers vectorize with plain SSE2; a block is small enough to stay
-//   in L1 between the two passes. On last-axis runs this split cost 1.4-1.7x in a standalone loop
-//   (the separate check pass stalls on the index stream with no accesses to overlap). The checked
-//   positions are visited eight loads, then eight stores, at a time (LoadsThenStores).
-template <typename Index, typename IndexStep, typename IndexedStep, typename Load, typename Store>
+// Measured alternatives (standalone loops and kernels_bench A/B runs, bench/README.md):
+// - A wrap selected per element (cmov) made the loop 1.9x slower (f32 1 MiB last-axis Gather,
+//   standalone: 158 against 73 µs per thread; int64 106 against 44).
+// - Checking a group of 8 indices with one branch, then visiting it, was slower along both axes
+//   (bf16 1 MiB last-axis Scatter SUM 1.6-1.9x).
+// - For runs whose positions each index their own line (axis 0), a separate check pass per block
+//   of 512 indices, or loading eight positions before storing eight, was what this loop replaced:
+//   median ratio to ATen over the 1 MiB and 64 MiB axis-0 cases 1.13x before, 1.29-1.30x after
+//   (bf16 1 MiB axis-0 Scatter SUM 2.2 -> 1.1-1.25 ms), and no slower at any offset between a
+//   Scatter's source and result (4K aliasing), where the grouping was meant to help.
+template <typename Index, typename IndexStep, typename Visit>
 inline bool ForEachIndexInRun(const Index* index, int64_t count, IndexStep index_step,
-                              IndexedStep /*indexed_step*/, int64_t axis_size, const Load& load,
-                              const Store& store) {
+                              int64_t axis_size, const Visit& visit) {
   const uint64_t size = static_cast<uint64_t>(axis_size);
-  constexpr bool kOneLine = std::is_same_v<IndexedStep, ConstantStep<0>>;
-  if (kOneLine || index_step != 1) {
-    // While the indices lie in [0, axis_size), as nearly all do, each costs one predicted unsigned
-    // compare and needs no wrap. A wrap selected per element (cmov) made the loop 1.9x slower
-    // than this one (f32 1 MiB last-axis Gather, standalone: 158 against 73 µs per thread;
-    // int64 106 against 44), and most of the gain needs the fast loop unrolled: a fast loop that
-    // re-entered the checked one per block of 256 took 103 µs. The first index outside [0,
-    // axis_size) sends the rest of the run to the checked and wrapped loop, so a run of mixed
-    // signs costs what it did before (a fast loop that mispredicts on every negative index was
-    // 7x slower on random signs).
-    constexpr int64_t kUnroll = 4;
-    int64_t i = 0;
-    for (; i + kUnroll <= count; i += kUnroll) {
-      int64_t values[kUnroll];
+  constexpr int64_t kUnroll = 4;
+  int64_t i = 0;
+  for (; i + kUnroll <= count; i += kUnroll) {
+    int64_t values[kUnroll];
 #pragma GCC unroll 4
-      for (int64_t k = 0; k < kUnroll; ++k) values[k] = index[(i + k) * index_step];
-      int64_t k = 0;
+    for (int64_t k = 0; k < kUnroll; ++k) values[k] = index[(i + k) * index_step];
+    int64_t k = 0;
 #pragma GCC unroll 4
-      for (; k < kUnroll; ++k) {
-        if (static_cast<uint64_t>(values[k]) >= size) [[unlikely]] {
-          break;
-        }
-        store(i + k, values[k], load(i + k, values[k]));
-      }
-      if (k < kUnroll) [[unlikely]] {
-        i += k;
+    for (; k < kUnroll; ++k) {
+      if (static_cast<uint64_t>(values[k]) >= size) [[unlikely]] {
         break;
       }
+      visit(i + k, values[k]);
     }
-    for (; i < count; ++i) {
-      const int64_t value = index[i * index_step];
-      // value is in [-size, size) exactly when value + size is in [0, 2 * size), unsigned.
-      if (static_cast<uint64_t>(value) + size >= 2 * size) return false;
-      const int64_t wrapped = value < 0 ? value + axis_size : value;
-      store(i, wrapped, load(i, wrapped));
+    if (k < kUnroll) [[unlikely]] {
+      i += k;
+      break;
     }
-    return true;
   }
-  constexpr int64_t kBlock = 512;
-  // Neither `shifted` nor `span - shifted` has its top bit set exactly when value + size is in
-  // [0, 2 * size) (unsigned, so that wrapping is defined).
-  const uint64_t span = 2 * size - 1;
-  for (int64_t begin = 0; begin < count; begin += kBlock) {
-    const int64_t end = std::min(count, begin + kBlock);
-    uint64_t out_of_range = 0;
-    uint64_t negative = 0;
-    for (int64_t i = begin; i < end; ++i) {
-      const uint64_t value = static_cast<uint64_t>(static_cast<int64_t>(index[i]));
-      const uint64_t shifted = value + size;
-      out_of_range |= shifted | (span - shifted);
-      negative |= value;
-    }
-    if (static_cast<int64_t>(out_of_range) < 0) return false;
-    if (static_cast<int64_t>(negative) >= 0) {
-      LoadsThenStores(
-          begin, end, [index](int64_t i) { return static_cast<int64_t>(index[i]); }, load, store);
-    } else {
-      LoadsThenStores(
-          begin, end, [index, axis_size](int64_t i) { return WrapIndex(index[i], axis_size); },
-          load, store);
-    }
+  for (; i < count; ++i) {
+    const int64_t value = index[i * index_step];
+    // value is in [-size, size) exactly when value + size is in [0, 2 * size), unsigned.
+    if (static_cast<uint64_t>(value) + size >= 2 * size) return false;
+    const int64_t wrapped = value < 0 ? value + axis_size : value;
+    visit(i, wrapped);
   }
   return true;
 }

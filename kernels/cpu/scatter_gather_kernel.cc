@@ -70,9 +70,9 @@ bool GatherWalk(const GatherPlan& plan, const MutableTensorView& result) {
     const Elem* input_run = input + at[AxisWalk::kIndexed];
     return WithRunSteps(step, [&](auto index_step, auto out_step, auto input_step) {
       return ForEachIndexInRun(
-          index_run, count, index_step, input_step, axis_size,
-          [=](int64_t i, int64_t value) { return input_run[i * input_step + value * axis_stride]; },
-          [=](int64_t i, int64_t /*value*/, Elem loaded) { out_run[i * out_step] = loaded; });
+          index_run, count, index_step, axis_size, [=](int64_t i, int64_t value) {
+            out_run[i * out_step] = input_run[i * input_step + value * axis_stride];
+          });
     });
   };
   return walk.ForEachRun(run, /*ordered=*/false);
@@ -101,10 +101,8 @@ class ScatterUpdates {
       const int64_t dest_base = at[AxisWalk::kIndexed];
       return WithRunSteps(step, [&](auto index_step, auto source_step, auto dest_step) {
         return ForEachIndexInRun(
-            index_run, length, index_step, dest_step, axis_size,
-            [=](int64_t i, int64_t /*value*/) { return source_run[i * source_step]; },
-            [=](int64_t i, int64_t value, const T& loaded) {
-              apply(dest_base + i * dest_step + value * axis_stride, loaded);
+            index_run, length, index_step, axis_size, [=](int64_t i, int64_t value) {
+              apply(dest_base + i * dest_step + value * axis_stride, source_run[i * source_step]);
             });
       });
     };

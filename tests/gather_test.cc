@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/streaming_store.h"
 #include "tests/reference.h"
 
 namespace tensorops {
@@ -148,6 +149,55 @@ TEST_P(GatherRandomTest, LargeMatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(AllDataTypes, GatherRandomTest, ::testing::ValuesIn(kAllDataTypes),
                          testing::DataTypeParamName);
+
+// Results of cpu::kStreamingMinBytes and more are written with streaming stores (4- and 8-byte
+// elements), which bypass the cache and are weakly ordered: every element must still arrive, along
+// the last axis (one line per run) and the first (runs along the inner dimension). The expected
+// values are computed here with plain loops; each element of the input is its own position, so a
+// lost, stale or misplaced store shows.
+TEST(GatherTest, ResultsLargerThanTheCacheMatchPlainLoops) {
+  absl::BitGen gen = SeededGen(4242, kGatherSeedSalt);
+  for (const DataType dtype : {DataType::kInt32, DataType::kInt64}) {
+    const int64_t numel = cpu::kStreamingMinBytes / ItemSize(dtype);
+    for (const int64_t axis : {0, 1}) {
+      const Shape shape = axis == 0 ? Shape{512, numel / 512} : Shape{64, numel / 64};
+      SCOPED_TRACE(absl::StrCat(std::string(DataTypeName(dtype)), " axis ", axis));
+      Tensor input(dtype, shape);
+      for (int64_t i = 0; i < numel; ++i) {
+        if (dtype == DataType::kInt32) {
+          input.data_as<int32_t>()[i] = static_cast<int32_t>(i);
+        } else {
+          input.data_as<int64_t>()[i] = i;
+        }
+      }
+      const int64_t axis_size = shape[axis];
+      Tensor index(DataType::kInt32, shape);
+      int32_t* values = index.data_as<int32_t>();
+      // Mostly in [0, size), a few negative (wrapped by the slower loop).
+      for (int64_t i = 0; i < numel; ++i) {
+        values[i] = static_cast<int32_t>(absl::Uniform<int64_t>(gen, 0, axis_size) -
+                                         (absl::Bernoulli(gen, 0.001) ? axis_size : 0));
+      }
+      absl::StatusOr<Tensor> out =
+          Gather(GatherArgs{.input = input.view(), .index = index.view(), .axis = axis});
+      ASSERT_TRUE(out.ok()) << out.status();
+      const int64_t cols = shape[1];
+      int64_t mismatches = 0;
+      for (int64_t i = 0; i < numel && mismatches < 5; ++i) {
+        const int64_t value = values[i] < 0 ? values[i] + axis_size : values[i];
+        const int64_t row = i / cols, col = i % cols;
+        const int64_t expected = axis == 0 ? value * cols + col : row * cols + value;
+        const int64_t actual =
+            dtype == DataType::kInt32 ? out->data_as<int32_t>()[i] : out->data_as<int64_t>()[i];
+        if (actual != expected) {
+          ++mismatches;
+          ADD_FAILURE() << "out[" << row << ", " << col << "] = " << actual << ", expected "
+                        << expected;
+        }
+      }
+    }
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Hand cases.

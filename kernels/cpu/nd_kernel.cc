@@ -26,6 +26,7 @@
 #include "kernels/cpu/item_size.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/reducing_scatter.h"
+#include "kernels/cpu/streaming_store.h"
 #include "kernels/dispatch.h"
 #include "kernels/gather.h"
 #include "kernels/nd_ops.h"
@@ -168,9 +169,11 @@ int64_t PositionGrain(int64_t slice_size) {
   return std::max<int64_t>(1, kMinParallelElements / std::max<int64_t>(slice_size, 1));
 }
 
-// ForEachAddressParallel runs ForEachAddress over all positions, split across threads.
-template <typename Index, typename Fn>
-bool ForEachAddressParallel(const NdPlan& plan, const Fn& fn) {
+// ForEachAddressParallel runs ForEachAddress over all positions, split across threads; each task
+// calls `end_task()` when it is done with its positions.
+template <typename Index, typename Fn, typename EndTask = void (*)()>
+bool ForEachAddressParallel(
+    const NdPlan& plan, const Fn& fn, EndTask end_task = [] {}) {
   std::atomic<bool> ok{true};
   ParallelFor(NumElements(plan.positions), PositionGrain(plan.slice_size),
               [&](int64_t begin, int64_t end) {
@@ -178,9 +181,15 @@ bool ForEachAddressParallel(const NdPlan& plan, const Fn& fn) {
                 if (!ForEachAddress<Index>(plan, begin, end, fn)) {
                   ok.store(false, std::memory_order_relaxed);
                 }
+                end_task();
               });
   return ok.load();
 }
+
+// kMinStreamedSliceBytes: slices from this size on are copied with streaming stores when the
+// result is large (ShouldStream); a smaller one would leave partly written lines in the
+// write-combining buffers.
+constexpr int64_t kMinStreamedSliceBytes = 256;
 
 template <typename Elem, typename Index>
 bool GatherSlices(const NdPlan& plan, const Elem* input, Elem* out) {
@@ -188,6 +197,16 @@ bool GatherSlices(const NdPlan& plan, const Elem* input, Elem* out) {
   if (slice == 1) {
     return ForEachAddressParallel<Index>(
         plan, [&](int64_t position, int64_t offset) { out[position] = input[offset]; });
+  }
+  const int64_t slice_bytes = slice * static_cast<int64_t>(sizeof(Elem));
+  if (slice_bytes >= kMinStreamedSliceBytes &&
+      ShouldStream(NumElements(plan.positions) * slice_bytes)) {
+    return ForEachAddressParallel<Index>(
+        plan,
+        [&](int64_t position, int64_t offset) {
+          StreamCopy(out + position * slice, input + offset, slice_bytes);
+        },
+        StreamFence);
   }
   return ForEachAddressParallel<Index>(plan, [&](int64_t position, int64_t offset) {
     std::copy_n(input + offset, slice, out + position * slice);

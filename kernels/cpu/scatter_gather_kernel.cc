@@ -14,6 +14,7 @@
 #include "kernels/cpu/item_size.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/reducing_scatter.h"
+#include "kernels/cpu/streaming_store.h"
 #include "kernels/dispatch.h"
 #include "kernels/gather.h"
 #include "kernels/reduction.h"
@@ -53,7 +54,9 @@ absl::Status OutOfRangeError(std::string_view op, const TensorView& index, int64
   });
 }
 
-template <typename Elem, typename Index>
+// kStream: the result is written with streaming stores (see streaming_store.h), in the runs that
+// write it contiguously.
+template <typename Elem, typename Index, bool kStream>
 bool GatherWalk(const GatherPlan& plan, const MutableTensorView& result) {
   const Index* index = plan.index.data_as<Index>();
   const Elem* input = static_cast<const Elem*>(plan.input.data());
@@ -69,10 +72,18 @@ bool GatherWalk(const GatherPlan& plan, const MutableTensorView& result) {
     Elem* out_run = out + at[AxisWalk::kDirect];
     const Elem* input_run = input + at[AxisWalk::kIndexed];
     return WithRunSteps(step, [&](auto index_step, auto out_step, auto input_step) {
-      return ForEachIndexInRun(
-          index_run, count, index_step, axis_size, [=](int64_t i, int64_t value) {
-            out_run[i * out_step] = input_run[i * input_step + value * axis_stride];
+      constexpr bool kStreamRun = kStream && std::is_same_v<decltype(out_step), ConstantStep<1>>;
+      const bool ok =
+          ForEachIndexInRun(index_run, count, index_step, axis_size, [=](int64_t i, int64_t value) {
+            const Elem loaded = input_run[i * input_step + value * axis_stride];
+            if constexpr (kStreamRun) {
+              StreamStore(out_run + i, loaded);
+            } else {
+              out_run[i * out_step] = loaded;
+            }
           });
+      if constexpr (kStreamRun) StreamFence();
+      return ok;
     });
   };
   return walk.ForEachRun(run, /*ordered=*/false);
@@ -133,7 +144,12 @@ absl::Status Gather(const GatherPlan& plan, const MutableTensorView& result) {
   if (NumElements(result.shape()) == 0) return absl::OkStatus();
   const bool ok = DispatchItemSize(ItemSize(plan.result_dtype), [&]<typename Elem>(TypeTag<Elem>) {
     return DispatchIndexType(plan.index.dtype(), [&]<typename Index>(TypeTag<Index>) {
-      return GatherWalk<Elem, Index>(plan, result);
+      if constexpr (kCanStream<Elem>) {
+        if (ShouldStream(result.numel() * static_cast<int64_t>(sizeof(Elem)))) {
+          return GatherWalk<Elem, Index, /*kStream=*/true>(plan, result);
+        }
+      }
+      return GatherWalk<Elem, Index, /*kStream=*/false>(plan, result);
     });
   });
   if (ok) return absl::OkStatus();

@@ -406,7 +406,7 @@ absl::Status ScatterNd(const NdPlan& plan, const MutableTensorView& result) {
         return absl::InternalError("scatter_nd: AMAX/AMIN on complex passed planning");
       } else {
         const T* source_data = source.data_as<T>();
-        ReducingScatter<T, Op> scatter(result.data_as<T>(), result.numel(), plan.reduce,
+        ReducingScatter<T, Op> scatter(result.data_as<T>(), result.shape(), plan.reduce,
                                        plan.include_self);
         scatter.Run([&](const auto& apply) {
           updates.ForEach([&](int64_t dest, int64_t from) { apply(dest, source_data[from]); });

@@ -90,15 +90,17 @@ bool GatherWalk(const GatherPlan& plan, const MutableTensorView& result) {
 }
 
 // ScatterUpdates enumerates Scatter's updates for ReducingScatter: the index walked with AxisWalk,
-// whose ordering guarantee is the one ReducingScatter asks for.
+// whose ordering guarantee is the one ReducingScatter asks for. Destinations are offsets by
+// `dest_strides` (ReducingScatter::dest_strides()) over the input's shape.
 template <typename T, typename Index>
 class ScatterUpdates {
  public:
-  explicit ScatterUpdates(const ScatterPlan& plan)
+  ScatterUpdates(const ScatterPlan& plan, const Shape& dest_strides)
       : index_(plan.index.data_as<Index>()),
         source_(plan.source.data_as<T>()),
         axis_size_(plan.input.rank() == 0 ? 1 : plan.input.size(plan.axis)),
-        walk_(plan.index.shape(), plan.axis, DestinationWalkStrides(plan, &axis_stride_)) {}
+        walk_(plan.index.shape(), plan.axis,
+              DestinationWalkStrides(plan, dest_strides, &axis_stride_)) {}
 
   int64_t axis_size() const { return axis_size_; }
 
@@ -121,11 +123,12 @@ class ScatterUpdates {
   }
 
  private:
-  // The walk's strides: index and source as planned; the destination (contiguous, the input's
-  // shape) with its axis stride moved out into `axis_stride`.
+  // The walk's strides: index and source as planned; the destination's with its axis stride
+  // moved out into `axis_stride`.
   static std::array<Shape, AxisWalk::kOperands> DestinationWalkStrides(const ScatterPlan& plan,
+                                                                       Shape dest_strides,
                                                                        int64_t* axis_stride) {
-    Shape dest_strides = plan.input.rank() == 0 ? Shape{1} : ContiguousStrides(plan.input.shape());
+    if (plan.input.rank() == 0) dest_strides = Shape{1};
     *axis_stride = dest_strides[plan.axis];
     dest_strides[plan.axis] = 0;
     return {plan.index.strides(), plan.source.strides(), dest_strides};
@@ -166,9 +169,9 @@ absl::Status Scatter(const ScatterPlan& plan, const MutableTensorView& result) {
         if constexpr (kOrdered && internal::IsComplexType<T>::value) {
           return absl::InternalError("scatter: AMAX/AMIN on complex passed planning");
         } else {
-          const ScatterUpdates<T, Index> updates(plan);
-          ReducingScatter<T, Op> scatter(result.data_as<T>(), result.numel(), plan.reduce,
-                                         plan.include_self);
+          ReducingScatter<T, Op> scatter(result.data_as<T>(), result.shape(), plan.reduce,
+                                         plan.include_self, /*may_pad_rows=*/true);
+          const ScatterUpdates<T, Index> updates(plan, scatter.dest_strides());
           if (scatter.Run([&](const auto& apply) { return updates.ForEach(apply); })) {
             return absl::OkStatus();
           }

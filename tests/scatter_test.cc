@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/streaming_store.h"
 #include "kernels/gather.h"
 #include "tests/reference.h"
 
@@ -461,6 +462,69 @@ TEST(ScatterTest, AssignDuplicatesLastWriterWins) {
                                        .axis = 0,
                                        .include_self = include_self});
     EXPECT_EQ(ToDoubles(out), (std::vector<double>{0, 40, 50}));
+  }
+}
+
+// An out-of-place Scatter along the last axis with a result of cpu::kStreamingMinBytes and more
+// copies each line of the input just before scattering into it: every line must end up as the
+// input's line with its updates applied, also where the index is shorter than the line, and the
+// cases that copy the whole input first (include_self = false) must agree. Plain loops give the
+// expected values; int32, so sums are exact.
+TEST(ScatterTest, LargeLastAxisResultsMatchPlainLoops) {
+  absl::BitGen gen = SeededGen(1618, kScatterSeedSalt);
+  constexpr int64_t kRows = 64;
+  const int64_t cols = cpu::kStreamingMinBytes / (kRows * 4);
+  const int64_t updates = cols - cols / 4;
+  Tensor input(DataType::kInt32, {kRows, cols});
+  for (int64_t i = 0; i < kRows * cols; ++i) {
+    input.data_as<int32_t>()[i] = static_cast<int32_t>(absl::Uniform<uint32_t>(gen) % 1000);
+  }
+  Tensor index(DataType::kInt64, {kRows, updates});
+  Tensor source(DataType::kInt32, {kRows, updates});
+  for (int64_t i = 0; i < kRows * updates; ++i) {
+    // Mostly in [0, cols), a few negative.
+    index.data_as<int64_t>()[i] =
+        absl::Uniform<int64_t>(gen, 0, cols) - (absl::Bernoulli(gen, 0.001) ? cols : 0);
+    source.data_as<int32_t>()[i] = static_cast<int32_t>(absl::Uniform<uint32_t>(gen) % 1000);
+  }
+  struct Variant {
+    Reduction reduce;
+    bool include_self;
+  };
+  for (const Variant variant : {Variant{Reduction::kAssign, true}, Variant{Reduction::kSum, true},
+                                Variant{Reduction::kSum, false}}) {
+    SCOPED_TRACE(absl::StrCat(std::string(ReductionName(variant.reduce)),
+                              variant.include_self ? " include_self" : ""));
+    std::vector<int32_t> expected(input.data_as<int32_t>(),
+                                  input.data_as<int32_t>() + kRows * cols);
+    for (int64_t pass = variant.include_self ? 1 : 0; pass < 2; ++pass) {
+      for (int64_t r = 0; r < kRows; ++r) {
+        for (int64_t u = 0; u < updates; ++u) {
+          const int64_t value = index.data_as<int64_t>()[r * updates + u];
+          int32_t& dest = expected[r * cols + (value < 0 ? value + cols : value)];
+          const int32_t update = source.data_as<int32_t>()[r * updates + u];
+          if (pass == 0) {
+            dest = 0;  // include_self = false: touched destinations start from the identity.
+          } else {
+            dest = variant.reduce == Reduction::kAssign ? update : dest + update;
+          }
+        }
+      }
+    }
+    const Tensor out = ScatterOk(ScatterArgs{.input = input.view(),
+                                             .index = index.view(),
+                                             .source = source.view(),
+                                             .axis = 1,
+                                             .reduce = variant.reduce,
+                                             .include_self = variant.include_self});
+    int64_t mismatches = 0;
+    for (int64_t i = 0; i < kRows * cols && mismatches < 5; ++i) {
+      if (out.data_as<int32_t>()[i] != expected[i]) {
+        ++mismatches;
+        ADD_FAILURE() << "out[" << i / cols << ", " << i % cols
+                      << "] = " << out.data_as<int32_t>()[i] << ", expected " << expected[i];
+      }
+    }
   }
 }
 

@@ -78,6 +78,13 @@ class ReducingScatter {
   // (the row-major strides of `shape`, or the padded shadow's).
   const Shape& dest_strides() const { return dest_strides_; }
 
+  // True when Run reads and writes nothing of the result before its one enumeration (no shadow to
+  // fill, no reset pass), and the enumeration applies to the result itself: a caller may then
+  // fill each part of the result as the enumeration reaches it.
+  bool result_untouched_before_updates() const {
+    return std::is_same_v<Acc, T> && (include_self_ || reduce_ == Reduction::kAssign);
+  }
+
   template <typename ForEachUpdate>
   bool Run(const ForEachUpdate& for_each_update) {
     Acc* dest = reinterpret_cast<Acc*>(result_);

@@ -6,6 +6,7 @@
 // row-major order, found by a scan that only runs on that error path.
 #include <complex>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "absl/strings/str_format.h"
@@ -89,6 +90,10 @@ bool GatherWalk(const GatherPlan& plan, const MutableTensorView& result) {
   return walk.ForEachRun(run, /*ordered=*/false);
 }
 
+struct NoRunStart {
+  void operator()(int64_t /*dest_base*/) const {}
+};
+
 // ScatterUpdates enumerates Scatter's updates for ReducingScatter: the index walked with AxisWalk,
 // whose ordering guarantee is the one ReducingScatter asks for. Destinations are offsets by
 // `dest_strides` (ReducingScatter::dest_strides()) over the input's shape.
@@ -104,14 +109,18 @@ class ScatterUpdates {
 
   int64_t axis_size() const { return axis_size_; }
 
-  template <typename Apply>
-  bool ForEach(const Apply& apply) const {
+  // ForEach calls `apply(dest_offset, value)` for every update. `start_run(dest_base)` is called
+  // before each run's updates with the offset of the destination line the run scatters into (the
+  // line's start along the axis).
+  template <typename Apply, typename StartRun = NoRunStart>
+  bool ForEach(const Apply& apply, const StartRun& start_run = {}) const {
     const int64_t axis_size = axis_size_;
     const int64_t axis_stride = axis_stride_;
     const auto run = [&](const Offsets& at, int64_t length, const Offsets& step) {
       const Index* index_run = index_ + at[AxisWalk::kIndex];
       const T* source_run = source_ + at[AxisWalk::kDirect];
       const int64_t dest_base = at[AxisWalk::kIndexed];
+      start_run(dest_base);
       return WithRunSteps(step, [&](auto index_step, auto source_step, auto dest_step) {
         return ForEachIndexInRun(
             index_run, length, index_step, axis_size, [=](int64_t i, int64_t value) {
@@ -159,9 +168,32 @@ absl::Status Gather(const GatherPlan& plan, const MutableTensorView& result) {
   return OutOfRangeError(plan.op, plan.original_index, plan.axis, plan.input_axis_size, "input");
 }
 
+// CopiesInputByLine: whether Scatter copies the input into the result one line along the axis at a
+// time, each just before the run that scatters into it, instead of all of it before the first
+// run. Then the line is still in cache when its updates read and write it: for a result larger
+// than the cache, the whole copy first evicted each line again before its run, so every line
+// went to memory and back twice.
+//
+// Only along the last axis of a large out-of-place result, where every run covers one whole line
+// and every line gets a run (the index matches the input outside the axis and is not empty), and
+// when the reduction touches the result first in its one enumeration (`untouched_before`).
+bool CopiesInputByLine(const ScatterPlan& plan, const MutableTensorView& result,
+                       bool untouched_before) {
+  const int64_t rank = plan.input.rank();
+  if (!untouched_before || rank == 0 || plan.axis != rank - 1) return false;
+  if (result.data() == plan.input.data() || !plan.input.is_contiguous()) return false;
+  if (!ShouldStream(result.numel() * result.itemsize())) return false;
+  for (int64_t d = 0; d < rank - 1; ++d) {
+    if (plan.index.size(d) != plan.input.size(d)) return false;
+  }
+  return plan.index.size(plan.axis) > 0;
+}
+
 absl::Status Scatter(const ScatterPlan& plan, const MutableTensorView& result) {
-  CopyElements(plan.input, result);
-  if (plan.original_index.numel() == 0) return absl::OkStatus();
+  if (plan.original_index.numel() == 0) {
+    CopyElements(plan.input, result);
+    return absl::OkStatus();
+  }
   return DispatchDataType(plan.result_dtype, [&]<typename T>(TypeTag<T>) {
     return DispatchIndexType(plan.index.dtype(), [&]<typename Index>(TypeTag<Index>) {
       return DispatchReduction(plan.reduce, [&]<typename Op>(Op) -> absl::Status {
@@ -172,9 +204,21 @@ absl::Status Scatter(const ScatterPlan& plan, const MutableTensorView& result) {
           ReducingScatter<T, Op> scatter(result.data_as<T>(), result.shape(), plan.reduce,
                                          plan.include_self, /*may_pad_rows=*/true);
           const ScatterUpdates<T, Index> updates(plan, scatter.dest_strides());
-          if (scatter.Run([&](const auto& apply) { return updates.ForEach(apply); })) {
-            return absl::OkStatus();
+          bool ok;
+          if (CopiesInputByLine(plan, result, scatter.result_untouched_before_updates())) {
+            const T* input = plan.input.data_as<T>();
+            T* out = result.data_as<T>();
+            const int64_t line_bytes = plan.input.size(plan.axis) * static_cast<int64_t>(sizeof(T));
+            ok = scatter.Run([&](const auto& apply) {
+              return updates.ForEach(apply, [&](int64_t dest_base) {
+                std::memcpy(out + dest_base, input + dest_base, static_cast<size_t>(line_bytes));
+              });
+            });
+          } else {
+            CopyElements(plan.input, result);
+            ok = scatter.Run([&](const auto& apply) { return updates.ForEach(apply); });
           }
+          if (ok) return absl::OkStatus();
           return OutOfRangeError(plan.op, plan.original_index, plan.axis, updates.axis_size(),
                                  "input");
         }

@@ -52,6 +52,19 @@ TENSOROPS_HOST_DEVICE inline bool IsNan(T value) {
   }
 }
 
+// Pick returns `take ? a : b`, selecting the 16-bit floats by their bits: on the structs GCC
+// selected between the two operands' addresses (the source spilled to the stack, a cmov of
+// pointers, a load through the result), which put a store-to-load round trip on every update of
+// a bfloat16 AMAX/AMIN (1 MiB last-axis Scatter: 270 µs against 77 µs for ASSIGN).
+template <typename T>
+TENSOROPS_HOST_DEVICE inline T Pick(bool take, T a, T b) {
+  if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
+    return T::FromBits(take ? a.bits : b.bits);
+  } else {
+    return take ? a : b;
+  }
+}
+
 }  // namespace internal
 
 // AssignOp: the last value written wins.
@@ -98,7 +111,7 @@ struct MaxOp {
       // conditional store would mispredict on random data.
       const bool take =
           internal::IsNan(value) || internal::Comparable(value) > internal::Comparable(dest);
-      dest = take ? value : dest;
+      dest = internal::Pick(take, value, dest);
     }
   }
 };
@@ -114,7 +127,7 @@ struct MinOp {
       // conditional store would mispredict on random data.
       const bool take =
           internal::IsNan(value) || internal::Comparable(value) < internal::Comparable(dest);
-      dest = take ? value : dest;
+      dest = internal::Pick(take, value, dest);
     }
   }
 };

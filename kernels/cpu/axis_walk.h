@@ -220,21 +220,31 @@ class AxisWalk {
 template <int64_t kStep>
 using ConstantStep = std::integral_constant<int64_t, kStep>;
 
-// WithRunSteps calls `visit(index_step, direct_step, indexed_step)` with a run's steps, as
-// ConstantStep values in the two layouts that cover almost every large run (index and direct
-// operand contiguous, the indexed operand either fixed on one line or moving with them), else as
-// int64_t. A run body instantiated with constants compiles to a loop of a few instructions;
-// with runtime steps it had twice as many, and the 64 MiB last-axis Gather was bound by them
-// (a standalone loop of the same accesses ran 1.5x faster than the generic run).
+// WithRunSteps calls `visit(index_step, direct_step, indexed_step, axis_stride)` with a run's
+// steps and the indexed operand's stride along the axis, as ConstantStep values in the layouts
+// that cover almost every large run, else as int64_t:
+// - index and direct operand contiguous, the indexed operand moving with them (axis 0);
+// - the same with the indexed operand fixed on one line (the last axis), and that line
+//   contiguous (axis stride 1) or not.
+// A run body instantiated with constants compiles to a loop of a few instructions; with runtime
+// steps it had twice as many, and the 64 MiB last-axis Gather was bound by them (a standalone
+// loop of the same accesses ran 1.5x faster than the generic run). A constant axis stride of 1
+// drops a multiply and an add per element (standalone last-axis Gather: 13-19% faster for int64
+// and 16-bit elements).
 template <typename Visit>
-inline bool WithRunSteps(const AxisWalk::Offsets& step, const Visit& visit) {
+inline bool WithRunSteps(const AxisWalk::Offsets& step, int64_t axis_stride, const Visit& visit) {
   if (step[AxisWalk::kIndex] == 1 && step[AxisWalk::kDirect] == 1) {
-    if (step[AxisWalk::kIndexed] == 0)
-      return visit(ConstantStep<1>{}, ConstantStep<1>{}, ConstantStep<0>{});
+    if (step[AxisWalk::kIndexed] == 0) {
+      if (axis_stride == 1) {
+        return visit(ConstantStep<1>{}, ConstantStep<1>{}, ConstantStep<0>{}, ConstantStep<1>{});
+      }
+      return visit(ConstantStep<1>{}, ConstantStep<1>{}, ConstantStep<0>{}, axis_stride);
+    }
     if (step[AxisWalk::kIndexed] == 1)
-      return visit(ConstantStep<1>{}, ConstantStep<1>{}, ConstantStep<1>{});
+      return visit(ConstantStep<1>{}, ConstantStep<1>{}, ConstantStep<1>{}, axis_stride);
   }
-  return visit(step[AxisWalk::kIndex], step[AxisWalk::kDirect], step[AxisWalk::kIndexed]);
+  return visit(step[AxisWalk::kIndex], step[AxisWalk::kDirect], step[AxisWalk::kIndexed],
+               axis_stride);
 }
 
 // ForEachIndexInRun calls `visit(i, value)` for i in [0, count) in order, `value` being the run's

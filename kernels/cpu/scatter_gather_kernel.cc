@@ -72,20 +72,23 @@ bool GatherWalk(const GatherPlan& plan, const MutableTensorView& result) {
     const Index* index_run = index + at[AxisWalk::kIndex];
     Elem* out_run = out + at[AxisWalk::kDirect];
     const Elem* input_run = input + at[AxisWalk::kIndexed];
-    return WithRunSteps(step, [&](auto index_step, auto out_step, auto input_step) {
-      constexpr bool kStreamRun = kStream && std::is_same_v<decltype(out_step), ConstantStep<1>>;
-      const bool ok =
-          ForEachIndexInRun(index_run, count, index_step, axis_size, [=](int64_t i, int64_t value) {
-            const Elem loaded = input_run[i * input_step + value * axis_stride];
-            if constexpr (kStreamRun) {
-              StreamStore(out_run + i, loaded);
-            } else {
-              out_run[i * out_step] = loaded;
-            }
-          });
-      if constexpr (kStreamRun) StreamFence();
-      return ok;
-    });
+    return WithRunSteps(
+        step, axis_stride,
+        [&](auto index_step, auto out_step, auto input_step, auto input_axis_stride) {
+          constexpr bool kStreamRun =
+              kStream && std::is_same_v<decltype(out_step), ConstantStep<1>>;
+          const bool ok = ForEachIndexInRun(
+              index_run, count, index_step, axis_size, [=](int64_t i, int64_t value) {
+                const Elem loaded = input_run[i * input_step + value * input_axis_stride];
+                if constexpr (kStreamRun) {
+                  StreamStore(out_run + i, loaded);
+                } else {
+                  out_run[i * out_step] = loaded;
+                }
+              });
+          if constexpr (kStreamRun) StreamFence();
+          return ok;
+        });
   };
   return walk.ForEachRun(run, /*ordered=*/false);
 }
@@ -121,12 +124,15 @@ class ScatterUpdates {
       const T* source_run = source_ + at[AxisWalk::kDirect];
       const int64_t dest_base = at[AxisWalk::kIndexed];
       start_run(dest_base);
-      return WithRunSteps(step, [&](auto index_step, auto source_step, auto dest_step) {
-        return ForEachIndexInRun(
-            index_run, length, index_step, axis_size, [=](int64_t i, int64_t value) {
-              apply(dest_base + i * dest_step + value * axis_stride, source_run[i * source_step]);
-            });
-      });
+      return WithRunSteps(
+          step, axis_stride,
+          [&](auto index_step, auto source_step, auto dest_step, auto dest_axis_stride) {
+            return ForEachIndexInRun(index_run, length, index_step, axis_size,
+                                     [=](int64_t i, int64_t value) {
+                                       apply(dest_base + i * dest_step + value * dest_axis_stride,
+                                             source_run[i * source_step]);
+                                     });
+          });
     };
     return walk_.ForEachRun(run);
   }

@@ -151,30 +151,52 @@ INSTANTIATE_TEST_SUITE_P(AllDataTypes, GatherRandomTest, ::testing::ValuesIn(kAl
                          testing::DataTypeParamName);
 
 // Results of cpu::kStreamingMinBytes and more are written with streaming stores (4- and 8-byte
-// elements), which bypass the cache and are weakly ordered: every element must still arrive, along
-// the last axis (one line per run) and the first (runs along the inner dimension). The expected
-// values are computed here with plain loops; each element of the input is its own position, so a
+// elements; 2-byte ones with plain stores), which bypass the cache and are weakly ordered: every
+// element must still arrive, along the last axis (one line per run) and the first (runs along the
+// inner dimension). Lines of odd length start runs off a cache line. The expected values are
+// computed here with plain loops; each element of the input is a hash of its own position, so a
 // lost, stale or misplaced store shows.
+int64_t PositionHash(int64_t position) {
+  return static_cast<int64_t>((static_cast<uint64_t>(position) * 0x9E3779B97F4A7C15u) >> 1);
+}
+
 TEST(GatherTest, ResultsLargerThanTheCacheMatchPlainLoops) {
   absl::BitGen gen = SeededGen(4242, kGatherSeedSalt);
-  for (const DataType dtype : {DataType::kInt32, DataType::kInt64}) {
-    const int64_t numel = cpu::kStreamingMinBytes / ItemSize(dtype);
+  for (const DataType dtype : {DataType::kInt16, DataType::kInt32, DataType::kInt64}) {
+    const int64_t numel = cpu::kStreamingMinBytes / ItemSize(dtype) + 1001;
     for (const int64_t axis : {0, 1}) {
-      const Shape shape = axis == 0 ? Shape{512, numel / 512} : Shape{64, numel / 64};
+      const Shape shape = axis == 0 ? Shape{512, numel / 512} : Shape{numel / 1001, 1001};
       SCOPED_TRACE(absl::StrCat(std::string(DataTypeName(dtype)), " axis ", axis));
       Tensor input(dtype, shape);
-      for (int64_t i = 0; i < numel; ++i) {
-        if (dtype == DataType::kInt32) {
-          input.data_as<int32_t>()[i] = static_cast<int32_t>(i);
-        } else {
-          input.data_as<int64_t>()[i] = i;
+      const int64_t count = input.numel();
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t hash = PositionHash(i);
+        switch (dtype) {
+          case DataType::kInt16:
+            input.data_as<int16_t>()[i] = static_cast<int16_t>(hash);
+            break;
+          case DataType::kInt32:
+            input.data_as<int32_t>()[i] = static_cast<int32_t>(hash);
+            break;
+          default:
+            input.data_as<int64_t>()[i] = hash;
         }
       }
+      const auto element = [dtype](const Tensor& tensor, int64_t i) -> int64_t {
+        switch (dtype) {
+          case DataType::kInt16:
+            return tensor.data_as<int16_t>()[i];
+          case DataType::kInt32:
+            return tensor.data_as<int32_t>()[i];
+          default:
+            return tensor.data_as<int64_t>()[i];
+        }
+      };
       const int64_t axis_size = shape[axis];
       Tensor index(DataType::kInt32, shape);
       int32_t* values = index.data_as<int32_t>();
       // Mostly in [0, size), a few negative (wrapped by the slower loop).
-      for (int64_t i = 0; i < numel; ++i) {
+      for (int64_t i = 0; i < count; ++i) {
         values[i] = static_cast<int32_t>(absl::Uniform<int64_t>(gen, 0, axis_size) -
                                          (absl::Bernoulli(gen, 0.001) ? axis_size : 0));
       }
@@ -183,18 +205,28 @@ TEST(GatherTest, ResultsLargerThanTheCacheMatchPlainLoops) {
       ASSERT_TRUE(out.ok()) << out.status();
       const int64_t cols = shape[1];
       int64_t mismatches = 0;
-      for (int64_t i = 0; i < numel && mismatches < 5; ++i) {
+      for (int64_t i = 0; i < count && mismatches < 5; ++i) {
         const int64_t value = values[i] < 0 ? values[i] + axis_size : values[i];
         const int64_t row = i / cols, col = i % cols;
-        const int64_t expected = axis == 0 ? value * cols + col : row * cols + value;
-        const int64_t actual =
-            dtype == DataType::kInt32 ? out->data_as<int32_t>()[i] : out->data_as<int64_t>()[i];
+        const int64_t expected =
+            element(input, axis == 0 ? value * cols + col : row * cols + value);
+        const int64_t actual = element(*out, i);
         if (actual != expected) {
           ++mismatches;
           ADD_FAILURE() << "out[" << row << ", " << col << "] = " << actual << ", expected "
                         << expected;
         }
       }
+
+      // An index out of range deep inside a streamed run (a later chunk of the buffered path) is
+      // reported, by its position.
+      const int64_t bad_row = shape[0] - 2, bad_col = cols - 3;
+      values[bad_row * cols + bad_col] = static_cast<int32_t>(axis_size);
+      absl::StatusOr<Tensor> bad =
+          Gather(GatherArgs{.input = input.view(), .index = index.view(), .axis = axis});
+      EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(bad.status().message(),
+                  HasSubstr(absl::StrCat("index[", bad_row, ", ", bad_col, "] = ", axis_size)));
     }
   }
 }

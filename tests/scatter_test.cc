@@ -18,7 +18,9 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/reducing_scatter.h"
 #include "kernels/cpu/streaming_store.h"
+#include "kernels/dispatch.h"
 #include "kernels/gather.h"
 #include "tests/reference.h"
 
@@ -1074,6 +1076,59 @@ TEST(ScatterErrorTest, ValueThatDoesNotFitTheDtype) {
       ScatterArgs{.input = input.view(), .index = index.view(), .source = Scalar(int64_t{300})});
   EXPECT_THAT(status.message(), HasSubstr("scatter: value = 300"));
   EXPECT_THAT(status.message(), HasSubstr("uint8"));
+}
+
+// MEAN counts arrivals in int32 when the updates bound every count below its range, else in
+// int64; the two must agree. The enumeration here is small, and the int64 path is reached by
+// declaring more updates than int32 can count (no test input could make that many). Float and
+// integer means, with and without include_self, a destination nobody writes, and one that gets
+// most updates.
+TEST(ReducingScatterTest, MeanCountsInInt32AndInt64Agree) {
+  absl::BitGen gen = SeededGen(77, kScatterSeedSalt);
+  constexpr int64_t kDestinations = 97, kUpdates = 5000;
+  std::vector<int64_t> offsets(kUpdates);
+  std::vector<double> values(kUpdates);
+  for (int64_t u = 0; u < kUpdates; ++u) {
+    offsets[u] = absl::Bernoulli(gen, 0.5) ? 3 : absl::Uniform<int64_t>(gen, 0, kDestinations - 1);
+    values[u] = absl::Uniform<double>(gen, -100, 100);
+  }
+  const auto mean = [&]<typename T>(TypeTag<T>, bool include_self, int64_t declared_updates) {
+    std::vector<T> result(kDestinations);
+    for (int64_t d = 0; d < kDestinations; ++d) result[d] = static_cast<T>(d - 40);
+    cpu::ReducingScatter<T, SumOp> scatter(result.data(), Shape{kDestinations}, Reduction::kMean,
+                                           include_self, declared_updates);
+    EXPECT_TRUE(scatter.Run([&](const auto& apply) {
+      for (int64_t u = 0; u < kUpdates; ++u) apply(offsets[u], static_cast<T>(values[u]));
+      return true;
+    }));
+    return result;
+  };
+  const int64_t beyond_int32 = int64_t{1} << 40;
+  for (const bool include_self : {false, true}) {
+    SCOPED_TRACE(include_self ? "include_self" : "without self");
+    const std::vector<float> floats = mean(TypeTag<float>{}, include_self, kUpdates);
+    EXPECT_EQ(floats, mean(TypeTag<float>{}, include_self, beyond_int32));
+    const std::vector<int64_t> ints = mean(TypeTag<int64_t>{}, include_self, kUpdates);
+    EXPECT_EQ(ints, mean(TypeTag<int64_t>{}, include_self, beyond_int32));
+    // Destination 96 gets no update and keeps its value; the rest against plain loops.
+    EXPECT_EQ(ints[kDestinations - 1], kDestinations - 1 - 40);
+    for (int64_t d = 0; d < kDestinations - 1; ++d) {
+      double sum = include_self ? d - 40 : 0;
+      int64_t integer_sum = include_self ? d - 40 : 0;
+      int64_t count = include_self ? 1 : 0;
+      for (int64_t u = 0; u < kUpdates; ++u) {
+        if (offsets[u] != d) continue;
+        sum += static_cast<float>(values[u]);
+        integer_sum += static_cast<int64_t>(values[u]);
+        ++count;
+      }
+      if (count == 0) continue;
+      EXPECT_NEAR(floats[d], sum / static_cast<double>(count), 1e-3) << "destination " << d;
+      EXPECT_EQ(ints[d], static_cast<int64_t>(std::floor(static_cast<double>(integer_sum) /
+                                                         static_cast<double>(count))))
+          << "destination " << d;
+    }
+  }
 }
 
 }  // namespace

@@ -407,7 +407,8 @@ absl::Status ScatterNd(const NdPlan& plan, const MutableTensorView& result) {
       } else {
         const T* source_data = source.data_as<T>();
         ReducingScatter<T, Op> scatter(result.data_as<T>(), result.shape(), plan.reduce,
-                                       plan.include_self);
+                                       plan.include_self,
+                                       /*updates=*/NumElements(plan.positions) * plan.slice_size);
         scatter.Run([&](const auto& apply) {
           updates.ForEach([&](int64_t dest, int64_t from) { apply(dest, source_data[from]); });
           return true;

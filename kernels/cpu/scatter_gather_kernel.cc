@@ -208,7 +208,8 @@ absl::Status Scatter(const ScatterPlan& plan, const MutableTensorView& result) {
           return absl::InternalError("scatter: AMAX/AMIN on complex passed planning");
         } else {
           ReducingScatter<T, Op> scatter(result.data_as<T>(), result.shape(), plan.reduce,
-                                         plan.include_self, /*may_pad_rows=*/true);
+                                         plan.include_self, /*updates=*/plan.index.numel(),
+                                         /*may_pad_rows=*/true);
           const ScatterUpdates<T, Index> updates(plan, scatter.dest_strides());
           bool ok;
           if (CopiesInputByLine(plan, result, scatter.result_untouched_before_updates())) {

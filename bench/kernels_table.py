@@ -3,7 +3,8 @@
 
 Reads the JSON files named on the command line (stdin without any; a later file's case replaces
 an earlier one's, or with --median every number of a case is the median over the files that have
-it), prints one table per benchmark family and a summary against the issue's targets. With
+it), prints one table per benchmark family and a summary against the issue's targets, with the
+ratios to ATen by group (family and size, axis, reduction, dtype). With
 repetitions, the median aggregate of each case is used.
 
   build/release/bench/kernels_bench --benchmark_format=json | bench/kernels_table.py
@@ -16,6 +17,28 @@ import sys
 
 
 MEDIAN_FIELDS = ("real_time", "items_per_second", "bytes_per_second", "vs_aten", "of_memcpy")
+
+
+def groups(cases):
+    """Yields (group name, cases) for the summary by group: family and size, axis, reduction, dtype."""
+    def family(b):
+        return b["run_name"].split("/")[0].removeprefix("BM_")
+
+    def size(b):
+        return next((w for w in ("4KiB", "1MiB") if w in b["label"].split()), "64 MiB")
+
+    named = {}
+    for b in cases:
+        words = b["label"].split()
+        named.setdefault(f"{family(b)} {size(b)}", []).append(b)
+        if family(b) in ("Gather", "Scatter"):
+            axis = "axis0" if "axis0" in words else "last"
+            named.setdefault(f"Gather+Scatter {axis}", []).append(b)
+        if family(b) == "Scatter":
+            named.setdefault(f"Scatter {words[-1]}", []).append(b)
+            named.setdefault(f"Scatter {words[0]}", []).append(b)
+    yield "all cases", cases
+    yield from named.items()
 
 
 def main():
@@ -91,6 +114,12 @@ def main():
         worst = sorted(with_aten, key=lambda b: b["vs_aten"])[:10]
         print("- slowest against ATen: " + "; ".join(
             f"{b['run_name'].split('/')[0].removeprefix('BM_')} {b['label']} {b['vs_aten']:.2f}x" for b in worst))
+        print("\n| group | median vs ATen | min | below 1.0x |\n|---|---|---|---|")
+        for name, chosen in groups(with_aten):
+            r = [b["vs_aten"] for b in chosen]
+            print(f"| {name} | {statistics.median(r):.2f}x | {min(r):.2f}x "
+                  f"| {sum(1 for x in r if x < 1.0)} of {len(r)} |")
+        print()
     else:
         print("- vs ATen: not measured (built without libtorch)")
     copy_bound = [b for b in all_cases if b["run_name"].startswith("BM_CopyBound") and b["label"].endswith("large")]

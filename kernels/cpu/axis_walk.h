@@ -229,8 +229,8 @@ using ConstantStep = std::integral_constant<int64_t, kStep>;
 // A run body instantiated with constants compiles to a loop of a few instructions; with runtime
 // steps it had twice as many, and the 64 MiB last-axis Gather was bound by them (a standalone
 // loop of the same accesses ran 1.5x faster than the generic run). A constant axis stride of 1
-// drops a multiply and an add per element (standalone last-axis Gather: 13-19% faster for int64
-// and 16-bit elements).
+// drops a multiply and an add per element (kernels_bench, 1 MiB last axis: Gather f32/i64 7-9%,
+// Scatter f32/bf16 4-7% faster).
 template <typename Visit>
 inline bool WithRunSteps(const AxisWalk::Offsets& step, int64_t axis_stride, const Visit& visit) {
   if (step[AxisWalk::kIndex] == 1 && step[AxisWalk::kDirect] == 1) {

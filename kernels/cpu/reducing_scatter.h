@@ -153,10 +153,11 @@ class ReducingScatter {
                 });
   }
 
-  // MEAN: sums and arrival counts in one pass, then one division pass. The counts are int32 where
-  // no count can exceed it (always, for calls that came through gRPC's 2 GiB messages): half the
-  // memory of int64 counts, and the division pass vectorizes (SSE2 converts int32, not int64, to
-  // float). float32 1 MiB last-axis Scatter MEAN: the scalar divss pass was 29% of the call.
+  // MEAN: sums and arrival counts in one pass, then one division pass. The counts are int32 when
+  // the number of updates keeps every count below its range (any realistic call), else int64:
+  // int32 takes half the memory, and the division pass vectorizes (SSE2 converts int32, not
+  // int64, to float). float32 1 MiB last-axis Scatter MEAN: the scalar divss pass was 29% of the
+  // call.
   template <typename ForEachUpdate>
   bool RunMean(Acc* dest, const ForEachUpdate& for_each_update) {
     // A destination's count is at most the updates plus one for include_self.

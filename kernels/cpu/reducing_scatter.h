@@ -171,7 +171,7 @@ class ReducingScatter {
   bool RunMeanCounting(Acc* dest, const ForEachUpdate& for_each_update) {
     const int64_t dest_numel = rows_ * dest_row_stride_;
     Tensor counts(std::is_same_v<Count, int32_t> ? DataType::kInt32 : DataType::kInt64,
-                  {dest_numel + kCountsSlack});
+                  {dest_numel + kCountsSlack<Count>});
     Count* count = ShiftedFrom(dest, counts.data_as<Count>());
     const Count initial = include_self_ ? 1 : 0;
     ParallelFor(dest_numel, kMinParallelElements, [&](int64_t begin, int64_t end) {
@@ -195,10 +195,12 @@ class ReducingScatter {
   // alias of any row a multiple of 1 KiB long, farther than a run's updates stay in flight.
   static constexpr int64_t kPageBytes = 4096;
   static constexpr int64_t kCountsShiftBytes = 512;
-  static constexpr int64_t kCountsSlack = kPageBytes / sizeof(int32_t);
+  // The counts tensor's extra elements, room for any shift below a page.
+  template <typename Count>
+  static constexpr int64_t kCountsSlack = kPageBytes / sizeof(Count);
 
-  // The first Count in `counts` (kCountsSlack more than needed) kCountsShiftBytes after `dest`,
-  // modulo a page.
+  // The first Count in `counts` (kCountsSlack<Count> more than needed) kCountsShiftBytes after
+  // `dest`, modulo a page.
   template <typename Count>
   static Count* ShiftedFrom(const Acc* dest, Count* counts) {
     const auto page_offset = [](const void* p) {

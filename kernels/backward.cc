@@ -22,21 +22,7 @@
 #include "kernels/reduction.h"
 #include "kernels/scalar.h"
 #include "kernels/shape.h"
-
-// Local to this file: the backward chains many fallible kernel calls.
-#define TENSOROPS_BACKWARD_CONCAT_INNER(a, b) a##b
-#define TENSOROPS_BACKWARD_CONCAT(a, b) TENSOROPS_BACKWARD_CONCAT_INNER(a, b)
-#define TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(lhs, expr) \
-  TENSOROPS_BACKWARD_ASSIGN_OR_RETURN_IMPL(            \
-      TENSOROPS_BACKWARD_CONCAT(backward_status_or_, __LINE__), lhs, expr)
-#define TENSOROPS_BACKWARD_ASSIGN_OR_RETURN_IMPL(status_or, lhs, expr) \
-  auto status_or = (expr);                                             \
-  if (!status_or.ok()) return status_or.status();                      \
-  lhs = std::move(*status_or)
-#define TENSOROPS_BACKWARD_RETURN_IF_ERROR(expr)                   \
-  do {                                                             \
-    if (absl::Status status = (expr); !status.ok()) return status; \
-  } while (false)
+#include "kernels/status_macros.h"
 
 namespace tensorops {
 
@@ -193,12 +179,11 @@ absl::StatusOr<Tensor> SumToShape(Tensor tensor, ShapeSpan shape) {
     reduced[d] = 1;
     const Tensor zeros = Tensor::Zeros(tensor.dtype(), reduced);
     const TensorView zero_index(DataType::kInt64, tensor.shape(), Shape(rank, 0), &kZeroIndex);
-    TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(Tensor summed,
-                                        Scatter(ScatterArgs{.input = zeros.view(),
-                                                            .index = zero_index,
-                                                            .source = tensor.view(),
-                                                            .axis = d,
-                                                            .reduce = Reduction::kSum}));
+    TENSOROPS_ASSIGN_OR_RETURN(Tensor summed, Scatter(ScatterArgs{.input = zeros.view(),
+                                                                  .index = zero_index,
+                                                                  .source = tensor.view(),
+                                                                  .axis = d,
+                                                                  .reduce = Reduction::kSum}));
     tensor = std::move(summed);
   }
   return ConvertTo(Reshaped(std::move(tensor), shape).view(), dtype);
@@ -332,11 +317,11 @@ absl::StatusOr<FamilyGradients> ScatterFamilyBackward(const ScatterFamily& famil
       // element, duplicates included (grad_src = grad.gather(dim, index)), although only the last
       // writer reaches the result; we follow PyTorch, as SPEC asks for its autograd's values.
       if (reduce == Reduction::kAssign || !include_self) {
-        TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(out.input, zero_written(grad));
+        TENSOROPS_ASSIGN_OR_RETURN(out.input, zero_written(grad));
       } else {
         out.input = grad.Clone();
       }
-      TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(out.source, family.Select(grad.view()));
+      TENSOROPS_ASSIGN_OR_RETURN(out.source, family.Select(grad.view()));
       if (source_scale.has_value()) {
         const T scale = Conj(*source_scale);
         out.source = Map<T>(out.source, [scale](T g) { return g * scale; });
@@ -345,12 +330,12 @@ absl::StatusOr<FamilyGradients> ScatterFamilyBackward(const ScatterFamily& famil
     }
     case Reduction::kMean: {
       // count = (1 if include_self) + sources per destination; 1 where nothing counts.
-      TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(
+      TENSOROPS_ASSIGN_OR_RETURN(
           Tensor count,
           family.Reduce(Full<T>(input.shape(), include_self ? one : zero).view(),
                         Full<T>(block_shape, one).view(), Reduction::kSum, /*include_self=*/true));
       Tensor grad_over_count = Zip<T>(grad, count, [&](T g, T n) { return n == zero ? g : g / n; });
-      TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(out.source, family.Select(grad_over_count.view()));
+      TENSOROPS_ASSIGN_OR_RETURN(out.source, family.Select(grad_over_count.view()));
       out.input = std::move(grad_over_count);
       break;
     }
@@ -358,7 +343,7 @@ absl::StatusOr<FamilyGradients> ScatterFamilyBackward(const ScatterFamily& famil
       // d result / d self = product of the others: result / self, or, for a zero self, the
       // product computed with that self replaced by 1.
       Tensor masked_self = Map<T>(input, [&](T v) { return v == zero ? one : v; });
-      TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(
+      TENSOROPS_ASSIGN_OR_RETURN(
           Tensor masked_self_result,
           family.Reduce(masked_self.view(), source.view(), Reduction::kProd, include_self));
       out.input = Zip3<T>(grad, masked_self_result, masked_self,
@@ -367,28 +352,27 @@ absl::StatusOr<FamilyGradients> ScatterFamilyBackward(const ScatterFamily& famil
       // of the others (computed with it replaced by 1); every other element gets result / src
       // (0 when its destination has two or more zero sources).
       Tensor source_is_zero = Map<T>(source, [&](T v) { return v == zero ? one : zero; });
-      TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(
+      TENSOROPS_ASSIGN_OR_RETURN(
           Tensor zeros_per_destination,
           family.Reduce(Full<T>(input.shape(), zero).view(), source_is_zero.view(), Reduction::kSum,
                         /*include_self=*/true));
-      TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(Tensor zeros_at_source,
-                                          family.Select(zeros_per_destination.view()));
+      TENSOROPS_ASSIGN_OR_RETURN(Tensor zeros_at_source,
+                                 family.Select(zeros_per_destination.view()));
       Tensor single_zero = Zip<T>(source_is_zero, zeros_at_source,
                                   [&](T z, T n) { return z == one && n == one ? one : zero; });
       Tensor masked_source =
           Zip<T>(source, single_zero, [&](T v, T single) { return single == one ? one : v; });
-      TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(
+      TENSOROPS_ASSIGN_OR_RETURN(
           Tensor masked_source_result,
           family.Reduce(input.view(), masked_source.view(), Reduction::kProd, include_self));
-      TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(
-          Tensor result,
-          family.Reduce(input.view(), source.view(), Reduction::kProd, include_self));
+      TENSOROPS_ASSIGN_OR_RETURN(Tensor result, family.Reduce(input.view(), source.view(),
+                                                              Reduction::kProd, include_self));
       auto times_conj = [](T g, T r) { return g * Conj(r); };
-      TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(
+      TENSOROPS_ASSIGN_OR_RETURN(
           Tensor via_single_zero,
           family.Select(Zip<T>(grad, masked_source_result, times_conj).view()));
-      TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(Tensor via_result,
-                                          family.Select(Zip<T>(grad, result, times_conj).view()));
+      TENSOROPS_ASSIGN_OR_RETURN(Tensor via_result,
+                                 family.Select(Zip<T>(grad, result, times_conj).view()));
       out.source = Zip3<T>(single_zero, via_single_zero, via_result,
                            [&](T single, T a, T b) { return single == one ? a : b; });
       out.source =
@@ -402,28 +386,28 @@ absl::StatusOr<FamilyGradients> ScatterFamilyBackward(const ScatterFamily& famil
     case Reduction::kAmin: {
       // Every element equal to the result shares the gradient equally. The destination's own
       // value takes part only when include_self (or when nothing is written there).
-      TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(
-          Tensor result, family.Reduce(input.view(), source.view(), reduce, include_self));
-      TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(Tensor result_at_source, family.Select(result.view()));
+      TENSOROPS_ASSIGN_OR_RETURN(Tensor result,
+                                 family.Reduce(input.view(), source.view(), reduce, include_self));
+      TENSOROPS_ASSIGN_OR_RETURN(Tensor result_at_source, family.Select(result.view()));
       Tensor self_is_result = Zip<T>(input, result, [&](T v, T r) { return v == r ? one : zero; });
       if (!include_self) {
-        TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(self_is_result, zero_written(self_is_result));
+        TENSOROPS_ASSIGN_OR_RETURN(self_is_result, zero_written(self_is_result));
       }
       Tensor source_is_result =
           Zip<T>(source, result_at_source, [&](T v, T r) { return v == r ? one : zero; });
-      TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(
-          Tensor sharers, family.Reduce(self_is_result.view(), source_is_result.view(),
-                                        Reduction::kSum, /*include_self=*/true));
+      TENSOROPS_ASSIGN_OR_RETURN(Tensor sharers,
+                                 family.Reduce(self_is_result.view(), source_is_result.view(),
+                                               Reduction::kSum, /*include_self=*/true));
       // As PyTorch: a NaN result equals nothing, 0 sharers, and the gradient becomes NaN.
       Tensor share = Zip<T>(grad, sharers, [](T g, T n) { return g / n; });
-      TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(Tensor share_at_source, family.Select(share.view()));
+      TENSOROPS_ASSIGN_OR_RETURN(Tensor share_at_source, family.Select(share.view()));
       out.input = Zip<T>(self_is_result, share, [](T is, T s) { return is * s; });
       out.source = Zip<T>(source_is_result, share_at_source, [](T is, T s) { return is * s; });
       break;
     }
   }
   if (!include_self) {
-    TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(out.input, zero_written(out.input));
+    TENSOROPS_ASSIGN_OR_RETURN(out.input, zero_written(out.input));
   }
   return out;
 }
@@ -436,8 +420,7 @@ absl::StatusOr<FamilyGradients> RunScatterFamilyBackward(
     const std::optional<Scalar>& alpha = std::nullopt) {
   std::optional<Tensor> alpha_tensor;
   if (alpha.has_value()) {
-    TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(alpha_tensor,
-                                        ScalarToTensor(*alpha, input.dtype(), op, "alpha"));
+    TENSOROPS_ASSIGN_OR_RETURN(alpha_tensor, ScalarToTensor(*alpha, input.dtype(), op, "alpha"));
   }
   return DispatchDataType(
       input.dtype(), [&]<typename T>(TypeTag<T>) -> absl::StatusOr<FamilyGradients> {
@@ -457,19 +440,17 @@ absl::StatusOr<FamilyGradients> RunScatterFamilyBackward(
 
 absl::StatusOr<Gradients> GatherBackward(const GatherArgs& args, const TensorView& grad) {
   constexpr std::string_view kOp = "gather";
-  TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(GatherPlan plan, PlanGather(args));
-  TENSOROPS_BACKWARD_RETURN_IF_ERROR(CheckDifferentiable(kOp, "input", args.input.dtype()));
-  TENSOROPS_BACKWARD_RETURN_IF_ERROR(
-      CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
+  TENSOROPS_ASSIGN_OR_RETURN(GatherPlan plan, PlanGather(args));
+  TENSOROPS_RETURN_IF_ERROR(CheckDifferentiable(kOp, "input", args.input.dtype()));
+  TENSOROPS_RETURN_IF_ERROR(CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
   Tensor grad_input;
   if (!args.broadcast) {
     const Tensor zeros = Tensor::Zeros(args.input.dtype(), args.input.shape());
-    TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(grad_input,
-                                        Scatter(ScatterArgs{.input = zeros.view(),
-                                                            .index = args.index,
-                                                            .source = grad,
-                                                            .axis = args.axis,
-                                                            .reduce = Reduction::kSum}));
+    TENSOROPS_ASSIGN_OR_RETURN(grad_input, Scatter(ScatterArgs{.input = zeros.view(),
+                                                               .index = args.index,
+                                                               .source = grad,
+                                                               .axis = args.axis,
+                                                               .reduce = Reduction::kSum}));
   } else {
     // Scatter-add into the input broadcast to the index (the plan's walk), then sum over the
     // broadcast dimensions.
@@ -478,14 +459,14 @@ absl::StatusOr<Gradients> GatherBackward(const GatherArgs& args, const TensorVie
     const Tensor zeros = Tensor::Zeros(args.input.dtype(), expanded);
     const Tensor grad_copy = Tensor::FromView(grad);
     const TensorView grad_walk(grad.dtype(), plan.index.shape(), grad_copy.data());
-    TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(Tensor expanded_grad,
-                                        Scatter(ScatterArgs{.input = zeros.view(),
-                                                            .index = plan.index,
-                                                            .source = grad_walk,
-                                                            .axis = plan.axis,
-                                                            .reduce = Reduction::kSum}));
-    TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(grad_input,
-                                        SumToShape(std::move(expanded_grad), args.input.shape()));
+    TENSOROPS_ASSIGN_OR_RETURN(Tensor expanded_grad,
+                               Scatter(ScatterArgs{.input = zeros.view(),
+                                                   .index = plan.index,
+                                                   .source = grad_walk,
+                                                   .axis = plan.axis,
+                                                   .reduce = Reduction::kSum}));
+    TENSOROPS_ASSIGN_OR_RETURN(grad_input,
+                               SumToShape(std::move(expanded_grad), args.input.shape()));
   }
   Gradients out;
   out.by_argument.emplace_back("input", std::move(grad_input));
@@ -494,21 +475,20 @@ absl::StatusOr<Gradients> GatherBackward(const GatherArgs& args, const TensorVie
 
 absl::StatusOr<Gradients> IndexSelectBackward(const IndexSelectArgs& args, const TensorView& grad) {
   constexpr std::string_view kOp = "index_select";
-  TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(GatherPlan plan, PlanIndexSelect(args));
-  TENSOROPS_BACKWARD_RETURN_IF_ERROR(CheckDifferentiable(kOp, "input", args.input.dtype()));
-  TENSOROPS_BACKWARD_RETURN_IF_ERROR(
-      CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
+  TENSOROPS_ASSIGN_OR_RETURN(GatherPlan plan, PlanIndexSelect(args));
+  TENSOROPS_RETURN_IF_ERROR(CheckDifferentiable(kOp, "input", args.input.dtype()));
+  TENSOROPS_RETURN_IF_ERROR(CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
   // index_add of grad into zeros; a rank-0 index is one index.
   TensorView index = args.index;
   if (index.rank() == 0) index = TensorView(index.dtype(), {1}, {1}, index.data());
   const Tensor zeros = Tensor::Zeros(args.input.dtype(), args.input.shape());
   const Tensor grad_copy = Tensor::FromView(grad);
-  TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(Tensor grad_input,
-                                      IndexReduce(IndexReduceArgs{.input = zeros.view(),
-                                                                  .index = index,
-                                                                  .source = grad_copy.view(),
-                                                                  .axis = args.axis,
-                                                                  .reduce = Reduction::kSum}));
+  TENSOROPS_ASSIGN_OR_RETURN(Tensor grad_input,
+                             IndexReduce(IndexReduceArgs{.input = zeros.view(),
+                                                         .index = index,
+                                                         .source = grad_copy.view(),
+                                                         .axis = args.axis,
+                                                         .reduce = Reduction::kSum}));
   Gradients out;
   out.by_argument.emplace_back("input", std::move(grad_input));
   return out;
@@ -516,18 +496,17 @@ absl::StatusOr<Gradients> IndexSelectBackward(const IndexSelectArgs& args, const
 
 absl::StatusOr<Gradients> GatherNdBackward(const GatherNdArgs& args, const TensorView& grad) {
   constexpr std::string_view kOp = "gather_nd";
-  TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(NdPlan plan, PlanGatherNd(args));
-  TENSOROPS_BACKWARD_RETURN_IF_ERROR(CheckDifferentiable(kOp, "input", args.input.dtype()));
-  TENSOROPS_BACKWARD_RETURN_IF_ERROR(
-      CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
+  TENSOROPS_ASSIGN_OR_RETURN(NdPlan plan, PlanGatherNd(args));
+  TENSOROPS_RETURN_IF_ERROR(CheckDifferentiable(kOp, "input", args.input.dtype()));
+  TENSOROPS_RETURN_IF_ERROR(CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
   const Tensor zeros = Tensor::Zeros(args.input.dtype(), args.input.shape());
-  TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(Tensor grad_input,
-                                      ScatterNd(ScatterNdArgs{.input = zeros.view(),
-                                                              .index = args.index,
-                                                              .source = grad,
-                                                              .axes = args.axes,
-                                                              .batch_dims = args.batch_dims,
-                                                              .reduce = Reduction::kSum}));
+  TENSOROPS_ASSIGN_OR_RETURN(Tensor grad_input,
+                             ScatterNd(ScatterNdArgs{.input = zeros.view(),
+                                                     .index = args.index,
+                                                     .source = grad,
+                                                     .axes = args.axes,
+                                                     .batch_dims = args.batch_dims,
+                                                     .reduce = Reduction::kSum}));
   Gradients out;
   out.by_argument.emplace_back("input", std::move(grad_input));
   return out;
@@ -535,11 +514,10 @@ absl::StatusOr<Gradients> GatherNdBackward(const GatherNdArgs& args, const Tenso
 
 absl::StatusOr<Gradients> ScatterBackward(const ScatterArgs& args, const TensorView& grad) {
   constexpr std::string_view kOp = "scatter";
-  TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(ScatterPlan plan, PlanScatter(args));
+  TENSOROPS_ASSIGN_OR_RETURN(ScatterPlan plan, PlanScatter(args));
   const DataType dtype = args.input.dtype();
-  TENSOROPS_BACKWARD_RETURN_IF_ERROR(CheckDifferentiable(kOp, "input", dtype));
-  TENSOROPS_BACKWARD_RETURN_IF_ERROR(
-      CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
+  TENSOROPS_RETURN_IF_ERROR(CheckDifferentiable(kOp, "input", dtype));
+  TENSOROPS_RETURN_IF_ERROR(CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
   const DataType compute = ComputeDtype(dtype);
   // The plan walks index and source at the iteration shape (broadcast already applied, the
   // source's leading block taken), so the backward runs a plain Scatter with those views.
@@ -547,16 +525,16 @@ absl::StatusOr<Gradients> ScatterBackward(const ScatterArgs& args, const TensorV
   const Tensor input = ConvertTo(args.input, compute);
   const Tensor source = ConvertTo(plan.source, compute);
   const Tensor grad_compute = ConvertTo(grad, compute);
-  TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(
-      FamilyGradients gradients, RunScatterFamilyBackward(kOp, family, input, source, grad_compute,
-                                                          args.reduce, args.include_self));
+  TENSOROPS_ASSIGN_OR_RETURN(FamilyGradients gradients,
+                             RunScatterFamilyBackward(kOp, family, input, source, grad_compute,
+                                                      args.reduce, args.include_self));
   Gradients out;
   out.by_argument.emplace_back("input", ConvertTo(gradients.input.view(), dtype));
   if (const auto* src = std::get_if<TensorView>(&args.source)) {
     Tensor grad_source;
     if (args.broadcast) {
-      TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(grad_source,
-                                          SumToShape(std::move(gradients.source), src->shape()));
+      TENSOROPS_ASSIGN_OR_RETURN(grad_source,
+                                 SumToShape(std::move(gradients.source), src->shape()));
     } else {
       grad_source = EmbedBlock(std::move(gradients.source), src->shape());
     }
@@ -567,11 +545,10 @@ absl::StatusOr<Gradients> ScatterBackward(const ScatterArgs& args, const TensorV
 
 absl::StatusOr<Gradients> IndexReduceBackward(const IndexReduceArgs& args, const TensorView& grad) {
   constexpr std::string_view kOp = "index_reduce";
-  TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(ScatterPlan plan, PlanIndexReduce(args));
+  TENSOROPS_ASSIGN_OR_RETURN(ScatterPlan plan, PlanIndexReduce(args));
   const DataType dtype = args.input.dtype();
-  TENSOROPS_BACKWARD_RETURN_IF_ERROR(CheckDifferentiable(kOp, "input", dtype));
-  TENSOROPS_BACKWARD_RETURN_IF_ERROR(
-      CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
+  TENSOROPS_RETURN_IF_ERROR(CheckDifferentiable(kOp, "input", dtype));
+  TENSOROPS_RETURN_IF_ERROR(CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
   const DataType compute = ComputeDtype(dtype);
   const IndexReduceFamily family(args.index, args.axis);
   const Tensor input = ConvertTo(args.input, compute);
@@ -579,9 +556,9 @@ absl::StatusOr<Gradients> IndexReduceBackward(const IndexReduceArgs& args, const
   const Tensor grad_compute = ConvertTo(grad, compute);
   std::optional<Scalar> alpha;
   if (args.reduce == Reduction::kSum) alpha = args.alpha;
-  TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(
-      FamilyGradients gradients, RunScatterFamilyBackward(kOp, family, input, source, grad_compute,
-                                                          args.reduce, args.include_self, alpha));
+  TENSOROPS_ASSIGN_OR_RETURN(FamilyGradients gradients,
+                             RunScatterFamilyBackward(kOp, family, input, source, grad_compute,
+                                                      args.reduce, args.include_self, alpha));
   Gradients out;
   out.by_argument.emplace_back("input", ConvertTo(gradients.input.view(), dtype));
   out.by_argument.emplace_back(
@@ -591,12 +568,11 @@ absl::StatusOr<Gradients> IndexReduceBackward(const IndexReduceArgs& args, const
 
 absl::StatusOr<Gradients> ScatterNdBackward(const ScatterNdArgs& args, const TensorView& grad) {
   constexpr std::string_view kOp = "scatter_nd";
-  TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(NdPlan plan, PlanScatterNd(args));
+  TENSOROPS_ASSIGN_OR_RETURN(NdPlan plan, PlanScatterNd(args));
   const DataType dtype = plan.result_dtype;
-  TENSOROPS_BACKWARD_RETURN_IF_ERROR(
+  TENSOROPS_RETURN_IF_ERROR(
       CheckDifferentiable(kOp, args.input.has_value() ? "input" : "src", dtype));
-  TENSOROPS_BACKWARD_RETURN_IF_ERROR(
-      CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
+  TENSOROPS_RETURN_IF_ERROR(CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
   const DataType compute = ComputeDtype(dtype);
   const NdScatterFamily family(args.index, args.axes, args.batch_dims);
   const Tensor input = args.input.has_value() ? ConvertTo(*args.input, compute)
@@ -613,9 +589,9 @@ absl::StatusOr<Gradients> ScatterNdBackward(const ScatterNdArgs& args, const Ten
   }
   const Tensor source = ConvertTo(source_block, compute);
   const Tensor grad_compute = ConvertTo(grad, compute);
-  TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(
-      FamilyGradients gradients, RunScatterFamilyBackward(kOp, family, input, source, grad_compute,
-                                                          args.reduce, args.include_self));
+  TENSOROPS_ASSIGN_OR_RETURN(FamilyGradients gradients,
+                             RunScatterFamilyBackward(kOp, family, input, source, grad_compute,
+                                                      args.reduce, args.include_self));
   Gradients out;
   if (args.input.has_value()) {
     out.by_argument.emplace_back("input", ConvertTo(gradients.input.view(), dtype));
@@ -631,16 +607,15 @@ template <typename Args, typename PlanFn, typename RunFn>
 absl::StatusOr<Gradients> ViewScatterBackward(std::string_view op, const Args& args,
                                               const TensorView& grad, PlanFn plan_fn,
                                               RunFn run_fn) {
-  TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(ViewScatterPlan plan, plan_fn(args));
-  TENSOROPS_BACKWARD_RETURN_IF_ERROR(CheckDifferentiable(op, "input", args.input.dtype()));
-  TENSOROPS_BACKWARD_RETURN_IF_ERROR(
-      CheckGradOutput(op, grad, plan.result_dtype, plan.result_shape));
+  TENSOROPS_ASSIGN_OR_RETURN(ViewScatterPlan plan, plan_fn(args));
+  TENSOROPS_RETURN_IF_ERROR(CheckDifferentiable(op, "input", args.input.dtype()));
+  TENSOROPS_RETURN_IF_ERROR(CheckGradOutput(op, grad, plan.result_dtype, plan.result_shape));
   const Tensor grad_copy = Tensor::FromView(grad);
   const Tensor zeros = Tensor::Zeros(args.src.dtype(), args.src.shape());
   Args zeroing = args;
   zeroing.input = grad_copy.view();
   zeroing.src = zeros.view();
-  TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(Tensor grad_input, run_fn(zeroing));
+  TENSOROPS_ASSIGN_OR_RETURN(Tensor grad_input, run_fn(zeroing));
   const TensorView window(
       grad.dtype(), plan.window_shape, plan.window_strides,
       static_cast<const char*>(grad_copy.data()) + plan.window_offset * ItemSize(grad.dtype()));
@@ -653,11 +628,10 @@ absl::StatusOr<Gradients> ViewScatterBackward(std::string_view op, const Args& a
 absl::StatusOr<Gradients> MaskedScatterBackward(const MaskedScatterArgs& args,
                                                 const TensorView& grad) {
   constexpr std::string_view kOp = "masked_scatter";
-  TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(MaskedScatterPlan plan, PlanMaskedScatter(args));
+  TENSOROPS_ASSIGN_OR_RETURN(MaskedScatterPlan plan, PlanMaskedScatter(args));
   const DataType dtype = args.input.dtype();
-  TENSOROPS_BACKWARD_RETURN_IF_ERROR(CheckDifferentiable(kOp, "input", dtype));
-  TENSOROPS_BACKWARD_RETURN_IF_ERROR(
-      CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
+  TENSOROPS_RETURN_IF_ERROR(CheckDifferentiable(kOp, "input", dtype));
+  TENSOROPS_RETURN_IF_ERROR(CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
   // The true positions of the broadcast mask, in row-major order.
   const Tensor mask = Tensor::FromView(plan.mask);
   std::vector<int64_t> positions;
@@ -671,12 +645,12 @@ absl::StatusOr<Gradients> MaskedScatterBackward(const MaskedScatterArgs& args,
   const Tensor grad_copy = Tensor::FromView(grad);
   // grad_input: masked_fill(grad, mask, 0), summed over what broadcasting expanded.
   const Tensor zeros = Tensor::Zeros(dtype, {static_cast<int64_t>(positions.size())});
-  TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(
+  TENSOROPS_ASSIGN_OR_RETURN(
       Tensor masked_grad,
       MaskedScatter(
           MaskedScatterArgs{.input = grad_copy.view(), .mask = args.mask, .source = zeros.view()}));
-  TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(Tensor grad_input,
-                                      SumToShape(std::move(masked_grad), args.input.shape()));
+  TENSOROPS_ASSIGN_OR_RETURN(Tensor grad_input,
+                             SumToShape(std::move(masked_grad), args.input.shape()));
   // grad_src: masked_select(grad, mask), an index_select of the flattened gradient, padded with
   // zeros to the source's shape.
   Tensor position_index(DataType::kInt64, {static_cast<int64_t>(positions.size())});
@@ -684,7 +658,7 @@ absl::StatusOr<Gradients> MaskedScatterBackward(const MaskedScatterArgs& args,
     std::memcpy(position_index.data(), positions.data(), positions.size() * sizeof(int64_t));
   }
   const TensorView flat_grad(dtype, {grad_copy.numel()}, grad_copy.data());
-  TENSOROPS_BACKWARD_ASSIGN_OR_RETURN(
+  TENSOROPS_ASSIGN_OR_RETURN(
       Tensor selected,
       IndexSelect(IndexSelectArgs{.input = flat_grad, .index = position_index.view()}));
   Tensor grad_source = Tensor::Zeros(dtype, args.source.shape());
@@ -740,9 +714,3 @@ absl::StatusOr<Gradients> Backward(const BackwardArgs& args, const TensorView& g
 }
 
 }  // namespace tensorops
-
-#undef TENSOROPS_BACKWARD_RETURN_IF_ERROR
-#undef TENSOROPS_BACKWARD_ASSIGN_OR_RETURN_IMPL
-#undef TENSOROPS_BACKWARD_ASSIGN_OR_RETURN
-#undef TENSOROPS_BACKWARD_CONCAT
-#undef TENSOROPS_BACKWARD_CONCAT_INNER

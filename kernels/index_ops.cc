@@ -15,6 +15,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/half.h"
 #include "kernels/plan_checks.h"
+#include "kernels/status_macros.h"
 
 namespace tensorops {
 namespace {
@@ -95,9 +96,9 @@ void ScaleInPlace(Tensor& values, const Tensor& factor) {
 
 absl::StatusOr<GatherPlan> PlanIndexSelect(const IndexSelectArgs& args) {
   constexpr std::string_view kOp = "index_select";
-  if (absl::Status status = CheckIndexVector(kOp, args.index); !status.ok()) return status;
-  absl::StatusOr<int64_t> axis = NormalizeAxis(kOp, "axis", args.axis, args.input.rank());
-  if (!axis.ok()) return axis.status();
+  TENSOROPS_RETURN_IF_ERROR(CheckIndexVector(kOp, args.index));
+  TENSOROPS_ASSIGN_OR_RETURN(const int64_t axis,
+                             NormalizeAxis(kOp, "axis", args.axis, args.input.rank()));
   const int64_t count = args.index.numel();
   if (args.input.rank() == 0 && count != 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -107,20 +108,20 @@ absl::StatusOr<GatherPlan> PlanIndexSelect(const IndexSelectArgs& args) {
 
   const WalkShape input = AsWalkShape(args.input);
   Shape iteration_shape = input.shape;
-  iteration_shape[*axis] = count;
+  iteration_shape[axis] = count;
 
   GatherPlan plan;
   plan.op = kOp;
   plan.result_dtype = args.input.dtype();
   // Like torch.index_select, a scalar input gives a scalar result.
   plan.result_shape = args.input.rank() == 0 ? Shape{} : iteration_shape;
-  plan.axis = *axis;
-  plan.input_axis_size = input.shape[*axis];
-  plan.input_axis_stride = input.strides[*axis];
+  plan.axis = axis;
+  plan.input_axis_size = input.shape[axis];
+  plan.input_axis_stride = input.strides[axis];
   Shape input_strides = input.strides;
-  input_strides[*axis] = 0;
+  input_strides[axis] = 0;
   plan.input = TensorView(args.input.dtype(), iteration_shape, input_strides, args.input.data());
-  plan.index = BroadcastIndexAlongAxis(args.index, iteration_shape, *axis);
+  plan.index = BroadcastIndexAlongAxis(args.index, iteration_shape, axis);
   plan.original_index = args.index;
   return plan;
 }
@@ -128,24 +129,18 @@ absl::StatusOr<GatherPlan> PlanIndexSelect(const IndexSelectArgs& args) {
 absl::StatusOr<ScatterPlan> PlanIndexReduce(const IndexReduceArgs& args) {
   constexpr std::string_view kOp = "index_reduce";
   const DataType dtype = args.input.dtype();
-  if (absl::Status status = CheckIndexVector(kOp, args.index); !status.ok()) return status;
-  if (absl::Status status = internal::CheckSourceDtype(kOp, args.source.dtype(), dtype);
-      !status.ok()) {
-    return status;
-  }
-  if (absl::Status status = internal::CheckReductionDefined(kOp, args.reduce, dtype);
-      !status.ok()) {
-    return status;
-  }
+  TENSOROPS_RETURN_IF_ERROR(CheckIndexVector(kOp, args.index));
+  TENSOROPS_RETURN_IF_ERROR(internal::CheckSourceDtype(kOp, args.source.dtype(), dtype));
+  TENSOROPS_RETURN_IF_ERROR(internal::CheckReductionDefined(kOp, args.reduce, dtype));
   const bool scale = !IsOne(args.alpha);
   if (scale && args.reduce != Reduction::kSum) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: alpha = %s is only defined for reduce = SUM (reduce = %s)", kOp,
                         args.alpha.ToString(), ReductionName(args.reduce)));
   }
-  if (absl::Status status = CheckAlphaKind(kOp, args.alpha, dtype); !status.ok()) return status;
-  absl::StatusOr<int64_t> axis = NormalizeAxis(kOp, "axis", args.axis, args.input.rank());
-  if (!axis.ok()) return axis.status();
+  TENSOROPS_RETURN_IF_ERROR(CheckAlphaKind(kOp, args.alpha, dtype));
+  TENSOROPS_ASSIGN_OR_RETURN(const int64_t axis,
+                             NormalizeAxis(kOp, "axis", args.axis, args.input.rank()));
 
   // src has input's shape with `axis` sized like the index (rank 0 acting as [1] on both sides).
   const WalkShape input = AsWalkShape(args.input);
@@ -157,18 +152,18 @@ absl::StatusOr<ScatterPlan> PlanIndexReduce(const IndexReduceArgs& args) {
   }
   const int64_t count = args.index.numel();
   for (size_t d = 0; d < input.shape.size(); ++d) {
-    if (static_cast<int64_t>(d) == *axis) {
+    if (static_cast<int64_t>(d) == axis) {
       if (source.shape[d] != count) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "%s: src.shape[%d] = %d does not match the index's length %d (src must have one "
             "slice along axis %d per index)",
-            kOp, d, source.shape[d], count, *axis));
+            kOp, d, source.shape[d], count, axis));
       }
     } else if (source.shape[d] != input.shape[d]) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s: src.shape[%d] = %d does not match input.shape[%d] = %d (src must have input's "
           "shape in every dimension but axis %d)",
-          kOp, d, source.shape[d], d, input.shape[d], *axis));
+          kOp, d, source.shape[d], d, input.shape[d], axis));
     }
   }
 
@@ -177,17 +172,16 @@ absl::StatusOr<ScatterPlan> PlanIndexReduce(const IndexReduceArgs& args) {
   plan.result_dtype = dtype;
   plan.result_shape = args.input.shape();
   plan.input = args.input;
-  plan.index = BroadcastIndexAlongAxis(args.index, source.shape, *axis);
+  plan.index = BroadcastIndexAlongAxis(args.index, source.shape, axis);
   plan.source = TensorView(dtype, source.shape, source.strides, args.source.data());
   if (scale) {
-    absl::StatusOr<Tensor> alpha = ScalarToTensor(args.alpha, dtype, kOp, "alpha");
-    if (!alpha.ok()) return alpha.status();
+    TENSOROPS_ASSIGN_OR_RETURN(const Tensor alpha, ScalarToTensor(args.alpha, dtype, kOp, "alpha"));
     Tensor scaled = Tensor::FromView(plan.source);
-    ScaleInPlace(scaled, *alpha);
+    ScaleInPlace(scaled, alpha);
     plan.source_storage = std::move(scaled);
     plan.source = plan.source_storage->view();
   }
-  plan.axis = *axis;
+  plan.axis = axis;
   plan.reduce = args.reduce;
   plan.include_self = args.include_self;
   plan.original_index = args.index;

@@ -26,6 +26,7 @@
 #include "kernels/dtype.h"
 #include "kernels/plan_checks.h"
 #include "kernels/shape.h"
+#include "kernels/status_macros.h"
 
 namespace tensorops {
 namespace {
@@ -38,14 +39,11 @@ absl::StatusOr<MaskedScatterPlan> PlanMaskedScatter(const MaskedScatterArgs& arg
   const TensorView& input = args.input;
   const TensorView& mask = args.mask;
   // PyTorch's order: broadcast (expand_outplace), then the source's dtype, then the mask's.
-  absl::StatusOr<Shape> result_shape =
-      BroadcastShapes(kMaskedScatter, "input", input.shape(), "mask", mask.shape());
-  if (!result_shape.ok()) return result_shape.status();
-  if (absl::Status status =
-          internal::CheckSourceDtype(kMaskedScatter, args.source.dtype(), input.dtype());
-      !status.ok()) {
-    return status;
-  }
+  TENSOROPS_ASSIGN_OR_RETURN(
+      Shape result_shape,
+      BroadcastShapes(kMaskedScatter, "input", input.shape(), "mask", mask.shape()));
+  TENSOROPS_RETURN_IF_ERROR(
+      internal::CheckSourceDtype(kMaskedScatter, args.source.dtype(), input.dtype()));
   if (mask.dtype() != DataType::kBool) {
     return absl::InvalidArgumentError(absl::StrFormat("%s: mask.dtype = %s must be bool",
                                                       kMaskedScatter, DataTypeName(mask.dtype())));
@@ -53,7 +51,7 @@ absl::StatusOr<MaskedScatterPlan> PlanMaskedScatter(const MaskedScatterArgs& arg
 
   MaskedScatterPlan plan;
   plan.result_dtype = input.dtype();
-  plan.result_shape = *std::move(result_shape);
+  plan.result_shape = std::move(result_shape);
   plan.input =
       TensorView(input.dtype(), plan.result_shape,
                  BroadcastStrides(input.shape(), input.strides(), plan.result_shape), input.data());

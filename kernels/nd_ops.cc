@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "kernels/plan_checks.h"
+#include "kernels/status_macros.h"
 
 namespace tensorops {
 namespace {
@@ -95,17 +96,16 @@ absl::Status PlanAxesForm(std::string_view op, const Shape& input_shape, const T
   const Shape input_strides = ContiguousStrides(walk_shape);
   std::vector<bool> is_axis(walk_shape.size(), false);
   for (size_t j = 0; j < axes.size(); ++j) {
-    absl::StatusOr<int64_t> axis =
-        NormalizeAxis(op, absl::StrFormat("axes[%d]", j), axes[j], input_rank);
-    if (!axis.ok()) return axis.status();
-    if (is_axis[*axis]) {
+    TENSOROPS_ASSIGN_OR_RETURN(
+        const int64_t axis, NormalizeAxis(op, absl::StrFormat("axes[%d]", j), axes[j], input_rank));
+    if (is_axis[axis]) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: axes[%d] = %d repeats axis %d (axes must be distinct)", op, j, axes[j], *axis));
+          "%s: axes[%d] = %d repeats axis %d (axes must be distinct)", op, j, axes[j], axis));
     }
-    is_axis[*axis] = true;
-    plan.component_axes.push_back(*axis);
-    plan.component_sizes.push_back(walk_shape[*axis]);
-    plan.component_strides.push_back(input_strides[*axis]);
+    is_axis[axis] = true;
+    plan.component_axes.push_back(axis);
+    plan.component_sizes.push_back(walk_shape[axis]);
+    plan.component_strides.push_back(input_strides[axis]);
   }
   if (input_rank == 0) {
     plan.positions = {1};
@@ -135,7 +135,7 @@ absl::Status PlanAxesForm(std::string_view op, const Shape& input_shape, const T
 absl::Status PlanAddressing(std::string_view op, const Shape& input_shape, const TensorView& index,
                             const std::vector<int64_t>& axes, int64_t batch_dims, NdPlan& plan,
                             Shape* slice_shape) {
-  if (absl::Status status = internal::CheckIndexDtype(op, index); !status.ok()) return status;
+  TENSOROPS_RETURN_IF_ERROR(internal::CheckIndexDtype(op, index));
   if (index.rank() == 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: index has rank 0 but must have rank >= 1 (its last dimension holds the coordinates)",
@@ -163,11 +163,8 @@ absl::StatusOr<NdPlan> PlanGatherNd(const GatherNdArgs& args) {
   constexpr std::string_view kOp = "gather_nd";
   NdPlan plan;
   Shape slice_shape;
-  if (absl::Status status = PlanAddressing(kOp, args.input.shape(), args.index, args.axes,
-                                           args.batch_dims, plan, &slice_shape);
-      !status.ok()) {
-    return status;
-  }
+  TENSOROPS_RETURN_IF_ERROR(PlanAddressing(kOp, args.input.shape(), args.index, args.axes,
+                                           args.batch_dims, plan, &slice_shape));
   plan.result_dtype = args.input.dtype();
   const Shape batch = SubShape(args.index.shape(), 0, args.index.rank() - 1);
   plan.result_shape = Concat(batch, slice_shape);
@@ -197,29 +194,18 @@ absl::StatusOr<NdPlan> PlanScatterNd(const ScatterNdArgs& args) {
           kOp, ShapeToString(args.shape)));
     }
     input_shape = args.input->shape();
-    if (absl::Status status = internal::CheckSourceDtype(kOp, args.source.dtype(), dtype);
-        !status.ok()) {
-      return status;
-    }
+    TENSOROPS_RETURN_IF_ERROR(internal::CheckSourceDtype(kOp, args.source.dtype(), dtype));
   } else {
     // "scatter_nd: shape[1] = -2 is negative ...", "... has more elements than fit in int64".
-    if (absl::StatusOr<int64_t> count = CheckedNumElements(args.shape, kOp); !count.ok()) {
-      return count.status();
-    }
+    TENSOROPS_RETURN_IF_ERROR(CheckedNumElements(args.shape, kOp).status());
     input_shape = args.shape;
   }
-  if (absl::Status status = internal::CheckReductionDefined(kOp, args.reduce, dtype);
-      !status.ok()) {
-    return status;
-  }
+  TENSOROPS_RETURN_IF_ERROR(internal::CheckReductionDefined(kOp, args.reduce, dtype));
 
   NdPlan plan;
   Shape slice_shape;
-  if (absl::Status status = PlanAddressing(kOp, input_shape, args.index, args.axes, args.batch_dims,
-                                           plan, &slice_shape);
-      !status.ok()) {
-    return status;
-  }
+  TENSOROPS_RETURN_IF_ERROR(
+      PlanAddressing(kOp, input_shape, args.index, args.axes, args.batch_dims, plan, &slice_shape));
 
   if (args.axes.empty()) {
     // TensorFlow form: the updates are exactly B + the addressed slice.

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/reduction.h"
 #include "kernels/shape.h"
+#include "kernels/status_macros.h"
 #include "kernels/tensor.h"
 
 namespace tensorops::internal {
@@ -42,7 +43,7 @@ template <typename Plan, typename Kernel>
 absl::StatusOr<Tensor> RunIntoNewTensor(const absl::StatusOr<Plan>& plan, Kernel kernel) {
   if (!plan.ok()) return plan.status();
   Tensor result(plan->result_dtype, plan->result_shape);
-  if (absl::Status status = kernel(*plan, result.mutable_view()); !status.ok()) return status;
+  TENSOROPS_RETURN_IF_ERROR(kernel(*plan, result.mutable_view()));
   return result;
 }
 

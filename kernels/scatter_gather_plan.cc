@@ -7,6 +7,7 @@
 #include "kernels/gather.h"
 #include "kernels/plan_checks.h"
 #include "kernels/scatter.h"
+#include "kernels/status_macros.h"
 
 namespace tensorops {
 namespace {
@@ -79,41 +80,33 @@ absl::Status CheckIndexNotLarger(std::string_view op, const WalkShape& index,
 
 absl::StatusOr<GatherPlan> PlanGather(const GatherArgs& args) {
   constexpr std::string_view kOp = "gather";
-  if (absl::Status status = CheckIndexDtype(kOp, args.index); !status.ok()) return status;
-  if (absl::Status status = CheckSameRank(kOp, "index", args.index, "input", args.input);
-      !status.ok()) {
-    return status;
-  }
-  absl::StatusOr<int64_t> axis = NormalizeAxis(kOp, "axis", args.axis, args.input.rank());
-  if (!axis.ok()) return axis.status();
+  TENSOROPS_RETURN_IF_ERROR(CheckIndexDtype(kOp, args.index));
+  TENSOROPS_RETURN_IF_ERROR(CheckSameRank(kOp, "index", args.index, "input", args.input));
+  TENSOROPS_ASSIGN_OR_RETURN(const int64_t axis,
+                             NormalizeAxis(kOp, "axis", args.axis, args.input.rank()));
 
   WalkShape input = AsWalkShape(args.input);
   WalkShape index = AsWalkShape(args.index);
   Shape result_shape = args.index.shape();
   if (args.broadcast) {
-    if (absl::Status status = BroadcastExceptAxis(kOp, "input", input, "index", index, *axis);
-        !status.ok()) {
-      return status;
-    }
+    TENSOROPS_RETURN_IF_ERROR(BroadcastExceptAxis(kOp, "input", input, "index", index, axis));
     if (args.index.rank() > 0) result_shape = index.shape;
-  } else if (absl::Status status =
-                 CheckIndexNotLarger(kOp, index, "input", input, *axis,
-                                     absl::StrFormat("index may not be larger than input in "
-                                                     "dimensions other than axis %d",
-                                                     *axis));
-             !status.ok()) {
-    return status;
+  } else {
+    TENSOROPS_RETURN_IF_ERROR(CheckIndexNotLarger(
+        kOp, index, "input", input, axis,
+        absl::StrFormat("index may not be larger than input in dimensions other than axis %d",
+                        axis)));
   }
 
   GatherPlan plan;
   plan.result_dtype = args.input.dtype();
   plan.result_shape = std::move(result_shape);
-  plan.axis = *axis;
-  plan.input_axis_size = input.shape[*axis];
-  plan.input_axis_stride = input.strides[*axis];
+  plan.axis = axis;
+  plan.input_axis_size = input.shape[axis];
+  plan.input_axis_stride = input.strides[axis];
   // The input is walked at the index's shape; the kernel adds index * input_axis_stride.
   Shape input_strides = input.strides;
-  input_strides[*axis] = 0;
+  input_strides[axis] = 0;
   plan.input = TensorView(args.input.dtype(), index.shape, input_strides, args.input.data());
   plan.index = TensorView(args.index.dtype(), index.shape, index.strides, args.index.data());
   plan.original_index = args.index;
@@ -128,25 +121,17 @@ absl::StatusOr<ScatterPlan> PlanScatter(const ScatterArgs& args) {
   TensorView source;
   if (const auto* source_tensor = std::get_if<TensorView>(&args.source)) {
     source = *source_tensor;
-    if (absl::Status status = internal::CheckSourceDtype(kOp, source.dtype(), dtype);
-        !status.ok()) {
-      return status;
-    }
+    TENSOROPS_RETURN_IF_ERROR(internal::CheckSourceDtype(kOp, source.dtype(), dtype));
   } else {
-    absl::StatusOr<Tensor> value =
-        ScalarToTensor(std::get<Scalar>(args.source), dtype, kOp, "value");
-    if (!value.ok()) return value.status();
-    plan.source_storage = std::move(*value);
+    TENSOROPS_ASSIGN_OR_RETURN(plan.source_storage,
+                               ScalarToTensor(std::get<Scalar>(args.source), dtype, kOp, "value"));
     source = plan.source_storage->view();
   }
   const bool is_value = std::holds_alternative<Scalar>(args.source);
 
-  if (absl::Status status = internal::CheckReductionDefined(kOp, args.reduce, dtype);
-      !status.ok()) {
-    return status;
-  }
-  absl::StatusOr<int64_t> axis = NormalizeAxis(kOp, "axis", args.axis, args.input.rank());
-  if (!axis.ok()) return axis.status();
+  TENSOROPS_RETURN_IF_ERROR(internal::CheckReductionDefined(kOp, args.reduce, dtype));
+  TENSOROPS_ASSIGN_OR_RETURN(const int64_t axis,
+                             NormalizeAxis(kOp, "axis", args.axis, args.input.rank()));
 
   WalkShape input = AsWalkShape(args.input);
   WalkShape index = AsWalkShape(args.index);
@@ -155,25 +140,16 @@ absl::StatusOr<ScatterPlan> PlanScatter(const ScatterArgs& args) {
     // Paddle's put_along_axis: with S = input's shape with `axis` sized like the index, index and
     // source broadcast to S when the index fits inside the input, else the source broadcasts to
     // the index's shape.
-    if (absl::Status status = CheckSameRank(kOp, "index", args.index, "input", args.input);
-        !status.ok()) {
-      return status;
-    }
+    TENSOROPS_RETURN_IF_ERROR(CheckSameRank(kOp, "index", args.index, "input", args.input));
     bool index_fits = true;
     for (size_t d = 0; d < input.shape.size(); ++d) index_fits &= index.shape[d] <= input.shape[d];
     if (index_fits) {
       Shape target = input.shape;
-      target[*axis] = index.shape[*axis];
-      if (absl::Status status = BroadcastWalkTo(kOp, "index", index, target, "shape");
-          !status.ok()) {
-        return status;
-      }
+      target[axis] = index.shape[axis];
+      TENSOROPS_RETURN_IF_ERROR(BroadcastWalkTo(kOp, "index", index, target, "shape"));
     }
-    if (absl::Status status =
-            BroadcastWalkTo(kOp, is_value ? "value" : "src", src, index.shape, "the index shape");
-        !status.ok()) {
-      return status;
-    }
+    TENSOROPS_RETURN_IF_ERROR(
+        BroadcastWalkTo(kOp, is_value ? "value" : "src", src, index.shape, "the index shape"));
   } else if (is_value) {
     src.shape = index.shape;
     src.strides.assign(index.shape.size(), 0);
@@ -181,32 +157,20 @@ absl::StatusOr<ScatterPlan> PlanScatter(const ScatterArgs& args) {
 
   if (args.index.numel() > 0) {
     // Like PyTorch, an empty index is accepted whatever its shape (the result is the input).
-    if (absl::Status status = CheckIndexDtype(kOp, args.index); !status.ok()) return status;
+    TENSOROPS_RETURN_IF_ERROR(CheckIndexDtype(kOp, args.index));
     if (!args.broadcast) {
-      if (absl::Status status = CheckSameRank(kOp, "index", args.index, "input", args.input);
-          !status.ok()) {
-        return status;
-      }
+      TENSOROPS_RETURN_IF_ERROR(CheckSameRank(kOp, "index", args.index, "input", args.input));
       if (!is_value) {
-        if (absl::Status status = CheckSameRank(kOp, "src", source, "index", args.index);
-            !status.ok()) {
-          return status;
-        }
+        TENSOROPS_RETURN_IF_ERROR(CheckSameRank(kOp, "src", source, "index", args.index));
       }
     }
-    if (absl::Status status = CheckIndexNotLarger(
-            kOp, index, "input", input, *axis,
-            absl::StrFormat("index may not be larger than input in dimensions other than axis %d",
-                            *axis));
-        !status.ok()) {
-      return status;
-    }
-    if (absl::Status status = CheckIndexNotLarger(kOp, index, "src", src, /*skip_axis=*/-1,
+    TENSOROPS_RETURN_IF_ERROR(CheckIndexNotLarger(
+        kOp, index, "input", input, axis,
+        absl::StrFormat("index may not be larger than input in dimensions other than axis %d",
+                        axis)));
+    TENSOROPS_RETURN_IF_ERROR(CheckIndexNotLarger(kOp, index, "src", src, /*skip_axis=*/-1,
                                                   "index may not be larger than src in any "
-                                                  "dimension");
-        !status.ok()) {
-      return status;
-    }
+                                                  "dimension"));
   }
 
   plan.result_dtype = dtype;
@@ -215,7 +179,7 @@ absl::StatusOr<ScatterPlan> PlanScatter(const ScatterArgs& args) {
   plan.index = TensorView(args.index.dtype(), index.shape, index.strides, args.index.data());
   // The source is walked at the index's shape: its leading block when it is larger.
   plan.source = TensorView(dtype, index.shape, src.strides, source.data());
-  plan.axis = *axis;
+  plan.axis = axis;
   plan.reduce = args.reduce;
   plan.include_self = args.include_self;
   plan.original_index = args.index;

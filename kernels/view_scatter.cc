@@ -18,6 +18,7 @@
 #include "kernels/dtype.h"
 #include "kernels/plan_checks.h"
 #include "kernels/shape.h"
+#include "kernels/status_macros.h"
 
 namespace tensorops {
 namespace {
@@ -70,52 +71,45 @@ ViewScatterPlan StartPlan(const TensorView& input, const TensorView& src) {
 
 absl::StatusOr<ViewScatterPlan> PlanSelectScatter(const SelectScatterArgs& args) {
   const TensorView& input = args.input;
-  if (absl::Status status = CheckRank(kSelectScatter, input, 1); !status.ok()) return status;
-  absl::StatusOr<int64_t> axis = NormalizeAxis(kSelectScatter, "axis", args.axis, input.rank());
-  if (!axis.ok()) return axis.status();
-  const int64_t size = input.size(*axis);
+  TENSOROPS_RETURN_IF_ERROR(CheckRank(kSelectScatter, input, 1));
+  TENSOROPS_ASSIGN_OR_RETURN(const int64_t axis,
+                             NormalizeAxis(kSelectScatter, "axis", args.axis, input.rank()));
+  const int64_t size = input.size(axis);
   if (!InRange(args.index, size)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: index = %d is out of range for axis %d of input with size %d (expected %d <= index "
         "< %d)",
-        kSelectScatter, args.index, *axis, size, -size, size));
+        kSelectScatter, args.index, axis, size, -size, size));
   }
-  if (absl::Status status = CheckDtype(kSelectScatter, input, args.src); !status.ok()) {
-    return status;
-  }
+  TENSOROPS_RETURN_IF_ERROR(CheckDtype(kSelectScatter, input, args.src));
 
   ViewScatterPlan plan = StartPlan(input, args.src);
   const int64_t position = WrapIndex(args.index, size);
-  plan.window_offset = position * plan.window_strides[*axis];
-  plan.window_shape.erase(plan.window_shape.begin() + *axis);
-  plan.window_strides.erase(plan.window_strides.begin() + *axis);
-  plan.slabs = SlabWindow{.axis = *axis, .start = position, .step = 1, .count = 1};
-  if (absl::Status status = CheckSrcShape(kSelectScatter, args.src, plan.window_shape,
+  plan.window_offset = position * plan.window_strides[axis];
+  plan.window_shape.erase(plan.window_shape.begin() + axis);
+  plan.window_strides.erase(plan.window_strides.begin() + axis);
+  plan.slabs = SlabWindow{.axis = axis, .start = position, .step = 1, .count = 1};
+  TENSOROPS_RETURN_IF_ERROR(CheckSrcShape(kSelectScatter, args.src, plan.window_shape,
                                           absl::StrFormat("the shape of input %s without axis %d",
-                                                          ShapeToString(input.shape()), *axis));
-      !status.ok()) {
-    return status;
-  }
+                                                          ShapeToString(input.shape()), axis)));
   return plan;
 }
 
 absl::StatusOr<ViewScatterPlan> PlanSliceScatter(const SliceScatterArgs& args) {
   const TensorView& input = args.input;
-  if (absl::Status status = CheckRank(kSliceScatter, input, 1); !status.ok()) return status;
-  absl::StatusOr<int64_t> axis = NormalizeAxis(kSliceScatter, "axis", args.axis, input.rank());
-  if (!axis.ok()) return axis.status();
+  TENSOROPS_RETURN_IF_ERROR(CheckRank(kSliceScatter, input, 1));
+  TENSOROPS_ASSIGN_OR_RETURN(const int64_t axis,
+                             NormalizeAxis(kSliceScatter, "axis", args.axis, input.rank()));
   if (args.step <= 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: step = %d must be positive", kSliceScatter, args.step));
   }
-  if (absl::Status status = CheckDtype(kSliceScatter, input, args.src); !status.ok()) {
-    return status;
-  }
+  TENSOROPS_RETURN_IF_ERROR(CheckDtype(kSliceScatter, input, args.src));
 
   // Python slice bounds, as torch.slice clamps them: negative counts from the end, then both are
   // clamped to [0, size] and an end before the start gives an empty slice. Adding `size` to a
   // negative bound cannot overflow.
-  const int64_t size = input.size(*axis);
+  const int64_t size = input.size(axis);
   const auto clamp_bound = [size](std::optional<int64_t> bound, int64_t absent) {
     int64_t value = bound.value_or(absent);
     if (value < 0) value += size;
@@ -126,67 +120,57 @@ absl::StatusOr<ViewScatterPlan> PlanSliceScatter(const SliceScatterArgs& args) {
   const int64_t length = (end - start + args.step - 1) / args.step;
 
   ViewScatterPlan plan = StartPlan(input, args.src);
-  plan.window_offset = length == 0 ? 0 : start * plan.window_strides[*axis];
-  plan.window_shape[*axis] = length;
-  plan.window_strides[*axis] *= args.step;
-  plan.slabs = SlabWindow{.axis = *axis, .start = start, .step = args.step, .count = length};
-  if (absl::Status status = CheckSrcShape(
-          kSliceScatter, args.src, plan.window_shape,
-          absl::StrFormat("the shape of input %s sliced along axis %d from %d to %d step %d",
-                          ShapeToString(input.shape()), *axis, start, end, args.step));
-      !status.ok()) {
-    return status;
-  }
+  plan.window_offset = length == 0 ? 0 : start * plan.window_strides[axis];
+  plan.window_shape[axis] = length;
+  plan.window_strides[axis] *= args.step;
+  plan.slabs = SlabWindow{.axis = axis, .start = start, .step = args.step, .count = length};
+  TENSOROPS_RETURN_IF_ERROR(CheckSrcShape(
+      kSliceScatter, args.src, plan.window_shape,
+      absl::StrFormat("the shape of input %s sliced along axis %d from %d to %d step %d",
+                      ShapeToString(input.shape()), axis, start, end, args.step)));
   return plan;
 }
 
 absl::StatusOr<ViewScatterPlan> PlanDiagonalScatter(const DiagonalScatterArgs& args) {
   const TensorView& input = args.input;
-  if (absl::Status status = CheckRank(kDiagonalScatter, input, 2); !status.ok()) return status;
-  absl::StatusOr<int64_t> axis1 =
-      NormalizeAxis(kDiagonalScatter, "axis1", args.axis1, input.rank());
-  if (!axis1.ok()) return axis1.status();
-  absl::StatusOr<int64_t> axis2 =
-      NormalizeAxis(kDiagonalScatter, "axis2", args.axis2, input.rank());
-  if (!axis2.ok()) return axis2.status();
-  if (*axis1 == *axis2) {
+  TENSOROPS_RETURN_IF_ERROR(CheckRank(kDiagonalScatter, input, 2));
+  TENSOROPS_ASSIGN_OR_RETURN(const int64_t axis1,
+                             NormalizeAxis(kDiagonalScatter, "axis1", args.axis1, input.rank()));
+  TENSOROPS_ASSIGN_OR_RETURN(const int64_t axis2,
+                             NormalizeAxis(kDiagonalScatter, "axis2", args.axis2, input.rank()));
+  if (axis1 == axis2) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: axis1 = %d and axis2 = %d refer to the same dimension %d (expected "
                         "two different dimensions)",
-                        kDiagonalScatter, args.axis1, args.axis2, *axis1));
+                        kDiagonalScatter, args.axis1, args.axis2, axis1));
   }
-  if (absl::Status status = CheckDtype(kDiagonalScatter, input, args.src); !status.ok()) {
-    return status;
-  }
+  TENSOROPS_RETURN_IF_ERROR(CheckDtype(kDiagonalScatter, input, args.src));
 
   // torch.diagonal: a positive offset drops the first `offset` positions along axis2, a negative
   // one the first `-offset` along axis1. Neither subtraction can overflow: sizes are >= 0 and the
   // offset's sign is known in each branch.
-  const int64_t size1 = input.size(*axis1);
-  const int64_t size2 = input.size(*axis2);
+  const int64_t size1 = input.size(axis1);
+  const int64_t size2 = input.size(axis2);
   const int64_t offset = args.offset;
   const int64_t length = offset >= 0 ? std::max<int64_t>(0, std::min(size1, size2 - offset))
                                      : std::max<int64_t>(0, std::min(size1 + offset, size2));
 
   ViewScatterPlan plan = StartPlan(input, args.src);
-  const int64_t stride1 = plan.window_strides[*axis1];
-  const int64_t stride2 = plan.window_strides[*axis2];
+  const int64_t stride1 = plan.window_strides[axis1];
+  const int64_t stride2 = plan.window_strides[axis2];
   if (length > 0) plan.window_offset = offset >= 0 ? offset * stride2 : -offset * stride1;
   // Drop the higher axis first so that the lower one's position stays put.
-  for (const int64_t axis : {std::max(*axis1, *axis2), std::min(*axis1, *axis2)}) {
+  for (const int64_t axis : {std::max(axis1, axis2), std::min(axis1, axis2)}) {
     plan.window_shape.erase(plan.window_shape.begin() + axis);
     plan.window_strides.erase(plan.window_strides.begin() + axis);
   }
   plan.window_shape.push_back(length);
   plan.window_strides.push_back(stride1 + stride2);
-  if (absl::Status status = CheckSrcShape(
-          kDiagonalScatter, args.src, plan.window_shape,
-          absl::StrFormat("the shape of the diagonal of input %s with offset %d between axes %d "
-                          "and %d",
-                          ShapeToString(input.shape()), offset, *axis1, *axis2));
-      !status.ok()) {
-    return status;
-  }
+  TENSOROPS_RETURN_IF_ERROR(CheckSrcShape(
+      kDiagonalScatter, args.src, plan.window_shape,
+      absl::StrFormat("the shape of the diagonal of input %s with offset %d between axes %d "
+                      "and %d",
+                      ShapeToString(input.shape()), offset, axis1, axis2)));
   return plan;
 }
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "kernels/shape.h"
+#include "kernels/status_macros.h"
 
 namespace tensorops::wire {
 namespace {
@@ -165,20 +166,18 @@ absl::StatusOr<int64_t> CheckShapeField(DataType dtype, ShapeSpan shape, std::st
 
 absl::StatusOr<TensorView> DecodeTensor(const v1::Tensor& tensor, std::string_view op,
                                         std::string_view arg, const DecodeLimits& limits) {
-  absl::StatusOr<DataType> dtype = DataTypeFromProto(tensor.dtype(), op, arg);
-  if (!dtype.ok()) return dtype.status();
+  TENSOROPS_ASSIGN_OR_RETURN(const DataType dtype, DataTypeFromProto(tensor.dtype(), op, arg));
   const ShapeSpan shape(tensor.shape().data(), tensor.shape().size());
-  absl::StatusOr<int64_t> numel = CheckShape(*dtype, shape, op, arg, limits);
-  if (!numel.ok()) return numel.status();
+  TENSOROPS_ASSIGN_OR_RETURN(const int64_t numel, CheckShape(dtype, shape, op, arg, limits));
 
   const std::string& data = tensor.data();
-  const int64_t nbytes = *numel * ItemSize(*dtype);
+  const int64_t nbytes = numel * ItemSize(dtype);
   if (static_cast<int64_t>(data.size()) != nbytes) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: %s.data has %d bytes but shape %s of %s needs %d", op, arg,
-                        data.size(), ShapeToString(shape), DataTypeName(*dtype), nbytes));
+                        data.size(), ShapeToString(shape), DataTypeName(dtype), nbytes));
   }
-  if (*dtype == DataType::kBool) {
+  if (dtype == DataType::kBool) {
     const auto* bytes = reinterpret_cast<const uint8_t*>(data.data());
     const auto* bad = std::find_if(bytes, bytes + data.size(), [](uint8_t b) { return b > 1; });
     if (bad != bytes + data.size()) {
@@ -188,7 +187,7 @@ absl::StatusOr<TensorView> DecodeTensor(const v1::Tensor& tensor, std::string_vi
     }
   }
   const uintptr_t alignment =
-      std::min<uintptr_t>(static_cast<uintptr_t>(ItemSize(*dtype)), kMaxElementAlignment);
+      std::min<uintptr_t>(static_cast<uintptr_t>(ItemSize(dtype)), kMaxElementAlignment);
   if (nbytes > 0 && reinterpret_cast<uintptr_t>(data.data()) % alignment != 0) {
     // Cannot happen with protobuf's std::string storage (see kMaxElementAlignment); refusing is
     // still better than undefined behaviour in the kernels should that storage ever change.
@@ -196,7 +195,7 @@ absl::StatusOr<TensorView> DecodeTensor(const v1::Tensor& tensor, std::string_vi
         absl::StrFormat("%s: %s.data is not aligned to %d bytes; the codec cannot view it in place",
                         op, arg, alignment));
   }
-  return TensorView(*dtype, shape, static_cast<const void*>(data.data()));
+  return TensorView(dtype, shape, static_cast<const void*>(data.data()));
 }
 
 MutableTensorView AllocateTensor(DataType dtype, ShapeSpan shape, v1::Tensor* tensor) {

@@ -8,9 +8,11 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/status/status.h"
 #include "absl/strings/match.h"
-#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 #include "server/server.h"
+#include "server/server_options.h"
 #include "spdlog/cfg/env.h"
 #include "spdlog/spdlog.h"
 
@@ -39,7 +41,7 @@ ABSL_FLAG(int64_t, max_queue_delay_us, 0,
 ABSL_FLAG(int64_t, inline_max_bytes, int64_t{64} << 10,
           "Largest request (bytes) run on the gRPC thread that received it when a worker is free "
           "and nothing is queued, instead of being handed to a worker (>= 0; 0 = never).");
-ABSL_FLAG(std::string, device, "auto",
+ABSL_FLAG(tensorops::DeviceChoice, device, tensorops::DeviceChoice::kAuto,
           "Where calls run: auto (a usable GPU for calls of at least --gpu_min_bytes, else the "
           "CPU), cpu, or cuda (every call with a GPU kernel on the GPU; fail at start-up without "
           "one). A call the GPU fails re-runs on the CPU.");
@@ -72,102 +74,35 @@ ABSL_FLAG(std::string, auth_token_file, "",
 
 namespace {
 
-// FlagsToOptions validates the flags and fills `options`; false (after printing why) on a bad
-// value.
-bool FlagsToOptions(tensorops::ServerOptions* options) {
-  options->host = absl::GetFlag(FLAGS_host);
-  options->port = absl::GetFlag(FLAGS_port);
-  options->threads = absl::GetFlag(FLAGS_threads);
-  options->limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  options->limits.max_elements = absl::GetFlag(FLAGS_max_elements);
-  options->limits.max_rank = absl::GetFlag(FLAGS_max_rank);
-  options->limits.max_concurrent_calls = absl::GetFlag(FLAGS_max_concurrent_calls);
-  options->limits.max_queued_calls = absl::GetFlag(FLAGS_max_queued_calls);
-  options->limits.max_stream_in_flight = absl::GetFlag(FLAGS_max_stream_in_flight);
-  options->limits.max_batch = absl::GetFlag(FLAGS_max_batch);
-  options->limits.max_batch_bytes = absl::GetFlag(FLAGS_max_batch_bytes);
-  const int64_t max_queue_delay_us = absl::GetFlag(FLAGS_max_queue_delay_us);
-  options->limits.max_queue_delay = absl::Microseconds(max_queue_delay_us);
-  options->limits.inline_max_bytes = absl::GetFlag(FLAGS_inline_max_bytes);
-  options->device = absl::GetFlag(FLAGS_device);
-  options->gpu.streams = absl::GetFlag(FLAGS_streams);
-  options->gpu.min_bytes = absl::GetFlag(FLAGS_gpu_min_bytes);
-  options->gpu.memory_limit_bytes = absl::GetFlag(FLAGS_gpu_memory_limit);
-  options->metrics.port = absl::GetFlag(FLAGS_metrics_port);
-  options->metrics.host = absl::GetFlag(FLAGS_metrics_host);
-  const int shutdown_grace_s = absl::GetFlag(FLAGS_shutdown_grace_s);
-  options->shutdown.grace = absl::Seconds(shutdown_grace_s);
-  options->security.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
-  options->security.tls_key_file = absl::GetFlag(FLAGS_tls_key);
-  options->security.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
-  options->security.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
-  const tensorops::ServerOptions::Security& security = options->security;
-
-  std::string error;
-  if (options->host.empty()) {
-    error = "--host must not be empty";
-  } else if (options->port < 0 || options->port > 65535) {
-    error = absl::StrFormat("--port=%d is out of range (expected 0..65535)", options->port);
-  } else if (options->threads < 0) {
-    error = absl::StrFormat("--threads=%d is negative (0 means all cores)", options->threads);
-  } else if (options->limits.max_message_bytes < 1 ||
-             options->limits.max_message_bytes > INT32_MAX) {
-    error = absl::StrFormat("--max_message_bytes=%d is out of range (expected 1..%d)",
-                            options->limits.max_message_bytes, INT32_MAX);
-  } else if (options->limits.max_elements < 1) {
-    error = absl::StrFormat("--max_elements=%d is out of range (expected >= 1)",
-                            options->limits.max_elements);
-  } else if (options->limits.max_rank < 0 || options->limits.max_rank > tensorops::kMaxRank) {
-    error = absl::StrFormat("--max_rank=%d is out of range (expected 0..%d)",
-                            options->limits.max_rank, tensorops::kMaxRank);
-  } else if (options->limits.max_concurrent_calls < 0) {
-    error = absl::StrFormat(
-        "--max_concurrent_calls=%d is negative (expected >= 0; 0 = one per "
-        "CPU thread)",
-        options->limits.max_concurrent_calls);
-  } else if (options->limits.max_queued_calls < 0) {
-    error = absl::StrFormat("--max_queued_calls=%d is negative (expected >= 0)",
-                            options->limits.max_queued_calls);
-  } else if (options->limits.max_stream_in_flight < 1) {
-    error = absl::StrFormat("--max_stream_in_flight=%d is out of range (expected >= 1)",
-                            options->limits.max_stream_in_flight);
-  } else if (options->limits.max_batch < 1) {
-    error = absl::StrFormat("--max_batch=%d is out of range (expected >= 1)",
-                            options->limits.max_batch);
-  } else if (options->limits.max_batch_bytes < 1) {
-    error = absl::StrFormat("--max_batch_bytes=%d is out of range (expected >= 1)",
-                            options->limits.max_batch_bytes);
-  } else if (max_queue_delay_us < 0) {
-    error =
-        absl::StrFormat("--max_queue_delay_us=%d is negative (expected >= 0)", max_queue_delay_us);
-  } else if (options->limits.inline_max_bytes < 0) {
-    error = absl::StrFormat("--inline_max_bytes=%d is negative (expected >= 0; 0 = never inline)",
-                            options->limits.inline_max_bytes);
-  } else if (options->device != "auto" && options->device != "cpu" && options->device != "cuda") {
-    error = absl::StrFormat("--device=%s is not one of auto, cpu, cuda", options->device);
-  } else if (options->gpu.streams < 1) {
-    error = absl::StrFormat("--streams=%d is out of range (expected >= 1)", options->gpu.streams);
-  } else if (options->gpu.min_bytes < 0) {
-    error =
-        absl::StrFormat("--gpu_min_bytes=%d is negative (expected >= 0)", options->gpu.min_bytes);
-  } else if (options->gpu.memory_limit_bytes < 0) {
-    error = absl::StrFormat("--gpu_memory_limit=%d is negative (expected >= 0; 0 = no limit)",
-                            options->gpu.memory_limit_bytes);
-  } else if (options->metrics.port < -1 || options->metrics.port > 65535) {
-    error = absl::StrFormat("--metrics_port=%d is out of range (expected -1..65535; -1 = none)",
-                            options->metrics.port);
-  } else if (shutdown_grace_s < 0) {
-    error = absl::StrFormat("--shutdown_grace_s=%d is negative (expected >= 0 seconds)",
-                            shutdown_grace_s);
-  } else if (security.tls_cert_file.empty() != security.tls_key_file.empty()) {
-    error = security.tls_key_file.empty() ? "--tls_cert needs --tls_key (the certificate's key)"
-                                          : "--tls_key needs --tls_cert (the key's certificate)";
-  } else if (!security.tls_client_ca_file.empty() && security.tls_cert_file.empty()) {
-    error = "--tls_client_ca needs --tls_cert and --tls_key (mutual TLS is TLS first)";
-  }
-  if (error.empty()) return true;
-  std::fprintf(stderr, "tensorops-server: %s\n", error.c_str());
-  return false;
+// FlagsToOptions copies the flags into ServerOptions, unchecked: ValidateServerOptions owns the
+// ranges.
+tensorops::ServerOptions FlagsToOptions() {
+  tensorops::ServerOptions options;
+  options.host = absl::GetFlag(FLAGS_host);
+  options.port = absl::GetFlag(FLAGS_port);
+  options.threads = absl::GetFlag(FLAGS_threads);
+  options.limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.limits.max_elements = absl::GetFlag(FLAGS_max_elements);
+  options.limits.max_rank = absl::GetFlag(FLAGS_max_rank);
+  options.limits.max_stream_in_flight = absl::GetFlag(FLAGS_max_stream_in_flight);
+  options.queue.max_concurrent_calls = absl::GetFlag(FLAGS_max_concurrent_calls);
+  options.queue.max_queued_calls = absl::GetFlag(FLAGS_max_queued_calls);
+  options.queue.max_batch = absl::GetFlag(FLAGS_max_batch);
+  options.queue.max_batch_bytes = absl::GetFlag(FLAGS_max_batch_bytes);
+  options.queue.max_queue_delay = absl::Microseconds(absl::GetFlag(FLAGS_max_queue_delay_us));
+  options.queue.inline_max_bytes = absl::GetFlag(FLAGS_inline_max_bytes);
+  options.device = absl::GetFlag(FLAGS_device);
+  options.gpu.streams = absl::GetFlag(FLAGS_streams);
+  options.gpu.min_bytes = absl::GetFlag(FLAGS_gpu_min_bytes);
+  options.gpu.memory_limit_bytes = absl::GetFlag(FLAGS_gpu_memory_limit);
+  options.metrics.port = absl::GetFlag(FLAGS_metrics_port);
+  options.metrics.host = absl::GetFlag(FLAGS_metrics_host);
+  options.shutdown.grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_s));
+  options.security.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.security.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  options.security.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  options.security.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  return options;
 }
 
 }  // namespace
@@ -183,8 +118,12 @@ int main(int argc, char** argv) {
   absl::SetFlagsUsageConfig(usage_config);
   absl::ParseCommandLine(argc, argv);
 
-  tensorops::ServerOptions options;
-  if (!FlagsToOptions(&options)) return 2;
+  // A bad value is a usage error (exit 2), told apart from a server that cannot start (exit 1).
+  const tensorops::ServerOptions options = FlagsToOptions();
+  if (const absl::Status valid = tensorops::ValidateServerOptions(options); !valid.ok()) {
+    std::fprintf(stderr, "tensorops-server: %s\n", std::string(valid.message()).c_str());
+    return 2;
+  }
   const std::string log_level = absl::GetFlag(FLAGS_log_level);
   // from_str maps every unknown name to "off"; only a name that round-trips is a level.
   const spdlog::level::level_enum level = spdlog::level::from_str(log_level);

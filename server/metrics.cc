@@ -24,6 +24,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
+#include "server/rejection.h"
 
 namespace tensorops {
 namespace {
@@ -79,11 +80,6 @@ std::string LabelValue(std::string_view value) {
 enum Stage { kDecode, kQueue, kExecute, kEncode, kStageCount };
 constexpr std::array<const char*, kStageCount> kStageNames = {"decode", "queue", "execute",
                                                               "encode"};
-
-// The reasons Metrics::Rejected documents; their series exist at 0 from the start so that an
-// alert on rate(tensorops_rejected_total[5m]) works before the first rejection.
-constexpr std::array<const char*, 6> kKnownRejectReasons = {
-    "queue_full", "limit", "unauthenticated", "shutting_down", "deadline_exceeded", "cancelled"};
 
 // StageBuckets: 10 µs * 2^k for k = 0..23, i.e. 10 µs .. 83.9 s. Doubling keeps any quantile
 // estimate within a factor of 2 from a decode of a few bytes to a kernel over gigabytes. Each bound
@@ -209,7 +205,11 @@ class Metrics::Impl {
         pinned_in_use_(device_memory_.Add({{"kind", "pinned_in_use"}})),
         device_in_use_(device_memory_.Add({{"kind", "device_in_use"}})),
         stage_buckets_(StageBuckets()) {
-    for (const char* reason : kKnownRejectReasons) rejected_.Add({{"reason", reason}});
+    // The reasons the service rejects calls for exist at 0 from the start, so that an alert on
+    // rate(tensorops_rejected_total[5m]) works before the first rejection.
+    for (const Rejection why : kAllRejections) {
+      rejected_.Add({{"reason", std::string(RejectionLabel(why))}});
+    }
   }
 
   // Listen starts the endpoint on `address` ("host:port"). UNAVAILABLE naming the address when

@@ -5,40 +5,23 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "kernels/status_macros.h"
 #include "oneapi/tbb/task_group.h"
+#include "server/rejection.h"
+#include "server/server_options.h"
 
 namespace tensorops {
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions options) {
-  if (options.max_concurrent_calls < 1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "max_concurrent_calls = %d is out of range (expected >= 1)", options.max_concurrent_calls));
-  }
-  if (options.max_batch < 1 || options.max_batch_bytes < 1 ||
-      options.max_queue_delay < absl::ZeroDuration() || options.threads < 0 ||
-      options.inline_max_bytes < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "max_batch = %d, max_batch_bytes = %d, max_queue_delay = %s, threads = %d, "
-        "inline_max_bytes = %d: expected >= 1, >= 1, >= 0, >= 0 and >= 0",
-        options.max_batch, options.max_batch_bytes, absl::FormatDuration(options.max_queue_delay),
-        options.threads, options.inline_max_bytes));
-  }
-  if (options.gpu_min_bytes < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "gpu_min_bytes = %d is out of range (expected >= 0)", options.gpu_min_bytes));
-  }
-  if (options.max_queued_calls < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "max_queued_calls = %d is out of range (expected >= 0)", options.max_queued_calls));
-  }
+  TENSOROPS_RETURN_IF_ERROR(ValidateSchedulerOptions(options));
   std::unique_ptr<Scheduler> scheduler(new Scheduler(std::move(options)));
   // `automatic` is read by value: the library defines no storage for it.
   const int concurrency = scheduler->options_.threads > 0
                               ? scheduler->options_.threads
                               : static_cast<int>(oneapi::tbb::task_arena::automatic);
   scheduler->arena_ = std::make_unique<oneapi::tbb::task_arena>(concurrency);
-  scheduler->workers_.reserve(scheduler->options_.max_concurrent_calls);
-  for (int i = 0; i < scheduler->options_.max_concurrent_calls; ++i) {
+  scheduler->workers_.reserve(scheduler->options_.queue.max_concurrent_calls);
+  for (int i = 0; i < scheduler->options_.queue.max_concurrent_calls; ++i) {
     scheduler->workers_.emplace_back([s = scheduler.get()] { s->WorkerLoop(); });
   }
   return scheduler;
@@ -55,18 +38,22 @@ absl::Status Scheduler::Enqueue(Work* work) {
 
 absl::Status Scheduler::EnqueueLocked(Work* work) {
   if (closed_) {
-    return absl::UnavailableError("the server is shutting down and takes no new calls");
+    return MarkRejected(
+        absl::UnavailableError("the server is shutting down and takes no new calls"),
+        Rejection::kShuttingDown);
   }
   // Calls that an idle worker will take at once do not count as queued.
   // (An idle worker whose slot an inline call holds takes nothing until that call ends.)
   const int64_t takers = std::min<int64_t>(
-      idle_workers_, options_.max_concurrent_calls - running_batches_ - inline_running_);
+      idle_workers_, options_.queue.max_concurrent_calls - running_batches_ - inline_running_);
   const int64_t waiting_after = static_cast<int64_t>(queue_.size()) + 1 - takers;
-  if (waiting_after > options_.max_queued_calls) {
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("the server is busy: %d calls are executing and %d are queued, the most "
-                        "--max_queued_calls=%d allows; retry later or with backoff",
-                        in_flight_, queue_.size(), options_.max_queued_calls));
+  if (waiting_after > options_.queue.max_queued_calls) {
+    return MarkRejected(
+        absl::ResourceExhaustedError(absl::StrFormat(
+            "the server is busy: %d calls are executing and %d are queued, the most "
+            "--max_queued_calls=%d allows; retry later or with backoff",
+            in_flight_, queue_.size(), options_.queue.max_queued_calls)),
+        Rejection::kQueueFull);
   }
   work->enqueued_ = absl::Now();
   queue_.push_back(work);
@@ -82,8 +69,8 @@ absl::Status Scheduler::Submit(Work* work) {
     // else. A large call still goes to a worker, so that the gRPC thread keeps serving others.
     // A call placed on the GPU goes to a worker too: only workers drive device batches.
     const bool for_device = options_.device != nullptr && work->bytes() >= options_.gpu_min_bytes;
-    const bool run_inline = options_.inline_max_bytes > 0 && !closed_ && queue_.empty() &&
-                            SlotFreeLocked() && work->bytes() <= options_.inline_max_bytes &&
+    const bool run_inline = options_.queue.inline_max_bytes > 0 && !closed_ && queue_.empty() &&
+                            SlotFreeLocked() && work->bytes() <= options_.queue.inline_max_bytes &&
                             !for_device;
     if (!run_inline) return EnqueueLocked(work);
     work->enqueued_ = absl::Now();
@@ -94,7 +81,9 @@ absl::Status Scheduler::Submit(Work* work) {
   // As a worker does: a call already past its deadline is dropped, not run.
   const bool expired = absl::Now() > work->deadline();
   if (expired) {
-    work->Drop(absl::DeadlineExceededError("the call's deadline passed before it could run"));
+    work->Drop(
+        MarkRejected(absl::DeadlineExceededError("the call's deadline passed before it could run"),
+                     Rejection::kDeadlineExceeded));
   } else {
     if (options_.on_batch) options_.on_batch("cpu", 1);
     arena_->execute([work] { work->Run(); });
@@ -162,11 +151,11 @@ std::vector<Scheduler::Work*> Scheduler::TakeBatchLocked() {
   batch.push_back(queue_.front());
   queue_.pop_front();
   int64_t batch_bytes = batch.front()->bytes();
-  const absl::Time wait_until = absl::Now() + options_.max_queue_delay;
-  while (static_cast<int>(batch.size()) < options_.max_batch) {
+  const absl::Time wait_until = absl::Now() + options_.queue.max_queue_delay;
+  while (static_cast<int>(batch.size()) < options_.queue.max_batch) {
     if (queue_.empty()) {
       // Wait for more only while the delay lasts; Await returns early for a call or Stop.
-      if (stopping_ || options_.max_queue_delay <= absl::ZeroDuration() ||
+      if (stopping_ || options_.queue.max_queue_delay <= absl::ZeroDuration() ||
           !mu_.AwaitWithDeadline(absl::Condition(
                                      +[](Scheduler* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
                                        return !s->queue_.empty() || s->stopping_;
@@ -177,7 +166,7 @@ std::vector<Scheduler::Work*> Scheduler::TakeBatchLocked() {
         break;
       }
     }
-    if (batch_bytes + queue_.front()->bytes() > options_.max_batch_bytes) break;
+    if (batch_bytes + queue_.front()->bytes() > options_.queue.max_batch_bytes) break;
     batch_bytes += queue_.front()->bytes();
     batch.push_back(queue_.front());
     queue_.pop_front();
@@ -205,8 +194,10 @@ void Scheduler::WorkerLoop() {
     // Run and Drop end the calls (their reactors may be gone afterwards), so they run outside the
     // lock and no call is touched after them.
     for (Work* work : expired) {
-      work->Drop(absl::DeadlineExceededError(
-          "the call's deadline passed while it waited in the server's queue"));
+      work->Drop(
+          MarkRejected(absl::DeadlineExceededError(
+                           "the call's deadline passed while it waited in the server's queue"),
+                       Rejection::kDeadlineExceeded));
     }
     if (batch.empty()) continue;
     const int64_t ran = static_cast<int64_t>(batch.size());

@@ -1,7 +1,7 @@
 // Scheduler: admission control and the CPU executor between the gRPC handlers and the kernels.
 //
 //   absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
-//       Scheduler::Create({.max_concurrent_calls = 4, .max_queued_calls = 64});
+//       Scheduler::Create({.queue = {.max_concurrent_calls = 4, .max_queued_calls = 64}});
 //   absl::Status admitted = (*scheduler)->Enqueue(call);  // RESOURCE_EXHAUSTED when full
 //   ...
 //   if ((*scheduler)->Cancel(call)) call->Drop(absl::CancelledError("..."));  // from OnCancel
@@ -51,9 +51,13 @@
 
 namespace tensorops {
 
-// SchedulerOptions size the executor and its queue.
-struct SchedulerOptions {
-  // Worker threads, i.e. batches executing at once: >= 1. Create rejects other values.
+// QueueOptions: how admitted calls wait and how workers take them. Declared once for both users:
+// SchedulerOptions::queue, with the defaults below, and ServerOptions::queue, which the server's
+// flags of the same names set and which has the server's defaults. ValidateSchedulerOptions and
+// ValidateServerOptions (server/server_options.h) hold the ranges.
+struct QueueOptions {
+  // Worker threads, i.e. batches executing at once: >= 1. A Server also takes 0, one worker per
+  // CPU thread the kernels may use, and resolves it before creating its Scheduler.
   int max_concurrent_calls = 1;
   // Calls admitted but not yet executing: >= 0 (0 admits a call only when a worker is idle).
   int max_queued_calls = 1024;
@@ -63,12 +67,18 @@ struct SchedulerOptions {
   int64_t max_batch_bytes = int64_t{64} << 20;
   // How long a worker holding fewer than max_batch calls waits for more: >= 0.
   absl::Duration max_queue_delay = absl::ZeroDuration();
-  // Threads of the oneTBB arena the batches run in: >= 0; 0 = oneTBB's default (every core, or
-  // the process's global_control limit).
-  int threads = 0;
   // Largest request (Work::bytes) that Submit may run inline on the calling thread: >= 0;
   // 0 = never inline, every call goes through the queue.
   int64_t inline_max_bytes = 0;
+};
+
+// SchedulerOptions size the executor and its queue. Create rejects values out of range
+// (ValidateSchedulerOptions).
+struct SchedulerOptions {
+  QueueOptions queue;
+  // Threads of the oneTBB arena the batches run in: >= 0; 0 = oneTBB's default (every core, or
+  // the process's global_control limit).
+  int threads = 0;
   // Called with (in_flight, queued) whenever either changes, under the scheduler's lock: it must
   // be cheap and must not call back into the scheduler. May be empty.
   std::function<void(int64_t in_flight, int64_t queued)> on_load_change;
@@ -131,7 +141,8 @@ class Scheduler {
     absl::Time enqueued_;
   };
 
-  // Create starts the worker threads. INVALID_ARGUMENT for options out of range.
+  // Create starts the worker threads. INVALID_ARGUMENT for options out of range, naming the server
+  // flag that sets each (ValidateSchedulerOptions).
   static absl::StatusOr<std::unique_ptr<Scheduler>> Create(SchedulerOptions options);
 
   Scheduler(const Scheduler&) = delete;
@@ -182,7 +193,7 @@ class Scheduler {
   void NotifyLoadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // SlotFreeLocked: fewer than max_concurrent_calls batches (inline calls included) executing.
   bool SlotFreeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return running_batches_ + inline_running_ < options_.max_concurrent_calls;
+    return running_batches_ + inline_running_ < options_.queue.max_concurrent_calls;
   }
 
   const SchedulerOptions options_;

@@ -1,7 +1,6 @@
 #include "server/server.h"
 
 #include <chrono>
-#include <climits>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -16,6 +15,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "kernels/device.h"
+#include "kernels/status_macros.h"
 #include "proto/codec.h"
 #include "server/credentials.h"
 #include "spdlog/spdlog.h"
@@ -96,11 +96,11 @@ v1::ServerInfoResponse BuildServerInfo(const ServerOptions& options,
   info_limits->set_max_elements(limits.max_elements);
   info_limits->set_max_rank(limits.max_rank);
   info_limits->set_max_concurrent_calls(max_concurrent_calls);
-  info_limits->set_max_queued_calls(limits.max_queued_calls);
+  info_limits->set_max_queued_calls(options.queue.max_queued_calls);
   info_limits->set_max_stream_in_flight(limits.max_stream_in_flight);
-  info_limits->set_max_batch(limits.max_batch);
-  info_limits->set_max_batch_bytes(limits.max_batch_bytes);
-  info_limits->set_max_queue_delay_us(absl::ToInt64Microseconds(limits.max_queue_delay));
+  info_limits->set_max_batch(options.queue.max_batch);
+  info_limits->set_max_batch_bytes(options.queue.max_batch_bytes);
+  info_limits->set_max_queue_delay_us(absl::ToInt64Microseconds(options.queue.max_queue_delay));
   info.set_placement(placement);
   info.set_gpu_streams(options.gpu.streams);
   info.set_gpu_min_bytes(options.gpu.min_bytes);
@@ -122,7 +122,25 @@ v1::ServerInfoResponse BuildServerInfo(const ServerOptions& options,
   return info;
 }
 
+// LoadAuthenticator reads the bearer token that callers must send; null when none is required.
+absl::StatusOr<std::unique_ptr<TokenAuthenticator>> LoadAuthenticator(
+    const ServerOptions::Security& security) {
+  if (security.auth_token_file.empty()) return std::unique_ptr<TokenAuthenticator>();
+  return TokenAuthenticator::FromFile(security.auth_token_file);
+}
+
 }  // namespace
+
+struct Server::Placement {
+  DeviceInventory inventory;
+  // The GPU executor that calls of at least gpu_min_bytes run on; null runs every call on the CPU.
+  DeviceExecutor* executor = nullptr;
+  // The CUDA executor behind `executor` when Start created it (null for a test's, or none).
+  std::unique_ptr<DeviceExecutor> owned_executor;
+  int64_t gpu_min_bytes = 0;
+  // How calls are placed, for ServerInfo and the start-up line.
+  std::string description = "cpu";
+};
 
 Server::Server(const ServerOptions& options, std::unique_ptr<TokenAuthenticator> authenticator)
     : authenticator_(std::move(authenticator)), shutdown_grace_(options.shutdown.grace) {
@@ -130,194 +148,178 @@ Server::Server(const ServerOptions& options, std::unique_ptr<TokenAuthenticator>
     thread_limit_.emplace(oneapi::tbb::global_control::max_allowed_parallelism,
                           static_cast<size_t>(options.threads));
   }
+  cpu_threads_ = static_cast<int>(oneapi::tbb::global_control::active_value(
+      oneapi::tbb::global_control::max_allowed_parallelism));
 }
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
-  const ServerOptions::Limits& limits = options.limits;
-  // gRPC takes message sizes as int.
-  if (limits.max_message_bytes < 1 || limits.max_message_bytes > INT_MAX) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("max_message_bytes = %d is out of range (expected 1..%d)",
-                        limits.max_message_bytes, INT_MAX));
-  }
-  if (options.port < 0 || options.port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("port = %d is out of range (expected 0..65535)", options.port));
-  }
-  if (options.shutdown.grace < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("shutdown grace = %s is negative (expected >= 0)",
-                        absl::FormatDuration(options.shutdown.grace)));
-  }
-
+  TENSOROPS_RETURN_IF_ERROR(ValidateServerOptions(options));
   // Files are read before anything starts, so that a bad path fails Start with its own message.
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      BuildServerCredentials(options.security);
-  if (!credentials.ok()) return credentials.status();
-  std::unique_ptr<TokenAuthenticator> authenticator;
-  if (!options.security.auth_token_file.empty()) {
-    absl::StatusOr<std::unique_ptr<TokenAuthenticator>> from_file =
-        TokenAuthenticator::FromFile(options.security.auth_token_file);
-    if (!from_file.ok()) return from_file.status();
-    authenticator = std::move(*from_file);
-  }
-  const std::string_view tls_mode = TlsModeName(options.security);
+  TENSOROPS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                             BuildServerCredentials(options.security));
+  TENSOROPS_ASSIGN_OR_RETURN(std::unique_ptr<TokenAuthenticator> authenticator,
+                             LoadAuthenticator(options.security));
+  TENSOROPS_ASSIGN_OR_RETURN(Placement placement, ChoosePlacement(options));
 
+  std::unique_ptr<Server> server(new Server(options, std::move(authenticator)));
+  TENSOROPS_ASSIGN_OR_RETURN(server->metrics_, Metrics::Create(options.metrics));
+  TENSOROPS_RETURN_IF_ERROR(server->StartScheduler(options, placement));
+  server->BuildService(options, placement);
+  TENSOROPS_RETURN_IF_ERROR(server->Bind(options, std::move(credentials)));
+  server->LogStartUp(options, placement);
+  return server;
+}
+
+absl::StatusOr<Server::Placement> Server::ChoosePlacement(const ServerOptions& options) {
+  Placement placement{.inventory = QueryDevices()};
+  if (options.device == DeviceChoice::kCpu) return placement;
+  const bool cuda = options.device == DeviceChoice::kCuda;
+  placement.executor = options.gpu.executor_for_testing;
+  if (placement.executor == nullptr && placement.inventory.cuda_devices.empty()) {
+    if (cuda) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("--device=cuda, but no GPU is usable: %s (use --device=auto or cpu)",
+                          placement.inventory.note));
+    }
+    return placement;
+  }
+  if (placement.executor == nullptr) {
+    absl::StatusOr<std::unique_ptr<DeviceExecutor>> created =
+        CreateCudaExecutor({.device = placement.inventory.cuda_devices.front().ordinal,
+                            .streams = options.gpu.streams,
+                            .memory_limit_bytes = options.gpu.memory_limit_bytes});
+    if (!created.ok()) {
+      if (cuda) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "--device=cuda, but the GPU cannot be used: %s", created.status().ToString()));
+      }
+      spdlog::warn("the GPU cannot be used, every call runs on the CPU: {}",
+                   created.status().ToString());
+      return placement;
+    }
+    placement.owned_executor = *std::move(created);
+    placement.executor = placement.owned_executor.get();
+  }
+  // Under kCuda every call with a GPU form goes there, whatever its size.
+  placement.gpu_min_bytes = cuda ? 0 : options.gpu.min_bytes;
+  placement.description =
+      cuda ? absl::StrFormat("%s for every call with a GPU kernel", placement.executor->name())
+           : absl::StrFormat("%s for calls of >= %d request bytes, else cpu",
+                             placement.executor->name(), placement.gpu_min_bytes);
+  return placement;
+}
+
+absl::Status Server::StartScheduler(const ServerOptions& options, Placement& placement) {
+  owned_executor_ = std::move(placement.owned_executor);
+  Metrics* metrics = metrics_.get();
+  DeviceExecutor* executor = placement.executor;
+  SchedulerOptions scheduler_options{
+      .queue = options.queue,
+      .threads = options.threads,
+      .on_load_change =
+          [metrics](int64_t in_flight, int64_t queued) {
+            metrics->SetInFlight(in_flight);
+            metrics->SetQueued(queued);
+          },
+      .on_batch =
+          [metrics, executor](std::string_view device, int64_t batch_size) {
+            metrics->BatchTaken(device, batch_size);
+            // Sampled as each device batch starts: what earlier and concurrent batches hold.
+            if (device != "cpu" && executor != nullptr) {
+              const DeviceMemory memory = executor->memory();
+              metrics->SetDeviceMemory(memory.pinned_allocated, memory.pinned_in_use,
+                                       memory.device_in_use);
+            }
+          },
+      .device = executor,
+      .gpu_min_bytes = placement.gpu_min_bytes,
+      .on_device_fallback =
+          [metrics](const absl::Status& device_error) {
+            metrics->DeviceFallback();
+            spdlog::warn("a call failed on the GPU and re-ran on the CPU: {}",
+                         device_error.ToString());
+          }};
+  // One worker per core by default: each kernel also splits itself across the cores, so more
+  // workers would only interleave calls, not finish them sooner.
+  if (scheduler_options.queue.max_concurrent_calls == 0) {
+    scheduler_options.queue.max_concurrent_calls = cpu_threads_;
+  }
+  TENSOROPS_ASSIGN_OR_RETURN(scheduler_, Scheduler::Create(std::move(scheduler_options)));
+  return absl::OkStatus();
+}
+
+void Server::BuildService(const ServerOptions& options, const Placement& placement) {
+  const ServerOptions::Limits& limits = options.limits;
+  serving_ = ServingContext{.limits = wire::DecodeLimits{.max_rank = limits.max_rank,
+                                                         .max_elements = limits.max_elements,
+                                                         .max_bytes = limits.max_message_bytes},
+                            .scheduler = scheduler_.get(),
+                            .metrics = metrics_.get(),
+                            .authenticator = authenticator_.get(),
+                            .max_stream_in_flight = limits.max_stream_in_flight};
+  service_ = std::make_unique<TensorOpsService>(
+      serving_, BuildServerInfo(options, placement.inventory, cpu_threads_,
+                                scheduler_->options().queue.max_concurrent_calls,
+                                TlsModeName(options.security) != "off", authenticator_ != nullptr,
+                                placement.description));
+}
+
+absl::Status Server::Bind(const ServerOptions& options,
+                          std::shared_ptr<grpc::ServerCredentials> credentials) {
   // Both are process-wide switches read by every ServerBuilder built afterwards; setting them again
   // is harmless.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
-  if (limits.max_concurrent_calls < 0 || limits.max_queued_calls < 0 ||
-      limits.max_stream_in_flight < 1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "max_concurrent_calls = %d, max_queued_calls = %d, max_stream_in_flight = %d: expected "
-        ">= 0, >= 0 and >= 1",
-        limits.max_concurrent_calls, limits.max_queued_calls, limits.max_stream_in_flight));
-  }
-
-  // Placement: a GPU executor when --device asks for one and a GPU is usable.
-  const DeviceInventory inventory = QueryDevices();
-  if (options.device != "auto" && options.device != "cpu" && options.device != "cuda") {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("device = '%s' is not one of auto, cpu, cuda", options.device));
-  }
-  if (options.gpu.streams < 1 || options.gpu.min_bytes < 0 || options.gpu.memory_limit_bytes < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "streams = %d, gpu_min_bytes = %d, gpu_memory_limit = %d: expected >= 1, >= 0 and >= 0",
-        options.gpu.streams, options.gpu.min_bytes, options.gpu.memory_limit_bytes));
-  }
-  const bool gpu_found =
-      options.gpu.executor_for_testing != nullptr || !inventory.cuda_devices.empty();
-  if (options.device == "cuda" && !gpu_found) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "--device=cuda, but no GPU is usable: %s (use --device=auto or cpu)", inventory.note));
-  }
-  std::unique_ptr<DeviceExecutor> owned_executor;
-  DeviceExecutor* executor = options.gpu.executor_for_testing;
-  if (options.device != "cpu" && gpu_found && executor == nullptr) {
-    absl::StatusOr<std::unique_ptr<DeviceExecutor>> created =
-        CreateCudaExecutor({.device = inventory.cuda_devices.front().ordinal,
-                            .streams = options.gpu.streams,
-                            .memory_limit_bytes = options.gpu.memory_limit_bytes});
-    if (created.ok()) {
-      owned_executor = *std::move(created);
-      executor = owned_executor.get();
-    } else if (options.device == "cuda") {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "--device=cuda, but the GPU cannot be used: %s", created.status().ToString()));
-    } else {
-      spdlog::warn("the GPU cannot be used, every call runs on the CPU: {}",
-                   created.status().ToString());
-    }
-  }
-  if (options.device == "cpu") executor = nullptr;
-  const std::string placement =
-      executor == nullptr ? "cpu"
-      : options.device == "cuda"
-          ? absl::StrFormat("%s for every call with a GPU kernel", executor->name())
-          : absl::StrFormat("%s for calls of >= %d request bytes, else cpu", executor->name(),
-                            options.gpu.min_bytes);
-
-  std::unique_ptr<Server> server(new Server(options, std::move(authenticator)));
-  const int cpu_threads = static_cast<int>(oneapi::tbb::global_control::active_value(
-      oneapi::tbb::global_control::max_allowed_parallelism));
-  // One worker per core by default: each kernel also splits itself across the cores, so more
-  // workers would only interleave calls, not finish them sooner.
-  const int max_concurrent_calls =
-      limits.max_concurrent_calls > 0 ? limits.max_concurrent_calls : cpu_threads;
-  absl::StatusOr<std::unique_ptr<Metrics>> metrics = Metrics::Create(options.metrics);
-  if (!metrics.ok()) return metrics.status();
-  server->metrics_ = *std::move(metrics);
-  server->owned_executor_ = std::move(owned_executor);
-  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(
-      {.max_concurrent_calls = max_concurrent_calls,
-       .max_queued_calls = limits.max_queued_calls,
-       .max_batch = limits.max_batch,
-       .max_batch_bytes = limits.max_batch_bytes,
-       .max_queue_delay = limits.max_queue_delay,
-       .threads = options.threads,
-       .inline_max_bytes = limits.inline_max_bytes,
-       .on_load_change =
-           [metrics = server->metrics_.get()](int64_t in_flight, int64_t queued) {
-             metrics->SetInFlight(in_flight);
-             metrics->SetQueued(queued);
-           },
-       .on_batch =
-           [metrics = server->metrics_.get(), executor](std::string_view device,
-                                                        int64_t batch_size) {
-             metrics->BatchTaken(device, batch_size);
-             // Sampled as each device batch starts: what earlier and concurrent batches hold.
-             if (device != "cpu" && executor != nullptr) {
-               const DeviceMemory memory = executor->memory();
-               metrics->SetDeviceMemory(memory.pinned_allocated, memory.pinned_in_use,
-                                        memory.device_in_use);
-             }
-           },
-       .device = executor,
-       .gpu_min_bytes = options.device == "cuda" ? 0 : options.gpu.min_bytes,
-       .on_device_fallback =
-           [metrics = server->metrics_.get()](const absl::Status& device_error) {
-             metrics->DeviceFallback();
-             spdlog::warn("a call failed on the GPU and re-ran on the CPU: {}",
-                          device_error.ToString());
-           }});
-  if (!scheduler.ok()) return scheduler.status();
-  server->scheduler_ = *std::move(scheduler);
-  server->serving_ =
-      ServingContext{.limits = wire::DecodeLimits{.max_rank = limits.max_rank,
-                                                  .max_elements = limits.max_elements,
-                                                  .max_bytes = limits.max_message_bytes},
-                     .scheduler = server->scheduler_.get(),
-                     .metrics = server->metrics_.get(),
-                     .authenticator = server->authenticator_.get(),
-                     .max_stream_in_flight = limits.max_stream_in_flight};
-  server->service_ = std::make_unique<TensorOpsService>(
-      server->serving_,
-      BuildServerInfo(options, inventory, cpu_threads, max_concurrent_calls, tls_mode != "off",
-                      server->authenticator_ != nullptr, placement));
-
   const std::string address = ListenAddress(options.host, options.port);
   int selected_port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(address, *credentials, &selected_port);
+  builder.AddListeningPort(address, std::move(credentials), &selected_port);
   // gRPC enables SO_REUSEPORT by default, which would let a second server share a busy port
   // silently; a port conflict must be an error instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(limits.max_message_bytes));
-  builder.SetMaxSendMessageSize(static_cast<int>(limits.max_message_bytes));
-  builder.RegisterService(server->service_.get());
-  server->grpc_server_ = builder.BuildAndStart();
-  if (server->grpc_server_ == nullptr || selected_port == 0) {
-    return absl::UnavailableError(absl::StrFormat(
-        "cannot listen on %s (port in use, or host not a local address%s)", address,
-        tls_mode == "off" ? "" : ", or gRPC rejected the TLS certificate and key: see its log"));
+  // ValidateServerOptions keeps the size within gRPC's int.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.limits.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(options.limits.max_message_bytes));
+  builder.RegisterService(service_.get());
+  grpc_server_ = builder.BuildAndStart();
+  if (grpc_server_ == nullptr || selected_port == 0) {
+    return absl::UnavailableError(
+        absl::StrFormat("cannot listen on %s (port in use, or host not a local address%s)", address,
+                        TlsModeName(options.security) == "off"
+                            ? ""
+                            : ", or gRPC rejected the TLS certificate and key: see its log"));
   }
-  server->port_ = selected_port;
+  port_ = selected_port;
   // The default health service starts with "" SERVING and knows no other service.
-  server->grpc_server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
+  grpc_server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
+  return absl::OkStatus();
+}
 
-  const bool token_auth = server->authenticator_ != nullptr;
+void Server::LogStartUp(const ServerOptions& options, const Placement& placement) const {
+  const std::string_view tls_mode = TlsModeName(options.security);
+  const bool token_auth = authenticator_ != nullptr;
+  const ServerOptions::Limits& limits = options.limits;
+  const QueueOptions& queue = scheduler_->options().queue;
   spdlog::info(
       "tensorops-server {} (rev {}) listening on {}; tls: {}, auth: {}; devices: {}; placement: "
       "{}; limits: max_message_bytes={}, max_elements={}, max_rank={}, "
       "max_concurrent_calls={}, max_queued_calls={}, max_stream_in_flight={}; batching: "
       "max_batch={}, max_batch_bytes={}, max_queue_delay={}, inline_max_bytes={}; metrics: {}",
-      TENSOROPS_VERSION, TENSOROPS_GIT_REVISION, ListenAddress(options.host, selected_port),
-      tls_mode, token_auth ? "token" : "off", DevicesSummary(inventory, cpu_threads), placement,
-      limits.max_message_bytes, limits.max_elements, limits.max_rank, max_concurrent_calls,
-      limits.max_queued_calls, limits.max_stream_in_flight, limits.max_batch,
-      limits.max_batch_bytes, absl::FormatDuration(limits.max_queue_delay), limits.inline_max_bytes,
-      server->metrics_->port() >= 0
-          ? absl::StrFormat("http://%s/metrics",
-                            ListenAddress(options.metrics.host, server->metrics_->port()))
-          : std::string("no endpoint (--metrics_port=-1)"));
+      TENSOROPS_VERSION, TENSOROPS_GIT_REVISION, ListenAddress(options.host, port_), tls_mode,
+      token_auth ? "token" : "off", DevicesSummary(placement.inventory, cpu_threads_),
+      placement.description, limits.max_message_bytes, limits.max_elements, limits.max_rank,
+      queue.max_concurrent_calls, queue.max_queued_calls, limits.max_stream_in_flight,
+      queue.max_batch, queue.max_batch_bytes, absl::FormatDuration(queue.max_queue_delay),
+      queue.inline_max_bytes,
+      metrics_->port() >= 0 ? absl::StrFormat("http://%s/metrics",
+                                              ListenAddress(options.metrics.host, metrics_->port()))
+                            : std::string("no endpoint (--metrics_port=-1)"));
   if (token_auth && tls_mode == "off") {
     spdlog::warn(
         "the bearer token is checked on a plaintext port: anyone who can see the traffic can read "
         "it (use --tls_cert/--tls_key, or TLS in front of this server)");
   }
-  return server;
 }
 
 Server::~Server() {

@@ -21,6 +21,7 @@
 #include <optional>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -46,11 +47,11 @@ class Server {
   // kServiceName is the fully qualified name of the TensorOps service, as health checks name it.
   static constexpr char kServiceName[] = "tensorops.v1.TensorOps";
 
-  // Start builds and starts a server for `options`. UNAVAILABLE when the address cannot be bound
-  // (port in use, unknown host) or gRPC refuses the TLS certificate and key (a key that does not
-  // match the certificate, say); INVALID_ARGUMENT for options gRPC cannot take (message size out
-  // of int range), for a negative shutdown grace and for an inconsistent options.security (naming
-  // the field); for a security file that cannot be read, its error naming the path (see
+  // Start builds and starts a server for `options`. INVALID_ARGUMENT for options out of range or
+  // inconsistent (ValidateServerOptions, naming the flag); FAILED_PRECONDITION for DeviceChoice::
+  // kCuda without a usable GPU; UNAVAILABLE when the address cannot be bound (port in use, unknown
+  // host) or gRPC refuses the TLS certificate and key (a key that does not match the certificate,
+  // say); for a security file that cannot be read, its error naming the path (see
   // BuildServerCredentials and TokenAuthenticator::FromFile).
   static absl::StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options);
 
@@ -81,11 +82,30 @@ class Server {
   void Wait();
 
  private:
+  // Placement is where calls run, as Start chose it (server.cc).
+  struct Placement;
+
   Server(const ServerOptions& options, std::unique_ptr<TokenAuthenticator> authenticator);
+
+  // The steps of Start, in order, after validation and reading the security files.
+  // ChoosePlacement finds the GPUs and creates the GPU executor `options.device` asks for.
+  static absl::StatusOr<Placement> ChoosePlacement(const ServerOptions& options);
+  // StartScheduler starts scheduler_ on the CPU and the placement's GPU executor (taking it when
+  // Start created it), reporting to metrics_.
+  absl::Status StartScheduler(const ServerOptions& options, Placement& placement);
+  // BuildService builds serving_ and service_ (with what ServerInfo answers).
+  void BuildService(const ServerOptions& options, const Placement& placement);
+  // Bind builds and starts grpc_server_ on options' address, and sets port_.
+  absl::Status Bind(const ServerOptions& options,
+                    std::shared_ptr<grpc::ServerCredentials> credentials);
+  // LogStartUp writes the start-up line (and a warning for a token on a plaintext port).
+  void LogStartUp(const ServerOptions& options, const Placement& placement) const;
 
   // Declared before the service, which uses it (null when no token is required).
   std::unique_ptr<TokenAuthenticator> authenticator_;
   std::optional<oneapi::tbb::global_control> thread_limit_;
+  // The CPU threads the kernels may use under thread_limit_ (and any other limit in the process).
+  int cpu_threads_ = 0;
   // Declared in the order they depend on each other: the gRPC server calls into the service until
   // destroyed, the service's calls run on the scheduler, and both count into the metrics.
   std::unique_ptr<Metrics> metrics_;

@@ -4,6 +4,8 @@
 //   ServerOptions options;
 //   options.port = 0;  // any free port
 //   options.limits.max_elements = 1 << 20;
+//   options.queue.max_batch = 16;
+//   options.device = DeviceChoice::kCpu;
 //   options.shutdown.grace = absl::Seconds(30);
 //   options.security.tls_cert_file = "/etc/tensorops/server.crt";
 //   options.security.tls_key_file = "/etc/tensorops/server.key";
@@ -13,16 +15,31 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "kernels/cuda/executor.h"
 #include "kernels/shape.h"
 #include "server/metrics.h"
+#include "server/scheduler.h"
 
 namespace tensorops {
 
-// ServerOptions configure Server::Start. Values are not validated here beyond what Start needs to
-// refuse (an unbindable address); `main` checks flag ranges and exits with a usage error.
+// DeviceChoice is where calls run (--device): see ServerOptions::device.
+enum class DeviceChoice { kAuto, kCpu, kCuda };
+
+// DeviceChoiceName is the choice as --device spells it: "auto", "cpu" or "cuda".
+std::string_view DeviceChoiceName(DeviceChoice choice);
+
+// The Abseil flag hooks, so that --device parses into a DeviceChoice; any other text fails the
+// parse with an error listing the choices (Abseil prints it and exits at start-up).
+bool AbslParseFlag(absl::string_view text, DeviceChoice* choice, std::string* error);
+std::string AbslUnparseFlag(DeviceChoice choice);
+
+// ServerOptions configure Server::Start, which rejects values out of range (ValidateServerOptions)
+// before it starts anything.
 struct ServerOptions {
   // Limits on one call, applied by the codec (per tensor) and to every result; exceeding one gives
   // RESOURCE_EXHAUSTED naming the flag.
@@ -35,22 +52,6 @@ struct ServerOptions {
     int64_t max_elements = int64_t{1} << 32;
     // Largest rank of any one tensor, 0..16 (SPEC's range).
     int max_rank = kMaxRank;
-    // Calls executing at once (the executor's worker threads), >= 0; 0 = one per CPU core.
-    int max_concurrent_calls = 0;
-    // Calls admitted and waiting for a worker, >= 0; a call beyond this is refused with
-    // RESOURCE_EXHAUSTED before its result is allocated. Default 1024.
-    int max_queued_calls = 1024;
-    // Most calls a worker takes from the queue at once, run side by side: >= 1. Default 8.
-    int max_batch = 8;
-    // Most request bytes in one batch: >= 1; a larger call runs alone. Default 64 MiB.
-    int64_t max_batch_bytes = int64_t{64} << 20;
-    // How long a worker holding a partial batch waits for more calls: >= 0. Default 0 (take what
-    // is queued, never wait).
-    absl::Duration max_queue_delay = absl::ZeroDuration();
-    // Largest request (bytes) that runs on the gRPC thread that received it, when a worker slot
-    // is free and nothing is queued, rather than being handed to a worker: >= 0; 0 = never.
-    // Default 64 KiB: below that the hand-off costs more than the op.
-    int64_t inline_max_bytes = int64_t{64} << 10;
     // Requests one RunStream may have read and not yet answered, >= 1; the server reads no more
     // of that stream until one is answered. Default 64.
     int max_stream_in_flight = 64;
@@ -59,15 +60,14 @@ struct ServerOptions {
   // What Server::Shutdown does with calls already in flight.
   struct Shutdown {
     // How long in-flight calls may run after shutdown begins; those still running then are
-    // cancelled. >= 0 (0 cancels them at once); Server::Start rejects a negative value with
-    // INVALID_ARGUMENT. Default 5 s.
+    // cancelled. >= 0 (0 cancels them at once). Default 5 s.
     absl::Duration grace = absl::Seconds(5);
   };
 
   // Transport security and caller authentication. Every field is a file path; empty means unset.
-  // Server::Start reads the files once (a changed file takes effect at the next start) and
-  // rejects an inconsistent set with INVALID_ARGUMENT naming the field, and a file it cannot read
-  // with an error naming the path.
+  // Server::Start rejects an inconsistent set with INVALID_ARGUMENT naming the flags and fields
+  // (ValidateServerOptions), reads the files once (a changed file takes effect at the next start)
+  // and fails on a file it cannot read with an error naming the path.
   struct Security {
     // PEM certificate chain the server presents, leaf first. Set together with tls_key_file; both
     // unset serves plaintext.
@@ -92,17 +92,26 @@ struct ServerOptions {
   // 0 = all cores.
   int threads = 0;
   Limits limits;
+  // The executor's queue and batching (server/scheduler.h has each field's meaning), with the
+  // server's defaults: max_concurrent_calls 0 = one worker per CPU thread of `threads`; a worker
+  // takes up to 8 calls at once; a request of up to 64 KiB runs on the gRPC thread that received
+  // it when a worker is free and nothing is queued, since below that the hand-off costs more than
+  // the op. A call beyond max_queued_calls is refused with RESOURCE_EXHAUSTED before its result
+  // is allocated. Assign fields one by one: a braced `{.max_batch = 2}` would reset the rest to
+  // the Scheduler's defaults, not these.
+  QueueOptions queue = {
+      .max_concurrent_calls = 0, .max_batch = 8, .inline_max_bytes = int64_t{64} << 10};
   Shutdown shutdown;
   Security security;
-  // Where calls run: "auto" (the GPU for calls of at least gpu.min_bytes when a GPU was found,
-  // else the CPU), "cpu", or "cuda" (every call with a GPU kernel on the GPU; Start fails without
-  // a usable GPU). Default "auto". Calls the GPU fails re-run on the CPU either way.
-  std::string device = "auto";
+  // Where calls run: kAuto (the GPU for calls of at least gpu.min_bytes when a GPU was found,
+  // else the CPU), kCpu, or kCuda (every call with a GPU kernel on the GPU; Start fails without
+  // a usable GPU). Calls the GPU fails re-run on the CPU either way.
+  DeviceChoice device = DeviceChoice::kAuto;
   // The CUDA executor (used when `device` puts calls on a GPU).
   struct Gpu {
     // Streams of the GPU, i.e. device batches in flight at once: >= 1. Default 4.
     int streams = 4;
-    // Under "auto", calls with a smaller request run on the CPU: >= 0. Default 1 MiB.
+    // Under kAuto, calls with a smaller request run on the CPU: >= 0. Default 1 MiB.
     int64_t min_bytes = int64_t{1} << 20;
     // Most device memory batches hold at once, >= 0; 0 (default) = no limit but the device's.
     int64_t memory_limit_bytes = 0;
@@ -114,6 +123,17 @@ struct ServerOptions {
   // The Prometheus endpoint; port -1 (the default) serves none, but calls are still counted.
   MetricsOptions metrics;
 };
+
+// ValidateServerOptions checks every range and combination Start needs, in one place for both
+// the flags (`main` exits 2 on an error) and direct users (Start returns it): INVALID_ARGUMENT for
+// the first value out of range, naming the flag that sets it, the value and the rule, e.g.
+// "--max_batch=0 is out of range: must be >= 1". It reads no files and binds nothing: a missing
+// certificate or a busy port fail later, in Start.
+absl::Status ValidateServerOptions(const ServerOptions& options);
+
+// ValidateSchedulerOptions is the same check for a Scheduler of its own (Scheduler::Create), with
+// the same wording; there max_concurrent_calls must be >= 1.
+absl::Status ValidateSchedulerOptions(const SchedulerOptions& options);
 
 }  // namespace tensorops
 

@@ -1219,16 +1219,15 @@ TEST(ServerProcessTest, CallsStillRunningAfterTheGraceAreCancelled) {
 
 TEST(ServerProcessTest, BadLimitAndLoggingFlagsAreUsageErrors) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"--max_concurrent_calls=-1", "--max_concurrent_calls=-1 is negative"},
-      {"--max_queued_calls=-5", "--max_queued_calls=-5 is negative"},
+      {"--max_concurrent_calls=-1", "--max_concurrent_calls=-1 is out of range: must be >= 0"},
+      {"--max_queued_calls=-5", "--max_queued_calls=-5 is out of range: must be >= 0"},
       {"--max_stream_in_flight=0", "--max_stream_in_flight=0 is out of range"},
       {"--metrics_port=70000", "--metrics_port=70000 is out of range"},
       {"--log_level=loud", "--log_level=loud is not a level"},
       {"--max_batch=0", "--max_batch=0 is out of range"},
       {"--max_batch_bytes=0", "--max_batch_bytes=0 is out of range"},
-      {"--max_queue_delay_us=-1", "--max_queue_delay_us=-1 is negative"},
-      {"--inline_max_bytes=-1", "--inline_max_bytes=-1 is negative"},
-      {"--device=gpu", "--device=gpu is not one of auto, cpu, cuda"},
+      {"--max_queue_delay_us=-1", "--max_queue_delay_us=-1 is out of range: must be >= 0"},
+      {"--inline_max_bytes=-1", "--inline_max_bytes=-1 is out of range: must be >= 0"},
   };
   for (const auto& [flag, message] : cases) {
     absl::StatusOr<std::unique_ptr<ChildProcess>> process =
@@ -1267,7 +1266,21 @@ TEST(ServerProcessTest, NegativeShutdownGraceIsAUsageError) {
   ASSERT_TRUE(process.ok()) << process.status();
   const int exit_status = (*process)->WaitForExit(kShutdownTimeout);
   EXPECT_TRUE(ExitedWith(exit_status, 2)) << DescribeExit(exit_status);
-  EXPECT_THAT((*process)->stderr_text(), HasSubstr("--shutdown_grace_s=-1 is negative"));
+  EXPECT_THAT((*process)->stderr_text(),
+              HasSubstr("--shutdown_grace_s=-1 is out of range: must be >= 0"));
+}
+
+// --device parses into its choices as Abseil parses every flag: a typo fails there, with Abseil's
+// exit status for a flag that does not parse, listing the choices.
+TEST(ServerProcessTest, ATypoInDeviceFailsListingTheChoices) {
+  absl::StatusOr<std::unique_ptr<ChildProcess>> process =
+      ChildProcess::Spawn({TENSOROPS_SERVER_PATH, "--port=0", "--device=gpu"});
+  ASSERT_TRUE(process.ok()) << process.status();
+  const int exit_status = (*process)->WaitForExit(kShutdownTimeout);
+  EXPECT_TRUE(ExitedWith(exit_status, 1)) << DescribeExit(exit_status);
+  EXPECT_THAT((*process)->stderr_text(),
+              HasSubstr("Illegal value 'gpu' specified for flag 'device'; must be one of auto, "
+                        "cpu, cuda"));
 }
 
 // Through the tensorops-cli binary.

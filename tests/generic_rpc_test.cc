@@ -152,8 +152,8 @@ class GenericRpcTest : public ::testing::Test {
  protected:
   void SetUp() override { Start({}); }
 
-  void Start(ServerOptions::Limits limits) {
-    server_ = StartServer(limits);
+  void Start(ServerOptions options) {
+    server_ = StartServer(options);
     ASSERT_NE(server_, nullptr);
     stub_ = Connect(server_->port());
   }
@@ -167,7 +167,9 @@ class GenericRpcTest : public ::testing::Test {
   // StartWithTheOnlyWorkerBusy restarts the server with one worker and occupies it with `blocker`,
   // so that calls stay queued until the test releases it.
   void StartWithTheOnlyWorkerBusy(BlockingWork& blocker) {
-    Start({.max_concurrent_calls = 1});
+    ServerOptions options;
+    options.queue.max_concurrent_calls = 1;
+    Start(options);
     ASSERT_TRUE(server_->scheduler().Enqueue(&blocker).ok());
     blocker.WaitUntilStarted();
   }
@@ -281,7 +283,7 @@ TEST_F(GenericRpcTest, RunStreamAnswersEveryRequestOnceWithItsId) {
 }
 
 TEST_F(GenericRpcTest, RunStreamWithOneRequestInFlightStillAnswersAll) {
-  Start({.max_stream_in_flight = 1});
+  Start({.limits = {.max_stream_in_flight = 1}});
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + kCallTimeout);
   auto stream = stub_->RunStream(&context);
@@ -455,12 +457,12 @@ TEST_F(GenericRpcTest, BackwardOfEveryOpMatchesFiniteDifferencesOverTheWire) {
 }
 
 TEST_F(GenericRpcTest, ServerInfoDescribesTheServer) {
-  Start({.max_message_bytes = 1 << 20,
-         .max_elements = 1000,
-         .max_rank = 5,
-         .max_concurrent_calls = 3,
-         .max_queued_calls = 7,
-         .max_stream_in_flight = 9});
+  ServerOptions options;
+  options.limits = {
+      .max_message_bytes = 1 << 20, .max_elements = 1000, .max_rank = 5, .max_stream_in_flight = 9};
+  options.queue.max_concurrent_calls = 3;
+  options.queue.max_queued_calls = 7;
+  Start(options);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + kCallTimeout);
   v1::ServerInfoResponse info;

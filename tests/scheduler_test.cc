@@ -46,7 +46,7 @@ std::unique_ptr<Scheduler> MakeScheduler(SchedulerOptions options) {
 
 TEST(SchedulerTest, RunsAtMostMaxConcurrentCallsAtOnce) {
   std::unique_ptr<Scheduler> scheduler =
-      MakeScheduler({.max_concurrent_calls = 2, .max_queued_calls = 10});
+      MakeScheduler({.queue = {.max_concurrent_calls = 2, .max_queued_calls = 10}});
   ASSERT_NE(scheduler, nullptr);
   BlockingWork first, second, third;
   ASSERT_TRUE(scheduler->Enqueue(&first).ok());
@@ -68,7 +68,7 @@ TEST(SchedulerTest, RunsAtMostMaxConcurrentCallsAtOnce) {
 
 TEST(SchedulerTest, FullQueueIsResourceExhaustedNamingTheFlag) {
   std::unique_ptr<Scheduler> scheduler =
-      MakeScheduler({.max_concurrent_calls = 1, .max_queued_calls = 1});
+      MakeScheduler({.queue = {.max_concurrent_calls = 1, .max_queued_calls = 1}});
   ASSERT_NE(scheduler, nullptr);
   BlockingWork running, queued, refused;
   ASSERT_TRUE(scheduler->Enqueue(&running).ok());
@@ -86,7 +86,7 @@ TEST(SchedulerTest, FullQueueIsResourceExhaustedNamingTheFlag) {
 
 TEST(SchedulerTest, ZeroQueueAdmitsOnlyWhenAWorkerIsIdle) {
   std::unique_ptr<Scheduler> scheduler =
-      MakeScheduler({.max_concurrent_calls = 1, .max_queued_calls = 0});
+      MakeScheduler({.queue = {.max_concurrent_calls = 1, .max_queued_calls = 0}});
   ASSERT_NE(scheduler, nullptr);
   // A call is admitted once the worker waits for work (the worker thread may still be starting,
   // or looping back from its last call); a refused Enqueue does not take the call.
@@ -99,7 +99,7 @@ TEST(SchedulerTest, ZeroQueueAdmitsOnlyWhenAWorkerIsIdle) {
 
 TEST(SchedulerTest, CallWhoseDeadlinePassedInTheQueueIsDroppedNotRun) {
   std::unique_ptr<Scheduler> scheduler =
-      MakeScheduler({.max_concurrent_calls = 1, .max_queued_calls = 4});
+      MakeScheduler({.queue = {.max_concurrent_calls = 1, .max_queued_calls = 4}});
   ASSERT_NE(scheduler, nullptr);
   BlockingWork running;
   BlockingWork expiring(absl::Now() + absl::Milliseconds(1));
@@ -116,7 +116,7 @@ TEST(SchedulerTest, CallWhoseDeadlinePassedInTheQueueIsDroppedNotRun) {
 
 TEST(SchedulerTest, CancelTakesOnlyQueuedWork) {
   std::unique_ptr<Scheduler> scheduler =
-      MakeScheduler({.max_concurrent_calls = 1, .max_queued_calls = 4});
+      MakeScheduler({.queue = {.max_concurrent_calls = 1, .max_queued_calls = 4}});
   ASSERT_NE(scheduler, nullptr);
   BlockingWork running, queued;
   ASSERT_TRUE(scheduler->Enqueue(&running).ok());
@@ -133,7 +133,7 @@ TEST(SchedulerTest, CancelTakesOnlyQueuedWork) {
 
 TEST(SchedulerTest, StopRunsWhatIsQueuedThenRefuses) {
   std::unique_ptr<Scheduler> scheduler =
-      MakeScheduler({.max_concurrent_calls = 1, .max_queued_calls = 4});
+      MakeScheduler({.queue = {.max_concurrent_calls = 1, .max_queued_calls = 4}});
   ASSERT_NE(scheduler, nullptr);
   BlockingWork running, queued;
   queued.Release();
@@ -151,8 +151,8 @@ TEST(SchedulerTest, StopRunsWhatIsQueuedThenRefuses) {
 // Close (shutdown's first step) refuses new calls, queued or inline, while the workers go on with
 // what was queued.
 TEST(SchedulerTest, CloseRefusesNewCallsAndKeepsRunningQueuedOnes) {
-  std::unique_ptr<Scheduler> scheduler =
-      MakeScheduler({.max_concurrent_calls = 1, .max_queued_calls = 4, .inline_max_bytes = 1024});
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(
+      {.queue = {.max_concurrent_calls = 1, .max_queued_calls = 4, .inline_max_bytes = 1024}});
   ASSERT_NE(scheduler, nullptr);
   BlockingWork running, queued;
   queued.Release();
@@ -179,8 +179,7 @@ TEST(SchedulerTest, ReportsLoadChanges) {
   absl::Mutex mu;
   std::vector<std::pair<int64_t, int64_t>> loads;
   std::unique_ptr<Scheduler> scheduler =
-      MakeScheduler({.max_concurrent_calls = 1,
-                     .max_queued_calls = 4,
+      MakeScheduler({.queue = {.max_concurrent_calls = 1, .max_queued_calls = 4},
                      .on_load_change = [&](int64_t in_flight, int64_t queued) {
                        absl::MutexLock lock(&mu);
                        loads.emplace_back(in_flight, queued);
@@ -279,8 +278,9 @@ class ThreadWork : public Scheduler::Work {
 
 TEST(SchedulerInlineTest, SmallCallRunsOnTheCallingThreadAndCountsAsInFlight) {
   BatchSizes sizes;
-  std::unique_ptr<Scheduler> scheduler = MakeScheduler(
-      {.max_concurrent_calls = 1, .inline_max_bytes = 1024, .on_batch = sizes.Recorder()});
+  std::unique_ptr<Scheduler> scheduler =
+      MakeScheduler({.queue = {.max_concurrent_calls = 1, .inline_max_bytes = 1024},
+                     .on_batch = sizes.Recorder()});
   ASSERT_NE(scheduler, nullptr);
   ThreadWork work(scheduler.get(), 1024);
   ASSERT_TRUE(scheduler->Submit(&work).ok());
@@ -300,8 +300,8 @@ TEST(SchedulerInlineTest, LargeCallOrZeroInlineMaxBytesGoesToAWorker) {
   for (const Case c :
        {Case{.inline_max_bytes = 1024, .bytes = 1025}, Case{.inline_max_bytes = 0, .bytes = 0}}) {
     SCOPED_TRACE(absl::StrCat(c.bytes, " bytes, inline_max_bytes ", c.inline_max_bytes));
-    std::unique_ptr<Scheduler> scheduler =
-        MakeScheduler({.max_concurrent_calls = 1, .inline_max_bytes = c.inline_max_bytes});
+    std::unique_ptr<Scheduler> scheduler = MakeScheduler(
+        {.queue = {.max_concurrent_calls = 1, .inline_max_bytes = c.inline_max_bytes}});
     ASSERT_NE(scheduler, nullptr);
     ThreadWork work(scheduler.get(), c.bytes);
     ASSERT_TRUE(scheduler->Submit(&work).ok());
@@ -312,7 +312,7 @@ TEST(SchedulerInlineTest, LargeCallOrZeroInlineMaxBytesGoesToAWorker) {
 
 TEST(SchedulerInlineTest, CallFindingEveryWorkerBusyIsQueued) {
   std::unique_ptr<Scheduler> scheduler =
-      MakeScheduler({.max_concurrent_calls = 1, .inline_max_bytes = 1024});
+      MakeScheduler({.queue = {.max_concurrent_calls = 1, .inline_max_bytes = 1024}});
   ASSERT_NE(scheduler, nullptr);
   BlockingWork running;
   ASSERT_TRUE(scheduler->Enqueue(&running).ok());
@@ -327,8 +327,8 @@ TEST(SchedulerInlineTest, CallFindingEveryWorkerBusyIsQueued) {
 }
 
 TEST(SchedulerInlineTest, InlineCallHoldsAWorkerSlot) {
-  std::unique_ptr<Scheduler> scheduler =
-      MakeScheduler({.max_concurrent_calls = 1, .max_queued_calls = 0, .inline_max_bytes = 1024});
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(
+      {.queue = {.max_concurrent_calls = 1, .max_queued_calls = 0, .inline_max_bytes = 1024}});
   ASSERT_NE(scheduler, nullptr);
   BlockingWork inline_call(absl::InfiniteFuture(), 10);
   std::future<absl::Status> submitted =
@@ -348,8 +348,8 @@ TEST(SchedulerInlineTest, InlineCallHoldsAWorkerSlot) {
 }
 
 TEST(SchedulerInlineTest, QueuedCallWaitsForTheInlineCallsSlot) {
-  std::unique_ptr<Scheduler> scheduler =
-      MakeScheduler({.max_concurrent_calls = 1, .max_queued_calls = 1, .inline_max_bytes = 1024});
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(
+      {.queue = {.max_concurrent_calls = 1, .max_queued_calls = 1, .inline_max_bytes = 1024}});
   ASSERT_NE(scheduler, nullptr);
   BlockingWork inline_call(absl::InfiniteFuture(), 10);
   std::future<absl::Status> submitted =
@@ -371,7 +371,7 @@ TEST(SchedulerInlineTest, QueuedCallWaitsForTheInlineCallsSlot) {
 
 TEST(SchedulerInlineTest, SubmitAfterStopIsUnavailable) {
   std::unique_ptr<Scheduler> scheduler =
-      MakeScheduler({.max_concurrent_calls = 1, .inline_max_bytes = 1024});
+      MakeScheduler({.queue = {.max_concurrent_calls = 1, .inline_max_bytes = 1024}});
   ASSERT_NE(scheduler, nullptr);
   scheduler->Stop();
   ThreadWork work(scheduler.get(), 10);
@@ -381,8 +381,8 @@ TEST(SchedulerInlineTest, SubmitAfterStopIsUnavailable) {
 
 TEST(SchedulerBatchTest, BatchClosesAtMaxBatch) {
   BatchSizes sizes;
-  std::unique_ptr<Scheduler> scheduler =
-      MakeScheduler({.max_concurrent_calls = 1, .max_batch = 3, .on_batch = sizes.Recorder()});
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(
+      {.queue = {.max_concurrent_calls = 1, .max_batch = 3}, .on_batch = sizes.Recorder()});
   ASSERT_NE(scheduler, nullptr);
   std::vector<std::unique_ptr<BlockingWork>> works = Works(5, 10);
   RunQueuedBehindABlocker(*scheduler, works);
@@ -391,10 +391,9 @@ TEST(SchedulerBatchTest, BatchClosesAtMaxBatch) {
 
 TEST(SchedulerBatchTest, BatchClosesAtMaxBatchBytesAndALargerCallRunsAlone) {
   BatchSizes sizes;
-  std::unique_ptr<Scheduler> scheduler = MakeScheduler({.max_concurrent_calls = 1,
-                                                        .max_batch = 10,
-                                                        .max_batch_bytes = 100,
-                                                        .on_batch = sizes.Recorder()});
+  std::unique_ptr<Scheduler> scheduler =
+      MakeScheduler({.queue = {.max_concurrent_calls = 1, .max_batch = 10, .max_batch_bytes = 100},
+                     .on_batch = sizes.Recorder()});
   ASSERT_NE(scheduler, nullptr);
   // 40 + 40 fit in 100 bytes, a third does not; the 500-byte call exceeds the limit alone.
   std::vector<std::unique_ptr<BlockingWork>> works = Works(3, 40);
@@ -408,10 +407,9 @@ TEST(SchedulerBatchTest, QueueDelayLetsLaterCallsJoinTheBatch) {
   BatchSizes sizes;
   // A delay far longer than the test: the batch closes because it is full, not because the delay
   // ran out.
-  std::unique_ptr<Scheduler> scheduler = MakeScheduler({.max_concurrent_calls = 1,
-                                                        .max_batch = 2,
-                                                        .max_queue_delay = absl::Seconds(60),
-                                                        .on_batch = sizes.Recorder()});
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(
+      {.queue = {.max_concurrent_calls = 1, .max_batch = 2, .max_queue_delay = absl::Seconds(60)},
+       .on_batch = sizes.Recorder()});
   ASSERT_NE(scheduler, nullptr);
   BlockingWork first, second;
   first.Release();
@@ -425,10 +423,11 @@ TEST(SchedulerBatchTest, QueueDelayLetsLaterCallsJoinTheBatch) {
 
 TEST(SchedulerBatchTest, QueueDelayEndsAPartialBatch) {
   BatchSizes sizes;
-  std::unique_ptr<Scheduler> scheduler = MakeScheduler({.max_concurrent_calls = 1,
-                                                        .max_batch = 4,
-                                                        .max_queue_delay = absl::Milliseconds(1),
-                                                        .on_batch = sizes.Recorder()});
+  std::unique_ptr<Scheduler> scheduler =
+      MakeScheduler({.queue = {.max_concurrent_calls = 1,
+                               .max_batch = 4,
+                               .max_queue_delay = absl::Milliseconds(1)},
+                     .on_batch = sizes.Recorder()});
   ASSERT_NE(scheduler, nullptr);
   BlockingWork alone;
   alone.Release();
@@ -439,7 +438,7 @@ TEST(SchedulerBatchTest, QueueDelayEndsAPartialBatch) {
 
 TEST(SchedulerBatchTest, ABatchsCallsRunSideBySide) {
   std::unique_ptr<Scheduler> scheduler =
-      MakeScheduler({.max_concurrent_calls = 1, .max_batch = 2, .threads = 2});
+      MakeScheduler({.queue = {.max_concurrent_calls = 1, .max_batch = 2}, .threads = 2});
   ASSERT_NE(scheduler, nullptr);
   BlockingWork blocker, first, second;
   ASSERT_TRUE(scheduler->Enqueue(&blocker).ok());
@@ -456,19 +455,27 @@ TEST(SchedulerBatchTest, ABatchsCallsRunSideBySide) {
 }
 
 TEST(SchedulerTest, CreateRejectsOptionsOutOfRange) {
-  EXPECT_EQ(Scheduler::Create({.max_concurrent_calls = 0}).status().code(),
+  EXPECT_EQ(Scheduler::Create({.queue = {.max_concurrent_calls = 0}}).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Scheduler::Create({.max_concurrent_calls = 1, .max_queued_calls = -1}).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Scheduler::Create({.max_concurrent_calls = 1, .max_batch = 0}).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Scheduler::Create({.max_concurrent_calls = 1, .max_batch_bytes = 0}).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Scheduler::Create({.max_concurrent_calls = 1, .max_queue_delay = absl::Seconds(-1)})
+  EXPECT_EQ(Scheduler::Create({.queue = {.max_concurrent_calls = 1, .max_queued_calls = -1}})
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Scheduler::Create({.max_concurrent_calls = 1, .inline_max_bytes = -1}).status().code(),
+  EXPECT_EQ(
+      Scheduler::Create({.queue = {.max_concurrent_calls = 1, .max_batch = 0}}).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Scheduler::Create({.queue = {.max_concurrent_calls = 1, .max_batch_bytes = 0}})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Scheduler::Create(
+                {.queue = {.max_concurrent_calls = 1, .max_queue_delay = absl::Seconds(-1)}})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Scheduler::Create({.queue = {.max_concurrent_calls = 1, .inline_max_bytes = -1}})
+                .status()
+                .code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -498,7 +505,10 @@ struct AsyncGather {
 class AdmissionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    server_ = StartServer({.max_concurrent_calls = 1, .max_queued_calls = 1});
+    ServerOptions options;
+    options.queue.max_concurrent_calls = 1;
+    options.queue.max_queued_calls = 1;
+    server_ = StartServer(options);
     ASSERT_NE(server_, nullptr);
     stub_ = Connect(server_->port());
     // Occupy the only worker, so that calls stay in the queue until the test releases it.
@@ -571,8 +581,11 @@ TEST_F(AdmissionTest, CancelledCallLeavesTheQueue) {
 }
 
 TEST(BatchingServiceTest, SixtyFourConcurrentClientsAllGetTheirOwnResults) {
-  std::unique_ptr<Server> server = StartServer(
-      {.max_concurrent_calls = 2, .max_batch = 8, .max_queue_delay = absl::Milliseconds(1)});
+  ServerOptions options;
+  options.queue.max_concurrent_calls = 2;
+  options.queue.max_batch = 8;
+  options.queue.max_queue_delay = absl::Milliseconds(1);
+  std::unique_ptr<Server> server = StartServer(options);
   ASSERT_NE(server, nullptr);
   constexpr int kClients = 64;
   constexpr int kCallsEach = 10;

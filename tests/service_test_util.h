@@ -63,16 +63,22 @@ std::vector<T> Values(const v1::Tensor& tensor) {
   return values;
 }
 
-// StartServer starts a server on a free loopback port with `limits`.
-inline std::unique_ptr<Server> StartServer(ServerOptions::Limits limits = {}) {
-  ServerOptions options;
+// StartServer starts a server on a free loopback port with `options` (its host, port and
+// threads are set here).
+inline std::unique_ptr<Server> StartServer(ServerOptions options) {
   options.host = "127.0.0.1";
   options.port = 0;
   options.threads = 2;
-  options.limits = limits;
   absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? std::move(*server) : nullptr;
+}
+
+// StartServer starts a server on a free loopback port with `limits`.
+inline std::unique_ptr<Server> StartServer(ServerOptions::Limits limits = {}) {
+  ServerOptions options;
+  options.limits = limits;
+  return StartServer(options);
 }
 
 inline std::unique_ptr<v1::TensorOps::Stub> Connect(int port) {

@@ -219,9 +219,9 @@ class EchoServer {
 std::unique_ptr<Server> StartTensorOps(int max_batch, absl::Duration max_queue_delay) {
   ServerOptions options;
   options.port = 0;
-  options.limits.max_batch = max_batch;
-  options.limits.max_queue_delay = max_queue_delay;
-  options.limits.inline_max_bytes = absl::GetFlag(FLAGS_inline_max_bytes);
+  options.queue.max_batch = max_batch;
+  options.queue.max_queue_delay = max_queue_delay;
+  options.queue.inline_max_bytes = absl::GetFlag(FLAGS_inline_max_bytes);
   absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
   if (!server.ok()) {
     absl::FPrintF(stderr, "tensorops server: %s\n", server.status().ToString());

@@ -1,0 +1,220 @@
+// ValidateServerOptions and ValidateSchedulerOptions: every range error's message, and --device's
+// parse into DeviceChoice.
+#include "server/server_options.h"
+
+#include <climits>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/marshalling.h"
+#include "absl/flags/reflection.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/scheduler.h"
+#include "server/server.h"
+
+// A flag of the type --device has, to parse through Abseil's flag machinery as main.cc does.
+ABSL_FLAG(tensorops::DeviceChoice, device_choice_for_test, tensorops::DeviceChoice::kAuto,
+          "Parsed by DeviceChoiceFlagTest only.");
+
+namespace tensorops {
+namespace {
+
+using ::testing::HasSubstr;
+
+// BadServerOption is one value out of range and the message that must name it.
+struct BadServerOption {
+  std::function<void(ServerOptions&)> set;
+  std::string message;
+};
+
+TEST(ValidateServerOptionsTest, DefaultsAreValid) {
+  EXPECT_TRUE(ValidateServerOptions(ServerOptions()).ok());
+}
+
+TEST(ValidateServerOptionsTest, EachValueOutOfRangeNamesTheFlagTheValueAndTheRule) {
+  const std::vector<BadServerOption> cases = {
+      {[](ServerOptions& o) { o.host = ""; },
+       "--host is empty: must be an IPv4 or IPv6 address or a host name"},
+      {[](ServerOptions& o) { o.port = -1; },
+       "--port=-1 is out of range: must be 0..65535 (0 picks a free port)"},
+      {[](ServerOptions& o) { o.port = 65536; },
+       "--port=65536 is out of range: must be 0..65535 (0 picks a free port)"},
+      {[](ServerOptions& o) { o.threads = -2; },
+       "--threads=-2 is out of range: must be >= 0 (0 = every core)"},
+      {[](ServerOptions& o) { o.limits.max_message_bytes = 0; },
+       "--max_message_bytes=0 is out of range: must be 1..2147483647 (gRPC's limit)"},
+      {[](ServerOptions& o) { o.limits.max_message_bytes = int64_t{1} << 31; },
+       "--max_message_bytes=2147483648 is out of range: must be 1..2147483647 (gRPC's limit)"},
+      {[](ServerOptions& o) { o.limits.max_elements = 0; },
+       "--max_elements=0 is out of range: must be >= 1"},
+      {[](ServerOptions& o) { o.limits.max_rank = 17; },
+       "--max_rank=17 is out of range: must be 0..16"},
+      {[](ServerOptions& o) { o.limits.max_rank = -1; },
+       "--max_rank=-1 is out of range: must be 0..16"},
+      {[](ServerOptions& o) { o.limits.max_stream_in_flight = 0; },
+       "--max_stream_in_flight=0 is out of range: must be >= 1"},
+      {[](ServerOptions& o) { o.queue.max_concurrent_calls = -1; },
+       "--max_concurrent_calls=-1 is out of range: must be >= 0 (0 = one per CPU thread)"},
+      {[](ServerOptions& o) { o.queue.max_queued_calls = -5; },
+       "--max_queued_calls=-5 is out of range: must be >= 0"},
+      {[](ServerOptions& o) { o.queue.max_batch = 0; },
+       "--max_batch=0 is out of range: must be >= 1"},
+      {[](ServerOptions& o) { o.queue.max_batch_bytes = 0; },
+       "--max_batch_bytes=0 is out of range: must be >= 1"},
+      {[](ServerOptions& o) { o.queue.max_queue_delay = absl::Microseconds(-1); },
+       "--max_queue_delay_us=-1 is out of range: must be >= 0 (0 = never wait)"},
+      // A fraction of the flag's unit shows as one, not as 0.
+      {[](ServerOptions& o) { o.queue.max_queue_delay = absl::Nanoseconds(-500); },
+       "--max_queue_delay_us=-0.5 is out of range: must be >= 0 (0 = never wait)"},
+      {[](ServerOptions& o) { o.queue.inline_max_bytes = -1; },
+       "--inline_max_bytes=-1 is out of range: must be >= 0 (0 = never inline)"},
+      {[](ServerOptions& o) { o.device = static_cast<DeviceChoice>(7); },
+       "--device=7 is out of range: must be one of auto, cpu, cuda"},
+      {[](ServerOptions& o) { o.gpu.streams = 0; }, "--streams=0 is out of range: must be >= 1"},
+      {[](ServerOptions& o) { o.gpu.min_bytes = -1; },
+       "--gpu_min_bytes=-1 is out of range: must be >= 0"},
+      {[](ServerOptions& o) { o.gpu.memory_limit_bytes = -1; },
+       "--gpu_memory_limit=-1 is out of range: must be >= 0 (0 = no limit but the device's)"},
+      {[](ServerOptions& o) { o.metrics.port = -2; },
+       "--metrics_port=-2 is out of range: must be -1..65535 (-1 = no endpoint, 0 = any free "
+       "port)"},
+      {[](ServerOptions& o) { o.metrics.port = 70000; },
+       "--metrics_port=70000 is out of range: must be -1..65535 (-1 = no endpoint, 0 = any free "
+       "port)"},
+      {[](ServerOptions& o) { o.shutdown.grace = absl::Seconds(-1); },
+       "--shutdown_grace_s=-1 is out of range: must be >= 0 (0 cancels calls in flight at once)"},
+      {[](ServerOptions& o) { o.security.tls_cert_file = "server.crt"; },
+       "--tls_cert needs --tls_key: TLS needs the certificate's key (tls_cert_file is set, "
+       "tls_key_file is not)"},
+      {[](ServerOptions& o) { o.security.tls_key_file = "server.key"; },
+       "--tls_key needs --tls_cert: TLS needs the key's certificate (tls_key_file is set, "
+       "tls_cert_file is not)"},
+      {[](ServerOptions& o) { o.security.tls_client_ca_file = "ca.crt"; },
+       "--tls_client_ca needs --tls_cert and --tls_key: mutual TLS is TLS first "
+       "(tls_client_ca_file is set, tls_cert_file is not)"},
+  };
+  for (const BadServerOption& bad : cases) {
+    ServerOptions options;
+    bad.set(options);
+    const absl::Status status = ValidateServerOptions(options);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad.message;
+    EXPECT_EQ(status.message(), bad.message);
+  }
+}
+
+TEST(ValidateServerOptionsTest, TheEndsOfEachRangeAreValid) {
+  const std::vector<std::function<void(ServerOptions&)>> edges = {
+      [](ServerOptions& o) { o.port = 0; },
+      [](ServerOptions& o) { o.port = 65535; },
+      [](ServerOptions& o) { o.limits.max_message_bytes = 1; },
+      [](ServerOptions& o) { o.limits.max_message_bytes = INT_MAX; },
+      [](ServerOptions& o) { o.limits.max_rank = 0; },
+      [](ServerOptions& o) { o.queue.max_concurrent_calls = 0; },
+      [](ServerOptions& o) { o.queue.max_queued_calls = 0; },
+      [](ServerOptions& o) { o.queue.inline_max_bytes = 0; },
+      [](ServerOptions& o) { o.gpu.min_bytes = 0; },
+      [](ServerOptions& o) { o.metrics.port = -1; },
+      [](ServerOptions& o) { o.metrics.port = 65535; },
+      [](ServerOptions& o) { o.shutdown.grace = absl::ZeroDuration(); },
+      [](ServerOptions& o) {
+        o.security.tls_cert_file = "server.crt";
+        o.security.tls_key_file = "server.key";
+        o.security.tls_client_ca_file = "ca.crt";
+      },
+  };
+  for (size_t i = 0; i < edges.size(); ++i) {
+    ServerOptions options;
+    edges[i](options);
+    EXPECT_TRUE(ValidateServerOptions(options).ok()) << "edge " << i;
+  }
+}
+
+// The server's own defaults for the queue, not the Scheduler's.
+TEST(ServerOptionsTest, QueueDefaultsAreTheServers) {
+  const ServerOptions options;
+  EXPECT_EQ(options.queue.max_concurrent_calls, 0);
+  EXPECT_EQ(options.queue.max_queued_calls, 1024);
+  EXPECT_EQ(options.queue.max_batch, 8);
+  EXPECT_EQ(options.queue.max_batch_bytes, int64_t{64} << 20);
+  EXPECT_EQ(options.queue.max_queue_delay, absl::ZeroDuration());
+  EXPECT_EQ(options.queue.inline_max_bytes, int64_t{64} << 10);
+  EXPECT_EQ(options.device, DeviceChoice::kAuto);
+
+  const SchedulerOptions scheduler;
+  EXPECT_EQ(scheduler.queue.max_concurrent_calls, 1);
+  EXPECT_EQ(scheduler.queue.max_batch, 1);
+  EXPECT_EQ(scheduler.queue.inline_max_bytes, 0);
+}
+
+// Start refuses what ValidateServerOptions refuses, in the same words, before it starts anything.
+TEST(ServerOptionsTest, StartGivesTheValidationError) {
+  ServerOptions options;
+  options.port = 0;
+  options.queue.max_batch = 0;
+  const absl::Status status = Server::Start(options).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(), "--max_batch=0 is out of range: must be >= 1");
+}
+
+TEST(ValidateSchedulerOptionsTest, UsesTheSameWordingWithAtLeastOneWorker) {
+  EXPECT_TRUE(ValidateSchedulerOptions(SchedulerOptions()).ok());
+
+  EXPECT_EQ(ValidateSchedulerOptions({.queue = {.max_concurrent_calls = 0}}).message(),
+            "--max_concurrent_calls=0 is out of range: must be >= 1");
+  EXPECT_EQ(ValidateSchedulerOptions({.queue = {.max_batch = 0}}).message(),
+            "--max_batch=0 is out of range: must be >= 1");
+  EXPECT_EQ(ValidateSchedulerOptions({.threads = -1}).message(),
+            "--threads=-1 is out of range: must be >= 0 (0 = every core)");
+  EXPECT_EQ(ValidateSchedulerOptions({.gpu_min_bytes = -1}).message(),
+            "--gpu_min_bytes=-1 is out of range: must be >= 0");
+
+  const absl::Status created = Scheduler::Create({.queue = {.max_queued_calls = -1}}).status();
+  EXPECT_EQ(created.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(created.message(), "--max_queued_calls=-1 is out of range: must be >= 0");
+}
+
+// --- --device ------------------------------------------------------------------------------------
+
+TEST(DeviceChoiceFlagTest, ParsesEachChoiceAndUnparsesItBack) {
+  const std::vector<std::pair<std::string, DeviceChoice>> choices = {
+      {"auto", DeviceChoice::kAuto}, {"cpu", DeviceChoice::kCpu}, {"cuda", DeviceChoice::kCuda}};
+  for (const auto& [text, expected] : choices) {
+    DeviceChoice parsed = DeviceChoice::kAuto;
+    std::string error;
+    EXPECT_TRUE(absl::ParseFlag(text, &parsed, &error)) << text << ": " << error;
+    EXPECT_EQ(parsed, expected) << text;
+    EXPECT_EQ(absl::UnparseFlag(expected), text);
+    EXPECT_EQ(DeviceChoiceName(expected), text);
+  }
+}
+
+TEST(DeviceChoiceFlagTest, ATypoFailsListingTheChoices) {
+  for (const std::string typo : {"gpu", "", "CUDA", "cpu "}) {
+    DeviceChoice parsed = DeviceChoice::kCpu;
+    std::string error;
+    EXPECT_FALSE(absl::ParseFlag(typo, &parsed, &error)) << typo;
+    EXPECT_EQ(error, "must be one of auto, cpu, cuda") << typo;
+    EXPECT_EQ(parsed, DeviceChoice::kCpu) << "a failed parse left a value behind: " << typo;
+  }
+}
+
+// Through a registered flag, as ParseCommandLine sets --device.
+TEST(DeviceChoiceFlagTest, AFlagOfTheTypeTakesAChoiceAndRefusesATypo) {
+  absl::CommandLineFlag* flag = absl::FindCommandLineFlag("device_choice_for_test");
+  ASSERT_NE(flag, nullptr);
+  EXPECT_EQ(flag->DefaultValue(), "auto");
+  std::string error;
+  ASSERT_TRUE(flag->ParseFrom("cuda", &error)) << error;
+  EXPECT_EQ(absl::GetFlag(FLAGS_device_choice_for_test), DeviceChoice::kCuda);
+  EXPECT_FALSE(flag->ParseFrom("gpu", &error));
+  EXPECT_THAT(error, HasSubstr("must be one of auto, cpu, cuda"));
+  EXPECT_EQ(absl::GetFlag(FLAGS_device_choice_for_test), DeviceChoice::kCuda);
+}
+
+}  // namespace
+}  // namespace tensorops

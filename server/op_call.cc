@@ -2,9 +2,11 @@
 
 #include <utility>
 
-#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "kernels/status_macros.h"
 #include "proto/grpc_status.h"
+#include "server/rejection.h"
 #include "spdlog/spdlog.h"
 
 namespace tensorops {
@@ -22,37 +24,8 @@ absl::Status Authenticate(const ServingContext& serving,
                           const grpc::CallbackServerContext& context) {
   if (serving.authenticator == nullptr) return absl::OkStatus();
   absl::Status status = serving.authenticator->Check(context.client_metadata());
-  if (!status.ok()) serving.metrics->Rejected("unauthenticated");
+  if (!status.ok()) serving.metrics->Rejected(RejectionLabel(Rejection::kUnauthenticated));
   return status;
-}
-
-std::string_view RejectionReason(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kResourceExhausted:
-      // The scheduler's message names its flag; every other RESOURCE_EXHAUSTED is a size limit.
-      return absl::StrContains(status.message(), "--max_queued_calls") ? "queue_full" : "limit";
-    case absl::StatusCode::kUnavailable:
-      return "shutting_down";
-    case absl::StatusCode::kDeadlineExceeded:
-      return "deadline_exceeded";
-    case absl::StatusCode::kCancelled:
-      return "cancelled";
-    default:
-      return {};
-  }
-}
-
-std::optional<Scheduler::Work::DeviceTask> PrepareOnDevice(const PreparedOp& op,
-                                                           DeviceRun* device_run) {
-  if (!op.device) return std::nullopt;
-  const absl::Status status = GuardExceptions(op.op, [&]() -> absl::Status {
-    absl::StatusOr<DeviceRun> run = op.device();
-    if (!run.ok()) return run.status();
-    *device_run = *std::move(run);
-    return absl::OkStatus();
-  });
-  if (!status.ok() || device_run->call == nullptr) return std::nullopt;
-  return Scheduler::Work::DeviceTask{.call = device_run->call.get(), .result = device_run->result};
 }
 
 void LogFinishedCall(std::string_view method, std::string_view peer, absl::Duration elapsed,
@@ -60,9 +33,99 @@ void LogFinishedCall(std::string_view method, std::string_view peer, absl::Durat
   if (status.ok()) {
     spdlog::debug("{} from {}: OK in {}", method, peer, absl::FormatDuration(elapsed));
   } else {
-    spdlog::info("{} from {} failed in {}: {}", method, peer, absl::FormatDuration(elapsed),
-                 status.ToString());
+    // Code and message only: a status's payloads (the rejection reason) are for the metrics.
+    spdlog::info("{} from {} failed in {}: {}: {}", method, peer, absl::FormatDuration(elapsed),
+                 absl::StatusCodeToString(status.code()), std::string(status.message()));
   }
+}
+
+OpCall::OpCall(const ServingContext& serving, absl::Time deadline, int64_t request_bytes,
+               std::string_view op)
+    : Scheduler::Work(deadline, request_bytes),
+      serving_(serving),
+      op_name_(op),
+      request_bytes_(request_bytes) {}
+
+void OpCall::Start(const std::function<absl::StatusOr<PreparedOp>()>& prepare) {
+  absl::Status status = GuardExceptions(op_name_, [&]() -> absl::Status {
+    TENSOROPS_ASSIGN_OR_RETURN(op_, prepare());
+    return absl::OkStatus();
+  });
+  timeline_.prepared = absl::Now();
+  // From Submit on, a worker (or Submit itself, inline) may run and end the call.
+  if (status.ok()) status = serving_.scheduler->Submit(this);
+  if (!status.ok()) End(status);
+}
+
+bool OpCall::CancelIfQueued(std::string_view who) {
+  if (!serving_.scheduler->Cancel(this)) return false;
+  EndCancelledInQueue(who);
+  return true;
+}
+
+void OpCall::EndCancelledInQueue(std::string_view who) {
+  // gRPC cancels a call whose deadline passes; say which of the two happened.
+  if (absl::Now() >= deadline()) {
+    Drop(MarkRejected(
+        absl::DeadlineExceededError("the call's deadline passed while it waited in the queue"),
+        Rejection::kDeadlineExceeded));
+  } else {
+    Drop(MarkRejected(absl::CancelledError(absl::StrFormat(
+                          "%s cancelled the call while it waited in the queue", who)),
+                      Rejection::kCancelled));
+  }
+}
+
+void OpCall::Run() {
+  // The client may have gone between admission and now; its reply would be discarded.
+  if (ClientGone()) {
+    End(MarkRejected(absl::CancelledError("the call was cancelled before it ran"),
+                     Rejection::kCancelled));
+    return;
+  }
+  timeline_.run_start = absl::Now();
+  timeline_.device = "cpu";
+  const absl::Status status = GuardExceptions(op_.op, [this] { return op_.run(); });
+  timeline_.run_end = absl::Now();
+  End(status);
+}
+
+void OpCall::Drop(const absl::Status& why) { End(why); }
+
+std::optional<Scheduler::Work::DeviceTask> OpCall::PrepareDevice() {
+  timeline_.run_start = absl::Now();
+  if (!op_.device) return std::nullopt;
+  const absl::Status status = GuardExceptions(op_.op, [&]() -> absl::Status {
+    TENSOROPS_ASSIGN_OR_RETURN(device_run_, op_.device());
+    return absl::OkStatus();
+  });
+  // An error here (a result over the limits) is found again by the CPU run, which reports it.
+  if (!status.ok() || device_run_.call == nullptr) return std::nullopt;
+  return DeviceTask{.call = device_run_.call.get(), .result = device_run_.result};
+}
+
+void OpCall::CompleteOnDevice() {
+  timeline_.device = "cuda";
+  timeline_.run_end = absl::Now();
+  End(absl::OkStatus());
+}
+
+void OpCall::End(const absl::Status& status) {
+  code_ = status.code();
+  timeline_.finished = absl::Now();
+  std::optional<Rejection> why = RejectionOf(status);
+  // Every RESOURCE_EXHAUSTED not marked by the scheduler is a tensor or result over the limits
+  // (or one the server had no memory for).
+  if (!why.has_value() && code_ == absl::StatusCode::kResourceExhausted) why = Rejection::kLimit;
+  if (why.has_value()) serving_.metrics->Rejected(RejectionLabel(*why));
+  LogFinishedCall(LogName(), Peer(), *timeline_.finished - timeline_.start, status);
+  Deliver(status);
+}
+
+void OpCall::CountFinished(int64_t response_bytes) const {
+  serving_.metrics->CallFinished(op_name_, code_, timeline_.device,
+                                 timeline_.Stages(enqueued(), absl::Now()), request_bytes_,
+                                 code_ == absl::StatusCode::kOk ? response_bytes : 0);
 }
 
 grpc::ServerUnaryReactor* UnaryOpCall::Start(
@@ -71,88 +134,38 @@ grpc::ServerUnaryReactor* UnaryOpCall::Start(
     int64_t request_bytes, google::protobuf::Message* response) {
   auto* call = new UnaryOpCall(serving, context, method, op, request_bytes, response);
   // The token check comes first, so that an unauthenticated caller learns nothing from decoding.
-  absl::Status status = Authenticate(serving, *context);
-  if (status.ok())
-    status = GuardExceptions(op, [&]() -> absl::Status {
-      absl::StatusOr<PreparedOp> prepared = prepare();
-      if (!prepared.ok()) return prepared.status();
-      call->op_ = *std::move(prepared);
-      return absl::OkStatus();
-    });
-  call->timeline_.prepared = absl::Now();
-  // From Submit on, a worker (or Submit itself, inline) may run and finish the call; gRPC deletes
-  // it only after the handler has returned it, so returning `call` stays safe.
-  if (status.ok()) status = serving.scheduler->Submit(call);
-  if (!status.ok()) call->FinishWith(status);
+  // gRPC deletes the call only after the handler has returned it, so returning `call` stays
+  // safe whatever OpCall::Start did.
+  if (const absl::Status auth = Authenticate(serving, *context); !auth.ok()) {
+    call->OpCall::Start([&]() -> absl::StatusOr<PreparedOp> { return auth; });
+  } else {
+    call->OpCall::Start(prepare);
+  }
   return call;
 }
 
 UnaryOpCall::UnaryOpCall(const ServingContext& serving, grpc::CallbackServerContext* context,
                          std::string_view method, std::string_view op, int64_t request_bytes,
                          google::protobuf::Message* response)
-    : Scheduler::Work(absl::FromChrono(context->deadline()), request_bytes),
-      serving_(serving),
+    : OpCall(serving, absl::FromChrono(context->deadline()), request_bytes, op),
       context_(context),
       method_(method),
-      op_name_(op),
-      response_(response),
-      request_bytes_(request_bytes) {}
+      response_(response) {}
 
-void UnaryOpCall::Run() {
-  // The client may have gone between admission and now; its reply would be discarded.
-  if (context_->IsCancelled()) {
-    FinishWith(absl::CancelledError("the call was cancelled before it ran"));
-    return;
-  }
-  timeline_.run_start = absl::Now();
-  timeline_.device = "cpu";
-  const absl::Status status = GuardExceptions(op_.op, [this] { return op_.run(); });
-  timeline_.run_end = absl::Now();
-  FinishWith(status);
-}
-
-void UnaryOpCall::Drop(const absl::Status& why) { FinishWith(why); }
-
-std::optional<Scheduler::Work::DeviceTask> UnaryOpCall::PrepareDevice() {
-  timeline_.run_start = absl::Now();
-  return PrepareOnDevice(op_, &device_run_);
-}
-
-void UnaryOpCall::CompleteOnDevice() {
-  timeline_.device = "cuda";
-  timeline_.run_end = absl::Now();
-  FinishWith(absl::OkStatus());
+void UnaryOpCall::Deliver(const absl::Status& status) {
+  // A failed call sends no response; drop a half-written result now rather than with the call.
+  if (!status.ok()) response_->Clear();
+  Finish(wire::ToGrpcStatus(status));
 }
 
 void UnaryOpCall::OnCancel() {
   // Only a call still waiting in the queue is ours to end here; a running one ends by itself.
-  if (!serving_.scheduler->Cancel(this)) return;
-  if (absl::Now() >= deadline()) {
-    Drop(absl::DeadlineExceededError("the call's deadline passed while it waited in the queue"));
-  } else {
-    Drop(absl::CancelledError("the client cancelled the call while it waited in the queue"));
-  }
+  CancelIfQueued("the client");
 }
 
 void UnaryOpCall::OnDone() {
-  serving_.metrics->CallFinished(
-      op_name_, code_, timeline_.device, timeline_.Stages(enqueued(), absl::Now()), request_bytes_,
-      code_ == absl::StatusCode::kOk ? static_cast<int64_t>(response_->ByteSizeLong()) : 0);
+  CountFinished(static_cast<int64_t>(response_->ByteSizeLong()));
   delete this;
-}
-
-void UnaryOpCall::FinishWith(const absl::Status& status) {
-  // A failed call sends no response; drop a half-written result now rather than with the call.
-  if (!status.ok()) response_->Clear();
-  code_ = status.code();
-  timeline_.finished = absl::Now();
-  if (const std::string_view reason = RejectionReason(status);
-      !reason.empty() &&
-      (!timeline_.run_start.has_value() || code_ == absl::StatusCode::kResourceExhausted)) {
-    serving_.metrics->Rejected(reason);
-  }
-  LogFinishedCall(method_, context_->peer(), *timeline_.finished - timeline_.start, status);
-  Finish(wire::ToGrpcStatus(status));
 }
 
 }  // namespace tensorops

@@ -1,24 +1,26 @@
-// UnaryOpCall: one unary operation call, from its arrival on a gRPC thread through the scheduler
-// to its reply. The per-op RPCs and Run all serve through it.
+// OpCall: the life of one op call, from preparation through the scheduler to its outcome, shared
+// by every way a call arrives: a unary RPC (an op's own, Run, Backward: UnaryOpCall below) and
+// each request of a RunStream (server/run_stream.cc). One core means one set of rules for
+// admission, cancellation, deadlines, placement, device fallback, metrics and logs.
 //
-//   grpc::ServerUnaryReactor* Gather(context, request, response) override {
-//     return UnaryOpCall::Start(serving_, context, "Gather", "gather",
-//                               [&] { return PrepareOp(*request, serving_.limits); },
-//                               request->ByteSizeLong(), response, response->mutable_result());
-//   }
+//   grpc::ServerUnaryReactor* reactor = UnaryOpCall::Start(
+//       serving, context, "Gather", "gather",
+//       [&] { return PrepareOp(...); }, request_bytes, response);
 //
 // The call is prepared (decoded, validated, planned) on the gRPC thread, admitted to the
 // scheduler's queue, run by a worker, and finished from that worker; a small call that finds a
 // worker slot free and the queue empty runs and finishes on the gRPC thread instead
-// (Scheduler::Submit, --inline_max_bytes). A call cancelled by its
-// client, or whose deadline passes while it waits in the queue, leaves the queue at once and is
-// never run; one that is already running completes (its reply is discarded by gRPC).
+// (Scheduler::Submit, --inline_max_bytes). A call whose client cancels, or whose deadline passes,
+// while it waits in the queue leaves the queue at once and is never run; a call taken by a worker
+// after its client left is not run either; one that is already running completes (its reply is
+// discarded by gRPC).
 #ifndef TENSOROPS_SERVER_OP_CALL_H_
 #define TENSOROPS_SERVER_OP_CALL_H_
 
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -53,7 +55,7 @@ struct CallTimeline {
   std::optional<absl::Time> prepared;  // decoded, validated and planned
   std::optional<absl::Time> run_start;
   std::optional<absl::Time> run_end;
-  std::optional<absl::Time> finished;  // the reply was handed to gRPC
+  std::optional<absl::Time> finished;  // the outcome was handed to the transport
   // Where it ran: "none" until a device runs it.
   std::string_view device = "none";
 
@@ -67,28 +69,75 @@ struct CallTimeline {
 absl::Status Authenticate(const ServingContext& serving,
                           const grpc::CallbackServerContext& context);
 
-// RejectionReason names, for the rejected-calls metric, why `status` kept a call from running:
-// "queue_full", "shutting_down", "limit", "deadline_exceeded", "cancelled"; empty for other
-// outcomes (a bad request, a kernel error, success).
-std::string_view RejectionReason(const absl::Status& status);
-
 // LogFinishedCall writes the one line of a failed call (info) or of a successful one (debug).
-// PrepareOnDevice is Scheduler::Work::PrepareDevice for a call running `op`: its GPU form, kept
-// alive in `device_run`, or nullopt when it runs on the CPU (no GPU form, or an error the CPU run
-// will report again).
-std::optional<Scheduler::Work::DeviceTask> PrepareOnDevice(const PreparedOp& op,
-                                                           DeviceRun* device_run);
-
 void LogFinishedCall(std::string_view method, std::string_view peer, absl::Duration elapsed,
                      const absl::Status& status);
 
-// UnaryOpCall is the reactor of one unary op call; it deletes itself when gRPC is done with it.
-class UnaryOpCall final : public grpc::ServerUnaryReactor, private Scheduler::Work {
+// OpCall is one op call inside the scheduler. The transport (a unary reactor, a stream) derives
+// from it and says how the outcome leaves (Deliver) and whether the client is still there.
+class OpCall : public Scheduler::Work {
  public:
-  // Start prepares the call (`method` is the RPC's name for logs, `op` the op's for metrics) with
-  // `prepare` (exceptions become statuses) and admits it to the scheduler, or finishes it with the
-  // error. `response` holds `result`; both belong to gRPC and live until the call is done. Returns
-  // the reactor for the handler to return.
+  // Start prepares the call with `prepare` (exceptions become statuses) and admits it to the
+  // scheduler, or ends it with the error at once. The call may end, and be deleted, inside.
+  void Start(const std::function<absl::StatusOr<PreparedOp>()>& prepare);
+
+  // CancelIfQueued takes the call out of the scheduler's queue and ends it with CANCELLED (or
+  // DEADLINE_EXCEEDED when its deadline has passed, which is why gRPC cancelled it); `who` says
+  // who cancelled, for the message ("the client", "the stream's client"). Returns false, doing
+  // nothing, when the call is not queued (it is running, or already ended).
+  bool CancelIfQueued(std::string_view who);
+  // EndCancelledInQueue ends, as CancelIfQueued does, a call its owner has already taken out of
+  // the queue with Scheduler::Cancel (a stream cancels its requests under its own lock, then ends
+  // them outside it).
+  void EndCancelledInQueue(std::string_view who);
+
+ protected:
+  // `op` is the op's name for metrics, known before preparation so that a call failing there has
+  // it.
+  OpCall(const ServingContext& serving, absl::Time deadline, int64_t request_bytes,
+         std::string_view op);
+  ~OpCall() override = default;
+
+  // ClientGone is whether the client has cancelled the call (its outcome would be discarded).
+  virtual bool ClientGone() const = 0;
+  // LogName and Peer name the call and its client in its log line.
+  virtual std::string LogName() const = 0;
+  virtual std::string Peer() const = 0;
+  // Deliver hands the call's outcome to the transport, once; `this` may be deleted inside.
+  virtual void Deliver(const absl::Status& status) = 0;
+
+  // CountFinished records the call in the metrics once the transport is done with it.
+  void CountFinished(int64_t response_bytes) const;
+
+  absl::StatusCode code() const { return code_; }
+  const ServingContext& serving() const { return serving_; }
+
+ private:
+  // Scheduler::Work: on a worker thread, or wherever the call left the queue.
+  void Run() final;
+  void Drop(const absl::Status& why) final;
+  std::optional<DeviceTask> PrepareDevice() final;
+  void CompleteOnDevice() final;
+
+  // End records the outcome (metrics of a refusal, the log line) and delivers it.
+  void End(const absl::Status& status);
+
+  const ServingContext& serving_;
+  const std::string_view op_name_;
+  const int64_t request_bytes_;
+  CallTimeline timeline_;
+  absl::StatusCode code_ = absl::StatusCode::kOk;
+  PreparedOp op_;
+  DeviceRun device_run_;
+};
+
+// UnaryOpCall is the reactor of one unary op call; it deletes itself when gRPC is done with it.
+class UnaryOpCall final : public grpc::ServerUnaryReactor, private OpCall {
+ public:
+  // Start authenticates the call, prepares it with `prepare` and admits it to the scheduler, or
+  // finishes it with the error. `method` is the RPC's name for logs, `op` the op's for metrics.
+  // `response` belongs to gRPC and lives until the call is done. Returns the reactor for the
+  // handler to return.
   static grpc::ServerUnaryReactor* Start(const ServingContext& serving,
                                          grpc::CallbackServerContext* context,
                                          std::string_view method, std::string_view op,
@@ -101,11 +150,11 @@ class UnaryOpCall final : public grpc::ServerUnaryReactor, private Scheduler::Wo
               std::string_view method, std::string_view op, int64_t request_bytes,
               google::protobuf::Message* response);
 
-  // Scheduler::Work: on a worker thread, or wherever the call left the queue.
-  void Run() override;
-  void Drop(const absl::Status& why) override;
-  std::optional<DeviceTask> PrepareDevice() override;
-  void CompleteOnDevice() override;
+  // OpCall:
+  bool ClientGone() const override { return context_->IsCancelled(); }
+  std::string LogName() const override { return std::string(method_); }
+  std::string Peer() const override { return context_->peer(); }
+  void Deliver(const absl::Status& status) override;
 
   void OnCancel() override;
   void OnDone() override;
@@ -117,20 +166,9 @@ class UnaryOpCall final : public grpc::ServerUnaryReactor, private Scheduler::Wo
   // (it is how its own default reactor avoids the hop); a gRPC that drops it fails to compile here.
   bool InternalInlineable() override { return true; }
 
-  // FinishWith ends the call with `status` (clearing the response when it is an error).
-  void FinishWith(const absl::Status& status);
-
-  const ServingContext& serving_;
   grpc::CallbackServerContext* const context_;
   const std::string_view method_;
-  // The op's name for metrics: known before preparation, so that a call failing there has it.
-  const std::string_view op_name_;
   google::protobuf::Message* const response_;
-  const int64_t request_bytes_;
-  CallTimeline timeline_;
-  absl::StatusCode code_ = absl::StatusCode::kOk;
-  PreparedOp op_;
-  DeviceRun device_run_;
 };
 
 }  // namespace tensorops

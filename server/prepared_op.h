@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "google/protobuf/message.h"
 #include "kernels/device_call.h"
 #include "proto/codec.h"
 #include "tensorops/v1/generic.pb.h"
@@ -60,36 +61,10 @@ enum class InputReuse {
 
 // PrepareOp decodes and plans one request under `limits`, its result to go into `result` (inside
 // the response, which must outlive the PreparedOp): INVALID_ARGUMENT for a bad request (naming the
-// op, the argument, the value and the rule), RESOURCE_EXHAUSTED for a tensor over the limits. One
-// overload per op request message.
-absl::StatusOr<PreparedOp> PrepareOp(const v1::GatherRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result,
-                                     InputReuse reuse = InputReuse::kNo);
-absl::StatusOr<PreparedOp> PrepareOp(const v1::ScatterRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result,
-                                     InputReuse reuse = InputReuse::kNo);
-absl::StatusOr<PreparedOp> PrepareOp(const v1::IndexSelectRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result,
-                                     InputReuse reuse = InputReuse::kNo);
-absl::StatusOr<PreparedOp> PrepareOp(const v1::IndexReduceRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result,
-                                     InputReuse reuse = InputReuse::kNo);
-absl::StatusOr<PreparedOp> PrepareOp(const v1::SelectScatterRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result,
-                                     InputReuse reuse = InputReuse::kNo);
-absl::StatusOr<PreparedOp> PrepareOp(const v1::SliceScatterRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result,
-                                     InputReuse reuse = InputReuse::kNo);
-absl::StatusOr<PreparedOp> PrepareOp(const v1::DiagonalScatterRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result,
-                                     InputReuse reuse = InputReuse::kNo);
-absl::StatusOr<PreparedOp> PrepareOp(const v1::GatherNdRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result,
-                                     InputReuse reuse = InputReuse::kNo);
-absl::StatusOr<PreparedOp> PrepareOp(const v1::ScatterNdRequest& request,
-                                     const wire::DecodeLimits& limits, v1::Tensor* result,
-                                     InputReuse reuse = InputReuse::kNo);
-absl::StatusOr<PreparedOp> PrepareOp(const v1::MaskedScatterRequest& request,
+// op, the argument, the value and the rule), RESOURCE_EXHAUSTED for a tensor over the limits.
+// `request` is the message of the op `op` (an op's own request type, e.g. v1::GatherRequest).
+absl::StatusOr<PreparedOp> PrepareOp(v1::OpRequest::OpCase op,
+                                     const google::protobuf::Message& request,
                                      const wire::DecodeLimits& limits, v1::Tensor* result,
                                      InputReuse reuse = InputReuse::kNo);
 // The generic form: the op the oneof holds; INVALID_ARGUMENT "run: op is not set ..." when it
@@ -105,6 +80,7 @@ absl::StatusOr<PreparedOp> PrepareBackward(const v1::BackwardRequest& request,
                                            v1::BackwardResponse* response);
 
 // BackwardOpName is the name of `request`'s backward for logs and metrics: "gather_backward", ...
+// ("backward" when no op is set).
 std::string_view BackwardOpName(const v1::OpRequest& request);
 
 // OpName is the name PrepareOp would give `request`'s op ("run" when none is set), for logs and

@@ -50,11 +50,11 @@ bool StreamRegistry::AwaitClosed(absl::Time deadline) {
 }
 
 // Request is one op request read from the stream, from preparation to its written response.
-class RunStreamReactor::Request final : public Scheduler::Work {
+class RunStreamReactor::Request final : public OpCall {
  public:
   Request(RunStreamReactor* stream, v1::RunStreamRequest message)
-      : Scheduler::Work(absl::FromChrono(stream->context_->deadline()),
-                        static_cast<int64_t>(message.ByteSizeLong())),
+      : OpCall(stream->serving_, absl::FromChrono(stream->context_->deadline()),
+               static_cast<int64_t>(message.ByteSizeLong()), OpName(message.op())),
         stream_(stream),
         message_(std::move(message)) {
     response_.set_request_id(message_.request_id());
@@ -62,76 +62,38 @@ class RunStreamReactor::Request final : public Scheduler::Work {
 
   // Start prepares the op and admits it to the scheduler, or answers with the error at once.
   void Start() {
-    const std::string_view op_name = OpName(message_.op());
-    absl::Status status = GuardExceptions(op_name, [this]() -> absl::Status {
-      absl::StatusOr<PreparedOp> op =
-          PrepareOp(message_.op(), stream_->serving_.limits, response_.mutable_result());
-      if (!op.ok()) return op.status();
-      op_ = *std::move(op);
-      return absl::OkStatus();
-    });
-    timeline_.prepared = absl::Now();
-    if (status.ok()) status = stream_->serving_.scheduler->Submit(this);
-    if (!status.ok()) Answer(status);
-  }
-
-  void Run() override {
-    timeline_.run_start = absl::Now();
-    timeline_.device = "cpu";
-    const absl::Status status = GuardExceptions(op_.op, [this] { return op_.run(); });
-    timeline_.run_end = absl::Now();
-    Answer(status);
-  }
-  void Drop(const absl::Status& why) override { Answer(why); }
-  std::optional<DeviceTask> PrepareDevice() override {
-    timeline_.run_start = absl::Now();
-    return PrepareOnDevice(op_, &device_run_);
-  }
-  void CompleteOnDevice() override {
-    timeline_.device = "cuda";
-    timeline_.run_end = absl::Now();
-    Answer(absl::OkStatus());
+    OpCall::Start(
+        [this] { return PrepareOp(message_.op(), serving().limits, response_.mutable_result()); });
   }
 
   const v1::RunStreamResponse& response() const { return response_; }
 
   // Retire counts the request in the metrics, its response written or dropped, and deletes it.
   void Retire() {
-    stream_->serving_.metrics->CallFinished(OpName(message_.op()), code_, timeline_.device,
-                                            timeline_.Stages(enqueued(), absl::Now()),
-                                            static_cast<int64_t>(message_.ByteSizeLong()),
-                                            static_cast<int64_t>(response_.ByteSizeLong()));
+    CountFinished(static_cast<int64_t>(response_.ByteSizeLong()));
     delete this;
   }
 
  private:
-  // Answer records the outcome and hands the response to the stream; `this` may be deleted
+  bool ClientGone() const override { return stream_->context_->IsCancelled(); }
+  std::string LogName() const override {
+    return absl::StrFormat("RunStream request %d", message_.request_id());
+  }
+  std::string Peer() const override { return stream_->context_->peer(); }
+  // Deliver puts the outcome in the response and hands it to the stream; `this` may be deleted
   // as soon as Complete has queued it.
-  void Answer(const absl::Status& status) {
-    code_ = status.code();
-    timeline_.finished = absl::Now();
-    if (const std::string_view reason = RejectionReason(status);
-        !reason.empty() &&
-        (!timeline_.run_start.has_value() || code_ == absl::StatusCode::kResourceExhausted)) {
-      stream_->serving_.metrics->Rejected(reason);
-    }
+  void Deliver(const absl::Status& status) override {
     if (!status.ok()) {
       response_.clear_result();
       response_.mutable_error()->set_code(static_cast<int32_t>(status.code()));
       response_.mutable_error()->set_message(std::string(status.message()));
     }
-    LogFinishedCall(absl::StrFormat("RunStream request %d", message_.request_id()),
-                    stream_->context_->peer(), *timeline_.finished - timeline_.start, status);
     stream_->Complete(this);
   }
 
   RunStreamReactor* const stream_;
   const v1::RunStreamRequest message_;
   v1::RunStreamResponse response_;
-  PreparedOp op_;
-  DeviceRun device_run_;
-  CallTimeline timeline_;
-  absl::StatusCode code_ = absl::StatusCode::kOk;
 };
 
 RunStreamReactor::RunStreamReactor(const ServingContext& serving,
@@ -164,7 +126,7 @@ void RunStreamReactor::StartReadLocked() {
   if (reading_ || reads_done_ || closing_ || cancelled_ || finished_) return;
   if (static_cast<int>(unanswered_.size()) >= serving_.max_stream_in_flight) return;
   reading_ = true;
-  incoming_.Clear();
+  incoming_.message.Clear();
   StartRead(&incoming_);
 }
 
@@ -180,7 +142,13 @@ void RunStreamReactor::OnReadDone(bool ok) {
       MaybeFinishLocked();
       return;
     }
-    request = new Request(this, std::move(incoming_));
+    if (!incoming_.ok) {
+      malformed_ = MalformedRequestError(incoming_);
+      reads_done_ = true;
+      MaybeFinishLocked();
+      return;
+    }
+    request = new Request(this, std::move(incoming_.message));
     unanswered_.insert(request);
   }
   // Preparation decodes the request; it runs outside the lock so that completions (writes) of
@@ -241,7 +209,7 @@ void RunStreamReactor::OnCancel() {
     }
   }
   for (Request* request : dropped) {
-    request->Drop(absl::CancelledError("the stream was cancelled while the request was queued"));
+    request->EndCancelledInQueue("the stream's client");
   }
   absl::MutexLock lock(&mu_);
   MaybeFinishLocked();
@@ -255,6 +223,9 @@ void RunStreamReactor::MaybeFinishLocked() {
   } else if (broken_) {
     finished_ = true;
     Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "a response could not be sent"));
+  } else if (!malformed_.ok()) {
+    finished_ = true;
+    Finish(wire::ToGrpcStatus(malformed_));
   } else if (reads_done_) {
     finished_ = true;
     Finish(grpc::Status::OK);

@@ -9,8 +9,9 @@
 // faster than it reads is slowed by HTTP/2 flow control instead of growing the server's memory.
 //
 // The stream ends when the client has half-closed and every request is answered (OK), when the
-// client cancels (queued requests leave the queue at once), or, once shutdown begins, as soon as
-// every request already read is answered (UNAVAILABLE: reconnect to another replica).
+// client cancels (queued requests leave the queue at once), when a request does not parse
+// (INVALID_ARGUMENT, once the requests read before it are answered), or, once shutdown begins, as
+// soon as every request already read is answered (UNAVAILABLE: reconnect to another replica).
 #ifndef TENSOROPS_SERVER_RUN_STREAM_H_
 #define TENSOROPS_SERVER_RUN_STREAM_H_
 
@@ -26,6 +27,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "server/op_call.h"
+#include "server/parsed_request.h"
 #include "tensorops/v1/generic.pb.h"
 
 namespace tensorops {
@@ -61,7 +63,7 @@ class StreamRegistry {
 // RunStreamReactor serves one RunStream. It owns itself: created by the handler, deleted once
 // gRPC is done with it and nobody else holds a reference (see Ref).
 class RunStreamReactor final
-    : public grpc::ServerBidiReactor<v1::RunStreamRequest, v1::RunStreamResponse> {
+    : public grpc::ServerBidiReactor<Parsed<v1::RunStreamRequest>, v1::RunStreamResponse> {
  public:
   RunStreamReactor(const ServingContext& serving, grpc::CallbackServerContext* context,
                    StreamRegistry* registry);
@@ -99,7 +101,10 @@ class RunStreamReactor final
 
   absl::Mutex mu_;
   // The message the outstanding read fills.
-  v1::RunStreamRequest incoming_ ABSL_GUARDED_BY(mu_);
+  Parsed<v1::RunStreamRequest> incoming_ ABSL_GUARDED_BY(mu_);
+  // Not OK once a request did not parse: the stream reads no more and ends with this status
+  // after answering what it read (no request id can be trusted to answer it by).
+  absl::Status malformed_ ABSL_GUARDED_BY(mu_);
   bool reading_ ABSL_GUARDED_BY(mu_) = false;
   // The client half-closed, or reading failed.
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,0 +1,62 @@
+// Parsed<T>: a request message of type T as the server's handlers receive it, with whether its
+// bytes parsed.
+//
+// gRPC answers a request body that does not parse as its message with UNIMPLEMENTED and an empty
+// message, before any handler runs: a client that sends garbage (or a message of another type)
+// is told nothing useful. The handlers of tensorops.v1 therefore take Parsed<T>, whose
+// SerializationTraits below always hand the call to the handler, which answers INVALID_ARGUMENT
+// naming the message type (MalformedRequestError). The bytes are parsed exactly as gRPC's own
+// protobuf traits parse them (the same ZeroCopyInputStream over the received slices; no extra
+// copy).
+#ifndef TENSOROPS_SERVER_PARSED_REQUEST_H_
+#define TENSOROPS_SERVER_PARSED_REQUEST_H_
+
+#include <cstddef>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
+#include "grpcpp/support/byte_buffer.h"
+
+namespace tensorops {
+
+template <typename T>
+struct Parsed {
+  T message;
+  // False when the request's bytes are not a valid T; `message` is then unspecified.
+  bool ok = true;
+  // The size of the request body, for the error message.
+  size_t bytes = 0;
+};
+
+// MalformedRequestError is the status of a call whose request `parsed` did not parse.
+template <typename T>
+absl::Status MalformedRequestError(const Parsed<T>& parsed) {
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "the request body (%d bytes) is not a valid %s message; send the request type the method "
+      "declares, serialized with protobuf",
+      parsed.bytes, T::descriptor()->full_name()));
+}
+
+}  // namespace tensorops
+
+namespace grpc {
+
+template <typename T>
+class SerializationTraits<tensorops::Parsed<T>, void> {
+ public:
+  static Status Serialize(const tensorops::Parsed<T>& parsed, ByteBuffer* buffer,
+                          bool* own_buffer) {
+    return SerializationTraits<T>::Serialize(parsed.message, buffer, own_buffer);
+  }
+  // Always OK, so that the handler runs and names the problem (see Parsed).
+  static Status Deserialize(ByteBuffer* buffer, tensorops::Parsed<T>* parsed) {
+    parsed->bytes = buffer->Length();
+    parsed->ok = SerializationTraits<T>::Deserialize(buffer, &parsed->message).ok();
+    return Status::OK;
+  }
+};
+
+}  // namespace grpc
+
+#endif  // TENSOROPS_SERVER_PARSED_REQUEST_H_

@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "client/cpp/client.h"
@@ -37,7 +38,9 @@
 #include "kernels/dispatch.h"
 #include "kernels/reduction.h"
 #include "kernels/scalar.h"
+#include "kernels/status_macros.h"
 #include "kernels/tensor.h"
+#include "proto/op_list.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Server address (host:port or a gRPC target).");
 ABSL_FLAG(absl::Duration, timeout, absl::InfiniteDuration(),
@@ -111,29 +114,17 @@ constexpr int kExitUsage = 2;
 constexpr int64_t kPrintThreshold = 1000;
 constexpr int64_t kEdgeItems = 3;
 
-constexpr std::string_view kUsage =
+// The usage text is kUsageHead, a line per command (the op commands' from Commands(), then
+// info's), and kUsageTail, followed by the flags.
+constexpr std::string_view kUsageHead =
     R"(usage: tensorops-cli [--target=HOST:PORT] [--timeout=DURATION] [--tls_ca=CA.pem]
                      [--tls_cert=CERT.pem --tls_key=KEY.pem] [--tls_server_name=NAME]
                      [--token_file=FILE] COMMAND FLAGS...
 
 Commands (every one also takes [--output=OUT.npy] [--bfloat16]):
-  gather            --input=X.npy --index=I.npy --axis=N [--broadcast]
-  scatter           --input=X.npy --index=I.npy (--src=S.npy | --value=V) --axis=N [--reduce=R]
-                    [--include_self=false] [--broadcast] [--deterministic]
-  index_select      --input=X.npy --index=I.npy --axis=N
-  index_reduce      --input=X.npy --index=I.npy --src=S.npy --axis=N [--reduce=R (default sum)]
-                    [--include_self=false] [--alpha=A]
-  select_scatter    --input=X.npy --src=S.npy --axis=N --select_index=I
-  slice_scatter     --input=X.npy --src=S.npy --axis=N [--start=A] [--end=B] [--step=C]
-  diagonal_scatter  --input=X.npy --src=S.npy [--offset=K] [--axis1=A] [--axis2=B]
-  gather_nd         --input=X.npy --index=I.npy [--axes=A,B,...] [--batch_dims=N]
-  scatter_nd        (--input=X.npy | --shape=D0,D1,...) --index=I.npy --src=S.npy
-                    [--axes=A,B,...] [--batch_dims=N] [--reduce=R] [--include_self=false]
-                    [--deterministic]
-  masked_scatter    --input=X.npy --mask=M.npy --src=S.npy
-  info              (no flags) print the server's ServerInfo as JSON: version, build, devices,
-                    limits, ops, dtypes
+)";
 
+constexpr std::string_view kUsageTail = R"(
 Without --output the result's shape, dtype and values are printed. With --grad_output=G.npy any
 op command computes the op's backward instead: the gradient of each differentiable input
 ("input", "src") for the result's gradient G, printed or written to OUT.input.npy, OUT.src.npy. Exit status: 0 on success,
@@ -155,34 +146,83 @@ constexpr std::string_view kCommonFlags[] = {"target",  "timeout",         "tls_
 constexpr std::string_view kConnectionFlags[] = {
     "target", "timeout", "tls_ca", "tls_cert", "tls_key", "tls_server_name", "token_file"};
 
-// The command that asks for ServerInfo instead of running an op.
+// The command that asks for ServerInfo instead of running an op, and its line of the usage text.
 constexpr std::string_view kInfoCommand = "info";
+constexpr std::string_view kInfoSynopsis =
+    "(no flags) print the server's ServerInfo as JSON: version, build, devices,\n"
+    "limits, ops, dtypes";
 
 // The flags that turn TLS on.
 constexpr std::string_view kTlsFlags[] = {"tls_ca", "tls_cert", "tls_key", "tls_server_name"};
 
-// CommandSpec describes one command: the flags it takes beyond the common ones, those it needs,
-// and how it calls the client.
-struct CommandSpec {
-  absl::string_view name;
-  std::vector<absl::string_view> flags;
-  std::vector<absl::string_view> required;
-  // build makes the op's request from the flags; `input` holds --input's tensor (only scatter_nd,
-  // given --shape instead, has none).
-  absl::StatusOr<v1::OpRequest> (*build)(const std::optional<Tensor>& input,
-                                         const absl::flat_hash_set<std::string>& given,
-                                         const NpyReadOptions& read_options);
+// ReadFlagNpy reads the .npy file a flag names.
+absl::StatusOr<Tensor> ReadFlagNpy(const absl::Flag<std::string>& flag,
+                                   const NpyReadOptions& read_options) {
+  return ReadNpy(absl::GetFlag(flag), read_options);
+}
+
+// OpArgs is what an op command builds its request from besides the flags' values.
+struct OpArgs {
+  // --input's tensor; only scatter_nd, given --shape instead, has none.
+  std::optional<Tensor> input;
+  // The flags given explicitly, for the commands to which a flag's absence means something.
+  const absl::flat_hash_set<std::string>* given = nullptr;
+  NpyReadOptions read_options;
+
+  bool Given(absl::string_view flag) const { return given->contains(flag); }
+  // Read reads the .npy file `flag` names.
+  absl::StatusOr<Tensor> Read(const absl::Flag<std::string>& flag) const {
+    return ReadFlagNpy(flag, read_options);
+  }
 };
 
-const std::vector<CommandSpec>& Commands();
+// OneOf is a pair of flags of which a command needs exactly one.
+struct OneOf {
+  absl::string_view first;
+  absl::string_view second;
+  // Appended to the error when neither or both are given.
+  absl::string_view note;
+};
 
-// Request wraps one op's request in an OpRequest, in the field `mutable_field` returns.
-template <typename OpMessage>
-v1::OpRequest Request(OpMessage* (v1::OpRequest::*mutable_field)(), OpMessage message) {
+// CommandSpec describes one op command: its usage, the flags it takes beyond the common ones,
+// those it needs, and how it builds its request.
+struct CommandSpec {
+  // The op's name (ops::Name), set by OpCommand.
+  absl::string_view name;
+  // The command's flags in the usage text; '\n' continues them on the next line.
+  absl::string_view synopsis;
+  std::vector<absl::string_view> flags;
+  std::vector<absl::string_view> required;
+  // Every command needs --input, unless `one_of` names it.
+  std::optional<OneOf> one_of;
+  // build makes the op's request from the flags; set by OpCommand.
+  absl::StatusOr<v1::OpRequest> (*build)(const OpArgs& args) = nullptr;
+};
+
+// OpBuilder makes Op's request from the flags.
+template <typename Op>
+using OpBuilder = absl::StatusOr<typename Op::Request> (*)(const OpArgs& args);
+
+// BuildOpRequest runs Op's builder and puts its request in an OpRequest, for Client::Run.
+template <typename Op, OpBuilder<Op> kBuild>
+absl::StatusOr<v1::OpRequest> BuildOpRequest(const OpArgs& args) {
+  TENSOROPS_ASSIGN_OR_RETURN(typename Op::Request message, kBuild(args));
   v1::OpRequest request;
-  *(request.*mutable_field)() = std::move(message);
+  *ops::Mutable<Op>(&request) = std::move(message);
   return request;
 }
+
+// OpCommand completes `spec` as Op's command, named as the op is and building with kBuild.
+template <typename Op, OpBuilder<Op> kBuild>
+CommandSpec OpCommand(CommandSpec spec) {
+  const std::string_view name = ops::Name<Op>();
+  spec.name = absl::string_view(name.data(), name.size());
+  spec.build = BuildOpRequest<Op, kBuild>;
+  return spec;
+}
+
+// Commands is the op commands, in the op table's order.
+const std::vector<CommandSpec>& Commands();
 
 // IsCliFlag tells this CLI's flags from the ones linked-in libraries may register.
 bool IsCliFlag(std::string_view name) {
@@ -190,6 +230,17 @@ bool IsCliFlag(std::string_view name) {
   return absl::c_any_of(Commands(), [&](const CommandSpec& command) {
     return absl::c_linear_search(command.flags, absl::string_view(name.data(), name.size()));
   });
+}
+
+// AppendCommandUsage appends a command's lines of the usage text: its name, then its synopsis
+// in a column of its own.
+void AppendCommandUsage(absl::string_view name, absl::string_view synopsis, std::string* text) {
+  constexpr int kNameWidth = 18;
+  std::vector<absl::string_view> lines = absl::StrSplit(synopsis, '\n');
+  absl::StrAppendFormat(text, "  %-*s%s\n", kNameWidth, name, lines[0]);
+  for (size_t i = 1; i < lines.size(); ++i) {
+    absl::StrAppendFormat(text, "  %*s%s\n", kNameWidth, "", lines[i]);
+  }
 }
 
 // UsageText lists the commands and the flags with their help and defaults.
@@ -200,7 +251,13 @@ std::string UsageText() {
   }
   absl::c_sort(names);
   names.erase(std::unique(names.begin(), names.end()), names.end());
-  std::string text(kUsage);
+  std::string text(kUsageHead);
+  for (const CommandSpec& command : Commands()) {
+    AppendCommandUsage(command.name, command.synopsis, &text);
+  }
+  AppendCommandUsage(absl::string_view(kInfoCommand.data(), kInfoCommand.size()),
+                     absl::string_view(kInfoSynopsis.data(), kInfoSynopsis.size()), &text);
+  text.append(kUsageTail);
   for (std::string_view name : names) {
     const absl::CommandLineFlag* flag =
         absl::FindCommandLineFlag(absl::string_view(name.data(), name.size()));
@@ -381,29 +438,15 @@ std::string FormatTensor(const Tensor& tensor) {
   return text;
 }
 
-// ReadFlagNpy reads the .npy file a flag names.
-absl::StatusOr<Tensor> ReadFlagNpy(const absl::Flag<std::string>& flag,
-                                   const NpyReadOptions& read_options) {
-  return ReadNpy(absl::GetFlag(flag), read_options);
-}
-
-absl::StatusOr<v1::OpRequest> BuildGather(const std::optional<Tensor>& input,
-                                          const absl::flat_hash_set<std::string>&,
-                                          const NpyReadOptions& read_options) {
-  absl::StatusOr<Tensor> index = ReadFlagNpy(FLAGS_index, read_options);
-  if (!index.ok()) return index.status();
+absl::StatusOr<v1::GatherRequest> BuildGather(const OpArgs& args) {
+  TENSOROPS_ASSIGN_OR_RETURN(const Tensor index, args.Read(FLAGS_index));
   GatherOptions options;
   options.broadcast = absl::GetFlag(FLAGS_broadcast);
-  return Request(
-      &v1::OpRequest::mutable_gather,
-      MakeGatherRequest(input->view(), absl::GetFlag(FLAGS_axis), index->view(), options));
+  return MakeGatherRequest(args.input->view(), absl::GetFlag(FLAGS_axis), index.view(), options);
 }
 
-absl::StatusOr<v1::OpRequest> BuildScatter(const std::optional<Tensor>& input,
-                                           const absl::flat_hash_set<std::string>& given,
-                                           const NpyReadOptions& read_options) {
-  absl::StatusOr<Tensor> index = ReadFlagNpy(FLAGS_index, read_options);
-  if (!index.ok()) return index.status();
+absl::StatusOr<v1::ScatterRequest> BuildScatter(const OpArgs& args) {
+  TENSOROPS_ASSIGN_OR_RETURN(const Tensor index, args.Read(FLAGS_index));
   ScatterOptions options;
   // ValidateCommandLine checked --reduce and --value before connecting.
   options.reduce = *ParseReduction(absl::GetFlag(FLAGS_reduce));
@@ -411,100 +454,68 @@ absl::StatusOr<v1::OpRequest> BuildScatter(const std::optional<Tensor>& input,
   options.broadcast = absl::GetFlag(FLAGS_broadcast);
   options.deterministic = absl::GetFlag(FLAGS_deterministic);
   const int64_t axis = absl::GetFlag(FLAGS_axis);
-  if (given.contains("src")) {
-    absl::StatusOr<Tensor> src = ReadFlagNpy(FLAGS_src, read_options);
-    if (!src.ok()) return src.status();
-    return Request(&v1::OpRequest::mutable_scatter,
-                   MakeScatterRequest(input->view(), axis, index->view(), src->view(), options));
+  if (args.Given("src")) {
+    TENSOROPS_ASSIGN_OR_RETURN(const Tensor src, args.Read(FLAGS_src));
+    return MakeScatterRequest(args.input->view(), axis, index.view(), src.view(), options);
   }
-  return Request(&v1::OpRequest::mutable_scatter,
-                 MakeScatterRequest(input->view(), axis, index->view(),
-                                    *ParseValue(absl::GetFlag(FLAGS_value)), options));
+  return MakeScatterRequest(args.input->view(), axis, index.view(),
+                            *ParseValue(absl::GetFlag(FLAGS_value)), options);
 }
 
-absl::StatusOr<v1::OpRequest> BuildIndexSelect(const std::optional<Tensor>& input,
-                                               const absl::flat_hash_set<std::string>&,
-                                               const NpyReadOptions& read_options) {
-  absl::StatusOr<Tensor> index = ReadFlagNpy(FLAGS_index, read_options);
-  if (!index.ok()) return index.status();
-  return Request(&v1::OpRequest::mutable_index_select,
-                 MakeIndexSelectRequest(input->view(), absl::GetFlag(FLAGS_axis), index->view()));
+absl::StatusOr<v1::IndexSelectRequest> BuildIndexSelect(const OpArgs& args) {
+  TENSOROPS_ASSIGN_OR_RETURN(const Tensor index, args.Read(FLAGS_index));
+  return MakeIndexSelectRequest(args.input->view(), absl::GetFlag(FLAGS_axis), index.view());
 }
 
-absl::StatusOr<v1::OpRequest> BuildIndexReduce(const std::optional<Tensor>& input,
-                                               const absl::flat_hash_set<std::string>& given,
-                                               const NpyReadOptions& read_options) {
-  absl::StatusOr<Tensor> index = ReadFlagNpy(FLAGS_index, read_options);
-  if (!index.ok()) return index.status();
-  absl::StatusOr<Tensor> src = ReadFlagNpy(FLAGS_src, read_options);
-  if (!src.ok()) return src.status();
+absl::StatusOr<v1::IndexReduceRequest> BuildIndexReduce(const OpArgs& args) {
+  TENSOROPS_ASSIGN_OR_RETURN(const Tensor index, args.Read(FLAGS_index));
+  TENSOROPS_ASSIGN_OR_RETURN(const Tensor src, args.Read(FLAGS_src));
   IndexReduceOptions options;
   // index_add is the common case, so an absent --reduce means sum here.
-  if (given.contains("reduce")) options.reduce = *ParseReduction(absl::GetFlag(FLAGS_reduce));
+  if (args.Given("reduce")) options.reduce = *ParseReduction(absl::GetFlag(FLAGS_reduce));
   options.include_self = absl::GetFlag(FLAGS_include_self);
   options.alpha = *ParseValue(absl::GetFlag(FLAGS_alpha));
-  return Request(&v1::OpRequest::mutable_index_reduce,
-                 MakeIndexReduceRequest(input->view(), absl::GetFlag(FLAGS_axis), index->view(),
-                                        src->view(), options));
+  return MakeIndexReduceRequest(args.input->view(), absl::GetFlag(FLAGS_axis), index.view(),
+                                src.view(), options);
 }
 
-absl::StatusOr<v1::OpRequest> BuildSelectScatter(const std::optional<Tensor>& input,
-                                                 const absl::flat_hash_set<std::string>&,
-                                                 const NpyReadOptions& read_options) {
-  absl::StatusOr<Tensor> src = ReadFlagNpy(FLAGS_src, read_options);
-  if (!src.ok()) return src.status();
-  return Request(&v1::OpRequest::mutable_select_scatter,
-                 MakeSelectScatterRequest(input->view(), src->view(), absl::GetFlag(FLAGS_axis),
-                                          absl::GetFlag(FLAGS_select_index)));
+absl::StatusOr<v1::SelectScatterRequest> BuildSelectScatter(const OpArgs& args) {
+  TENSOROPS_ASSIGN_OR_RETURN(const Tensor src, args.Read(FLAGS_src));
+  return MakeSelectScatterRequest(args.input->view(), src.view(), absl::GetFlag(FLAGS_axis),
+                                  absl::GetFlag(FLAGS_select_index));
 }
 
-absl::StatusOr<v1::OpRequest> BuildSliceScatter(const std::optional<Tensor>& input,
-                                                const absl::flat_hash_set<std::string>& given,
-                                                const NpyReadOptions& read_options) {
-  absl::StatusOr<Tensor> src = ReadFlagNpy(FLAGS_src, read_options);
-  if (!src.ok()) return src.status();
+absl::StatusOr<v1::SliceScatterRequest> BuildSliceScatter(const OpArgs& args) {
+  TENSOROPS_ASSIGN_OR_RETURN(const Tensor src, args.Read(FLAGS_src));
   SliceOptions options;
-  if (given.contains("start")) options.start = absl::GetFlag(FLAGS_start);
-  if (given.contains("end")) options.end = absl::GetFlag(FLAGS_end);
+  if (args.Given("start")) options.start = absl::GetFlag(FLAGS_start);
+  if (args.Given("end")) options.end = absl::GetFlag(FLAGS_end);
   options.step = absl::GetFlag(FLAGS_step);
-  return Request(
-      &v1::OpRequest::mutable_slice_scatter,
-      MakeSliceScatterRequest(input->view(), src->view(), absl::GetFlag(FLAGS_axis), options));
+  return MakeSliceScatterRequest(args.input->view(), src.view(), absl::GetFlag(FLAGS_axis),
+                                 options);
 }
 
-absl::StatusOr<v1::OpRequest> BuildDiagonalScatter(const std::optional<Tensor>& input,
-                                                   const absl::flat_hash_set<std::string>&,
-                                                   const NpyReadOptions& read_options) {
-  absl::StatusOr<Tensor> src = ReadFlagNpy(FLAGS_src, read_options);
-  if (!src.ok()) return src.status();
+absl::StatusOr<v1::DiagonalScatterRequest> BuildDiagonalScatter(const OpArgs& args) {
+  TENSOROPS_ASSIGN_OR_RETURN(const Tensor src, args.Read(FLAGS_src));
   DiagonalOptions options;
   options.offset = absl::GetFlag(FLAGS_offset);
   options.axis1 = absl::GetFlag(FLAGS_axis1);
   options.axis2 = absl::GetFlag(FLAGS_axis2);
-  return Request(&v1::OpRequest::mutable_diagonal_scatter,
-                 MakeDiagonalScatterRequest(input->view(), src->view(), options));
+  return MakeDiagonalScatterRequest(args.input->view(), src.view(), options);
 }
 
-absl::StatusOr<v1::OpRequest> BuildGatherNd(const std::optional<Tensor>& input,
-                                            const absl::flat_hash_set<std::string>&,
-                                            const NpyReadOptions& read_options) {
-  absl::StatusOr<Tensor> index = ReadFlagNpy(FLAGS_index, read_options);
-  if (!index.ok()) return index.status();
+absl::StatusOr<v1::GatherNdRequest> BuildGatherNd(const OpArgs& args) {
+  TENSOROPS_ASSIGN_OR_RETURN(const Tensor index, args.Read(FLAGS_index));
   GatherNdOptions options;
   // ValidateCommandLine checked --axes before connecting.
   options.axes = *ParseIntList("axes", absl::GetFlag(FLAGS_axes));
   options.batch_dims = absl::GetFlag(FLAGS_batch_dims);
-  return Request(&v1::OpRequest::mutable_gather_nd,
-                 MakeGatherNdRequest(input->view(), index->view(), options));
+  return MakeGatherNdRequest(args.input->view(), index.view(), options);
 }
 
-absl::StatusOr<v1::OpRequest> BuildScatterNd(const std::optional<Tensor>& input,
-                                             const absl::flat_hash_set<std::string>&,
-                                             const NpyReadOptions& read_options) {
-  absl::StatusOr<Tensor> index = ReadFlagNpy(FLAGS_index, read_options);
-  if (!index.ok()) return index.status();
-  absl::StatusOr<Tensor> src = ReadFlagNpy(FLAGS_src, read_options);
-  if (!src.ok()) return src.status();
+absl::StatusOr<v1::ScatterNdRequest> BuildScatterNd(const OpArgs& args) {
+  TENSOROPS_ASSIGN_OR_RETURN(const Tensor index, args.Read(FLAGS_index));
+  TENSOROPS_ASSIGN_OR_RETURN(const Tensor src, args.Read(FLAGS_src));
   ScatterNdOptions options;
   // ValidateCommandLine checked --axes, --shape and --reduce before connecting.
   options.axes = *ParseIntList("axes", absl::GetFlag(FLAGS_axes));
@@ -514,49 +525,79 @@ absl::StatusOr<v1::OpRequest> BuildScatterNd(const std::optional<Tensor>& input,
   options.shape = *ParseIntList("shape", absl::GetFlag(FLAGS_shape));
   options.deterministic = absl::GetFlag(FLAGS_deterministic);
   std::optional<TensorView> input_view;
-  if (input.has_value()) input_view = input->view();
-  return Request(&v1::OpRequest::mutable_scatter_nd,
-                 MakeScatterNdRequest(input_view, index->view(), src->view(), options));
+  if (args.input.has_value()) input_view = args.input->view();
+  return MakeScatterNdRequest(input_view, index.view(), src.view(), options);
 }
 
-absl::StatusOr<v1::OpRequest> BuildMaskedScatter(const std::optional<Tensor>& input,
-                                                 const absl::flat_hash_set<std::string>&,
-                                                 const NpyReadOptions& read_options) {
-  absl::StatusOr<Tensor> mask = ReadFlagNpy(FLAGS_mask, read_options);
-  if (!mask.ok()) return mask.status();
-  absl::StatusOr<Tensor> src = ReadFlagNpy(FLAGS_src, read_options);
-  if (!src.ok()) return src.status();
-  return Request(&v1::OpRequest::mutable_masked_scatter,
-                 MakeMaskedScatterRequest(input->view(), mask->view(), src->view()));
+absl::StatusOr<v1::MaskedScatterRequest> BuildMaskedScatter(const OpArgs& args) {
+  TENSOROPS_ASSIGN_OR_RETURN(const Tensor mask, args.Read(FLAGS_mask));
+  TENSOROPS_ASSIGN_OR_RETURN(const Tensor src, args.Read(FLAGS_src));
+  return MakeMaskedScatterRequest(args.input->view(), mask.view(), src.view());
 }
 
 const std::vector<CommandSpec>& Commands() {
   static const auto* const kCommands = new std::vector<CommandSpec>{
-      {"gather", {"index", "axis", "broadcast"}, {"index", "axis"}, BuildGather},
-      {"scatter",
-       {"index", "axis", "src", "value", "reduce", "include_self", "broadcast", "deterministic"},
-       {"index", "axis"},
-       BuildScatter},
-      {"index_select", {"index", "axis"}, {"index", "axis"}, BuildIndexSelect},
-      {"index_reduce",
-       {"index", "axis", "src", "reduce", "include_self", "alpha"},
-       {"index", "axis", "src"},
-       BuildIndexReduce},
-      {"select_scatter",
-       {"src", "axis", "select_index"},
-       {"src", "axis", "select_index"},
-       BuildSelectScatter},
-      {"slice_scatter",
-       {"src", "axis", "start", "end", "step"},
-       {"src", "axis"},
-       BuildSliceScatter},
-      {"diagonal_scatter", {"src", "offset", "axis1", "axis2"}, {"src"}, BuildDiagonalScatter},
-      {"gather_nd", {"index", "axes", "batch_dims"}, {"index"}, BuildGatherNd},
-      {"scatter_nd",
-       {"index", "src", "axes", "batch_dims", "reduce", "include_self", "shape", "deterministic"},
-       {"index", "src"},
-       BuildScatterNd},
-      {"masked_scatter", {"mask", "src"}, {"mask", "src"}, BuildMaskedScatter},
+      OpCommand<ops::Gather, BuildGather>({
+          .synopsis = "--input=X.npy --index=I.npy --axis=N [--broadcast]",
+          .flags = {"index", "axis", "broadcast"},
+          .required = {"index", "axis"},
+      }),
+      OpCommand<ops::Scatter, BuildScatter>({
+          .synopsis = "--input=X.npy --index=I.npy (--src=S.npy | --value=V) --axis=N "
+                      "[--reduce=R]\n"
+                      "[--include_self=false] [--broadcast] [--deterministic]",
+          .flags = {"index", "axis", "src", "value", "reduce", "include_self", "broadcast",
+                    "deterministic"},
+          .required = {"index", "axis"},
+          .one_of = OneOf{.first = "src", .second = "value"},
+      }),
+      OpCommand<ops::IndexSelect, BuildIndexSelect>({
+          .synopsis = "--input=X.npy --index=I.npy --axis=N",
+          .flags = {"index", "axis"},
+          .required = {"index", "axis"},
+      }),
+      OpCommand<ops::IndexReduce, BuildIndexReduce>({
+          .synopsis = "--input=X.npy --index=I.npy --src=S.npy --axis=N [--reduce=R (default "
+                      "sum)]\n"
+                      "[--include_self=false] [--alpha=A]",
+          .flags = {"index", "axis", "src", "reduce", "include_self", "alpha"},
+          .required = {"index", "axis", "src"},
+      }),
+      OpCommand<ops::SelectScatter, BuildSelectScatter>({
+          .synopsis = "--input=X.npy --src=S.npy --axis=N --select_index=I",
+          .flags = {"src", "axis", "select_index"},
+          .required = {"src", "axis", "select_index"},
+      }),
+      OpCommand<ops::SliceScatter, BuildSliceScatter>({
+          .synopsis = "--input=X.npy --src=S.npy --axis=N [--start=A] [--end=B] [--step=C]",
+          .flags = {"src", "axis", "start", "end", "step"},
+          .required = {"src", "axis"},
+      }),
+      OpCommand<ops::DiagonalScatter, BuildDiagonalScatter>({
+          .synopsis = "--input=X.npy --src=S.npy [--offset=K] [--axis1=A] [--axis2=B]",
+          .flags = {"src", "offset", "axis1", "axis2"},
+          .required = {"src"},
+      }),
+      OpCommand<ops::GatherNd, BuildGatherNd>({
+          .synopsis = "--input=X.npy --index=I.npy [--axes=A,B,...] [--batch_dims=N]",
+          .flags = {"index", "axes", "batch_dims"},
+          .required = {"index"},
+      }),
+      OpCommand<ops::ScatterNd, BuildScatterNd>({
+          .synopsis = "(--input=X.npy | --shape=D0,D1,...) --index=I.npy --src=S.npy\n"
+                      "[--axes=A,B,...] [--batch_dims=N] [--reduce=R] [--include_self=false]\n"
+                      "[--deterministic]",
+          .flags = {"index", "src", "axes", "batch_dims", "reduce", "include_self", "shape",
+                    "deterministic"},
+          .required = {"index", "src"},
+          // paddle.scatter_nd: --shape stands in for --input, as zeros of that shape.
+          .one_of = OneOf{.first = "input", .second = "shape", .note = " (zeros of that shape)"},
+      }),
+      OpCommand<ops::MaskedScatter, BuildMaskedScatter>({
+          .synopsis = "--input=X.npy --mask=M.npy --src=S.npy",
+          .flags = {"mask", "src"},
+          .required = {"mask", "src"},
+      }),
   };
   return *kCommands;
 }
@@ -619,18 +660,17 @@ absl::Status ValidateCommandLine(const CommandLine& command_line) {
       return absl::InvalidArgumentError(absl::StrFormat("%s needs --%s", name, required));
     }
   }
-  if (name == "scatter_nd") {
-    // paddle.scatter_nd: --shape stands in for --input, as zeros of that shape.
-    if (command_line.given.contains("input") == command_line.given.contains("shape")) {
-      return absl::InvalidArgumentError(
-          "scatter_nd needs exactly one of --input and --shape (zeros of that shape)");
-    }
-  } else if (!command_line.given.contains("input")) {
+  const std::optional<OneOf>& one_of = command->one_of;
+  const bool input_optional =
+      one_of.has_value() && (one_of->first == "input" || one_of->second == "input");
+  if (!input_optional && !command_line.given.contains("input")) {
     return absl::InvalidArgumentError(absl::StrFormat("%s needs --input", name));
   }
-  if (name == "scatter" &&
-      command_line.given.contains("src") == command_line.given.contains("value")) {
-    return absl::InvalidArgumentError("scatter needs exactly one of --src and --value");
+  if (one_of.has_value() &&
+      command_line.given.contains(one_of->first) == command_line.given.contains(one_of->second)) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s needs exactly one of --%s and --%s%s",
+                                                      name, one_of->first, one_of->second,
+                                                      one_of->note));
   }
   if (command_line.given.contains("reduce")) {
     const std::string reduce = absl::GetFlag(FLAGS_reduce);
@@ -642,23 +682,13 @@ absl::Status ValidateCommandLine(const CommandLine& command_line) {
     }
   }
   if (command_line.given.contains("value")) {
-    if (absl::Status status = ParseValue(absl::GetFlag(FLAGS_value)).status(); !status.ok()) {
-      return status;
-    }
+    TENSOROPS_RETURN_IF_ERROR(ParseValue(absl::GetFlag(FLAGS_value)).status());
   }
   if (command_line.given.contains("alpha")) {
-    if (absl::Status status = ParseValue(absl::GetFlag(FLAGS_alpha)).status(); !status.ok()) {
-      return status;
-    }
+    TENSOROPS_RETURN_IF_ERROR(ParseValue(absl::GetFlag(FLAGS_alpha)).status());
   }
-  if (absl::Status status = ParseIntList("axes", absl::GetFlag(FLAGS_axes)).status();
-      !status.ok()) {
-    return status;
-  }
-  if (absl::Status status = ParseIntList("shape", absl::GetFlag(FLAGS_shape)).status();
-      !status.ok()) {
-    return status;
-  }
+  TENSOROPS_RETURN_IF_ERROR(ParseIntList("axes", absl::GetFlag(FLAGS_axes)).status());
+  TENSOROPS_RETURN_IF_ERROR(ParseIntList("shape", absl::GetFlag(FLAGS_shape)).status());
   return ValidateTlsFlags();
 }
 
@@ -676,9 +706,8 @@ absl::StatusOr<std::unique_ptr<Client>> CreateClient(
                                      .server_name_override = absl::GetFlag(FLAGS_tls_server_name)};
   }
   if (given.contains("token_file")) {
-    absl::StatusOr<std::string> token = ReadAuthTokenFile(absl::GetFlag(FLAGS_token_file));
-    if (!token.ok()) return token.status();
-    options.auth_token = *std::move(token);
+    TENSOROPS_ASSIGN_OR_RETURN(options.auth_token,
+                               ReadAuthTokenFile(absl::GetFlag(FLAGS_token_file)));
   }
   return Client::Create(absl::GetFlag(FLAGS_target), std::move(options));
 }
@@ -751,7 +780,9 @@ int Main(int argc, char** argv) {
   absl::StatusOr<v1::OpRequest> op = !input.ok()
                                          ? input.status()
                                          : FindCommand(command_line->positional[0])
-                                               ->build(*input, command_line->given, read_options);
+                                               ->build(OpArgs{.input = *std::move(input),
+                                                              .given = &command_line->given,
+                                                              .read_options = read_options});
   if (!client.ok()) return ReportFailure(client.status());
   if (!op.ok()) return ReportFailure(op.status());
   if (command_line->given.contains("grad_output")) return RunBackward(**client, *op, read_options);

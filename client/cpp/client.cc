@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -17,13 +18,17 @@
 #include "absl/time/time.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/impl/client_unary_call.h"
+#include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "kernels/dispatch.h"
 #include "kernels/half.h"
+#include "kernels/status_macros.h"
 #include "proto/codec.h"
 #include "proto/credential_file.h"
 #include "proto/grpc_status.h"
+#include "proto/op_list.h"
 
 namespace tensorops {
 
@@ -31,13 +36,6 @@ namespace {
 
 // gRPC clamps a retry policy's maxAttempts to 5; larger values would silently mean 5.
 constexpr int kMaxAttemptsCap = 5;
-
-// CallDeadline returns when a call starting now must finish: `timeout`, or the client's default
-// when unset, from now; InfiniteFuture() for no deadline.
-absl::Time CallDeadline(const std::optional<absl::Duration>& timeout,
-                        absl::Duration default_timeout) {
-  return absl::Now() + timeout.value_or(default_timeout);
-}
 
 // IsMetadataSafe tells whether `token` can follow "Bearer " in a gRPC metadata value: printable
 // ASCII without spaces (the server's rule for its token file too).
@@ -61,18 +59,14 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> TlsCredentials(
   }
   grpc::SslCredentialsOptions ssl_options;
   if (!tls.root_ca_file.empty()) {
-    absl::StatusOr<std::string> root_ca =
-        wire::ReadCredentialFile("tls.root_ca_file", tls.root_ca_file);
-    if (!root_ca.ok()) return root_ca.status();
-    ssl_options.pem_root_certs = std::move(*root_ca);
+    TENSOROPS_ASSIGN_OR_RETURN(ssl_options.pem_root_certs,
+                               wire::ReadCredentialFile("tls.root_ca_file", tls.root_ca_file));
   }
   if (!tls.cert_file.empty()) {
-    absl::StatusOr<std::string> cert = wire::ReadCredentialFile("tls.cert_file", tls.cert_file);
-    if (!cert.ok()) return cert.status();
-    ssl_options.pem_cert_chain = std::move(*cert);
-    absl::StatusOr<std::string> key = wire::ReadCredentialFile("tls.key_file", tls.key_file);
-    if (!key.ok()) return key.status();
-    ssl_options.pem_private_key = std::move(*key);
+    TENSOROPS_ASSIGN_OR_RETURN(ssl_options.pem_cert_chain,
+                               wire::ReadCredentialFile("tls.cert_file", tls.cert_file));
+    TENSOROPS_ASSIGN_OR_RETURN(ssl_options.pem_private_key,
+                               wire::ReadCredentialFile("tls.key_file", tls.key_file));
   }
   return grpc::SslCredentials(ssl_options);
 }
@@ -122,6 +116,21 @@ absl::StatusOr<Tensor> Negated(const TensorView& src) {
   return negated;
 }
 
+// OpMethod is the method of tensorops.v1.TensorOps that takes Op's request, in the form the
+// generated stub calls it with. Its path ("/tensorops.v1.TensorOps/GatherNd") comes from the op
+// table, so that one call path serves every op. The method is not registered with the channel
+// (registration is per channel, and this is shared by every Client): gRPC then looks the path up
+// on each call, which costs nothing next to a tensor's bytes. RpcMethod keeps only a pointer to
+// the path, so both live for the process.
+template <typename Op>
+const grpc::internal::RpcMethod& OpMethod() {
+  static const std::string* const path = new std::string(
+      absl::StrFormat("/%s/%s", v1::TensorOps::service_full_name(), ops::Rpc<Op>()));
+  static const grpc::internal::RpcMethod* const method =
+      new grpc::internal::RpcMethod(path->c_str(), grpc::internal::RpcMethod::NORMAL_RPC);
+  return *method;
+}
+
 }  // namespace
 
 std::string ServiceConfigJson(const ClientOptions& options) {
@@ -164,9 +173,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::string target, Clien
   arguments.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (options.tls.has_value()) {
-    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> tls = TlsCredentials(*options.tls);
-    if (!tls.ok()) return tls.status();
-    credentials = std::move(*tls);
+    TENSOROPS_ASSIGN_OR_RETURN(credentials, TlsCredentials(*options.tls));
     if (!options.tls->server_name_override.empty()) {
       arguments.SetString(GRPC_SSL_TARGET_NAME_OVERRIDE_ARG, options.tls->server_name_override);
     }
@@ -195,122 +202,102 @@ absl::Status Client::PrepareContext(absl::Time deadline, std::string_view op,
   return absl::OkStatus();
 }
 
+absl::Time Client::Deadline(const std::optional<absl::Duration>& timeout) const {
+  return absl::Now() + timeout.value_or(options_.default_timeout);
+}
+
 template <typename Response, typename Send>
-absl::StatusOr<Tensor> Client::CallUnary(std::string_view op, absl::Time deadline,
+absl::StatusOr<Response> Client::CallRpc(std::string_view op, absl::Time deadline,
                                          Send send) const {
   grpc::ClientContext context;
-  if (absl::Status prepared = PrepareContext(deadline, op, &context); !prepared.ok()) {
-    return prepared;
-  }
+  TENSOROPS_RETURN_IF_ERROR(PrepareContext(deadline, op, &context));
   Response response;
   const grpc::Status status = send(&context, &response);
   if (!status.ok()) return wire::FromGrpcStatus(status);
+  return response;
+}
+
+template <typename Op>
+absl::StatusOr<Tensor> Client::CallOp(const typename Op::Request& request,
+                                      absl::Time deadline) const {
+  using Response = typename Op::Response;
+  const std::string_view op = ops::Name<Op>();
+  TENSOROPS_ASSIGN_OR_RETURN(
+      const Response response,
+      CallRpc<Response>(op, deadline, [&](grpc::ClientContext* context, Response* received) {
+        return grpc::internal::BlockingUnaryCall(channel_.get(), OpMethod<Op>(), context, request,
+                                                 received);
+      }));
   return DecodeResult(response.result(), op, options_);
 }
 
+// Each op method takes its deadline before building the request, since a call's timeout counts
+// the encoding too.
+
 absl::StatusOr<Tensor> Client::Gather(const TensorView& input, int64_t axis,
                                       const TensorView& index, const GatherOptions& options) {
-  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
-  const v1::GatherRequest request = MakeGatherRequest(input, axis, index, options);
-  return CallUnary<v1::GatherResponse>("gather", deadline,
-                                       [&](grpc::ClientContext* context, auto* response) {
-                                         return stub_->Gather(context, request, response);
-                                       });
+  const absl::Time deadline = Deadline(options.timeout);
+  return CallOp<ops::Gather>(MakeGatherRequest(input, axis, index, options), deadline);
 }
 
 absl::StatusOr<Tensor> Client::Scatter(const TensorView& input, int64_t axis,
                                        const TensorView& index, const TensorView& src,
                                        const ScatterOptions& options) {
-  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
-  const v1::ScatterRequest request = MakeScatterRequest(input, axis, index, src, options);
-  return CallUnary<v1::ScatterResponse>("scatter", deadline,
-                                        [&](grpc::ClientContext* context, auto* response) {
-                                          return stub_->Scatter(context, request, response);
-                                        });
+  const absl::Time deadline = Deadline(options.timeout);
+  return CallOp<ops::Scatter>(MakeScatterRequest(input, axis, index, src, options), deadline);
 }
 
 absl::StatusOr<Tensor> Client::Scatter(const TensorView& input, int64_t axis,
                                        const TensorView& index, const Scalar& value,
                                        const ScatterOptions& options) {
-  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
-  const v1::ScatterRequest request = MakeScatterRequest(input, axis, index, value, options);
-  return CallUnary<v1::ScatterResponse>("scatter", deadline,
-                                        [&](grpc::ClientContext* context, auto* response) {
-                                          return stub_->Scatter(context, request, response);
-                                        });
+  const absl::Time deadline = Deadline(options.timeout);
+  return CallOp<ops::Scatter>(MakeScatterRequest(input, axis, index, value, options), deadline);
 }
 
 absl::StatusOr<Tensor> Client::IndexSelect(const TensorView& input, int64_t axis,
                                            const TensorView& index, const CallOptions& options) {
-  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
-  const v1::IndexSelectRequest request = MakeIndexSelectRequest(input, axis, index);
-  return CallUnary<v1::IndexSelectResponse>("index_select", deadline,
-                                            [&](grpc::ClientContext* context, auto* response) {
-                                              return stub_->IndexSelect(context, request, response);
-                                            });
+  const absl::Time deadline = Deadline(options.timeout);
+  return CallOp<ops::IndexSelect>(MakeIndexSelectRequest(input, axis, index), deadline);
 }
 
 absl::StatusOr<Tensor> Client::IndexReduce(const TensorView& input, int64_t axis,
                                            const TensorView& index, const TensorView& src,
                                            const IndexReduceOptions& options) {
-  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
-  const v1::IndexReduceRequest request = MakeIndexReduceRequest(input, axis, index, src, options);
-  return CallUnary<v1::IndexReduceResponse>("index_reduce", deadline,
-                                            [&](grpc::ClientContext* context, auto* response) {
-                                              return stub_->IndexReduce(context, request, response);
-                                            });
+  const absl::Time deadline = Deadline(options.timeout);
+  return CallOp<ops::IndexReduce>(MakeIndexReduceRequest(input, axis, index, src, options),
+                                  deadline);
 }
 
 absl::StatusOr<Tensor> Client::SelectScatter(const TensorView& input, const TensorView& src,
                                              int64_t axis, int64_t index,
                                              const CallOptions& options) {
-  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
-  const v1::SelectScatterRequest request = MakeSelectScatterRequest(input, src, axis, index);
-  return CallUnary<v1::SelectScatterResponse>(
-      "select_scatter", deadline, [&](grpc::ClientContext* context, auto* response) {
-        return stub_->SelectScatter(context, request, response);
-      });
+  const absl::Time deadline = Deadline(options.timeout);
+  return CallOp<ops::SelectScatter>(MakeSelectScatterRequest(input, src, axis, index), deadline);
 }
 
 absl::StatusOr<Tensor> Client::SliceScatter(const TensorView& input, const TensorView& src,
                                             int64_t axis, const SliceOptions& options) {
-  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
-  const v1::SliceScatterRequest request = MakeSliceScatterRequest(input, src, axis, options);
-  return CallUnary<v1::SliceScatterResponse>(
-      "slice_scatter", deadline, [&](grpc::ClientContext* context, auto* response) {
-        return stub_->SliceScatter(context, request, response);
-      });
+  const absl::Time deadline = Deadline(options.timeout);
+  return CallOp<ops::SliceScatter>(MakeSliceScatterRequest(input, src, axis, options), deadline);
 }
 
 absl::StatusOr<Tensor> Client::DiagonalScatter(const TensorView& input, const TensorView& src,
                                                const DiagonalOptions& options) {
-  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
-  const v1::DiagonalScatterRequest request = MakeDiagonalScatterRequest(input, src, options);
-  return CallUnary<v1::DiagonalScatterResponse>(
-      "diagonal_scatter", deadline, [&](grpc::ClientContext* context, auto* response) {
-        return stub_->DiagonalScatter(context, request, response);
-      });
+  const absl::Time deadline = Deadline(options.timeout);
+  return CallOp<ops::DiagonalScatter>(MakeDiagonalScatterRequest(input, src, options), deadline);
 }
 
 absl::StatusOr<Tensor> Client::GatherNd(const TensorView& input, const TensorView& index,
                                         const GatherNdOptions& options) {
-  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
-  const v1::GatherNdRequest request = MakeGatherNdRequest(input, index, options);
-  return CallUnary<v1::GatherNdResponse>("gather_nd", deadline,
-                                         [&](grpc::ClientContext* context, auto* response) {
-                                           return stub_->GatherNd(context, request, response);
-                                         });
+  const absl::Time deadline = Deadline(options.timeout);
+  return CallOp<ops::GatherNd>(MakeGatherNdRequest(input, index, options), deadline);
 }
 
 absl::StatusOr<Tensor> Client::ScatterNd(const std::optional<TensorView>& input,
                                          const TensorView& index, const TensorView& src,
                                          const ScatterNdOptions& options) {
-  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
-  const v1::ScatterNdRequest request = MakeScatterNdRequest(input, index, src, options);
-  return CallUnary<v1::ScatterNdResponse>("scatter_nd", deadline,
-                                          [&](grpc::ClientContext* context, auto* response) {
-                                            return stub_->ScatterNd(context, request, response);
-                                          });
+  const absl::Time deadline = Deadline(options.timeout);
+  return CallOp<ops::ScatterNd>(MakeScatterNdRequest(input, index, src, options), deadline);
 }
 
 absl::StatusOr<Tensor> Client::ScatterNdSub(const std::optional<TensorView>& input,
@@ -323,29 +310,24 @@ absl::StatusOr<Tensor> Client::ScatterNdSub(const std::optional<TensorView>& inp
         ReductionName(options.reduce)));
   }
   // The timeout counts from here, negating included, as every call's does from its start.
-  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
-  absl::StatusOr<Tensor> negated = Negated(src);
-  if (!negated.ok()) return negated.status();
+  const absl::Time deadline = Deadline(options.timeout);
+  TENSOROPS_ASSIGN_OR_RETURN(const Tensor negated, Negated(src));
   ScatterNdOptions sum_options = options;
   sum_options.reduce = Reduction::kSum;
-  sum_options.timeout = deadline - absl::Now();
-  return ScatterNd(input, index, negated->view(), sum_options);
+  return CallOp<ops::ScatterNd>(MakeScatterNdRequest(input, index, negated.view(), sum_options),
+                                deadline);
 }
 
 absl::StatusOr<Tensor> Client::MaskedScatter(const TensorView& input, const TensorView& mask,
                                              const TensorView& src, const CallOptions& options) {
-  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
-  const v1::MaskedScatterRequest request = MakeMaskedScatterRequest(input, mask, src);
-  return CallUnary<v1::MaskedScatterResponse>(
-      "masked_scatter", deadline, [&](grpc::ClientContext* context, auto* response) {
-        return stub_->MaskedScatter(context, request, response);
-      });
+  const absl::Time deadline = Deadline(options.timeout);
+  return CallOp<ops::MaskedScatter>(MakeMaskedScatterRequest(input, mask, src), deadline);
 }
 
 absl::StatusOr<std::string> ReadAuthTokenFile(const std::string& path) {
-  absl::StatusOr<std::string> contents = wire::ReadCredentialFile("auth token file", path);
-  if (!contents.ok()) return contents.status();
-  const absl::string_view token = absl::StripAsciiWhitespace(*contents);
+  TENSOROPS_ASSIGN_OR_RETURN(const std::string contents,
+                             wire::ReadCredentialFile("auth token file", path));
+  const absl::string_view token = absl::StripAsciiWhitespace(contents);
   if (token.empty()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "auth token file: %s holds no token (it is empty or only whitespace)", path));
@@ -360,55 +342,47 @@ absl::StatusOr<std::string> ReadAuthTokenFile(const std::string& path) {
 }
 
 absl::StatusOr<Tensor> Client::Run(const v1::OpRequest& request, const CallOptions& options) {
-  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
-  return CallUnary<v1::OpResponse>("run", deadline,
-                                   [&](grpc::ClientContext* context, auto* response) {
-                                     return stub_->Run(context, request, response);
-                                   });
+  TENSOROPS_ASSIGN_OR_RETURN(
+      const v1::OpResponse response,
+      CallRpc<v1::OpResponse>("run", Deadline(options.timeout),
+                              [&](grpc::ClientContext* context, v1::OpResponse* received) {
+                                return stub_->Run(context, request, received);
+                              }));
+  return DecodeResult(response.result(), "run", options_);
 }
 
 absl::StatusOr<std::map<std::string, Tensor>> Client::Backward(const v1::OpRequest& forward,
                                                                const TensorView& grad_output,
                                                                const CallOptions& options) {
-  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
+  const absl::Time deadline = Deadline(options.timeout);
   v1::BackwardRequest request;
   *request.mutable_op() = forward;
   wire::EncodeTensor(grad_output, request.mutable_grad_output());
-  grpc::ClientContext context;
-  if (absl::Status prepared = PrepareContext(deadline, "backward", &context); !prepared.ok()) {
-    return prepared;
-  }
-  v1::BackwardResponse response;
-  const grpc::Status status = stub_->Backward(&context, request, &response);
-  if (!status.ok()) return wire::FromGrpcStatus(status);
+  TENSOROPS_ASSIGN_OR_RETURN(
+      const v1::BackwardResponse response,
+      CallRpc<v1::BackwardResponse>(
+          "backward", deadline, [&](grpc::ClientContext* context, v1::BackwardResponse* received) {
+            return stub_->Backward(context, request, received);
+          }));
   std::map<std::string, Tensor> gradients;
   for (const auto& [argument, gradient] : response.gradients()) {
-    absl::StatusOr<Tensor> tensor = DecodeResult(gradient, "backward", options_);
-    if (!tensor.ok()) return tensor.status();
-    gradients.emplace(argument, *std::move(tensor));
+    TENSOROPS_ASSIGN_OR_RETURN(Tensor tensor, DecodeResult(gradient, "backward", options_));
+    gradients.emplace(argument, std::move(tensor));
   }
   return gradients;
 }
 
 absl::StatusOr<v1::ServerInfoResponse> Client::ServerInfo(const CallOptions& options) {
-  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
-  grpc::ClientContext context;
-  if (absl::Status prepared = PrepareContext(deadline, "server_info", &context); !prepared.ok()) {
-    return prepared;
-  }
-  v1::ServerInfoResponse response;
-  const grpc::Status status = stub_->ServerInfo(&context, v1::ServerInfoRequest(), &response);
-  if (!status.ok()) return wire::FromGrpcStatus(status);
-  return response;
+  return CallRpc<v1::ServerInfoResponse>(
+      "server_info", Deadline(options.timeout),
+      [&](grpc::ClientContext* context, v1::ServerInfoResponse* received) {
+        return stub_->ServerInfo(context, v1::ServerInfoRequest(), received);
+      });
 }
 
 absl::StatusOr<std::unique_ptr<OpStream>> Client::OpenStream(const CallOptions& options) {
-  const absl::Time deadline = CallDeadline(options.timeout, options_.default_timeout);
   auto context = std::make_unique<grpc::ClientContext>();
-  if (absl::Status prepared = PrepareContext(deadline, "run_stream", context.get());
-      !prepared.ok()) {
-    return prepared;
-  }
+  TENSOROPS_RETURN_IF_ERROR(PrepareContext(Deadline(options.timeout), "run_stream", context.get()));
   std::unique_ptr<OpStream> stream(new OpStream(options_, std::move(context)));
   stream->stream_ = stub_->RunStream(stream->context_.get());
   return stream;

@@ -392,10 +392,19 @@ class Client {
   absl::Status PrepareContext(absl::Time deadline, std::string_view op,
                               grpc::ClientContext* context) const;
 
-  // CallUnary sends one request through `send(context, response)`, with the context prepared by
-  // PrepareContext, and returns the response's result as an owning tensor, or the call's status.
+  // Deadline returns when a call starting now with `timeout` (nullopt: the default) must finish.
+  absl::Time Deadline(const std::optional<absl::Duration>& timeout) const;
+
+  // CallRpc makes one call through `send(context, response)`, with the context prepared by
+  // PrepareContext for `op`, and returns the response, or the call's status.
   template <typename Response, typename Send>
-  absl::StatusOr<Tensor> CallUnary(std::string_view op, absl::Time deadline, Send send) const;
+  absl::StatusOr<Response> CallRpc(std::string_view op, absl::Time deadline, Send send) const;
+
+  // CallOp sends `request` over the RPC of `Op` (an entry of ops::AllOps, proto/op_list.h) and
+  // returns the response's result as an owning tensor, or the call's status; errors name the op
+  // as ops::Name<Op>() does. Every typed op method goes through here.
+  template <typename Op>
+  absl::StatusOr<Tensor> CallOp(const typename Op::Request& request, absl::Time deadline) const;
 
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;

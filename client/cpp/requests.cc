@@ -7,26 +7,53 @@
 namespace tensorops {
 namespace {
 
-// FillScatter sets every field of a Scatter request but its source.
-void FillScatter(const TensorView& input, int64_t axis, const TensorView& index,
-                 const ScatterOptions& options, v1::ScatterRequest* request) {
-  wire::EncodeTensor(input, request->mutable_input());
-  wire::EncodeTensor(index, request->mutable_index());
-  request->set_axis(axis);
-  request->set_reduce(wire::ReductionToProto(options.reduce));
-  request->set_include_self(options.include_self);
-  request->set_broadcast(options.broadcast);
-  request->set_deterministic(options.deterministic);
+// AlongAxis returns a `Request` with the arguments of the ops that index `input` along one axis
+// set; the generated messages of those ops all name them input, index and axis.
+template <typename Request>
+Request AlongAxis(const TensorView& input, int64_t axis, const TensorView& index) {
+  Request request;
+  wire::EncodeTensor(input, request.mutable_input());
+  wire::EncodeTensor(index, request.mutable_index());
+  request.set_axis(axis);
+  return request;
+}
+
+// IntoInput returns a `Request` with the arguments of the ops that write `src` into a part of
+// `input` set; their messages all name them input and src.
+template <typename Request>
+Request IntoInput(const TensorView& input, const TensorView& src) {
+  Request request;
+  wire::EncodeTensor(input, request.mutable_input());
+  wire::EncodeTensor(src, request.mutable_src());
+  return request;
+}
+
+// EncodeSource sets a Scatter request's source: a tensor goes in src, a scalar in value.
+void EncodeSource(const TensorView& src, v1::ScatterRequest* request) {
+  wire::EncodeTensor(src, request->mutable_src());
+}
+void EncodeSource(const Scalar& value, v1::ScatterRequest* request) {
+  wire::EncodeScalar(value, request->mutable_value());
+}
+
+// ScatterFrom is both MakeScatterRequests: they differ only in the kind of `source`.
+template <typename Source>
+v1::ScatterRequest ScatterFrom(const TensorView& input, int64_t axis, const TensorView& index,
+                               const Source& source, const ScatterOptions& options) {
+  v1::ScatterRequest request = AlongAxis<v1::ScatterRequest>(input, axis, index);
+  EncodeSource(source, &request);
+  request.set_reduce(wire::ReductionToProto(options.reduce));
+  request.set_include_self(options.include_self);
+  request.set_broadcast(options.broadcast);
+  request.set_deterministic(options.deterministic);
+  return request;
 }
 
 }  // namespace
 
 v1::GatherRequest MakeGatherRequest(const TensorView& input, int64_t axis, const TensorView& index,
                                     const GatherOptions& options) {
-  v1::GatherRequest request;
-  wire::EncodeTensor(input, request.mutable_input());
-  wire::EncodeTensor(index, request.mutable_index());
-  request.set_axis(axis);
+  v1::GatherRequest request = AlongAxis<v1::GatherRequest>(input, axis, index);
   request.set_broadcast(options.broadcast);
   return request;
 }
@@ -34,38 +61,25 @@ v1::GatherRequest MakeGatherRequest(const TensorView& input, int64_t axis, const
 v1::ScatterRequest MakeScatterRequest(const TensorView& input, int64_t axis,
                                       const TensorView& index, const TensorView& src,
                                       const ScatterOptions& options) {
-  v1::ScatterRequest request;
-  FillScatter(input, axis, index, options, &request);
-  wire::EncodeTensor(src, request.mutable_src());
-  return request;
+  return ScatterFrom(input, axis, index, src, options);
 }
 
 v1::ScatterRequest MakeScatterRequest(const TensorView& input, int64_t axis,
                                       const TensorView& index, const Scalar& value,
                                       const ScatterOptions& options) {
-  v1::ScatterRequest request;
-  FillScatter(input, axis, index, options, &request);
-  wire::EncodeScalar(value, request.mutable_value());
-  return request;
+  return ScatterFrom(input, axis, index, value, options);
 }
 
 v1::IndexSelectRequest MakeIndexSelectRequest(const TensorView& input, int64_t axis,
                                               const TensorView& index) {
-  v1::IndexSelectRequest request;
-  wire::EncodeTensor(input, request.mutable_input());
-  wire::EncodeTensor(index, request.mutable_index());
-  request.set_axis(axis);
-  return request;
+  return AlongAxis<v1::IndexSelectRequest>(input, axis, index);
 }
 
 v1::IndexReduceRequest MakeIndexReduceRequest(const TensorView& input, int64_t axis,
                                               const TensorView& index, const TensorView& src,
                                               const IndexReduceOptions& options) {
-  v1::IndexReduceRequest request;
-  wire::EncodeTensor(input, request.mutable_input());
-  wire::EncodeTensor(index, request.mutable_index());
+  v1::IndexReduceRequest request = AlongAxis<v1::IndexReduceRequest>(input, axis, index);
   wire::EncodeTensor(src, request.mutable_src());
-  request.set_axis(axis);
   request.set_reduce(wire::ReductionToProto(options.reduce));
   request.set_include_self(options.include_self);
   wire::EncodeScalar(options.alpha, request.mutable_alpha());
@@ -74,9 +88,7 @@ v1::IndexReduceRequest MakeIndexReduceRequest(const TensorView& input, int64_t a
 
 v1::SelectScatterRequest MakeSelectScatterRequest(const TensorView& input, const TensorView& src,
                                                   int64_t axis, int64_t index) {
-  v1::SelectScatterRequest request;
-  wire::EncodeTensor(input, request.mutable_input());
-  wire::EncodeTensor(src, request.mutable_src());
+  v1::SelectScatterRequest request = IntoInput<v1::SelectScatterRequest>(input, src);
   request.set_axis(axis);
   request.set_index(index);
   return request;
@@ -84,9 +96,7 @@ v1::SelectScatterRequest MakeSelectScatterRequest(const TensorView& input, const
 
 v1::SliceScatterRequest MakeSliceScatterRequest(const TensorView& input, const TensorView& src,
                                                 int64_t axis, const SliceOptions& options) {
-  v1::SliceScatterRequest request;
-  wire::EncodeTensor(input, request.mutable_input());
-  wire::EncodeTensor(src, request.mutable_src());
+  v1::SliceScatterRequest request = IntoInput<v1::SliceScatterRequest>(input, src);
   request.set_axis(axis);
   if (options.start.has_value()) request.set_start(*options.start);
   if (options.end.has_value()) request.set_end(*options.end);
@@ -97,9 +107,7 @@ v1::SliceScatterRequest MakeSliceScatterRequest(const TensorView& input, const T
 v1::DiagonalScatterRequest MakeDiagonalScatterRequest(const TensorView& input,
                                                       const TensorView& src,
                                                       const DiagonalOptions& options) {
-  v1::DiagonalScatterRequest request;
-  wire::EncodeTensor(input, request.mutable_input());
-  wire::EncodeTensor(src, request.mutable_src());
+  v1::DiagonalScatterRequest request = IntoInput<v1::DiagonalScatterRequest>(input, src);
   request.set_offset(options.offset);
   request.set_axis1(options.axis1);
   request.set_axis2(options.axis2);
@@ -134,10 +142,8 @@ v1::ScatterNdRequest MakeScatterNdRequest(const std::optional<TensorView>& input
 
 v1::MaskedScatterRequest MakeMaskedScatterRequest(const TensorView& input, const TensorView& mask,
                                                   const TensorView& src) {
-  v1::MaskedScatterRequest request;
-  wire::EncodeTensor(input, request.mutable_input());
+  v1::MaskedScatterRequest request = IntoInput<v1::MaskedScatterRequest>(input, src);
   wire::EncodeTensor(mask, request.mutable_mask());
-  wire::EncodeTensor(src, request.mutable_src());
   return request;
 }
 

@@ -10,13 +10,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/strip.h"
 #include "google/protobuf/descriptor.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "kernels/device.h"
 #include "kernels/status_macros.h"
 #include "proto/codec.h"
+#include "proto/op_list.h"
 #include "server/credentials.h"
 #include "spdlog/spdlog.h"
 
@@ -106,11 +106,8 @@ v1::ServerInfoResponse BuildServerInfo(const ServerOptions& options,
   info.set_gpu_min_bytes(options.gpu.min_bytes);
   info.set_gpu_memory_limit(options.gpu.memory_limit_bytes);
 
-  // The ops are the alternatives of OpRequest, named like their RPCs: one list to keep.
-  const google::protobuf::OneofDescriptor* ops = v1::OpRequest::descriptor()->oneof_decl(0);
-  for (int i = 0; i < ops->field_count(); ++i) {
-    info.add_ops(std::string(absl::StripSuffix(ops->field(i)->message_type()->name(), "Request")));
-  }
+  // The ops of the op table, named like their RPCs.
+  ops::ForEachOp([&]<typename Op>(Op) { info.add_ops(std::string(ops::Rpc<Op>())); });
   const google::protobuf::EnumDescriptor* dtypes = v1::DataType_descriptor();
   for (int i = 0; i < dtypes->value_count(); ++i) {
     if (dtypes->value(i)->number() != v1::DATA_TYPE_UNSPECIFIED) {

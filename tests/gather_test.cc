@@ -1,11 +1,15 @@
 // Gather (SPEC operation 1) against the independent reference in reference.h: randomized over
-// dtypes, ranks, axes, index dtypes and index patterns, plus the PyTorch/Paddle doc examples and
-// every error SPEC names.
+// dtypes, ranks, axes, index dtypes and index patterns, on the CPU and on CUDA
+// (tests/device_runner.h; skipped where no GPU is usable), plus the PyTorch/Paddle doc examples and
+// every error SPEC names. On a GPU also: every dtype in one batch of the CUDA executor, byte for
+// byte the CPU's, and an out-of-range index flagged by the device without spoiling the next batch.
 #include "kernels/gather.h"
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/random/random.h"
@@ -14,12 +18,18 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/streaming_store.h"
+#include "kernels/cuda/executor.h"
+#include "kernels/device_call.h"
+#include "tests/device_runner.h"
 #include "tests/reference.h"
 
 namespace tensorops {
 namespace {
 
+using testing::DeviceRunner;
+using testing::ExpectSameBytes;
 using testing::ExpectTensorsNear;
+using testing::HasNoDeviceForm;
 using ::testing::HasSubstr;
 using testing::IndexPattern;
 using testing::IndexTensor;
@@ -28,6 +38,7 @@ using testing::RandomTensor;
 using testing::ReferenceGather;
 using testing::SeededGen;
 using testing::TensorFromValues;
+using testing::TestDevice;
 using testing::ToDoubles;
 
 struct GatherCase {
@@ -92,38 +103,45 @@ GatherCase RandomGatherCase(DataType dtype, bool broadcast, absl::BitGen& gen) {
   return c;
 }
 
-void ExpectGatherMatchesReference(const GatherCase& c) {
+// ExpectGatherMatchesReference runs `c` on the runner's device (a case with no GPU form is
+// skipped, and counted) and compares the result with the reference's.
+void ExpectGatherMatchesReference(const GatherCase& c, DeviceRunner& runner) {
   SCOPED_TRACE(c.description);
+  absl::StatusOr<Tensor> actual = runner.Run(GatherArgs{
+      .input = c.input.view(), .index = c.index.view(), .axis = c.axis, .broadcast = c.broadcast});
+  if (HasNoDeviceForm(actual.status())) return;
   absl::StatusOr<Tensor> expected =
       ReferenceGather(c.input.view(), c.axis, c.index.view(), c.broadcast);
   ASSERT_TRUE(expected.ok()) << expected.status();
-  absl::StatusOr<Tensor> actual = Gather(GatherArgs{
-      .input = c.input.view(), .index = c.index.view(), .axis = c.axis, .broadcast = c.broadcast});
   ASSERT_TRUE(actual.ok()) << actual.status();
   ExpectTensorsNear(*actual, *expected);
 }
 
-class GatherRandomTest : public ::testing::TestWithParam<DataType> {};
+// Over dtype x device: the same cases on the CPU and on CUDA.
+class GatherRandomTest : public testing::DeviceTest<DataType> {
+ protected:
+  DataType dtype() const { return leading_param(); }
+};
 
 TEST_P(GatherRandomTest, MatchesReference) {
   for (uint64_t seed = 0; seed < 60; ++seed) {
-    absl::BitGen gen = SeededGen(seed * 131 + static_cast<uint64_t>(GetParam()), kGatherSeedSalt);
-    ExpectGatherMatchesReference(RandomGatherCase(GetParam(), /*broadcast=*/false, gen));
+    absl::BitGen gen = SeededGen(seed * 131 + static_cast<uint64_t>(dtype()), kGatherSeedSalt);
+    ExpectGatherMatchesReference(RandomGatherCase(dtype(), /*broadcast=*/false, gen), runner());
   }
 }
 
 TEST_P(GatherRandomTest, BroadcastMatchesReference) {
   for (uint64_t seed = 0; seed < 40; ++seed) {
     absl::BitGen gen =
-        SeededGen(seed * 137 + static_cast<uint64_t>(GetParam()) + 5000, kGatherSeedSalt);
-    ExpectGatherMatchesReference(RandomGatherCase(GetParam(), /*broadcast=*/true, gen));
+        SeededGen(seed * 137 + static_cast<uint64_t>(dtype()) + 5000, kGatherSeedSalt);
+    ExpectGatherMatchesReference(RandomGatherCase(dtype(), /*broadcast=*/true, gen), runner());
   }
 }
 
 // Large enough (~300k elements) for the multi-threaded walks, along the first, the last (where
 // Gather may split the axis itself between threads) and a middle axis.
 TEST_P(GatherRandomTest, LargeMatchesReference) {
-  absl::BitGen gen = SeededGen(777 + static_cast<uint64_t>(GetParam()), kGatherSeedSalt);
+  absl::BitGen gen = SeededGen(777 + static_cast<uint64_t>(dtype()), kGatherSeedSalt);
   struct Large {
     Shape input_shape;
     Shape index_shape;
@@ -137,18 +155,18 @@ TEST_P(GatherRandomTest, LargeMatchesReference) {
   };
   for (const Large& large : cases) {
     GatherCase c;
-    c.input = RandomTensor(GetParam(), large.input_shape, gen);
+    c.input = RandomTensor(dtype(), large.input_shape, gen);
     const int64_t axis = large.axis < 0 ? large.axis + 2 : large.axis;
     c.index = RandomIndex(DataType::kInt64, large.index_shape, axis, large.input_shape[axis],
                           large.pattern, gen);
     c.axis = large.axis;
     c.description = absl::StrCat("large, axis ", large.axis);
-    ExpectGatherMatchesReference(c);
+    ExpectGatherMatchesReference(c, runner());
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllDataTypes, GatherRandomTest, ::testing::ValuesIn(kAllDataTypes),
-                         testing::DataTypeParamName);
+TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(GatherRandomTest, ::testing::ValuesIn(kAllDataTypes),
+                                      testing::DataTypeParamName);
 
 // Results of cpu::kStreamingMinBytes and more are written with streaming stores (4- and 8-byte
 // elements; 2-byte ones with plain stores), which bypass the cache and are weakly ordered: every
@@ -549,6 +567,73 @@ TEST(GatherErrorTest, BroadcastIncompatibleShapes) {
   EXPECT_THAT(status.message(), HasSubstr("gather: cannot broadcast"));
   EXPECT_THAT(status.message(), HasSubstr("= 2"));
   EXPECT_THAT(status.message(), HasSubstr("= 3"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// On a GPU: the CUDA executor itself (skipped where no GPU is usable).
+
+class GatherCudaTest : public testing::CudaTest {};
+
+// One Gather of every dtype, all in one batch of the executor: each result is the CPU kernel's,
+// byte for byte.
+TEST_F(GatherCudaTest, EveryDtypeMatchesTheCpuInOneBatch) {
+  absl::StatusOr<DeviceExecutor*> executor = testing::SharedCudaExecutor();
+  ASSERT_TRUE(executor.ok()) << executor.status();
+  absl::BitGen gen = SeededGen(31, kGatherSeedSalt);
+  std::vector<Tensor> inputs, indices;
+  for (DataType dtype : kAllDataTypes) {
+    inputs.push_back(testing::SmallIntegerValues(gen, dtype, {37, 129}));
+    indices.push_back(testing::UniformIndices(gen, {37, 300}, 129));
+  }
+  std::vector<GatherPlan> plans;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    absl::StatusOr<GatherPlan> plan =
+        PlanGather({.input = inputs[i].view(), .index = indices[i].view(), .axis = 1});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    plans.push_back(*std::move(plan));
+  }
+  std::vector<Tensor> expected, results;
+  std::vector<std::unique_ptr<DeviceCall>> calls;
+  std::vector<const DeviceCall*> call_pointers;
+  std::vector<void*> result_pointers;
+  for (const GatherPlan& plan : plans) {
+    absl::StatusOr<Tensor> cpu = testing::RunOn(TestDevice::kCpu, plan);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    expected.push_back(*std::move(cpu));
+    calls.push_back(MakeDeviceCall(plan));
+    ASSERT_NE(calls.back(), nullptr);
+    call_pointers.push_back(calls.back().get());
+    results.emplace_back(plan.result_dtype, plan.result_shape);
+    ASSERT_EQ(calls.back()->result_bytes(), results.back().nbytes());
+  }
+  for (Tensor& result : results) result_pointers.push_back(result.data());
+  const std::vector<DeviceOutcome> outcomes = (*executor)->RunBatch(call_pointers, result_pointers);
+  ASSERT_EQ(outcomes.size(), plans.size());
+  for (size_t i = 0; i < plans.size(); ++i) {
+    SCOPED_TRACE(DataTypeName(plans[i].result_dtype));
+    EXPECT_TRUE(outcomes[i].ok()) << outcomes[i].device_error;
+    ExpectSameBytes(results[i], expected[i]);
+  }
+}
+
+// The device flags an out-of-range index (the runner then returns the CPU kernel's error naming
+// it, where an unflagged call would have returned a result), and the flag spoils no later batch.
+TEST_F(GatherCudaTest, AnOutOfRangeIndexRaisesTheFlagAndTheNextBatchWorks) {
+  Tensor input = Tensor::Zeros(DataType::kFloat32, {4});
+  Tensor index = Tensor::Zeros(DataType::kInt64, {3});
+  index.data_as<int64_t>()[1] = 4;
+  absl::StatusOr<GatherPlan> plan = PlanGather({.input = input.view(), .index = index.view()});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const absl::StatusOr<Tensor> flagged = testing::RunOn(TestDevice::kCuda, *plan);
+  EXPECT_EQ(flagged.status().code(), absl::StatusCode::kInvalidArgument) << flagged.status();
+  EXPECT_THAT(flagged.status().message(), HasSubstr("gather: index[1] = 4 is out of range"));
+
+  index.data_as<int64_t>()[1] = -4;
+  const absl::StatusOr<Tensor> next = testing::RunOn(TestDevice::kCuda, *plan);
+  ASSERT_TRUE(next.ok()) << next.status();
+  const absl::StatusOr<Tensor> cpu = testing::RunOn(TestDevice::kCpu, *plan);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  ExpectSameBytes(*next, *cpu);
 }
 
 }  // namespace

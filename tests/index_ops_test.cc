@@ -1,8 +1,9 @@
 // IndexSelect and IndexReduce (SPEC operations 5 and 6) against the independent reference in
 // index_ops_reference.h: randomized over dtype x reduction x include_self, ranks 0-5, every axis
 // (negative too), int32/int64 and strided indices, duplicate-heavy/negative/empty indices,
-// zero-size dimensions, alpha, and one ~300k-element case per reduction; plus the PyTorch doc
-// examples, every error with its message, and IndexSelect == Gather of the broadcast index.
+// zero-size dimensions, alpha, and one ~300k-element case per reduction, on the CPU and on CUDA
+// (tests/device_runner.h; skipped where no GPU is usable); plus the PyTorch doc examples, every
+// error with its message, and IndexSelect == Gather of the broadcast index on both devices.
 #include "kernels/index_ops.h"
 
 #include <complex>
@@ -17,15 +18,18 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/gather.h"
+#include "tests/device_runner.h"
 #include "tests/index_ops_reference.h"
 #include "tests/reference.h"
 
 namespace tensorops {
 namespace {
 
+using testing::DeviceRunner;
 using testing::DoublesIfOk;
 using testing::ExpectInvalidArgument;
 using testing::ExpectTensorsNear;
+using testing::HasNoDeviceForm;
 using testing::IndexPattern;
 using testing::IndexTensor;
 using testing::LaidOutTensor;
@@ -91,10 +95,11 @@ RandomIndexCase MakeRandomIndex(absl::BitGen& gen, int64_t axis_size, bool scala
 // ---------------------------------------------------------------------------------------------
 // IndexSelect, randomized.
 
-class IndexSelectRandomTest : public ::testing::TestWithParam<DataType> {};
+// Over dtype x device: the same cases on the CPU and on CUDA.
+class IndexSelectRandomTest : public testing::DeviceTest<DataType> {};
 
 TEST_P(IndexSelectRandomTest, MatchesReference) {
-  const DataType dtype = GetParam();
+  const DataType dtype = leading_param();
   for (uint64_t seed = 0; seed < 300; ++seed) {
     absl::BitGen gen = SeededGen(static_cast<uint64_t>(dtype) * 100003 + seed, kIndexOpsSeedSalt);
     const int64_t rank = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, 5);
@@ -111,10 +116,11 @@ TEST_P(IndexSelectRandomTest, MatchesReference) {
     SCOPED_TRACE(absl::StrCat("input ", ShapeString(input_shape), strided_input ? " strided" : "",
                               " axis ", signed_axis, " ", index.description));
 
+    const absl::StatusOr<Tensor> actual = runner().Run(
+        IndexSelectArgs{.input = input_view, .index = index.view(), .axis = signed_axis});
+    if (HasNoDeviceForm(actual.status())) continue;
     const absl::StatusOr<Tensor> expected =
         ReferenceIndexSelect(input_view, signed_axis, index.view());
-    const absl::StatusOr<Tensor> actual = IndexSelect(
-        IndexSelectArgs{.input = input_view, .index = index.view(), .axis = signed_axis});
     ASSERT_TRUE(expected.ok()) << expected.status();
     ASSERT_TRUE(actual.ok()) << actual.status();
     ExpectTensorsNear(*actual, *expected);
@@ -124,7 +130,7 @@ TEST_P(IndexSelectRandomTest, MatchesReference) {
 // SPEC: IndexSelect(x, ax, idx) == Gather(x, ax, idx broadcast), with the broadcast index
 // materialized as a real tensor (no stride tricks on the Gather side).
 TEST_P(IndexSelectRandomTest, EqualsGatherOfMaterializedIndex) {
-  const DataType dtype = GetParam();
+  const DataType dtype = leading_param();
   for (uint64_t seed = 0; seed < 40; ++seed) {
     absl::BitGen gen =
         SeededGen(static_cast<uint64_t>(dtype) * 7 + seed + 900000, kIndexOpsSeedSalt);
@@ -147,17 +153,18 @@ TEST_P(IndexSelectRandomTest, EqualsGatherOfMaterializedIndex) {
     SCOPED_TRACE(
         absl::StrCat("input ", ShapeString(input_shape), " axis ", axis, " ", index.description));
     absl::StatusOr<Tensor> selected =
-        IndexSelect({.input = input.view(), .index = index.view(), .axis = axis});
+        runner().Run(IndexSelectArgs{.input = input.view(), .index = index.view(), .axis = axis});
     absl::StatusOr<Tensor> gathered =
-        Gather(GatherArgs{.input = input.view(), .index = full_index.view(), .axis = axis});
+        runner().Run(GatherArgs{.input = input.view(), .index = full_index.view(), .axis = axis});
+    if (HasNoDeviceForm(selected.status()) || HasNoDeviceForm(gathered.status())) continue;
     ASSERT_TRUE(selected.ok()) << selected.status();
     ASSERT_TRUE(gathered.ok()) << gathered.status();
     ExpectTensorsNear(*selected, *gathered);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, IndexSelectRandomTest, ::testing::ValuesIn(kAllDataTypes),
-                         testing::DataTypeParamName);
+TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(IndexSelectRandomTest, ::testing::ValuesIn(kAllDataTypes),
+                                      testing::DataTypeParamName);
 
 // ~300k output elements: the multi-threaded Gather walk.
 TEST(IndexSelectTest, LargeMatchesReference) {
@@ -267,31 +274,36 @@ IndexReduceCase RandomIndexReduceCase(DataType dtype, Reduction reduce, bool inc
   return c;
 }
 
-void ExpectIndexReduceMatchesReference(const IndexReduceCase& c) {
+// ExpectIndexReduceMatchesReference runs `c` on the runner's device (a case with no GPU form is
+// skipped, and counted) and compares the result with the reference's.
+void ExpectIndexReduceMatchesReference(const IndexReduceCase& c, DeviceRunner& runner) {
   SCOPED_TRACE(c.description);
-  testing::ExpectReductionResult("index_reduce", c.input.dtype(), c.reduce, c.max_terms,
-                                 IndexReduce(c.Args()), c.Reference());
+  const absl::StatusOr<Tensor> actual = runner.Run(c.Args());
+  if (HasNoDeviceForm(actual.status())) return;
+  testing::ExpectReductionResult("index_reduce", c.input.dtype(), c.reduce, c.max_terms, actual,
+                                 c.Reference());
 }
 
-class IndexReduceRandomTest : public testing::DtypeReductionTest {};
+// Over dtype x reduction x include_self x device: the same cases on the CPU and on CUDA.
+class IndexReduceRandomTest : public testing::DeviceDtypeReductionTest {};
 
 TEST_P(IndexReduceRandomTest, MatchesReference) {
   for (uint64_t seed = 0; seed < 150; ++seed) {
     absl::BitGen gen = SeededGen(ParamSeed() * 7919 + seed, kIndexOpsSeedSalt);
-    ExpectIndexReduceMatchesReference(
-        RandomIndexReduceCase(dtype(), reduce(), include_self(), gen));
+    ExpectIndexReduceMatchesReference(RandomIndexReduceCase(dtype(), reduce(), include_self(), gen),
+                                      runner());
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, IndexReduceRandomTest, testing::AllDtypeReductionParams(),
-                         testing::DtypeReductionParamName);
+TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(IndexReduceRandomTest, testing::AllDtypeReductionParams(),
+                                      testing::DtypeReductionParamName);
 
 // ~300k source elements per reduction, so the multi-threaded Scatter walk runs; duplicate-heavy
 // indices check that ASSIGN keeps the last occurrence in index order and that nothing races.
-class IndexReduceLargeTest : public ::testing::TestWithParam<Reduction> {};
+class IndexReduceLargeTest : public testing::DeviceTest<Reduction> {};
 
 TEST_P(IndexReduceLargeTest, MatchesReference) {
-  const Reduction reduce = GetParam();
+  const Reduction reduce = leading_param();
   absl::BitGen gen = SeededGen(777 + static_cast<uint64_t>(reduce), kIndexOpsSeedSalt);
   IndexReduceCase c;
   c.reduce = reduce;
@@ -309,11 +321,12 @@ TEST_P(IndexReduceLargeTest, MatchesReference) {
   }
   c.max_terms = 49;
   c.description = absl::StrCat("large ", std::string(ReductionName(reduce)));
-  ExpectIndexReduceMatchesReference(c);
+  ExpectIndexReduceMatchesReference(c, runner());
 }
 
-INSTANTIATE_TEST_SUITE_P(All, IndexReduceLargeTest, ::testing::ValuesIn(testing::kAllReductions),
-                         testing::ReductionParamName);
+TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(IndexReduceLargeTest,
+                                      ::testing::ValuesIn(testing::kAllReductions),
+                                      testing::ReductionParamName);
 
 // ---------------------------------------------------------------------------------------------
 // Hand cases from the PyTorch documentation.

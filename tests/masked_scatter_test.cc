@@ -4,7 +4,9 @@
 // (exact, larger, another shape and rank), empty, all-true and all-false masks and strided views;
 // large inputs for the parallel count/scan/write path (and its block boundaries); PyTorch's doc
 // examples; and every error, on both paths. masked_scatter only copies, so results must match
-// byte for byte.
+// byte for byte. The randomized suite runs on the CPU and on CUDA (tests/device_runner.h; skipped
+// where no GPU is usable, and case by case where the source is strided, which the GPU kernel does
+// not read); on a GPU also: every dtype byte for byte the CPU's, and a too-small source flagged.
 #include "kernels/masked_scatter.h"
 
 #include <algorithm>
@@ -22,6 +24,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/parallel.h"
+#include "tests/device_runner.h"
 #include "tests/masked_scatter_reference.h"
 #include "tests/reference.h"
 
@@ -30,6 +33,7 @@ namespace {
 
 using ::testing::AllOf;
 using testing::ExpectSameBytes;
+using testing::HasNoDeviceForm;
 using ::testing::HasSubstr;
 using testing::LaidOutTensor;
 using testing::RandomTensor;
@@ -37,6 +41,7 @@ using testing::ReferenceMaskedCount;
 using testing::ReferenceMaskedScatter;
 using testing::SeededGen;
 using testing::TensorFromValues;
+using testing::TestDevice;
 using testing::ToDoubles;
 using testing::reference_internal::ShapeString;
 
@@ -237,10 +242,11 @@ std::pair<Shape, Shape> CaseShapes(MaskCase mask_case, int64_t rank, absl::BitGe
   }
 }
 
-class MaskedScatterRandomTest : public ::testing::TestWithParam<std::tuple<DataType, int64_t>> {};
+// Over dtype x rank x device: the same cases on the CPU and on CUDA.
+class MaskedScatterRandomTest : public testing::DeviceTest<std::tuple<DataType, int64_t>> {};
 
 TEST_P(MaskedScatterRandomTest, MatchesReference) {
-  const auto [dtype, rank] = GetParam();
+  const auto [dtype, rank] = leading_param();
   absl::BitGen gen = SeededGen(static_cast<uint64_t>(dtype) * 10 + static_cast<uint64_t>(rank),
                                kMaskedScatterSeedSalt);
   constexpr double kTrueFractions[] = {0.1, 0.3, 0.5, 0.9};
@@ -271,11 +277,12 @@ TEST_P(MaskedScatterRandomTest, MatchesReference) {
         SCOPED_TRACE(absl::StrCat(MaskCaseName(mask_case), ", trial ", trial, ": input ",
                                   ShapeString(input_shape), " mask ", ShapeString(mask_shape), " (",
                                   needed, " true) src ", ShapeString(source_shape)));
+        const absl::StatusOr<Tensor> actual = runner().Run(
+            MaskedScatterArgs{.input = input.view, .mask = mask.view, .source = source.view});
+        if (HasNoDeviceForm(actual.status())) continue;
         const absl::StatusOr<Tensor> expected =
             ReferenceMaskedScatter(input.view, mask.view, source.view);
         ASSERT_TRUE(expected.ok()) << expected.status();
-        const absl::StatusOr<Tensor> actual =
-            MaskedScatter({.input = input.view, .mask = mask.view, .source = source.view});
         ASSERT_TRUE(actual.ok()) << actual.status();
         ExpectSameBytes(*actual, *expected);
       }
@@ -288,10 +295,10 @@ std::string DtypeRankName(const ::testing::TestParamInfo<std::tuple<DataType, in
                       std::get<1>(info.param));
 }
 
-INSTANTIATE_TEST_SUITE_P(All, MaskedScatterRandomTest,
-                         ::testing::Combine(::testing::ValuesIn(kAllDataTypes),
-                                            ::testing::Range<int64_t>(0, 6)),
-                         DtypeRankName);
+TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(MaskedScatterRandomTest,
+                                      ::testing::Combine(::testing::ValuesIn(kAllDataTypes),
+                                                         ::testing::Range<int64_t>(0, 6)),
+                                      DtypeRankName);
 
 // --------------------------------------------------------------------------------------------
 // Large inputs: the parallel count, scan and write passes. One dtype per element size.
@@ -665,6 +672,44 @@ TEST(MaskedScatterErrorTest, ResultNotMatchingThePlan) {
   Tensor wrong_dtype(DataType::kFloat64, {2, 3});
   EXPECT_EQ(cpu::MaskedScatter(*plan, wrong_dtype.mutable_view()).code(),
             absl::StatusCode::kInternal);
+}
+
+// --------------------------------------------------------------------------------------------
+// On a GPU: byte for byte the CPU's, and the source's size checked (skipped where no GPU is
+// usable).
+
+class MaskedScatterCudaTest : public testing::CudaTest {};
+
+// A mask broadcast along 300 rows of every dtype, a source with a few elements to spare; then the
+// same mask with one source element too few, which the device must flag (the runner then returns
+// the CPU kernel's error naming the sizes, where an unflagged call would have returned a result).
+TEST_F(MaskedScatterCudaTest, MatchesTheCpuAndFlagsATooSmallSource) {
+  absl::BitGen gen = SeededGen(71, kMaskedScatterSeedSalt);
+  for (DataType dtype : kAllDataTypes) {
+    SCOPED_TRACE(DataTypeName(dtype));
+    const Tensor input = testing::SmallIntegerValues(gen, dtype, {300, 70});
+    const Tensor mask = RandomMask({1, 70}, 0.4, gen);
+    const int64_t true_count = ReferenceMaskedCount(mask.view(), {300, 70});
+    const Tensor source = testing::SmallIntegerValues(gen, dtype, {true_count + 5});
+    const absl::StatusOr<MaskedScatterPlan> plan =
+        PlanMaskedScatter({.input = input.view(), .mask = mask.view(), .source = source.view()});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const absl::StatusOr<Tensor> cpu = testing::RunOn(TestDevice::kCpu, *plan);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    const absl::StatusOr<Tensor> gpu = testing::RunOn(TestDevice::kCuda, *plan);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    ExpectSameBytes(*gpu, *cpu);
+
+    if (true_count == 0) continue;
+    const TensorView short_source(dtype, {true_count - 1}, source.data());
+    const absl::StatusOr<MaskedScatterPlan> too_small =
+        PlanMaskedScatter({.input = input.view(), .mask = mask.view(), .source = short_source});
+    ASSERT_TRUE(too_small.ok()) << too_small.status();
+    const absl::StatusOr<Tensor> flagged = testing::RunOn(TestDevice::kCuda, *too_small);
+    EXPECT_EQ(flagged.status().code(), absl::StatusCode::kInvalidArgument) << flagged.status();
+    EXPECT_THAT(flagged.status().message(),
+                HasSubstr(absl::StrCat("masked_scatter: src has ", true_count - 1, " elements")));
+  }
 }
 
 }  // namespace

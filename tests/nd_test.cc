@@ -5,7 +5,10 @@
 // values, empty B, zero-size dimensions and ScatterNd's shape-only zeros; ~1M-element cases for
 // the parallel paths (ASSIGN last-writer-wins, SUM under heavy duplicates, slice sizes 1 and
 // large); the TensorFlow, Paddle and seeds/002 examples; SPEC's reference equalities with Gather
-// and Scatter; and every error these ops give, with its message.
+// and Scatter; and every error these ops give, with its message. The randomized suites, the large
+// ScatterNd calls and the equalities run on the CPU and on CUDA (tests/device_runner.h; skipped
+// where no GPU is usable, and call by call where CUDA has no form for a call, e.g. ScatterNd's
+// general form); on a GPU also: GatherNd's TensorFlow form of every dtype byte for byte the CPU's.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -26,14 +29,18 @@
 #include "kernels/nd_ops.h"
 #include "kernels/scatter.h"
 #include "tbb/task_arena.h"
+#include "tests/device_runner.h"
 #include "tests/nd_reference.h"
 #include "tests/reference.h"
 
 namespace tensorops {
 namespace {
 
+using testing::DeviceRunner;
 using testing::DoublesIfOk;
+using testing::ExpectSameBytes;
 using testing::ExpectTensorsNear;
+using testing::HasNoDeviceForm;
 using ::testing::HasSubstr;
 using testing::IndexPattern;
 using testing::IndexTensor;
@@ -44,6 +51,7 @@ using testing::ReferenceGatherNd;
 using testing::ReferenceScatterNd;
 using testing::SeededGen;
 using testing::TensorFromValues;
+using testing::TestDevice;
 using testing::ToDoubles;
 using testing::ToleranceFor;
 using testing::reference_internal::Count;
@@ -202,14 +210,16 @@ NdLayout RandomAxesLayout(absl::BitGen& gen) {
   return layout;
 }
 
-// ExpectGatherNdMatchesReference runs GatherNd on `input` and `index` in `layout`'s form and
-// compares the result with the reference's.
+// ExpectGatherNdMatchesReference runs GatherNd on `input` and `index` in `layout`'s form on the
+// runner's device (a case with no GPU form is skipped, and counted) and compares the result with
+// the reference's.
 void ExpectGatherNdMatchesReference(const TensorView& input, const TensorView& index,
-                                    const NdLayout& layout) {
+                                    const NdLayout& layout, DeviceRunner& runner) {
+  const absl::StatusOr<Tensor> actual = runner.Run(GatherNdArgs{
+      .input = input, .index = index, .axes = layout.axes, .batch_dims = layout.batch_dims});
+  if (HasNoDeviceForm(actual.status())) return;
   const absl::StatusOr<Tensor> expected =
       ReferenceGatherNd(input, index, layout.axes, layout.batch_dims);
-  const absl::StatusOr<Tensor> actual = GatherNd(GatherNdArgs{
-      .input = input, .index = index, .axes = layout.axes, .batch_dims = layout.batch_dims});
   ASSERT_TRUE(expected.ok()) << expected.status();
   ASSERT_TRUE(actual.ok()) << actual.status();
   ExpectTensorsNear(*actual, *expected);
@@ -218,13 +228,16 @@ void ExpectGatherNdMatchesReference(const TensorView& input, const TensorView& i
 // ---------------------------------------------------------------------------------------------
 // GatherNd, randomized.
 
-class GatherNdRandomTest : public ::testing::TestWithParam<DataType> {
+// Over dtype x device: the same cases on the CPU and on CUDA.
+class GatherNdRandomTest : public testing::DeviceTest<DataType> {
  protected:
+  DataType dtype() const { return leading_param(); }
+
   void ExpectMatchesReference(const NdLayout& layout, absl::BitGen& gen) {
     const IndexPattern pattern = testing::RandomIndexPattern(gen);
     const DataType index_dtype = absl::Bernoulli(gen, 0.5) ? DataType::kInt32 : DataType::kInt64;
     const Operand input =
-        MakeOperand(RandomTensor(GetParam(), layout.target_shape, gen, {.nan_fraction = 0.05}),
+        MakeOperand(RandomTensor(dtype(), layout.target_shape, gen, {.nan_fraction = 0.05}),
                     absl::Bernoulli(gen, 0.25));
     const Operand index =
         MakeOperand(NdIndex(index_dtype, layout.positions, layout.component_sizes, pattern, gen),
@@ -233,13 +246,13 @@ class GatherNdRandomTest : public ::testing::TestWithParam<DataType> {
                               std::string(DataTypeName(index_dtype)), " ",
                               testing::IndexPatternName(pattern),
                               index.gapped ? " (strided index)" : ""));
-    ExpectGatherNdMatchesReference(input.view(), index.view(), layout);
+    ExpectGatherNdMatchesReference(input.view(), index.view(), layout, runner());
   }
 };
 
 TEST_P(GatherNdRandomTest, TensorFlowFormMatchesReference) {
   for (uint64_t seed = 0; seed < 300; ++seed) {
-    absl::BitGen gen = SeededGen(static_cast<uint64_t>(GetParam()) * 100003 + seed, kNdSeedSalt);
+    absl::BitGen gen = SeededGen(static_cast<uint64_t>(dtype()) * 100003 + seed, kNdSeedSalt);
     ExpectMatchesReference(RandomTensorFlowLayout(gen), gen);
   }
 }
@@ -247,13 +260,13 @@ TEST_P(GatherNdRandomTest, TensorFlowFormMatchesReference) {
 TEST_P(GatherNdRandomTest, AxesFormMatchesReference) {
   for (uint64_t seed = 0; seed < 300; ++seed) {
     absl::BitGen gen =
-        SeededGen(static_cast<uint64_t>(GetParam()) * 100003 + seed + 50000, kNdSeedSalt);
+        SeededGen(static_cast<uint64_t>(dtype()) * 100003 + seed + 50000, kNdSeedSalt);
     ExpectMatchesReference(RandomAxesLayout(gen), gen);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, GatherNdRandomTest, ::testing::ValuesIn(kAllDataTypes),
-                         testing::DataTypeParamName);
+TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(GatherNdRandomTest, ::testing::ValuesIn(kAllDataTypes),
+                                      testing::DataTypeParamName);
 
 // A result of cpu::kStreamingMinBytes and more has its slices copied with streaming stores, the
 // 16-byte aligned middle of each slice streamed and its ends copied plainly. Rows of 2047 int32
@@ -369,19 +382,25 @@ ScatterNdCase RandomScatterNdCase(DataType dtype, Reduction reduce, bool include
   return c;
 }
 
-void ExpectScatterNdMatchesReference(const ScatterNdCase& c) {
+// ExpectScatterNdMatchesReference runs `c` on the runner's device (a case with no GPU form is
+// skipped, and counted) and compares the result with the reference's.
+void ExpectScatterNdMatchesReference(const ScatterNdCase& c, DeviceRunner& runner) {
   SCOPED_TRACE(c.description);
+  const absl::StatusOr<Tensor> actual = runner.Run(c.Args());
+  if (HasNoDeviceForm(actual.status())) return;
   testing::ExpectReductionResult("scatter_nd", c.source.tensor.dtype(), c.reduce, c.MaxTerms(),
-                                 ScatterNd(c.Args()), c.Reference());
+                                 actual, c.Reference());
 }
 
-class ScatterNdRandomTest : public testing::DtypeReductionTest {};
+// Over dtype x reduction x include_self x device: the same cases on the CPU and on CUDA (where
+// the TensorFlow form, ScatterNd's general one, has no GPU kernel yet: those instances skip).
+class ScatterNdRandomTest : public testing::DeviceDtypeReductionTest {};
 
 TEST_P(ScatterNdRandomTest, TensorFlowFormMatchesReference) {
   for (uint64_t seed = 0; seed < 80; ++seed) {
     absl::BitGen gen = SeededGen(ParamSeed() * 7919 + seed, kNdSeedSalt);
     ExpectScatterNdMatchesReference(
-        RandomScatterNdCase(dtype(), reduce(), include_self(), /*axes_form=*/false, gen));
+        RandomScatterNdCase(dtype(), reduce(), include_self(), /*axes_form=*/false, gen), runner());
   }
 }
 
@@ -389,12 +408,12 @@ TEST_P(ScatterNdRandomTest, AxesFormMatchesReference) {
   for (uint64_t seed = 0; seed < 80; ++seed) {
     absl::BitGen gen = SeededGen(ParamSeed() * 7919 + seed + 300000, kNdSeedSalt);
     ExpectScatterNdMatchesReference(
-        RandomScatterNdCase(dtype(), reduce(), include_self(), /*axes_form=*/true, gen));
+        RandomScatterNdCase(dtype(), reduce(), include_self(), /*axes_form=*/true, gen), runner());
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, ScatterNdRandomTest, testing::AllDtypeReductionParams(),
-                         testing::DtypeReductionParamName);
+TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(ScatterNdRandomTest, testing::AllDtypeReductionParams(),
+                                      testing::DtypeReductionParamName);
 
 // ---------------------------------------------------------------------------------------------
 // Large calls: ~1M addressed elements or more, so the kernels' parallel paths run.
@@ -451,7 +470,9 @@ TEST(GatherNdLargeTest, MatchesReference) {
           NdIndex(seed % 2 == 0 ? DataType::kInt32 : DataType::kInt64, layout.positions,
                   layout.component_sizes,
                   seed % 3 == 0 ? IndexPattern::kDuplicateHeavy : IndexPattern::kRandom, gen);
-      ASSERT_NO_FATAL_FAILURE(ExpectGatherNdMatchesReference(input.view(), index.view(), layout));
+      DeviceRunner cpu(TestDevice::kCpu);
+      ASSERT_NO_FATAL_FAILURE(
+          ExpectGatherNdMatchesReference(input.view(), index.view(), layout, cpu));
     }
   }
 }
@@ -503,17 +524,20 @@ ScatterNdCase LargeScatterNdCase(const LargeLayout& large, DataType dtype, Reduc
   return c;
 }
 
-void ExpectLargeScatterNdMatchesReference(const ScatterNdCase& c) {
+void ExpectLargeScatterNdMatchesReference(const ScatterNdCase& c, DeviceRunner& runner) {
   SCOPED_TRACE(c.description);
+  const absl::StatusOr<Tensor> actual = runner.Run(c.Args());
+  if (HasNoDeviceForm(actual.status())) return;
   // Quarter-step values keep sums exact; products and means round once or a few times.
   testing::ExpectReductionResult("scatter_nd", c.source.tensor.dtype(), c.reduce,
-                                 /*max_terms=*/64, ScatterNd(c.Args()), c.Reference());
+                                 /*max_terms=*/64, actual, c.Reference());
 }
 
-class ScatterNdLargeTest : public ::testing::TestWithParam<Reduction> {};
+// Over reduction x device (on CUDA only the single-axis layout has a GPU form).
+class ScatterNdLargeTest : public testing::DeviceTest<Reduction> {};
 
 TEST_P(ScatterNdLargeTest, MatchesReference) {
-  const Reduction reduce = GetParam();
+  const Reduction reduce = leading_param();
   uint64_t seed = 0;
   for (const LargeLayout& large : kLargeScatterLayouts) {
     for (DataType dtype : {DataType::kInt64, DataType::kFloat32}) {
@@ -522,17 +546,21 @@ TEST_P(ScatterNdLargeTest, MatchesReference) {
         continue;
       }
       absl::BitGen gen = SeededGen(2000 + 100 * static_cast<uint64_t>(reduce) + seed, kNdSeedSalt);
-      ExpectLargeScatterNdMatchesReference(LargeScatterNdCase(
-          large, dtype, reduce, /*include_self=*/(seed + static_cast<uint64_t>(reduce)) % 2 == 0,
-          /*zeros=*/seed % 4 == 1,
-          reduce == Reduction::kProd ? IndexPattern::kRandom : IndexPattern::kDuplicateHeavy,
-          seed % 2 == 0 ? DataType::kInt32 : DataType::kInt64, gen));
+      ExpectLargeScatterNdMatchesReference(
+          LargeScatterNdCase(
+              large, dtype, reduce,
+              /*include_self=*/(seed + static_cast<uint64_t>(reduce)) % 2 == 0,
+              /*zeros=*/seed % 4 == 1,
+              reduce == Reduction::kProd ? IndexPattern::kRandom : IndexPattern::kDuplicateHeavy,
+              seed % 2 == 0 ? DataType::kInt32 : DataType::kInt64, gen),
+          runner());
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, ScatterNdLargeTest, ::testing::ValuesIn(testing::kAllReductions),
-                         testing::ReductionParamName);
+TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(ScatterNdLargeTest,
+                                      ::testing::ValuesIn(testing::kAllReductions),
+                                      testing::ReductionParamName);
 
 // The kernels size their work split by the caller's task arena: in a 16-slot arena ScatterNd
 // deals destinations to 64 buckets whatever this machine's core count, the split a 16-core
@@ -612,20 +640,24 @@ AlongAxisCase RandomAlongAxisCase(absl::BitGen& gen, bool unique) {
   return c;
 }
 
-class NdEqualityTest : public ::testing::TestWithParam<DataType> {};
+// Over dtype x device: both sides of each equality on the instance's device.
+class NdEqualityTest : public testing::DeviceTest<DataType> {
+ protected:
+  DataType dtype() const { return leading_param(); }
+};
 
 // Gather(x, ax, idx) == GatherNd(x, idx[..., None], axes=[ax]).
 TEST_P(NdEqualityTest, GatherEqualsGatherNdWithOneAxis) {
   for (uint64_t seed = 0; seed < 60; ++seed) {
-    absl::BitGen gen =
-        SeededGen(static_cast<uint64_t>(GetParam()) * 31 + seed + 700000, kNdSeedSalt);
+    absl::BitGen gen = SeededGen(static_cast<uint64_t>(dtype()) * 31 + seed + 700000, kNdSeedSalt);
     const AlongAxisCase c = RandomAlongAxisCase(gen, /*unique=*/false);
     SCOPED_TRACE(c.description);
-    const Tensor input = RandomTensor(GetParam(), c.input_shape, gen, {.nan_fraction = 0.05});
+    const Tensor input = RandomTensor(dtype(), c.input_shape, gen, {.nan_fraction = 0.05});
     const absl::StatusOr<Tensor> gathered =
-        Gather(GatherArgs{.input = input.view(), .index = c.index.view(), .axis = c.axis});
-    const absl::StatusOr<Tensor> gathered_nd = GatherNd(GatherNdArgs{
+        runner().Run(GatherArgs{.input = input.view(), .index = c.index.view(), .axis = c.axis});
+    const absl::StatusOr<Tensor> gathered_nd = runner().Run(GatherNdArgs{
         .input = input.view(), .index = WithTrailingOne(c.index.view()), .axes = {c.axis}});
+    if (HasNoDeviceForm(gathered.status()) || HasNoDeviceForm(gathered_nd.status())) continue;
     ASSERT_TRUE(gathered.ok()) << gathered.status();
     ASSERT_TRUE(gathered_nd.ok()) << gathered_nd.status();
     ExpectTensorsNear(*gathered_nd, *gathered);
@@ -636,8 +668,7 @@ TEST_P(NdEqualityTest, GatherEqualsGatherNdWithOneAxis) {
 // along ax; src may be larger than idx (its leading block is read by both).
 TEST_P(NdEqualityTest, ScatterAssignEqualsScatterNdWithOneAxis) {
   for (uint64_t seed = 0; seed < 60; ++seed) {
-    absl::BitGen gen =
-        SeededGen(static_cast<uint64_t>(GetParam()) * 31 + seed + 800000, kNdSeedSalt);
+    absl::BitGen gen = SeededGen(static_cast<uint64_t>(dtype()) * 31 + seed + 800000, kNdSeedSalt);
     const AlongAxisCase c = RandomAlongAxisCase(gen, /*unique=*/true);
     Shape source_shape = c.index_shape;
     for (int64_t& size : source_shape) {
@@ -645,31 +676,33 @@ TEST_P(NdEqualityTest, ScatterAssignEqualsScatterNdWithOneAxis) {
         size += absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, 2);
     }
     SCOPED_TRACE(absl::StrCat(c.description, " src ", ShapeString(source_shape)));
-    const Tensor input = RandomTensor(GetParam(), c.input_shape, gen, {.nan_fraction = 0.05});
-    const Tensor source = RandomTensor(GetParam(), source_shape, gen, {.nan_fraction = 0.05});
-    const absl::StatusOr<Tensor> scattered = Scatter(ScatterArgs{.input = input.view(),
-                                                                 .index = c.index.view(),
-                                                                 .source = source.view(),
-                                                                 .axis = c.axis,
-                                                                 .reduce = Reduction::kAssign});
+    const Tensor input = RandomTensor(dtype(), c.input_shape, gen, {.nan_fraction = 0.05});
+    const Tensor source = RandomTensor(dtype(), source_shape, gen, {.nan_fraction = 0.05});
+    const absl::StatusOr<Tensor> scattered =
+        runner().Run(ScatterArgs{.input = input.view(),
+                                 .index = c.index.view(),
+                                 .source = source.view(),
+                                 .axis = c.axis,
+                                 .reduce = Reduction::kAssign});
     const absl::StatusOr<Tensor> scattered_nd =
-        ScatterNd(ScatterNdArgs{.input = input.view(),
-                                .index = WithTrailingOne(c.index.view()),
-                                .source = source.view(),
-                                .axes = {c.axis},
-                                .reduce = Reduction::kAssign});
+        runner().Run(ScatterNdArgs{.input = input.view(),
+                                   .index = WithTrailingOne(c.index.view()),
+                                   .source = source.view(),
+                                   .axes = {c.axis},
+                                   .reduce = Reduction::kAssign});
+    if (HasNoDeviceForm(scattered.status()) || HasNoDeviceForm(scattered_nd.status())) continue;
     ASSERT_TRUE(scattered.ok()) << scattered.status();
     ASSERT_TRUE(scattered_nd.ok()) << scattered_nd.status();
     ExpectTensorsNear(*scattered_nd, *scattered);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, NdEqualityTest, ::testing::ValuesIn(kAllDataTypes),
-                         testing::DataTypeParamName);
+TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(NdEqualityTest, ::testing::ValuesIn(kAllDataTypes),
+                                      testing::DataTypeParamName);
 
 // Beyond SPEC's list, the same equality holds for every reduction and for duplicate indices,
 // since both ops define ASSIGN's duplicates as last-in-row-major-order.
-class NdScatterEqualityTest : public testing::DtypeReductionTest {};
+class NdScatterEqualityTest : public testing::DeviceDtypeReductionTest {};
 
 TEST_P(NdScatterEqualityTest, ScatterEqualsScatterNdWithOneAxis) {
   if (!testing::ReductionDefined(dtype(), reduce())) GTEST_SKIP();
@@ -680,19 +713,21 @@ TEST_P(NdScatterEqualityTest, ScatterEqualsScatterNdWithOneAxis) {
     const testing::ValueOptions values = testing::ValuesForReduction(reduce());
     const Tensor input = RandomTensor(dtype(), c.input_shape, gen, values);
     const Tensor source = RandomTensor(dtype(), c.index_shape, gen, values);
-    const absl::StatusOr<Tensor> scattered = Scatter(ScatterArgs{.input = input.view(),
-                                                                 .index = c.index.view(),
-                                                                 .source = source.view(),
-                                                                 .axis = c.axis,
-                                                                 .reduce = reduce(),
-                                                                 .include_self = include_self()});
+    const absl::StatusOr<Tensor> scattered =
+        runner().Run(ScatterArgs{.input = input.view(),
+                                 .index = c.index.view(),
+                                 .source = source.view(),
+                                 .axis = c.axis,
+                                 .reduce = reduce(),
+                                 .include_self = include_self()});
     const absl::StatusOr<Tensor> scattered_nd =
-        ScatterNd(ScatterNdArgs{.input = input.view(),
-                                .index = WithTrailingOne(c.index.view()),
-                                .source = source.view(),
-                                .axes = {c.axis},
-                                .reduce = reduce(),
-                                .include_self = include_self()});
+        runner().Run(ScatterNdArgs{.input = input.view(),
+                                   .index = WithTrailingOne(c.index.view()),
+                                   .source = source.view(),
+                                   .axes = {c.axis},
+                                   .reduce = reduce(),
+                                   .include_self = include_self()});
+    if (HasNoDeviceForm(scattered.status()) || HasNoDeviceForm(scattered_nd.status())) continue;
     ASSERT_TRUE(scattered.ok()) << scattered.status();
     ASSERT_TRUE(scattered_nd.ok()) << scattered_nd.status();
     ExpectTensorsNear(*scattered_nd, *scattered,
@@ -700,8 +735,8 @@ TEST_P(NdScatterEqualityTest, ScatterEqualsScatterNdWithOneAxis) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, NdScatterEqualityTest, testing::AllDtypeReductionParams(),
-                         testing::DtypeReductionParamName);
+TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(NdScatterEqualityTest, testing::AllDtypeReductionParams(),
+                                      testing::DtypeReductionParamName);
 
 // ---------------------------------------------------------------------------------------------
 // Hand cases from the TensorFlow, Paddle and seeds/002 documentation.
@@ -1467,6 +1502,34 @@ TEST(NdErrorTest, InputAndShape) {
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// ---------------------------------------------------------------------------------------------
+// On a GPU: byte for byte the CPU's (skipped where no GPU is usable).
+
+class GatherNdCudaTest : public testing::CudaTest {};
+
+// GatherNd's TensorFlow form (its own GPU kernel, not Gather's) of every dtype: pairs of
+// coordinates, negatives included, each taking a slice of 7.
+TEST_F(GatherNdCudaTest, TensorFlowFormMatchesTheCpu) {
+  absl::BitGen gen = SeededGen(61, kNdSeedSalt);
+  for (DataType dtype : kAllDataTypes) {
+    SCOPED_TRACE(DataTypeName(dtype));
+    const Tensor input = testing::SmallIntegerValues(gen, dtype, {50, 60, 7});
+    Tensor index(DataType::kInt64, {40, 2});
+    for (int64_t i = 0; i < 40; ++i) {
+      index.data_as<int64_t>()[2 * i] = absl::Uniform<int64_t>(gen, -50, 50);
+      index.data_as<int64_t>()[2 * i + 1] = absl::Uniform<int64_t>(gen, -60, 60);
+    }
+    const absl::StatusOr<NdPlan> plan =
+        PlanGatherNd({.input = input.view(), .index = index.view()});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const absl::StatusOr<Tensor> cpu = testing::RunOn(TestDevice::kCpu, *plan);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    const absl::StatusOr<Tensor> gpu = testing::RunOn(TestDevice::kCuda, *plan);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    ExpectSameBytes(*gpu, *cpu);
+  }
 }
 
 }  // namespace

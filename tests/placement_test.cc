@@ -5,20 +5,16 @@
 // fallback, an index error re-runs it without one), and the same through a whole server whose
 // "GPU" fails every call: every op still answers correctly, from the CPU.
 //
-// On a GPU machine, additionally (skipped elsewhere): Gather, IndexSelect, Scatter and IndexReduce
-// of every dtype and reduction through the real CUDA executor against the CPU kernels, an
-// out-of-range index, a forced out-of-memory, and 64 concurrent clients of tiny calls with
-// batching on and off.
+// On a GPU machine, additionally (skipped elsewhere): a forced out-of-memory through the real CUDA
+// executor, and 64 concurrent clients of tiny calls with batching on and off. The ops' results on
+// the GPU are checked beside each op's CPU tests (tests/device_runner.h).
 #include <atomic>
-#include <cmath>
-#include <complex>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/random/random.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
@@ -29,15 +25,10 @@
 #include "kernels/cuda/executor.h"
 #include "kernels/device.h"
 #include "kernels/device_call.h"
-#include "kernels/dispatch.h"
-#include "kernels/index_ops.h"
-#include "kernels/masked_scatter.h"
-#include "kernels/nd_ops.h"
-#include "kernels/view_scatter.h"
+#include "kernels/gather.h"
 #include "server/scheduler.h"
 #include "server/server.h"
 #include "tests/blocking_work.h"
-#include "tests/reference.h"
 #include "tests/service_test_util.h"
 #include "tests/wait_for.h"
 
@@ -379,306 +370,11 @@ TEST(ServerPlacementTest, DeviceCudaWithoutAGpuFailsAtStartUp) {
   EXPECT_THAT(server.status().message(), HasSubstr("--device=cuda, but no GPU is usable"));
 }
 
-// ---- On a GPU: the real CUDA executor against the CPU kernels ----
-
-class CudaExecutorTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (QueryDevices().cuda_devices.empty()) {
-      GTEST_SKIP() << "no usable GPU: " << QueryDevices().note;
-    }
-    absl::StatusOr<std::unique_ptr<DeviceExecutor>> executor = CreateCudaExecutor({});
-    ASSERT_TRUE(executor.ok()) << executor.status();
-    executor_ = *std::move(executor);
-  }
-
-  std::unique_ptr<DeviceExecutor> executor_;
-};
-
-Tensor RandomValues(absl::BitGen& gen, DataType dtype, const Shape& shape) {
-  Tensor tensor(dtype, shape);
-  DispatchDataType(dtype, [&]<typename T>(TypeTag<T>) {
-    T* data = tensor.mutable_view().data_as<T>();
-    for (int64_t i = 0; i < tensor.numel(); ++i) {
-      // Small integers: products and sums stay exact in every dtype, so that the GPU's order of
-      // rounding cannot matter except where SPEC allows it.
-      const int value = absl::Uniform<int>(gen, -3, 4);
-      if constexpr (std::is_same_v<T, bool>) {
-        data[i] = value > 0;
-      } else if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
-        data[i] = T(static_cast<float>(value));
-      } else if constexpr (std::is_same_v<T, std::complex<float>> ||
-                           std::is_same_v<T, std::complex<double>>) {
-        data[i] = T(value, value - 1);
-      } else {
-        data[i] = static_cast<T>(value);
-      }
-    }
-  });
-  return tensor;
-}
-
-Tensor RandomIndices(absl::BitGen& gen, const Shape& shape, int64_t bound) {
-  Tensor tensor(DataType::kInt64, shape);
-  for (int64_t i = 0; i < tensor.numel(); ++i) {
-    tensor.mutable_view().data_as<int64_t>()[i] = absl::Uniform<int64_t>(gen, -bound, bound);
-  }
-  return tensor;
-}
-
-bool SameBytes(const Tensor& a, const std::vector<char>& b) {
-  return static_cast<int64_t>(b.size()) == a.numel() * ItemSize(a.dtype()) &&
-         std::memcmp(a.view().data(), b.data(), b.size()) == 0;
-}
-
-TEST_F(CudaExecutorTest, GatherOfEveryDtypeMatchesTheCpuInOneBatch) {
-  absl::BitGen gen;
-  std::vector<Tensor> inputs, indices, expected;
-  std::vector<GatherPlan> plans;
-  for (DataType dtype : kAllDataTypes) {
-    inputs.push_back(RandomValues(gen, dtype, {37, 129}));
-    indices.push_back(RandomIndices(gen, {37, 300}, 129));
-  }
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    absl::StatusOr<GatherPlan> plan =
-        PlanGather({.input = inputs[i].view(), .index = indices[i].view(), .axis = 1});
-    ASSERT_TRUE(plan.ok()) << plan.status();
-    plans.push_back(*plan);
-  }
-  std::vector<std::unique_ptr<DeviceCall>> calls;
-  std::vector<const DeviceCall*> call_pointers;
-  std::vector<std::vector<char>> results;
-  std::vector<void*> result_pointers;
-  for (const GatherPlan& plan : plans) {
-    Tensor cpu(plan.result_dtype, plan.result_shape);
-    ASSERT_TRUE(cpu::Gather(plan, cpu.mutable_view()).ok());
-    expected.push_back(std::move(cpu));
-    calls.push_back(MakeDeviceCall(plan));
-    call_pointers.push_back(calls.back().get());
-    results.emplace_back(calls.back()->result_bytes());
-  }
-  for (auto& result : results) result_pointers.push_back(result.data());
-  const std::vector<DeviceOutcome> outcomes = executor_->RunBatch(call_pointers, result_pointers);
-  for (size_t i = 0; i < plans.size(); ++i) {
-    EXPECT_TRUE(outcomes[i].ok()) << outcomes[i].device_error;
-    EXPECT_TRUE(SameBytes(expected[i], results[i])) << DataTypeName(plans[i].result_dtype);
-  }
-}
-
-TEST_F(CudaExecutorTest, ScatterOfEveryDtypeAndReductionMatchesTheCpu) {
-  absl::BitGen gen;
-  for (DataType dtype : kAllDataTypes) {
-    for (Reduction reduce : {Reduction::kAssign, Reduction::kSum, Reduction::kProd,
-                             Reduction::kMean, Reduction::kAmax, Reduction::kAmin}) {
-      for (bool include_self : {true, false}) {
-        if (IsComplex(dtype) && (reduce == Reduction::kAmax || reduce == Reduction::kAmin)) {
-          continue;
-        }
-        if (dtype == DataType::kBool && reduce == Reduction::kMean) continue;
-        // Few destinations, many updates: every destination sees duplicates.
-        Tensor input = RandomValues(gen, dtype, {16, 5});
-        Tensor index = RandomIndices(gen, {200, 5}, 16);
-        Tensor source = RandomValues(gen, dtype, {200, 5});
-        if (reduce == Reduction::kProd) {
-          // Products of 12 values of |v| <= 3 stay exact in float16 only when few are > 1.
-          source = Tensor::Zeros(dtype, {200, 5});
-          DispatchDataType(dtype, [&]<typename T>(TypeTag<T>) {
-            for (int64_t i = 0; i < source.numel(); ++i) {
-              if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
-                source.mutable_view().data_as<T>()[i] = T(i % 7 == 0 ? -1.0f : 1.0f);
-              } else if constexpr (std::is_same_v<T, bool>) {
-                source.mutable_view().data_as<T>()[i] = i % 7 != 0;
-              } else {
-                source.mutable_view().data_as<T>()[i] = static_cast<T>(i % 7 == 0 ? -1 : 1);
-              }
-            }
-          });
-        }
-        absl::StatusOr<ScatterPlan> plan = PlanScatter({.input = input.view(),
-                                                        .index = index.view(),
-                                                        .source = source.view(),
-                                                        .axis = 0,
-                                                        .reduce = reduce,
-                                                        .include_self = include_self});
-        ASSERT_TRUE(plan.ok()) << plan.status();
-        Tensor cpu(plan->result_dtype, plan->result_shape);
-        ASSERT_TRUE(cpu::Scatter(*plan, cpu.mutable_view()).ok());
-        std::unique_ptr<DeviceCall> call = MakeDeviceCall(*plan);
-        if (call == nullptr) {
-          EXPECT_FALSE(DeviceScatterSupported(dtype, reduce));
-          continue;
-        }
-        std::vector<char> result(call->result_bytes());
-        const DeviceCall* calls[] = {call.get()};
-        void* results[] = {result.data()};
-        const std::vector<DeviceOutcome> outcomes = executor_->RunBatch(calls, results);
-        ASSERT_TRUE(outcomes[0].ok()) << outcomes[0].device_error;
-        // Small integer values make every sum and mean exact, so even float results must match
-        // bit for bit.
-        EXPECT_TRUE(SameBytes(cpu, result))
-            << DataTypeName(dtype) << " " << ReductionName(reduce) << " " << include_self;
-      }
-    }
-  }
-}
-
-// RunAlone runs one plan's call through the executor; the outcome's result lands in `result`.
-template <typename Plan>
-DeviceOutcome RunAlone(DeviceExecutor& executor, const Plan& plan, std::vector<char>* result) {
-  std::unique_ptr<DeviceCall> call = MakeDeviceCall(plan);
-  EXPECT_NE(call, nullptr);
-  if (call == nullptr) return {.device_error = absl::InternalError("no device form")};
-  result->assign(call->result_bytes(), 0);
-  const DeviceCall* calls[] = {call.get()};
-  void* results[] = {result->data()};
-  return executor.RunBatch(calls, results).front();
-}
-
-TEST_F(CudaExecutorTest, ViewScattersMatchTheCpu) {
-  absl::BitGen gen;
-  for (DataType dtype : kAllDataTypes) {
-    Tensor input = RandomValues(gen, dtype, {6, 7, 8});
-    Tensor row = RandomValues(gen, dtype, {6, 8});
-    Tensor slice = RandomValues(gen, dtype, {6, 3, 8});
-    Tensor diagonal = RandomValues(gen, dtype, {7, 6});  // min(6, 8 - 1) along the diagonal
-    std::vector<ViewScatterPlan> plans;
-    plans.push_back(
-        *PlanSelectScatter({.input = input.view(), .src = row.view(), .axis = 1, .index = -2}));
-    plans.push_back(*PlanSliceScatter(
-        {.input = input.view(), .src = slice.view(), .axis = 1, .start = 1, .end = 7, .step = 2}));
-    plans.push_back(*PlanDiagonalScatter(
-        {.input = input.view(), .src = diagonal.view(), .offset = 1, .axis1 = 0, .axis2 = 2}));
-    for (const ViewScatterPlan& plan : plans) {
-      Tensor cpu(plan.result_dtype, plan.result_shape);
-      ASSERT_TRUE(cpu::ViewScatter(plan, cpu.mutable_view()).ok());
-      std::vector<char> result;
-      const DeviceOutcome outcome = RunAlone(*executor_, plan, &result);
-      ASSERT_TRUE(outcome.ok()) << outcome.device_error;
-      EXPECT_TRUE(SameBytes(cpu, result)) << DataTypeName(dtype);
-    }
-  }
-}
-
-TEST_F(CudaExecutorTest, MaskedScatterMatchesTheCpuAndFlagsATooSmallSource) {
-  absl::BitGen gen;
-  for (DataType dtype : kAllDataTypes) {
-    Tensor input = RandomValues(gen, dtype, {300, 70});
-    Tensor mask(DataType::kBool, {1, 70});  // broadcast along the rows
-    int64_t true_count = 0;
-    for (int64_t i = 0; i < mask.numel(); ++i) {
-      const bool value = absl::Bernoulli(gen, 0.4);
-      mask.mutable_view().data_as<bool>()[i] = value;
-      true_count += value ? 300 : 0;
-    }
-    Tensor source = RandomValues(gen, dtype, {true_count + 5});
-    absl::StatusOr<MaskedScatterPlan> plan =
-        PlanMaskedScatter({.input = input.view(), .mask = mask.view(), .source = source.view()});
-    ASSERT_TRUE(plan.ok()) << plan.status();
-    Tensor cpu(plan->result_dtype, plan->result_shape);
-    ASSERT_TRUE(cpu::MaskedScatter(*plan, cpu.mutable_view()).ok());
-    std::vector<char> result;
-    DeviceOutcome outcome = RunAlone(*executor_, *plan, &result);
-    ASSERT_TRUE(outcome.ok()) << outcome.device_error;
-    EXPECT_TRUE(SameBytes(cpu, result)) << DataTypeName(dtype);
-
-    if (true_count == 0) continue;
-    const TensorView short_source(dtype, {true_count - 1}, source.view().data());
-    absl::StatusOr<MaskedScatterPlan> too_small =
-        PlanMaskedScatter({.input = input.view(), .mask = mask.view(), .source = short_source});
-    ASSERT_TRUE(too_small.ok());
-    outcome = RunAlone(*executor_, *too_small, &result);
-    EXPECT_TRUE(outcome.index_error);
-  }
-}
-
-TEST_F(CudaExecutorTest, GatherNdInTheTensorFlowFormMatchesTheCpu) {
-  absl::BitGen gen;
-  for (DataType dtype : kAllDataTypes) {
-    Tensor input = RandomValues(gen, dtype, {50, 60, 7});
-    Tensor index(DataType::kInt64, {40, 2});
-    for (int64_t i = 0; i < 40; ++i) {
-      index.mutable_view().data_as<int64_t>()[2 * i] = absl::Uniform<int64_t>(gen, -50, 50);
-      index.mutable_view().data_as<int64_t>()[2 * i + 1] = absl::Uniform<int64_t>(gen, -60, 60);
-    }
-    absl::StatusOr<NdPlan> plan = PlanGatherNd({.input = input.view(), .index = index.view()});
-    ASSERT_TRUE(plan.ok()) << plan.status();
-    Tensor cpu(plan->result_dtype, plan->result_shape);
-    ASSERT_TRUE(cpu::GatherNd(*plan, cpu.mutable_view()).ok());
-    std::vector<char> result;
-    const DeviceOutcome outcome = RunAlone(*executor_, *plan, &result);
-    ASSERT_TRUE(outcome.ok()) << outcome.device_error;
-    EXPECT_TRUE(SameBytes(cpu, result)) << DataTypeName(dtype);
-  }
-}
-
-TEST_F(CudaExecutorTest, DeterministicFloatSumsRepeatBitForBitAndMatchTheCpu) {
-  absl::BitGen gen;
-  for (DataType dtype :
-       {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat64, DataType::kComplex64}) {
-    for (Reduction reduce : {Reduction::kSum, Reduction::kMean}) {
-      for (bool include_self : {true, false}) {
-        // Uniform values in [0, 1): sums whose rounding depends on the order.
-        Tensor input = RandomValues(gen, dtype, {64, 9});
-        Tensor index = RandomIndices(gen, {20000, 9}, 64);
-        Tensor source(dtype, {20000, 9});
-        DispatchDataType(dtype, [&]<typename T>(TypeTag<T>) {
-          for (int64_t i = 0; i < source.numel(); ++i) {
-            const double value = absl::Uniform<double>(gen, 0, 1);
-            if constexpr (std::is_same_v<T, std::complex<float>>) {
-              source.mutable_view().data_as<T>()[i] = T(static_cast<float>(value), 0.5f);
-            } else if constexpr (std::is_same_v<T, BFloat16>) {
-              source.mutable_view().data_as<T>()[i] = T(static_cast<float>(value));
-            } else if constexpr (std::is_floating_point_v<T>) {
-              source.mutable_view().data_as<T>()[i] = static_cast<T>(value);
-            }
-          }
-        });
-        absl::StatusOr<ScatterPlan> plan = PlanScatter({.input = input.view(),
-                                                        .index = index.view(),
-                                                        .source = source.view(),
-                                                        .reduce = reduce,
-                                                        .include_self = include_self});
-        ASSERT_TRUE(plan.ok()) << plan.status();
-        plan->deterministic = true;
-        Tensor cpu(plan->result_dtype, plan->result_shape);
-        ASSERT_TRUE(cpu::Scatter(*plan, cpu.mutable_view()).ok());
-        std::vector<char> first, second;
-        ASSERT_TRUE(RunAlone(*executor_, *plan, &first).ok());
-        ASSERT_TRUE(RunAlone(*executor_, *plan, &second).ok());
-        EXPECT_EQ(first, second) << DataTypeName(dtype) << " " << ReductionName(reduce);
-        // Within rounding of the CPU's sequential sums.
-        Tensor gpu(plan->result_dtype, plan->result_shape);
-        std::memcpy(gpu.mutable_view().data(), first.data(), first.size());
-        for (int64_t i = 0; i < cpu.numel(); ++i) {
-          const double expected = testing::ElementAsDouble(cpu, i);
-          EXPECT_NEAR(
-              testing::ElementAsDouble(gpu, i), expected,
-              (dtype == DataType::kBFloat16 ? 1e-2 : 1e-5) * std::max(1.0, std::abs(expected)))
-              << DataTypeName(dtype) << " element " << i;
-        }
-      }
-    }
-  }
-}
-
-TEST_F(CudaExecutorTest, AnOutOfRangeIndexRaisesTheFlagAndTheNextBatchWorks) {
-  Tensor input = Tensor::Zeros(DataType::kFloat32, {4});
-  Tensor bad = Tensor::Zeros(DataType::kInt64, {3});
-  bad.mutable_view().data_as<int64_t>()[1] = 4;
-  absl::StatusOr<GatherPlan> plan = PlanGather({.input = input.view(), .index = bad.view()});
-  ASSERT_TRUE(plan.ok());
-  std::unique_ptr<DeviceCall> call = MakeDeviceCall(*plan);
-  std::vector<char> result(call->result_bytes());
-  const DeviceCall* calls[] = {call.get()};
-  void* results[] = {result.data()};
-  std::vector<DeviceOutcome> outcomes = executor_->RunBatch(calls, results);
-  EXPECT_TRUE(outcomes[0].index_error);
-  EXPECT_TRUE(outcomes[0].device_error.ok());
-
-  bad.mutable_view().data_as<int64_t>()[1] = -4;
-  outcomes = executor_->RunBatch(calls, results);
-  EXPECT_TRUE(outcomes[0].ok()) << outcomes[0].device_error;
-}
+// ---- On a GPU: the real CUDA executor (skipped elsewhere) ----
+//
+// Each op's results on the GPU against the CPU kernels (every dtype and reduction, deterministic
+// sums, the out-of-range index flag) are checked beside that op's CPU tests, over a device
+// parameter (tests/device_runner.h). Here: the executor's memory limit and a whole server.
 
 TEST(CudaExecutorLimitTest, ABatchOverTheMemoryLimitIsADeviceError) {
   if (QueryDevices().cuda_devices.empty()) GTEST_SKIP() << "no usable GPU";

@@ -1,15 +1,20 @@
 // Scatter (SPEC operation 2) against the independent reference in reference.h: randomized over
 // dtype x reduction x include_self, ranks, axes, index dtypes and patterns, tensor and scalar
-// sources, with and without Paddle's broadcast; plus the PyTorch/Paddle doc examples, SPEC's
-// reduction rules one by one, every error SPEC names, and Gather(Scatter(...)) == src.
+// sources, with and without Paddle's broadcast, on the CPU and on CUDA (tests/device_runner.h;
+// skipped where no GPU is usable); plus the PyTorch/Paddle doc examples, SPEC's reduction rules one
+// by one, every error SPEC names, and Gather(Scatter(...)) == src on both devices. On a GPU also:
+// every dtype and reduction byte for byte the CPU's on exact values, and deterministic float sums
+// that repeat bit for bit.
 #include "kernels/scatter.h"
 
+#include <algorithm>
 #include <cmath>
 #include <complex>
 #include <cstdint>
 #include <limits>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -20,14 +25,19 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/reducing_scatter.h"
 #include "kernels/cpu/streaming_store.h"
+#include "kernels/device_call.h"
 #include "kernels/dispatch.h"
 #include "kernels/gather.h"
+#include "tests/device_runner.h"
 #include "tests/reference.h"
 
 namespace tensorops {
 namespace {
 
+using testing::DeviceRunner;
+using testing::ExpectSameBytes;
 using testing::ExpectTensorsNear;
+using testing::HasNoDeviceForm;
 using ::testing::HasSubstr;
 using testing::IndexPattern;
 using testing::IndexTensor;
@@ -38,6 +48,7 @@ using testing::ReferenceScatter;
 using testing::SeededGen;
 using testing::TensorFromComplex;
 using testing::TensorFromValues;
+using testing::TestDevice;
 using testing::ToDoubles;
 using testing::ToleranceFor;
 using testing::reference_internal::ShapeString;
@@ -187,19 +198,30 @@ ScatterCase RandomScatterCase(DataType dtype, Reduction reduce, bool include_sel
   return c;
 }
 
-void ExpectScatterMatchesReference(const ScatterCase& c) {
+// ExpectScatterMatchesReference runs `c` on the runner's device (a case with no GPU form is
+// skipped, and counted) and compares the result with the reference's.
+void ExpectScatterMatchesReference(const ScatterCase& c, DeviceRunner& runner) {
   SCOPED_TRACE(c.description);
-  testing::ExpectReductionResult("scatter", c.input.dtype(), c.reduce, c.max_terms,
-                                 Scatter(c.Args()), c.Reference());
+  const absl::StatusOr<Tensor> actual = runner.Run(c.Args());
+  if (HasNoDeviceForm(actual.status())) return;
+  testing::ExpectReductionResult("scatter", c.input.dtype(), c.reduce, c.max_terms, actual,
+                                 c.Reference());
 }
 
-class ScatterRandomTest : public testing::DtypeReductionTest {};
+// On the CPU.
+void ExpectScatterMatchesReference(const ScatterCase& c) {
+  DeviceRunner cpu(TestDevice::kCpu);
+  ExpectScatterMatchesReference(c, cpu);
+}
+
+// Over dtype x reduction x include_self x device: the same cases on the CPU and on CUDA.
+class ScatterRandomTest : public testing::DeviceDtypeReductionTest {};
 
 TEST_P(ScatterRandomTest, MatchesReference) {
   for (uint64_t seed = 0; seed < 25; ++seed) {
     absl::BitGen gen = SeededGen(ParamSeed() * 7919 + seed, kScatterSeedSalt);
     ExpectScatterMatchesReference(
-        RandomScatterCase(dtype(), reduce(), include_self(), /*broadcast=*/false, gen));
+        RandomScatterCase(dtype(), reduce(), include_self(), /*broadcast=*/false, gen), runner());
   }
 }
 
@@ -207,7 +229,7 @@ TEST_P(ScatterRandomTest, BroadcastMatchesReference) {
   for (uint64_t seed = 0; seed < 15; ++seed) {
     absl::BitGen gen = SeededGen(ParamSeed() * 7919 + seed + 500000, kScatterSeedSalt);
     ExpectScatterMatchesReference(
-        RandomScatterCase(dtype(), reduce(), include_self(), /*broadcast=*/true, gen));
+        RandomScatterCase(dtype(), reduce(), include_self(), /*broadcast=*/true, gen), runner());
   }
 }
 
@@ -242,11 +264,11 @@ TEST_P(ScatterRandomTest, LargeMatchesReference) {
   c.axis = large.axis;
   c.max_terms = large.index_shape[axis] + 1;
   c.description = absl::StrCat("large case ", which);
-  ExpectScatterMatchesReference(c);
+  ExpectScatterMatchesReference(c, runner());
 }
 
-INSTANTIATE_TEST_SUITE_P(All, ScatterRandomTest, testing::AllDtypeReductionParams(),
-                         testing::DtypeReductionParamName);
+TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(ScatterRandomTest, testing::AllDtypeReductionParams(),
+                                      testing::DtypeReductionParamName);
 
 // float16/bfloat16 SUM, PROD and MEAN accumulate in a float32 shadow whose rows are padded when
 // their length is a multiple of 256 elements (1 KiB), so the enumeration addresses the shadow, not
@@ -291,13 +313,16 @@ TEST(ScatterTest, HalfAccumulationThroughAPaddedShadowMatchesReference) {
   }
 }
 
-// Gather(Scatter(zeros, ax, idx, src, ASSIGN), ax, idx) == src for idx unique along ax (SPEC).
-class ScatterGatherRoundTripTest : public ::testing::TestWithParam<DataType> {};
+// Gather(Scatter(zeros, ax, idx, src, ASSIGN), ax, idx) == src for idx unique along ax (SPEC),
+// both ops on the instance's device.
+class ScatterGatherRoundTripTest : public testing::DeviceTest<DataType> {
+ protected:
+  DataType dtype() const { return leading_param(); }
+};
 
 TEST_P(ScatterGatherRoundTripTest, GatherOfScatterIsSource) {
   for (uint64_t seed = 0; seed < 30; ++seed) {
-    absl::BitGen gen =
-        SeededGen(static_cast<uint64_t>(GetParam()) * 100 + seed + 7, kScatterSeedSalt);
+    absl::BitGen gen = SeededGen(static_cast<uint64_t>(dtype()) * 100 + seed + 7, kScatterSeedSalt);
     const int64_t rank = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, 4);
     const int64_t axis = absl::Uniform<int64_t>(gen, 0, std::max<int64_t>(rank, 1));
     Shape input_shape(rank);
@@ -307,24 +332,27 @@ TEST_P(ScatterGatherRoundTripTest, GatherOfScatterIsSource) {
       index_shape[d] = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 0, input_shape[d]);
     }
     const int64_t axis_size = rank == 0 ? 1 : input_shape[axis];
-    Tensor zeros = Tensor::Zeros(GetParam(), input_shape);
+    Tensor zeros = Tensor::Zeros(dtype(), input_shape);
     Tensor index = RandomIndex(absl::Bernoulli(gen, 0.5) ? DataType::kInt32 : DataType::kInt64,
                                index_shape, axis, axis_size, IndexPattern::kUnique, gen);
-    Tensor source = RandomTensor(GetParam(), index_shape, gen);
+    Tensor source = RandomTensor(dtype(), index_shape, gen);
     SCOPED_TRACE(absl::StrCat("input ", ShapeString(input_shape), " index ",
                               ShapeString(index_shape), " axis ", axis));
-    absl::StatusOr<Tensor> scattered = Scatter(ScatterArgs{
+    absl::StatusOr<Tensor> scattered = runner().Run(ScatterArgs{
         .input = zeros.view(), .index = index.view(), .source = source.view(), .axis = axis});
+    if (HasNoDeviceForm(scattered.status())) continue;
     ASSERT_TRUE(scattered.ok()) << scattered.status();
     absl::StatusOr<Tensor> gathered =
-        Gather(GatherArgs{.input = scattered->view(), .index = index.view(), .axis = axis});
+        runner().Run(GatherArgs{.input = scattered->view(), .index = index.view(), .axis = axis});
+    if (HasNoDeviceForm(gathered.status())) continue;
     ASSERT_TRUE(gathered.ok()) << gathered.status();
     ExpectTensorsNear(*gathered, source);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllDataTypes, ScatterGatherRoundTripTest,
-                         ::testing::ValuesIn(kAllDataTypes), testing::DataTypeParamName);
+TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(ScatterGatherRoundTripTest,
+                                      ::testing::ValuesIn(kAllDataTypes),
+                                      testing::DataTypeParamName);
 
 // ---------------------------------------------------------------------------------------------
 // Hand cases from the PyTorch and Paddle docs and SPEC's reduction rules.
@@ -1127,6 +1155,114 @@ TEST(ReducingScatterTest, MeanCountsInInt32AndInt64Agree) {
       EXPECT_EQ(ints[d], static_cast<int64_t>(std::floor(static_cast<double>(integer_sum) /
                                                          static_cast<double>(count))))
           << "destination " << d;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// On a GPU: bit-for-bit agreement and repeatability (skipped where no GPU is usable).
+
+class ScatterCudaTest : public testing::CudaTest {};
+
+// Every dtype, reduction and include_self on few destinations with many duplicate updates. The
+// values are small integers, which make every sum and mean exact: even float results must equal
+// the CPU's bit for bit.
+TEST_F(ScatterCudaTest, EveryDtypeAndReductionMatchesTheCpu) {
+  absl::BitGen gen = SeededGen(41, kScatterSeedSalt);
+  for (DataType dtype : kAllDataTypes) {
+    for (Reduction reduce : testing::kAllReductions) {
+      for (bool include_self : {true, false}) {
+        if (!testing::ReductionDefined(dtype, reduce)) continue;
+        SCOPED_TRACE(absl::StrCat(std::string(DataTypeName(dtype)), " ",
+                                  std::string(ReductionName(reduce)), " include_self ",
+                                  include_self));
+        Tensor input = testing::SmallIntegerValues(gen, dtype, {16, 5});
+        Tensor index = testing::UniformIndices(gen, {200, 5}, 16);
+        Tensor source = testing::SmallIntegerValues(gen, dtype, {200, 5});
+        if (reduce == Reduction::kProd) {
+          // Products of 12 values of |v| <= 3 stay exact in float16 only when few are > 1: +-1.
+          DispatchDataType(dtype, [&]<typename T>(TypeTag<T>) {
+            for (int64_t i = 0; i < source.numel(); ++i) {
+              if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
+                source.data_as<T>()[i] = T(i % 7 == 0 ? -1.0f : 1.0f);
+              } else if constexpr (std::is_same_v<T, bool>) {
+                source.data_as<T>()[i] = i % 7 != 0;
+              } else {
+                source.data_as<T>()[i] = static_cast<T>(i % 7 == 0 ? -1 : 1);
+              }
+            }
+          });
+        }
+        absl::StatusOr<ScatterPlan> plan = PlanScatter({.input = input.view(),
+                                                        .index = index.view(),
+                                                        .source = source.view(),
+                                                        .axis = 0,
+                                                        .reduce = reduce,
+                                                        .include_self = include_self});
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        const absl::StatusOr<Tensor> cpu = testing::RunOn(TestDevice::kCpu, *plan);
+        ASSERT_TRUE(cpu.ok()) << cpu.status();
+        const absl::StatusOr<Tensor> gpu = testing::RunOn(TestDevice::kCuda, *plan);
+        if (HasNoDeviceForm(gpu.status())) {
+          EXPECT_FALSE(DeviceScatterSupported(dtype, reduce));
+          continue;
+        }
+        ASSERT_TRUE(gpu.ok()) << gpu.status();
+        ExpectSameBytes(*gpu, *cpu);
+      }
+    }
+  }
+}
+
+// A deterministic float SUM or MEAN (sorted by destination, then reduced by key) repeats bit for
+// bit, and stays within rounding of the CPU's sequential sums. Uniform values in [0, 1) make the
+// rounding depend on the order.
+TEST_F(ScatterCudaTest, DeterministicFloatSumsRepeatBitForBitAndMatchTheCpu) {
+  absl::BitGen gen = SeededGen(43, kScatterSeedSalt);
+  for (DataType dtype :
+       {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat64, DataType::kComplex64}) {
+    for (Reduction reduce : {Reduction::kSum, Reduction::kMean}) {
+      for (bool include_self : {true, false}) {
+        SCOPED_TRACE(absl::StrCat(std::string(DataTypeName(dtype)), " ",
+                                  std::string(ReductionName(reduce)), " include_self ",
+                                  include_self));
+        Tensor input = testing::SmallIntegerValues(gen, dtype, {64, 9});
+        Tensor index = testing::UniformIndices(gen, {20000, 9}, 64);
+        Tensor source(dtype, {20000, 9});
+        DispatchDataType(dtype, [&]<typename T>(TypeTag<T>) {
+          for (int64_t i = 0; i < source.numel(); ++i) {
+            const double value = absl::Uniform<double>(gen, 0, 1);
+            if constexpr (std::is_same_v<T, std::complex<float>>) {
+              source.data_as<T>()[i] = T(static_cast<float>(value), 0.5f);
+            } else if constexpr (std::is_same_v<T, BFloat16>) {
+              source.data_as<T>()[i] = T(static_cast<float>(value));
+            } else if constexpr (std::is_floating_point_v<T>) {
+              source.data_as<T>()[i] = static_cast<T>(value);
+            }
+          }
+        });
+        absl::StatusOr<ScatterPlan> plan = PlanScatter({.input = input.view(),
+                                                        .index = index.view(),
+                                                        .source = source.view(),
+                                                        .reduce = reduce,
+                                                        .include_self = include_self});
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        plan->deterministic = true;
+        const absl::StatusOr<Tensor> cpu = testing::RunOn(TestDevice::kCpu, *plan);
+        ASSERT_TRUE(cpu.ok()) << cpu.status();
+        const absl::StatusOr<Tensor> first = testing::RunOn(TestDevice::kCuda, *plan);
+        const absl::StatusOr<Tensor> second = testing::RunOn(TestDevice::kCuda, *plan);
+        ASSERT_TRUE(first.ok()) << first.status();
+        ASSERT_TRUE(second.ok()) << second.status();
+        ExpectSameBytes(*second, *first);
+        for (int64_t i = 0; i < cpu->numel(); ++i) {
+          const double expected = testing::ElementAsDouble(*cpu, i);
+          EXPECT_NEAR(
+              testing::ElementAsDouble(*first, i), expected,
+              (dtype == DataType::kBFloat16 ? 1e-2 : 1e-5) * std::max(1.0, std::abs(expected)))
+              << "element " << i;
+        }
+      }
     }
   }
 }

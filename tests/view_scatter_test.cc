@@ -3,7 +3,9 @@
 // Python slice bounds, diagonal offsets (past the edge too), zero-size dimensions and strided
 // input/src views, one large case per op for the parallel copies; plus the PyTorch doc examples,
 // SPEC's reference equalities and every error. These ops only copy, so results must match byte
-// for byte.
+// for byte. The randomized suite and the equalities run on the CPU and on CUDA
+// (tests/device_runner.h; skipped where no GPU is usable); on a GPU also: each op of every dtype
+// byte for byte the CPU's.
 #include "kernels/view_scatter.h"
 
 #include <cstdint>
@@ -17,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/device_runner.h"
 #include "tests/reference.h"
 #include "tests/view_scatter_reference.h"
 
@@ -26,6 +29,7 @@ namespace {
 using ::testing::AllOf;
 using testing::ExpectInvalidArgument;
 using testing::ExpectSameBytes;
+using testing::HasNoDeviceForm;
 using ::testing::HasSubstr;
 using testing::LaidOutTensor;
 using testing::RandomTensor;
@@ -37,6 +41,7 @@ using testing::ReferenceSliceLength;
 using testing::ReferenceSliceScatter;
 using testing::SeededGen;
 using testing::TensorFromValues;
+using testing::TestDevice;
 using testing::ToDoubles;
 using testing::reference_internal::ShapeString;
 
@@ -108,10 +113,11 @@ std::optional<int64_t> RandomBound(absl::BitGen& gen, int64_t size) {
 // --------------------------------------------------------------------------------------------
 // Randomized against the reference.
 
-class ViewScatterRandomTest : public ::testing::TestWithParam<std::tuple<DataType, Op>> {};
+// Over dtype x op x device: the same cases on the CPU and on CUDA.
+class ViewScatterRandomTest : public testing::DeviceTest<std::tuple<DataType, Op>> {};
 
 TEST_P(ViewScatterRandomTest, MatchesReference) {
-  const auto [dtype, op] = GetParam();
+  const auto [dtype, op] = leading_param();
   absl::BitGen gen =
       SeededGen(static_cast<uint64_t>(dtype) * 7 + static_cast<uint64_t>(op), kViewScatterSeedSalt);
   for (int trial = 0; trial < 150; ++trial) {
@@ -169,20 +175,30 @@ TEST_P(ViewScatterRandomTest, MatchesReference) {
                               ShapeString(src_shape), " ", what));
 
     absl::StatusOr<Tensor> actual;
+    switch (op) {
+      case Op::kSelect:
+        actual = runner().Run(
+            SelectScatterArgs{.input = input, .src = src, .axis = axis, .index = index});
+        break;
+      case Op::kSlice:
+        actual = runner().Run(SliceScatterArgs{
+            .input = input, .src = src, .axis = axis, .start = start, .end = end, .step = step});
+        break;
+      case Op::kDiagonal:
+        actual = runner().Run(DiagonalScatterArgs{
+            .input = input, .src = src, .offset = offset, .axis1 = axis1, .axis2 = axis2});
+        break;
+    }
+    if (HasNoDeviceForm(actual.status())) continue;
     Tensor expected;
     switch (op) {
       case Op::kSelect:
-        actual = SelectScatter({.input = input, .src = src, .axis = axis, .index = index});
         expected = ReferenceSelectScatter(input, src, axis, index);
         break;
       case Op::kSlice:
-        actual = SliceScatter(
-            {.input = input, .src = src, .axis = axis, .start = start, .end = end, .step = step});
         expected = ReferenceSliceScatter(input, src, axis, start, end, step);
         break;
       case Op::kDiagonal:
-        actual = DiagonalScatter(
-            {.input = input, .src = src, .offset = offset, .axis1 = axis1, .axis2 = axis2});
         expected = ReferenceDiagonalScatter(input, src, offset, axis1, axis2);
         break;
     }
@@ -191,14 +207,16 @@ TEST_P(ViewScatterRandomTest, MatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, ViewScatterRandomTest,
-                         ::testing::Combine(::testing::ValuesIn(kAllDataTypes),
-                                            ::testing::Values(Op::kSelect, Op::kSlice,
-                                                              Op::kDiagonal)),
-                         [](const auto& info) {
-                           return absl::StrCat(std::string(DataTypeName(std::get<0>(info.param))),
-                                               "_", OpName(std::get<1>(info.param)));
-                         });
+std::string DtypeOpName(const ::testing::TestParamInfo<std::tuple<DataType, Op>>& info) {
+  return absl::StrCat(std::string(DataTypeName(std::get<0>(info.param))), "_",
+                      OpName(std::get<1>(info.param)));
+}
+
+TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(ViewScatterRandomTest,
+                                      ::testing::Combine(::testing::ValuesIn(kAllDataTypes),
+                                                         ::testing::Values(Op::kSelect, Op::kSlice,
+                                                                           Op::kDiagonal)),
+                                      DtypeOpName);
 
 // --------------------------------------------------------------------------------------------
 // Select and Slice windows of long slabs (at least 256 bytes after the axis), which the kernel
@@ -398,10 +416,11 @@ TEST(ViewScatterDocTest, EmptyInputsAndWindows) {
 // --------------------------------------------------------------------------------------------
 // SPEC's reference equalities.
 
-class ViewScatterEqualityTest : public ::testing::TestWithParam<DataType> {};
+// Over dtype x device: both sides of each equality on the instance's device.
+class ViewScatterEqualityTest : public testing::DeviceTest<DataType> {};
 
 TEST_P(ViewScatterEqualityTest, SelectScatterIsSliceScatterOfUnsqueezedSrc) {
-  const DataType dtype = GetParam();
+  const DataType dtype = leading_param();
   absl::BitGen gen = SeededGen(100 + static_cast<uint64_t>(dtype), kViewScatterSeedSalt);
   for (int trial = 0; trial < 30; ++trial) {
     const int64_t rank = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, 4);
@@ -424,14 +443,15 @@ TEST_P(ViewScatterEqualityTest, SelectScatterIsSliceScatterOfUnsqueezedSrc) {
     const TensorView unsqueezed(dtype, unsqueezed_shape, src.data());
     SCOPED_TRACE(absl::StrCat("input ", ShapeString(shape), " axis ", axis, " index ", index));
 
-    absl::StatusOr<Tensor> selected =
-        SelectScatter({.input = input.view(), .src = src.view(), .axis = axis, .index = index});
-    absl::StatusOr<Tensor> sliced = SliceScatter({.input = input.view(),
-                                                  .src = unsqueezed,
-                                                  .axis = axis,
-                                                  .start = index,
-                                                  .end = index + 1,
-                                                  .step = 1});
+    absl::StatusOr<Tensor> selected = runner().Run(
+        SelectScatterArgs{.input = input.view(), .src = src.view(), .axis = axis, .index = index});
+    absl::StatusOr<Tensor> sliced = runner().Run(SliceScatterArgs{.input = input.view(),
+                                                                  .src = unsqueezed,
+                                                                  .axis = axis,
+                                                                  .start = index,
+                                                                  .end = index + 1,
+                                                                  .step = 1});
+    if (HasNoDeviceForm(selected.status()) || HasNoDeviceForm(sliced.status())) continue;
     ASSERT_TRUE(selected.ok()) << selected.status();
     ASSERT_TRUE(sliced.ok()) << sliced.status();
     ExpectSameBytes(*selected, *sliced);
@@ -447,7 +467,7 @@ TEST(ViewScatterSliceBoundsTest, MinusOneToZeroIsEmpty) {
 }
 
 TEST_P(ViewScatterEqualityTest, DiagonalScatterOfOwnDiagonalIsIdentity) {
-  const DataType dtype = GetParam();
+  const DataType dtype = leading_param();
   absl::BitGen gen = SeededGen(200 + static_cast<uint64_t>(dtype), kViewScatterSeedSalt);
   for (int trial = 0; trial < 30; ++trial) {
     const int64_t rank = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 2, 4);
@@ -462,18 +482,19 @@ TEST_P(ViewScatterEqualityTest, DiagonalScatterOfOwnDiagonalIsIdentity) {
     const Tensor diagonal = ReferenceDiagonal(input.view(), offset, axis1, axis2);
     SCOPED_TRACE(absl::StrCat("input ", ShapeString(shape), " offset ", offset, " axes ", axis1,
                               ", ", axis2));
-    absl::StatusOr<Tensor> out = DiagonalScatter({.input = input.view(),
-                                                  .src = diagonal.view(),
-                                                  .offset = offset,
-                                                  .axis1 = axis1,
-                                                  .axis2 = axis2});
+    absl::StatusOr<Tensor> out = runner().Run(DiagonalScatterArgs{.input = input.view(),
+                                                                  .src = diagonal.view(),
+                                                                  .offset = offset,
+                                                                  .axis1 = axis1,
+                                                                  .axis2 = axis2});
+    if (HasNoDeviceForm(out.status())) continue;
     ASSERT_TRUE(out.ok()) << out.status();
     ExpectSameBytes(*out, input);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllDataTypes, ViewScatterEqualityTest, ::testing::ValuesIn(kAllDataTypes),
-                         testing::DataTypeParamName);
+TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(ViewScatterEqualityTest, ::testing::ValuesIn(kAllDataTypes),
+                                      testing::DataTypeParamName);
 
 // --------------------------------------------------------------------------------------------
 // Errors: INVALID_ARGUMENT naming the op, the argument and the value.
@@ -585,6 +606,39 @@ TEST_F(ViewScatterErrorTest, SwappedAxesDiagonalLength) {
   // min(3, 2 - 1) = 1 element, so a src of 2 elements is rejected with the window's shape.
   ASSERT_FALSE(plan.ok());
   EXPECT_THAT(plan.status().message(), AllOf(HasSubstr("src shape = [2]"), HasSubstr("= [1]")));
+}
+
+// --------------------------------------------------------------------------------------------
+// On a GPU: byte for byte the CPU's (skipped where no GPU is usable).
+
+class ViewScatterCudaTest : public testing::CudaTest {};
+
+// A select, a stepped slice and an offset diagonal of every dtype, each the CPU kernel's bytes.
+TEST_F(ViewScatterCudaTest, ViewScattersMatchTheCpu) {
+  absl::BitGen gen = SeededGen(51, kViewScatterSeedSalt);
+  for (DataType dtype : kAllDataTypes) {
+    SCOPED_TRACE(DataTypeName(dtype));
+    const Tensor input = testing::SmallIntegerValues(gen, dtype, {6, 7, 8});
+    const Tensor row = testing::SmallIntegerValues(gen, dtype, {6, 8});
+    const Tensor slice = testing::SmallIntegerValues(gen, dtype, {6, 3, 8});
+    // min(6, 8 - 1) elements along the diagonal.
+    const Tensor diagonal = testing::SmallIntegerValues(gen, dtype, {7, 6});
+    std::vector<absl::StatusOr<ViewScatterPlan>> plans;
+    plans.push_back(
+        PlanSelectScatter({.input = input.view(), .src = row.view(), .axis = 1, .index = -2}));
+    plans.push_back(PlanSliceScatter(
+        {.input = input.view(), .src = slice.view(), .axis = 1, .start = 1, .end = 7, .step = 2}));
+    plans.push_back(PlanDiagonalScatter(
+        {.input = input.view(), .src = diagonal.view(), .offset = 1, .axis1 = 0, .axis2 = 2}));
+    for (const absl::StatusOr<ViewScatterPlan>& plan : plans) {
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      const absl::StatusOr<Tensor> cpu = testing::RunOn(TestDevice::kCpu, *plan);
+      ASSERT_TRUE(cpu.ok()) << cpu.status();
+      const absl::StatusOr<Tensor> gpu = testing::RunOn(TestDevice::kCuda, *plan);
+      ASSERT_TRUE(gpu.ok()) << gpu.status();
+      ExpectSameBytes(*gpu, *cpu);
+    }
+  }
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Planning and the CPU kernel of MaskedScatter. The kernel is the prefix-sum design of seeds/003
+// The CPU kernel of MaskedScatter. The kernel is the prefix-sum design of seeds/003
 // (PyTorch's CUDA masked_scatter) rather than PyTorch's serial CPU loop, so that the CPU and the
 // GPU run one algorithm and agree by construction:
 //   1. the mask is viewed contiguous at the result shape (materialized when broadcast or strided);
@@ -24,9 +24,7 @@
 #include "kernels/cpu/item_size.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/dtype.h"
-#include "kernels/plan_checks.h"
 #include "kernels/shape.h"
-#include "kernels/status_macros.h"
 
 namespace tensorops {
 namespace {
@@ -34,33 +32,6 @@ namespace {
 constexpr std::string_view kMaskedScatter = "masked_scatter";
 
 }  // namespace
-
-absl::StatusOr<MaskedScatterPlan> PlanMaskedScatter(const MaskedScatterArgs& args) {
-  const TensorView& input = args.input;
-  const TensorView& mask = args.mask;
-  // PyTorch's order: broadcast (expand_outplace), then the source's dtype, then the mask's.
-  TENSOROPS_ASSIGN_OR_RETURN(
-      Shape result_shape,
-      BroadcastShapes(kMaskedScatter, "input", input.shape(), "mask", mask.shape()));
-  TENSOROPS_RETURN_IF_ERROR(
-      internal::CheckSourceDtype(kMaskedScatter, args.source.dtype(), input.dtype()));
-  if (mask.dtype() != DataType::kBool) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: mask.dtype = %s must be bool",
-                                                      kMaskedScatter, DataTypeName(mask.dtype())));
-  }
-
-  MaskedScatterPlan plan;
-  plan.result_dtype = input.dtype();
-  plan.result_shape = std::move(result_shape);
-  plan.input =
-      TensorView(input.dtype(), plan.result_shape,
-                 BroadcastStrides(input.shape(), input.strides(), plan.result_shape), input.data());
-  plan.mask =
-      TensorView(mask.dtype(), plan.result_shape,
-                 BroadcastStrides(mask.shape(), mask.strides(), plan.result_shape), mask.data());
-  plan.source = args.source;
-  return plan;
-}
 
 namespace cpu {
 namespace {
@@ -203,9 +174,5 @@ absl::Status MaskedScatter(const MaskedScatterPlan& plan, const MutableTensorVie
 }
 
 }  // namespace cpu
-
-absl::StatusOr<Tensor> MaskedScatter(const MaskedScatterArgs& args) {
-  return internal::RunIntoNewTensor(PlanMaskedScatter(args), cpu::MaskedScatter);
-}
 
 }  // namespace tensorops

@@ -14,8 +14,12 @@ class GatherCall final : public DeviceCall {
  public:
   explicit GatherCall(const GatherPlan& plan) : plan_(plan) {
     AddInput(plan.index);
-    // The plan keeps the input's axis stride out of its view: the kernel adds it per index.
-    AddInput(plan.input, std::max<int64_t>(plan.input_axis_size - 1, 0) * plan.input_axis_stride);
+    // The plan keeps the input's axis stride out of its view: the kernel adds it per index. Over
+    // an empty axis the input has no element to copy (every index is out of range, which the
+    // kernel flags before any load), although its view without the axis is not empty.
+    if (plan.input_axis_size > 0) {
+      AddInput(plan.input, (plan.input_axis_size - 1) * plan.input_axis_stride);
+    }
     result_bytes_ = NumElements(plan.result_shape) * ItemSize(plan.result_dtype);
   }
 

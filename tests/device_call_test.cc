@@ -137,6 +137,25 @@ TEST(DeviceCallTest, GatherReadsOnlyItsInputSpans) {
   }
 }
 
+TEST(DeviceCallTest, GatherOverAnEmptyAxisCopiesNoInput) {
+  // input.shape[axis] == 0 with a non-empty index: the input holds no byte, so no span may start
+  // at its data (the staging copy would read past the allocation).
+  Tensor input(DataType::kFloat64, {3, 0});
+  Tensor index(DataType::kInt64, {3, 2});
+  for (int64_t i = 0; i < index.numel(); ++i) index.mutable_view().data_as<int64_t>()[i] = 0;
+  absl::StatusOr<GatherPlan> plan =
+      PlanGather({.input = input.view(), .index = index.view(), .axis = 1});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::unique_ptr<DeviceCall> call = MakeDeviceCall(*plan);
+  ASSERT_NE(call, nullptr);
+  ASSERT_EQ(call->inputs().size(), 1u);
+  EXPECT_EQ(call->inputs()[0].data, index.view().data());
+  EXPECT_EQ(call->inputs()[0].bytes, index.numel() * 8);
+  // The CPU names the first index out of range, as the device's flag makes it do.
+  Tensor result(plan->result_dtype, plan->result_shape);
+  EXPECT_FALSE(cpu::Gather(*plan, result.mutable_view()).ok());
+}
+
 TEST(DeviceCallTest, IndexSelectReadsOnlyItsInputSpans) {
   absl::BitGen gen;
   for (int trial = 0; trial < 50; ++trial) {

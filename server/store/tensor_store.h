@@ -1,0 +1,292 @@
+// TensorStore: resident tensors, named tensors kept in the server's memory, referenced by name
+// in any op and updated in place. This is the store alone (no RPCs); thread-safe.
+//
+//   TensorStore store(/*limit_bytes=*/1 << 30);            // --store_memory_bytes
+//   TENSOROPS_ASSIGN_OR_RETURN(TensorStore::Upload upload,
+//                              store.BeginUpload(ns, "w/layer0", DataType::kFloat32, {1024, 64}));
+//   TENSOROPS_RETURN_IF_ERROR(upload.Write(0, chunk0));  // chunks in order, offset = bytes so far
+//   TENSOROPS_RETURN_IF_ERROR(upload.Write(chunk0.size(), chunk1));
+//   TENSOROPS_ASSIGN_OR_RETURN(int64_t version, upload.Commit());  // visible from here on
+//
+//   TENSOROPS_ASSIGN_OR_RETURN(TensorStore::ReadHandle read, store.Read(ns, "w/layer0"));
+//   RunKernel(read.view());                                // bytes stay valid while `read` lives
+//
+//   TENSOROPS_ASSIGN_OR_RETURN(TensorStore::UpdateHandle update, store.Update(ns, "w/layer0"));
+//   RunKernelInPlace(update.view());                       // exclusive: no reader, no updater
+//   TENSOROPS_ASSIGN_OR_RETURN(int64_t new_version, update.Commit());
+//
+// Names are 1..256 bytes of [A-Za-z0-9._/-], not starting with '/' or '.'. Each lives in a
+// namespace, a string the caller passes (with token auth a per-token id, without it ""): one
+// namespace can neither see, read, list, change nor delete another's tensors, and no message
+// names a namespace. Every stored tensor has a version, 1 when its name is created and one more
+// for every change (an overwrite or a committed in-place update); a deleted and re-created name
+// starts again at 1.
+//
+// Concurrency. Each tensor's bytes have a reader/writer lock: a ReadHandle holds it shared, an
+// UpdateHandle exclusively, each for as long as it lives, so a reader sees one whole version and
+// updates of one tensor run one at a time (a waiting updater goes before newly arriving readers,
+// so a stream of reads cannot starve it). Overwrites and deletes wait for no handle: they swap
+// the name's entry, and the old bytes (and their share of the memory limit) go when the last
+// handle on them does. Handles may be destroyed on any thread, not only the one that made them.
+// Never take a second handle on a tensor while holding an UpdateHandle on it, nor an
+// UpdateHandle while holding a ReadHandle on it, on one thread: that deadlocks.
+//
+// Memory. Every upload reserves its bytes against the limit when it begins, and the reservation
+// becomes the stored tensor's at Commit; so overwriting a tensor needs room for both values until
+// the commit frees the old one. used_bytes() counts everything so held: stored tensors, uploads
+// in flight, and replaced or deleted values still held by a handle. A limit of 0 turns the store
+// off: every upload fails with RESOURCE_EXHAUSTED. Bytes are 64-byte aligned, never zero-filled,
+// and sized in int64, so one tensor may pass 2 GiB; a failed allocation is RESOURCE_EXHAUSTED.
+#ifndef TENSOROPS_SERVER_STORE_TENSOR_STORE_H_
+#define TENSOROPS_SERVER_STORE_TENSOR_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "kernels/dtype.h"
+#include "kernels/shape.h"
+#include "kernels/tensor.h"
+
+namespace tensorops {
+
+// kMaxTensorNameBytes is the longest name the store takes.
+inline constexpr int64_t kMaxTensorNameBytes = 256;
+
+// kStoreMemoryFlag is the server flag that sets a store's limit; errors about the limit name it.
+inline constexpr char kStoreMemoryFlag[] = "--store_memory_bytes";
+
+// kStoreCpuDevice is the device every stored tensor lives on for now.
+inline constexpr char kStoreCpuDevice[] = "cpu";
+
+// ValidateTensorName returns OK for a valid name and otherwise INVALID_ARGUMENT naming the rule
+// broken and the name (escaped, and shortened when long, so that a binary or huge name stays
+// readable).
+absl::Status ValidateTensorName(std::string_view name);
+
+// TensorStoreUploadOptions (TensorStore::UploadOptions) say whether an upload may replace an
+// existing tensor of the same name.
+struct TensorStoreUploadOptions {
+  // Replace whatever value the name has (or none).
+  bool overwrite = false;
+  // The name must exist at exactly this version (>= 1), checked at BeginUpload and again at
+  // Commit, whatever `overwrite` says. Lets a client replace only the value it read.
+  std::optional<int64_t> expected_version;
+};
+
+// TensorStoreMetadata (TensorStore::Metadata) describes one stored tensor.
+struct TensorStoreMetadata {
+  std::string name;
+  DataType dtype = DataType::kFloat32;
+  Shape shape;
+  int64_t bytes = 0;
+  int64_t version = 0;
+  std::string device;
+  // When the name was first committed (kept across overwrites, as the version count is) and
+  // when its value last changed (a commit or an in-place update).
+  absl::Time created;
+  absl::Time updated;
+};
+
+// TensorStore holds the resident tensors of every namespace. Thread-safe (see the file comment).
+class TensorStore {
+ public:
+  class Upload;
+  class ReadHandle;
+  class UpdateHandle;
+
+  // Declared outside the class only because GCC cannot take `= {}` as a default argument of a
+  // nested struct with member initializers inside the enclosing class.
+  using UploadOptions = TensorStoreUploadOptions;
+  using Metadata = TensorStoreMetadata;
+
+  // A store whose tensors may hold up to `limit_bytes` in all (0: the store is off).
+  explicit TensorStore(int64_t limit_bytes);
+  // Handles and uploads may outlive the store: they keep what they need alive.
+  ~TensorStore();
+
+  TensorStore(const TensorStore&) = delete;
+  TensorStore& operator=(const TensorStore&) = delete;
+
+  // BeginUpload validates the name, dtype and shape (INVALID_ARGUMENT; the byte size must fit
+  // int64 and the rank kMaxRank), checks the replace rules against the name's current value
+  // (FAILED_PRECONDITION, see Upload::Commit) so that an upload bound to fail fails before its
+  // bytes travel, reserves the bytes against the limit (RESOURCE_EXHAUSTED naming
+  // --store_memory_bytes, the request's bytes and what is free, or saying the store is off) and
+  // allocates them (RESOURCE_EXHAUSTED when the allocation fails).
+  absl::StatusOr<Upload> BeginUpload(std::string_view ns, std::string_view name, DataType dtype,
+                                     ShapeSpan shape, const UploadOptions& options = {});
+
+  // Put stores a copy of `value` (any strides; stored contiguous) under `name`: BeginUpload, a
+  // copy and Commit, with their errors. Returns the new version.
+  absl::StatusOr<int64_t> Put(std::string_view ns, std::string_view name, const TensorView& value,
+                              const UploadOptions& options = {});
+
+  // Read returns a handle on the name's current value, waiting while an update holds it.
+  // NOT_FOUND naming the name when it does not exist (in this namespace); FAILED_PRECONDITION
+  // naming the current version when `expected_version` is given and differs.
+  absl::StatusOr<ReadHandle> Read(std::string_view ns, std::string_view name,
+                                  std::optional<int64_t> expected_version = std::nullopt) const;
+
+  // Update returns an exclusive handle on the name's current value, waiting for its readers and
+  // any other updater to finish. Errors as Read's; the version is checked once the handle holds
+  // the lock, so it is the version the update starts from.
+  absl::StatusOr<UpdateHandle> Update(std::string_view ns, std::string_view name,
+                                      std::optional<int64_t> expected_version = std::nullopt);
+
+  // Delete removes the name at once, without waiting for handles on it (they keep the old bytes
+  // until they go). NOT_FOUND and FAILED_PRECONDITION as Read's.
+  absl::Status Delete(std::string_view ns, std::string_view name,
+                      std::optional<int64_t> expected_version = std::nullopt);
+
+  // List returns the namespace's tensors sorted by name (empty for an unknown namespace).
+  std::vector<Metadata> List(std::string_view ns) const;
+
+  // Info returns one tensor's metadata; NOT_FOUND naming the name when it does not exist.
+  absl::StatusOr<Metadata> Info(std::string_view ns, std::string_view name) const;
+
+  // Bytes held against the limit: stored tensors, uploads in flight, and replaced or deleted
+  // values that a handle still holds.
+  int64_t used_bytes() const;
+  int64_t limit_bytes() const;
+  // Tensors visible by name, across every namespace.
+  int64_t tensor_count() const;
+  bool enabled() const { return limit_bytes() > 0; }
+
+ private:
+  struct Entry;
+  struct State;
+
+  std::shared_ptr<State> state_;
+};
+
+// TensorStore::Upload is one upload in progress: fill its bytes in order with Write (or
+// MutableChunk), then Commit. Destroying it without a successful Commit (a failed or cancelled
+// stream) leaves nothing behind and releases its reservation. Move-only; not thread-safe (one
+// caller fills it), though any number of uploads may run at once.
+class TensorStore::Upload {
+ public:
+  Upload(Upload&&) noexcept;
+  Upload& operator=(Upload&&) noexcept;
+  ~Upload();
+
+  // Write copies `bytes` to `offset`. Chunks must arrive in order: `offset` must equal
+  // bytes_received(), and the chunk must end within bytes() (INVALID_ARGUMENT otherwise, the
+  // upload unchanged). FAILED_PRECONDITION after a successful Commit.
+  absl::Status Write(int64_t offset, std::string_view bytes);
+
+  // MutableChunk is Write without the copy: it returns the `size` bytes at `offset` for the
+  // caller to fill before Commit, and counts them as received. Same rules as Write.
+  absl::StatusOr<absl::Span<char>> MutableChunk(int64_t offset, int64_t size);
+
+  // Commit makes the tensor visible under its name, atomically; returns its version (1 for a new
+  // name, the old version + 1 for a replaced one). INVALID_ARGUMENT when not every byte was
+  // written. FAILED_PRECONDITION when the name exists and neither `overwrite` nor a matching
+  // `expected_version` was given ("... exists at version 3; pass overwrite or
+  // expected_version=3"), when `expected_version` differs from the current version, or when it
+  // was given for a name that does not exist. On failure the upload stays uncommitted (destroy
+  // it to release its bytes); a second Commit is FAILED_PRECONDITION.
+  absl::StatusOr<int64_t> Commit();
+
+  const std::string& name() const { return name_; }
+  DataType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  int64_t bytes() const { return bytes_; }
+  int64_t bytes_received() const { return received_; }
+  bool committed() const { return committed_; }
+
+ private:
+  friend class TensorStore;
+  Upload(std::shared_ptr<State> state, std::string ns, std::shared_ptr<Entry> entry,
+         UploadOptions options);
+
+  std::shared_ptr<State> state_;
+  std::string ns_;
+  // The value being uploaded, not yet in the map; null once committed (the map holds it then,
+  // and a lingering Upload must not keep a deleted value's bytes) or moved from.
+  std::shared_ptr<Entry> entry_;
+  UploadOptions options_;
+  std::string name_;
+  DataType dtype_ = DataType::kFloat32;
+  Shape shape_;
+  int64_t bytes_ = 0;
+  int64_t received_ = 0;
+  bool committed_ = false;
+};
+
+// TensorStore::ReadHandle holds one version of a tensor: its bytes stay allocated and unchanged
+// (shared lock) for as long as the handle lives, even if the name is overwritten or deleted
+// meanwhile. Move-only.
+class TensorStore::ReadHandle {
+ public:
+  ReadHandle(ReadHandle&&) noexcept;
+  ReadHandle& operator=(ReadHandle&&) noexcept;
+  ~ReadHandle();
+
+  // view is the whole tensor, contiguous; valid while the handle lives.
+  TensorView view() const;
+  const std::string& name() const;
+  DataType dtype() const;
+  const Shape& shape() const;
+  int64_t bytes() const;
+  int64_t version() const { return version_; }
+
+ private:
+  friend class TensorStore;
+  ReadHandle(std::shared_ptr<Entry> entry, int64_t version);
+  void Release();
+
+  std::shared_ptr<Entry> entry_;  // null once moved from
+  int64_t version_ = 0;
+};
+
+// TensorStore::UpdateHandle holds a tensor exclusively for an in-place change. Commit bumps the
+// version and releases the handle. Destroying it without Commit releases the lock and leaves the
+// version as it was, but whatever was written through view() stays written: the store keeps no
+// copy. So a caller whose change can fail after it starts writing (a kernel that finds a bad
+// index halfway) must validate first, or compute into a copy and write it back, before it
+// commits; otherwise readers see changed bytes under the old version. Move-only.
+class TensorStore::UpdateHandle {
+ public:
+  UpdateHandle(UpdateHandle&&) noexcept;
+  UpdateHandle& operator=(UpdateHandle&&) noexcept;
+  ~UpdateHandle();
+
+  // view is the whole tensor, contiguous and writable. It and the accessors below are valid
+  // while held(): Commit lets go of the bytes.
+  MutableTensorView view() const;
+  const std::string& name() const;
+  DataType dtype() const;
+  const Shape& shape() const;
+  int64_t bytes() const;
+  // The version the update started from; after a successful Commit, the new one.
+  int64_t version() const { return version_; }
+  // held is true until Commit (or a move) releases the lock.
+  bool held() const { return held_; }
+
+  // Commit returns the new version (version() + 1) and releases the lock. ABORTED when the name
+  // was overwritten or deleted while the handle held it (those do not wait): the change went to
+  // bytes no one will read again. FAILED_PRECONDITION for a handle already committed.
+  absl::StatusOr<int64_t> Commit();
+
+ private:
+  friend class TensorStore;
+  UpdateHandle(std::shared_ptr<State> state, std::shared_ptr<Entry> entry, int64_t version);
+  void Release();
+
+  std::shared_ptr<State> state_;
+  std::shared_ptr<Entry> entry_;  // null once committed or moved from
+  int64_t version_ = 0;
+  bool held_ = true;  // the lock on entry_'s bytes is ours to release
+};
+
+}  // namespace tensorops
+
+#endif  // TENSOROPS_SERVER_STORE_TENSOR_STORE_H_

@@ -52,6 +52,9 @@ ABSL_FLAG(int64_t, gpu_min_bytes, int64_t{1} << 20,
 ABSL_FLAG(int64_t, gpu_memory_limit, 0,
           "Most GPU memory in bytes that batches hold at once (>= 0; 0 = no limit but the "
           "device's); a batch that would exceed it runs on the CPU.");
+ABSL_FLAG(int64_t, store_memory_bytes, int64_t{1} << 30,
+          "Most bytes the tensor store (PutTensor, referenced by any op) holds in all (>= 0; 0 "
+          "turns the store off).");
 ABSL_FLAG(int, metrics_port, -1,
           "Port of the Prometheus endpoint (GET /metrics); -1 = none, 0 = any free port.");
 ABSL_FLAG(std::string, metrics_host, "0.0.0.0",
@@ -95,6 +98,7 @@ tensorops::ServerOptions FlagsToOptions() {
   options.gpu.streams = absl::GetFlag(FLAGS_streams);
   options.gpu.min_bytes = absl::GetFlag(FLAGS_gpu_min_bytes);
   options.gpu.memory_limit_bytes = absl::GetFlag(FLAGS_gpu_memory_limit);
+  options.store.memory_bytes = absl::GetFlag(FLAGS_store_memory_bytes);
   options.metrics.port = absl::GetFlag(FLAGS_metrics_port);
   options.metrics.host = absl::GetFlag(FLAGS_metrics_host);
   options.shutdown.grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_s));

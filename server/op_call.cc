@@ -28,6 +28,11 @@ absl::Status Authenticate(const ServingContext& serving,
   return status;
 }
 
+std::string StoreNamespace(const ServingContext& /*serving*/,
+                           const grpc::CallbackServerContext& /*context*/) {
+  return "";
+}
+
 void LogFinishedCall(std::string_view method, std::string_view peer, absl::Duration elapsed,
                      const absl::Status& status) {
   if (status.ok()) {

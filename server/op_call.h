@@ -33,6 +33,7 @@
 #include "server/metrics.h"
 #include "server/prepared_op.h"
 #include "server/scheduler.h"
+#include "server/store/tensor_store.h"
 
 namespace tensorops {
 
@@ -47,7 +48,15 @@ struct ServingContext {
   const TokenAuthenticator* authenticator = nullptr;
   // The most requests one RunStream may have read and not yet answered: >= 1.
   int max_stream_in_flight = 64;
+  // The resident tensors the store RPCs keep and ops reference; never null in a server.
+  TensorStore* store = nullptr;
 };
+
+// StoreNamespace is the store namespace of `context`'s caller, the one place that decides it.
+// Every caller shares "" for now: with token auth the server has a single token, so there is
+// nothing to tell callers apart by; per-token namespaces need several tokens.
+std::string StoreNamespace(const ServingContext& serving,
+                           const grpc::CallbackServerContext& context);
 
 // CallTimeline is when one op call reached each stage, for the stage-latency metrics.
 struct CallTimeline {

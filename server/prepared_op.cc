@@ -66,10 +66,12 @@ std::optional<MutableTensorView> TakeInput(const Plan& plan, std::string* input_
 // which the caller lets us take) an op whose result is its input updated takes those bytes as the
 // result instead and runs in place on the CPU (the GPU form always allocates its result: the
 // device copies read the input).
+// `handles` holds the stored tensors the plan reads; both forms keep it for as long as they live.
 template <typename Plan, typename Kernel>
 absl::StatusOr<PreparedOp> Prepare(std::string_view op, Plan plan, const wire::DecodeLimits& limits,
                                    v1::Tensor* result_tensor, Kernel kernel,
-                                   std::string* input_data = nullptr) {
+                                   std::string* input_data,
+                                   std::shared_ptr<ArgDecoder::ReadHandles> handles) {
   auto shared_plan = std::make_shared<const Plan>(std::move(plan));
   const auto allocate = [op, limits, shared_plan, result_tensor] {
     return AllocateResult(op, shared_plan->result_dtype, shared_plan->result_shape, limits,
@@ -77,8 +79,10 @@ absl::StatusOr<PreparedOp> Prepare(std::string_view op, Plan plan, const wire::D
   };
   PreparedOp prepared{
       .op = op,
-      .run = [allocate, kernel, shared_plan, result_tensor, input_data]() -> absl::Status {
+      .run = [allocate, kernel, shared_plan, result_tensor, input_data, handles]() -> absl::Status {
         if constexpr (requires { shared_plan->input; }) {
+          // A referenced input's bytes are the store's, never input_data's: TakeInput finds
+          // they differ (an empty input.data) and leaves them alone.
           if (std::optional<MutableTensorView> in_place =
                   TakeInput(*shared_plan, input_data, result_tensor)) {
             return kernel(*shared_plan, *in_place);
@@ -88,7 +92,7 @@ absl::StatusOr<PreparedOp> Prepare(std::string_view op, Plan plan, const wire::D
         return kernel(*shared_plan, result);
       }};
   if constexpr (requires(const Plan& p) { MakeDeviceCall(p); }) {
-    prepared.device = [allocate, shared_plan]() -> absl::StatusOr<DeviceRun> {
+    prepared.device = [allocate, shared_plan, handles]() -> absl::StatusOr<DeviceRun> {
       std::unique_ptr<DeviceCall> call = MakeDeviceCall(*shared_plan);
       if (call == nullptr) return DeviceRun{};
       TENSOROPS_ASSIGN_OR_RETURN(MutableTensorView result, allocate());
@@ -102,10 +106,11 @@ absl::StatusOr<PreparedOp> Prepare(std::string_view op, Plan plan, const wire::D
 template <typename Op>
 absl::StatusOr<PreparedOp> PrepareFor(const typename Op::Request& request,
                                       const wire::DecodeLimits& limits, v1::Tensor* result,
-                                      InputReuse reuse) {
+                                      InputReuse reuse, const StoredTensors& stored) {
   using Serving = OpServing<Op>;
   const std::string_view op = ops::Name<Op>();
-  TENSOROPS_ASSIGN_OR_RETURN(auto args, Serving::Decode(request, ArgDecoder(op, limits)));
+  const ArgDecoder decoder(op, limits, stored);
+  TENSOROPS_ASSIGN_OR_RETURN(auto args, Serving::Decode(request, decoder));
   // The request is not a const object (see InputReuse), so writing through the pointer is
   // defined.
   std::string* input_data = Serving::kUpdatesInput && reuse == InputReuse::kMayTakeInput
@@ -115,7 +120,7 @@ absl::StatusOr<PreparedOp> PrepareFor(const typename Op::Request& request,
   if constexpr (requires { Serving::SetGpuOptions(request, &plan); }) {
     Serving::SetGpuOptions(request, &plan);
   }
-  return Prepare(op, std::move(plan), limits, result, Serving::kCpu, input_data);
+  return Prepare(op, std::move(plan), limits, result, Serving::kCpu, input_data, decoder.handles());
 }
 
 // BackwardNames holds "<op>_backward" for every op, built once from the op table.
@@ -135,13 +140,13 @@ const absl::flat_hash_map<v1::OpRequest::OpCase, std::string>& BackwardNames() {
 absl::StatusOr<PreparedOp> PrepareOp(v1::OpRequest::OpCase op,
                                      const google::protobuf::Message& request,
                                      const wire::DecodeLimits& limits, v1::Tensor* result,
-                                     InputReuse reuse) {
+                                     InputReuse reuse, const StoredTensors& stored) {
   return ops::VisitCase(
       op,
       [&]<typename Op>(Op) {
         // The caller's message is Op's request (the handler of Op's RPC passes it).
         return PrepareFor<Op>(static_cast<const typename Op::Request&>(request), limits, result,
-                              reuse);
+                              reuse, stored);
       },
       [&]() -> absl::StatusOr<PreparedOp> {
         return absl::InternalError(absl::StrCat("PrepareOp: no op has case ", op));
@@ -149,11 +154,12 @@ absl::StatusOr<PreparedOp> PrepareOp(v1::OpRequest::OpCase op,
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(const v1::OpRequest& request, const wire::DecodeLimits& limits,
-                                     v1::Tensor* result, InputReuse reuse) {
+                                     v1::Tensor* result, InputReuse reuse,
+                                     const StoredTensors& stored) {
   return ops::VisitOp(
       request,
       [&]<typename Op>(Op, const typename Op::Request& op_request) {
-        return PrepareFor<Op>(op_request, limits, result, reuse);
+        return PrepareFor<Op>(op_request, limits, result, reuse, stored);
       },
       []() -> absl::StatusOr<PreparedOp> {
         return absl::InvalidArgumentError(
@@ -163,16 +169,24 @@ absl::StatusOr<PreparedOp> PrepareOp(const v1::OpRequest& request, const wire::D
 
 absl::StatusOr<PreparedOp> PrepareBackward(const v1::BackwardRequest& request,
                                            const wire::DecodeLimits& limits,
-                                           v1::BackwardResponse* response) {
+                                           v1::BackwardResponse* response,
+                                           const StoredTensors& stored) {
   const std::string_view op = BackwardOpName(request.op());
+  // grad_output's decoder; the forward call's tensors get one named after the forward op.
+  const ArgDecoder decoder(op, limits, stored);
+  // The stored tensors of the forward call, held until the backward has run.
+  std::shared_ptr<ArgDecoder::ReadHandles> handles;
   TENSOROPS_ASSIGN_OR_RETURN(
       BackwardArgs args,
       ops::VisitOp(
           request.op(),
           [&]<typename Op>(Op,
                            const typename Op::Request& op_request) -> absl::StatusOr<BackwardArgs> {
-            TENSOROPS_ASSIGN_OR_RETURN(
-                auto args, OpServing<Op>::Decode(op_request, ArgDecoder(ops::Name<Op>(), limits)));
+            // The forward's errors name the forward op, as an inline forward call's do.
+            const ArgDecoder forward_decoder(ops::Name<Op>(), limits, stored);
+            TENSOROPS_ASSIGN_OR_RETURN(auto args,
+                                       OpServing<Op>::Decode(op_request, forward_decoder));
+            handles = forward_decoder.handles();
             return BackwardArgs(std::move(args));
           },
           []() -> absl::StatusOr<BackwardArgs> {
@@ -181,10 +195,12 @@ absl::StatusOr<PreparedOp> PrepareBackward(const v1::BackwardRequest& request,
                 "scatter)");
           }));
   TENSOROPS_ASSIGN_OR_RETURN(TensorView grad_output,
-                             wire::DecodeTensor(request.grad_output(), op, "grad_output", limits));
+                             decoder.Tensor(request.grad_output(), "grad_output"));
   auto shared_args = std::make_shared<const BackwardArgs>(std::move(args));
+  std::shared_ptr<ArgDecoder::ReadHandles> grad_handles = decoder.handles();
   return PreparedOp{
-      .op = op, .run = [shared_args, grad_output, response]() -> absl::Status {
+      .op = op,
+      .run = [shared_args, grad_output, response, handles, grad_handles]() -> absl::Status {
         TENSOROPS_ASSIGN_OR_RETURN(Gradients gradients, Backward(*shared_args, grad_output));
         // The gradients are computed into tensors of their own and copied into the response
         // once; they are each the size of an input, which the request already carried.

@@ -22,6 +22,7 @@
 #include "google/protobuf/message.h"
 #include "kernels/device_call.h"
 #include "proto/codec.h"
+#include "server/store/tensor_store.h"
 #include "tensorops/v1/generic.pb.h"
 #include "tensorops/v1/ops.pb.h"
 
@@ -59,25 +60,41 @@ enum class InputReuse {
   kMayTakeInput,
 };
 
+// StoredTensors is where a request's references to stored tensors (Tensor.stored) are read from.
+// The op holds a ReadHandle on every tensor it references from preparation until the PreparedOp
+// is destroyed, so the bytes it reads stay one version for the whole call.
+struct StoredTensors {
+  // Null: every reference fails with FAILED_PRECONDITION.
+  const TensorStore* store = nullptr;
+  // The caller's namespace (StoreNamespace, server/op_call.h).
+  std::string_view ns;
+};
+
 // PrepareOp decodes and plans one request under `limits`, its result to go into `result` (inside
 // the response, which must outlive the PreparedOp): INVALID_ARGUMENT for a bad request (naming the
 // op, the argument, the value and the rule), RESOURCE_EXHAUSTED for a tensor over the limits.
 // `request` is the message of the op `op` (an op's own request type, e.g. v1::GatherRequest).
+// A tensor argument that references a stored tensor is read from `stored`: NOT_FOUND naming the
+// op, the argument and the name when it does not exist, FAILED_PRECONDITION when its version is
+// not the one the reference expects.
 absl::StatusOr<PreparedOp> PrepareOp(v1::OpRequest::OpCase op,
                                      const google::protobuf::Message& request,
                                      const wire::DecodeLimits& limits, v1::Tensor* result,
-                                     InputReuse reuse = InputReuse::kNo);
+                                     InputReuse reuse = InputReuse::kNo,
+                                     const StoredTensors& stored = {});
 // The generic form: the op the oneof holds; INVALID_ARGUMENT "run: op is not set ..." when it
 // holds none.
 absl::StatusOr<PreparedOp> PrepareOp(const v1::OpRequest& request, const wire::DecodeLimits& limits,
-                                     v1::Tensor* result, InputReuse reuse = InputReuse::kNo);
+                                     v1::Tensor* result, InputReuse reuse = InputReuse::kNo,
+                                     const StoredTensors& stored = {});
 
 // PrepareBackward decodes the forward call and grad_output of `request`; its `run` computes the
 // gradients (kernels/backward.h) into `response`. Errors as PrepareOp's, and the backward's own
 // (a dtype that is not differentiable, a grad_output of the wrong shape or dtype) from `run`.
 absl::StatusOr<PreparedOp> PrepareBackward(const v1::BackwardRequest& request,
                                            const wire::DecodeLimits& limits,
-                                           v1::BackwardResponse* response);
+                                           v1::BackwardResponse* response,
+                                           const StoredTensors& stored = {});
 
 // BackwardOpName is the name of `request`'s backward for logs and metrics: "gather_backward", ...
 // ("backward" when no op is set).

@@ -62,8 +62,11 @@ class RunStreamReactor::Request final : public OpCall {
 
   // Start prepares the op and admits it to the scheduler, or answers with the error at once.
   void Start() {
-    OpCall::Start(
-        [this] { return PrepareOp(message_.op(), serving().limits, response_.mutable_result()); });
+    OpCall::Start([this] {
+      const std::string ns = StoreNamespace(serving(), *stream_->context_);
+      return PrepareOp(message_.op(), serving().limits, response_.mutable_result(), InputReuse::kNo,
+                       StoredTensors{.store = serving().store, .ns = ns});
+    });
   }
 
   const v1::RunStreamResponse& response() const { return response_; }

@@ -247,13 +247,15 @@ absl::Status Server::StartScheduler(const ServerOptions& options, Placement& pla
 
 void Server::BuildService(const ServerOptions& options, const Placement& placement) {
   const ServerOptions::Limits& limits = options.limits;
+  store_ = std::make_unique<TensorStore>(options.store.memory_bytes);
   serving_ = ServingContext{.limits = wire::DecodeLimits{.max_rank = limits.max_rank,
                                                          .max_elements = limits.max_elements,
                                                          .max_bytes = limits.max_message_bytes},
                             .scheduler = scheduler_.get(),
                             .metrics = metrics_.get(),
                             .authenticator = authenticator_.get(),
-                            .max_stream_in_flight = limits.max_stream_in_flight};
+                            .max_stream_in_flight = limits.max_stream_in_flight,
+                            .store = store_.get()};
   service_ = std::make_unique<TensorOpsService>(
       serving_, BuildServerInfo(options, placement.inventory, cpu_threads_,
                                 scheduler_->options().queue.max_concurrent_calls,
@@ -302,13 +304,17 @@ void Server::LogStartUp(const ServerOptions& options, const Placement& placement
       "tensorops-server {} (rev {}) listening on {}; tls: {}, auth: {}; devices: {}; placement: "
       "{}; limits: max_message_bytes={}, max_elements={}, max_rank={}, "
       "max_concurrent_calls={}, max_queued_calls={}, max_stream_in_flight={}; batching: "
-      "max_batch={}, max_batch_bytes={}, max_queue_delay={}, inline_max_bytes={}; metrics: {}",
+      "max_batch={}, max_batch_bytes={}, max_queue_delay={}, inline_max_bytes={}; store: {}; "
+      "metrics: {}",
       TENSOROPS_VERSION, TENSOROPS_GIT_REVISION, ListenAddress(options.host, port_), tls_mode,
       token_auth ? "token" : "off", DevicesSummary(placement.inventory, cpu_threads_),
       placement.description, limits.max_message_bytes, limits.max_elements, limits.max_rank,
       queue.max_concurrent_calls, queue.max_queued_calls, limits.max_stream_in_flight,
       queue.max_batch, queue.max_batch_bytes, absl::FormatDuration(queue.max_queue_delay),
       queue.inline_max_bytes,
+      options.store.memory_bytes > 0
+          ? absl::StrFormat("store_memory_bytes=%d", options.store.memory_bytes)
+          : std::string("off (--store_memory_bytes=0)"),
       metrics_->port() >= 0 ? absl::StrFormat("http://%s/metrics",
                                               ListenAddress(options.metrics.host, metrics_->port()))
                             : std::string("no endpoint (--metrics_port=-1)"));

@@ -31,6 +31,7 @@
 #include "server/op_call.h"
 #include "server/scheduler.h"
 #include "server/server_options.h"
+#include "server/store/tensor_store.h"
 #include "server/tensor_ops_service.h"
 
 namespace tensorops {
@@ -61,6 +62,9 @@ class Server {
 
   // scheduler is the executor every op call runs on (for tests that need to occupy it).
   Scheduler& scheduler() { return *scheduler_; }
+
+  // store holds the tensors PutTensor stored (for tests that look inside).
+  TensorStore& store() { return *store_; }
 
   // metrics counts every call (Scrape() for tests; the endpoint when options.metrics.port >= 0).
   Metrics& metrics() { return *metrics_; }
@@ -112,6 +116,8 @@ class Server {
   // The CUDA executor when calls run on a GPU (null otherwise, or when a test supplied one).
   std::unique_ptr<DeviceExecutor> owned_executor_;
   std::unique_ptr<Scheduler> scheduler_;
+  // Before the service, whose calls read it; handles outliving it keep what they hold alive.
+  std::unique_ptr<TensorStore> store_;
   ServingContext serving_;
   std::unique_ptr<TensorOpsService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;

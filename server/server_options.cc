@@ -151,6 +151,8 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
   TENSOROPS_RETURN_IF_ERROR(AtLeast("--gpu_memory_limit", options.gpu.memory_limit_bytes, 0,
                                     " (0 = no limit but the device's)"));
 
+  TENSOROPS_RETURN_IF_ERROR(
+      AtLeast("--store_memory_bytes", options.store.memory_bytes, 0, " (0 = no store)"));
   TENSOROPS_RETURN_IF_ERROR(Between("--metrics_port", options.metrics.port, -1, 65535,
                                     " (-1 = no endpoint, 0 = any free port)"));
   TENSOROPS_RETURN_IF_ERROR(NotNegative("--shutdown_grace_s", options.shutdown.grace,

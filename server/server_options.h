@@ -122,6 +122,15 @@ struct ServerOptions {
   Gpu gpu;
   // The Prometheus endpoint; port -1 (the default) serves none, but calls are still counted.
   MetricsOptions metrics;
+  // The tensor store (server/store/tensor_store.h): named tensors kept in memory by PutTensor and
+  // referenced by any op.
+  struct Store {
+    // Most bytes the stored tensors (and uploads in flight) hold in all, >= 0; an upload beyond
+    // it gets RESOURCE_EXHAUSTED naming --store_memory_bytes. 0 turns the store off. Default
+    // 1 GiB: on by default, modest next to a server's memory; raise it for resident weights.
+    int64_t memory_bytes = int64_t{1} << 30;
+  };
+  Store store;
 };
 
 // ValidateServerOptions checks every range and combination Start needs, in one place for both

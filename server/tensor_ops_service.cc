@@ -1,14 +1,24 @@
 #include "server/tensor_ops_service.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
 #include <string_view>
 #include <utility>
 
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/descriptor.h"
+#include "kernels/status_macros.h"
+#include "proto/codec.h"
 #include "proto/grpc_status.h"
 #include "proto/op_list.h"
 #include "server/parsed_request.h"
 #include "server/prepared_op.h"
+#include "server/store/tensor_store.h"
+#include "tensorops/v1/store.pb.h"
 
 namespace tensorops {
 namespace {
@@ -25,6 +35,279 @@ int MethodIndex(std::string_view method) {
   return found->index();
 }
 
+// GetTensor's data chunks: kDefaultChunkBytes when the client leaves chunk_bytes 0, and never more
+// than kMaxChunkBytes, nor more than fits a message under the server's limit.
+constexpr int64_t kDefaultChunkBytes = int64_t{4} << 20;
+constexpr int64_t kMaxChunkBytes = int64_t{64} << 20;
+// Room for a GetTensorResponse's framing around its data (field key and length).
+constexpr int64_t kChunkFramingBytes = 64;
+
+// ToProto describes a stored tensor on the wire.
+void ToProto(const TensorStore::Metadata& metadata, v1::TensorInfo* info) {
+  info->set_name(metadata.name);
+  info->set_dtype(wire::DataTypeToProto(metadata.dtype));
+  info->mutable_shape()->Assign(metadata.shape.begin(), metadata.shape.end());
+  info->set_bytes(metadata.bytes);
+  info->set_version(metadata.version);
+  info->set_device(metadata.device);
+  info->set_created_unix_nanos(absl::ToUnixNanos(metadata.created));
+  info->set_updated_unix_nanos(absl::ToUnixNanos(metadata.updated));
+}
+
+// OptionalVersion reads a proto3 `optional int64` version field.
+template <typename Message, typename Has, typename Get>
+std::optional<int64_t> OptionalVersion(const Message& message, Has has, Get get) {
+  if (!(message.*has)()) return std::nullopt;
+  return (message.*get)();
+}
+
+// FinishStoreCall logs a finished store call and counts it in the metrics (op `op`, on no
+// device: the store RPCs run no kernel).
+void FinishStoreCall(const ServingContext& serving, const grpc::CallbackServerContext& context,
+                     std::string_view method, std::string_view op, absl::Time start,
+                     const absl::Status& status, int64_t request_bytes, int64_t response_bytes) {
+  LogFinishedCall(method, context.peer(), absl::Now() - start, status);
+  serving.metrics->CallFinished(op, status.code(), "none", CallStages(), request_bytes,
+                                status.ok() ? response_bytes : 0);
+}
+
+// PutTensorReactor receives one PutTensor stream: the header begins an upload in the store, each
+// chunk is written into it as it arrives (the one copy from the message into the store's bytes),
+// and the client's half-close commits it. Any error, a cancelled call or a broken stream destroys
+// the upload uncommitted, which leaves nothing behind. Deletes itself when gRPC is done with it.
+class PutTensorReactor final : public grpc::ServerReadReactor<Parsed<v1::PutTensorRequest>> {
+ public:
+  PutTensorReactor(const ServingContext& serving, grpc::CallbackServerContext* context,
+                   v1::PutTensorResponse* response)
+      : serving_(serving),
+        context_(context),
+        response_(response),
+        ns_(StoreNamespace(serving, *context)) {
+    // The token first: an unauthenticated caller's bytes are never read.
+    if (absl::Status auth = Authenticate(serving_, *context_); !auth.ok()) {
+      End(auth);
+      return;
+    }
+    StartRead(&message_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // The client half-closed, or the call broke or was cancelled: only the first commits.
+      if (context_->IsCancelled()) {
+        End(absl::CancelledError("put_tensor: the call was cancelled; nothing was stored"));
+      } else {
+        End(Commit());
+      }
+      return;
+    }
+    request_bytes_ += static_cast<int64_t>(message_.bytes);
+    if (absl::Status status = Consume(); !status.ok()) {
+      End(status);
+      return;
+    }
+    StartRead(&message_);
+  }
+
+  void OnDone() override {
+    FinishStoreCall(serving_, *context_, "PutTensor", "put_tensor", start_, status_, request_bytes_,
+                    static_cast<int64_t>(response_->ByteSizeLong()));
+    delete this;
+  }
+
+ private:
+  // Consume takes one message of the stream.
+  absl::Status Consume() {
+    if (!message_.ok) return MalformedRequestError(message_);
+    const v1::PutTensorRequest& request = message_.message;
+    if (!upload_.has_value()) {
+      if (request.part_case() != v1::PutTensorRequest::kHeader) {
+        return absl::InvalidArgumentError(
+            "put_tensor: the first message must be the header (name, dtype, shape); the tensor's "
+            "data follows it");
+      }
+      return Begin(request.header());
+    }
+    if (request.part_case() != v1::PutTensorRequest::kData) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "put_tensor: tensor \"%s\" already has its header; every later message must be data",
+          upload_->name()));
+    }
+    const std::string& data = request.data();
+    if (static_cast<int64_t>(data.size()) > upload_->bytes() - upload_->bytes_received()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "put_tensor: tensor \"%s\" is %d bytes, but the chunks sent hold more (%d so far)",
+          upload_->name(), upload_->bytes(),
+          upload_->bytes_received() + static_cast<int64_t>(data.size())));
+    }
+    return upload_->Write(upload_->bytes_received(), data);
+  }
+
+  // Begin checks the header against the server's limits and begins the upload. The message size
+  // limit does not apply: the data arrives in chunks of the client's choosing.
+  absl::Status Begin(const v1::PutTensorHeader& header) {
+    TENSOROPS_ASSIGN_OR_RETURN(DataType dtype,
+                               wire::DataTypeFromProto(header.dtype(), "put_tensor", "header"));
+    wire::DecodeLimits limits = serving_.limits;
+    limits.max_bytes = std::numeric_limits<int64_t>::max();
+    const Shape shape(header.shape().begin(), header.shape().end());
+    TENSOROPS_RETURN_IF_ERROR(
+        wire::CheckShape(dtype, shape, "put_tensor", "header", limits).status());
+    TensorStore::UploadOptions options{
+        .overwrite = header.overwrite(),
+        .expected_version = OptionalVersion(header, &v1::PutTensorHeader::has_expected_version,
+                                            &v1::PutTensorHeader::expected_version)};
+    TENSOROPS_ASSIGN_OR_RETURN(
+        TensorStore::Upload upload,
+        serving_.store->BeginUpload(ns_, header.name(), dtype, shape, options));
+    upload_.emplace(std::move(upload));
+    return absl::OkStatus();
+  }
+
+  // Commit makes the upload visible and describes it in the response.
+  absl::Status Commit() {
+    if (!upload_.has_value()) {
+      return absl::InvalidArgumentError(
+          "put_tensor: the stream ended without a header (name, dtype, shape)");
+    }
+    TENSOROPS_ASSIGN_OR_RETURN(const int64_t version, upload_->Commit());
+    v1::TensorInfo* info = response_->mutable_info();
+    absl::StatusOr<TensorStore::Metadata> metadata = serving_.store->Info(ns_, upload_->name());
+    if (metadata.ok() && metadata->version == version) {
+      ToProto(*metadata, info);
+      return absl::OkStatus();
+    }
+    // Replaced or deleted already by another caller: describe what this call stored.
+    const absl::Time now = absl::Now();
+    ToProto(TensorStore::Metadata{.name = upload_->name(),
+                                  .dtype = upload_->dtype(),
+                                  .shape = upload_->shape(),
+                                  .bytes = upload_->bytes(),
+                                  .version = version,
+                                  .device = kStoreCpuDevice,
+                                  .created = now,
+                                  .updated = now},
+            info);
+    return absl::OkStatus();
+  }
+
+  // End finishes the call once with `status`; an uncommitted upload goes at once.
+  void End(const absl::Status& status) {
+    status_ = status;
+    upload_.reset();
+    if (!status.ok()) response_->Clear();
+    Finish(wire::ToGrpcStatus(status));
+  }
+
+  const ServingContext& serving_;
+  grpc::CallbackServerContext* const context_;
+  v1::PutTensorResponse* const response_;
+  const std::string ns_;
+  const absl::Time start_ = absl::Now();
+  Parsed<v1::PutTensorRequest> message_;
+  std::optional<TensorStore::Upload> upload_;
+  int64_t request_bytes_ = 0;
+  absl::Status status_;
+};
+
+// GetTensorReactor sends one tensor: its TensorInfo, then its bytes in chunks. It holds a
+// ReadHandle for the whole stream, so every chunk is of the version the info names, however
+// long the client takes to read. Deletes itself when gRPC is done with it.
+class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResponse> {
+ public:
+  GetTensorReactor(const ServingContext& serving, grpc::CallbackServerContext* context,
+                   const Parsed<v1::GetTensorRequest>& request)
+      : serving_(serving), context_(context), request_bytes_(static_cast<int64_t>(request.bytes)) {
+    absl::Status status = Authenticate(serving_, *context_);
+    if (status.ok()) status = Begin(request);
+    if (!status.ok()) {
+      End(status);
+      return;
+    }
+    Send();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      End(absl::CancelledError("get_tensor: the client went away before the last chunk"));
+      return;
+    }
+    if (offset_ >= read_->bytes()) {
+      End(absl::OkStatus());
+      return;
+    }
+    response_.Clear();
+    const int64_t size = std::min(chunk_bytes_, read_->bytes() - offset_);
+    response_.set_data(static_cast<const char*>(read_->view().data()) + offset_,
+                       static_cast<size_t>(size));
+    offset_ += size;
+    Send();
+  }
+
+  void OnDone() override {
+    FinishStoreCall(serving_, *context_, "GetTensor", "get_tensor", start_, status_, request_bytes_,
+                    response_bytes_);
+    delete this;
+  }
+
+ private:
+  absl::Status Begin(const Parsed<v1::GetTensorRequest>& parsed) {
+    if (!parsed.ok) return MalformedRequestError(parsed);
+    const v1::GetTensorRequest& request = parsed.message;
+    if (request.chunk_bytes() < 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "get_tensor: chunk_bytes = %d is negative (0 takes the server's default, %d)",
+          request.chunk_bytes(), kDefaultChunkBytes));
+    }
+    chunk_bytes_ = request.chunk_bytes() == 0 ? kDefaultChunkBytes : request.chunk_bytes();
+    chunk_bytes_ = std::max<int64_t>(1, std::min({chunk_bytes_, kMaxChunkBytes,
+                                                  serving_.limits.max_bytes - kChunkFramingBytes}));
+    TENSOROPS_ASSIGN_OR_RETURN(
+        TensorStore::ReadHandle read,
+        serving_.store->Read(StoreNamespace(serving_, *context_), request.name(),
+                             OptionalVersion(request, &v1::GetTensorRequest::has_version,
+                                             &v1::GetTensorRequest::version)));
+    read_.emplace(std::move(read));
+    // The info of the version held; created/updated come from the store's current entry when it
+    // is still that version.
+    TensorStore::Metadata metadata{.name = read_->name(),
+                                   .dtype = read_->dtype(),
+                                   .shape = read_->shape(),
+                                   .bytes = read_->bytes(),
+                                   .version = read_->version(),
+                                   .device = kStoreCpuDevice};
+    absl::StatusOr<TensorStore::Metadata> current =
+        serving_.store->Info(StoreNamespace(serving_, *context_), request.name());
+    if (current.ok() && current->version == metadata.version) metadata = *std::move(current);
+    ToProto(metadata, response_.mutable_info());
+    return absl::OkStatus();
+  }
+
+  void Send() {
+    response_bytes_ += static_cast<int64_t>(response_.ByteSizeLong());
+    StartWrite(&response_);
+  }
+
+  // End finishes the call once; the ReadHandle goes at once, not when gRPC is done.
+  void End(const absl::Status& status) {
+    status_ = status;
+    read_.reset();
+    Finish(wire::ToGrpcStatus(status));
+  }
+
+  const ServingContext& serving_;
+  grpc::CallbackServerContext* const context_;
+  const int64_t request_bytes_;
+  const absl::Time start_ = absl::Now();
+  std::optional<TensorStore::ReadHandle> read_;
+  int64_t chunk_bytes_ = kDefaultChunkBytes;
+  // Bytes of the tensor sent so far.
+  int64_t offset_ = 0;
+  v1::GetTensorResponse response_;
+  int64_t response_bytes_ = 0;
+  absl::Status status_;
+};
+
 }  // namespace
 
 TensorOpsService::TensorOpsService(const ServingContext& serving,
@@ -35,23 +318,27 @@ TensorOpsService::TensorOpsService(const ServingContext& serving,
   ops::ForEachOp([this]<typename Op>(Op) {
     HandleOpCall<typename Op::Request, typename Op::Response>(
         ops::Rpc<Op>(), ops::Name<Op>(),
-        [this](const typename Op::Request& request, typename Op::Response* response) {
+        [this](const typename Op::Request& request, typename Op::Response* response,
+               const StoredTensors& stored) {
           return PrepareOp(Op::kCase, request, serving_.limits, response->mutable_result(),
-                           InputReuse::kMayTakeInput);
+                           InputReuse::kMayTakeInput, stored);
         });
   });
   HandleOpCall<v1::OpRequest, v1::OpResponse>(
-      "Run", "run", [this](const v1::OpRequest& request, v1::OpResponse* response) {
+      "Run", "run",
+      [this](const v1::OpRequest& request, v1::OpResponse* response, const StoredTensors& stored) {
         return PrepareOp(request, serving_.limits, response->mutable_result(),
-                         InputReuse::kMayTakeInput);
+                         InputReuse::kMayTakeInput, stored);
       });
   HandleOpCall<v1::BackwardRequest, v1::BackwardResponse>(
       "Backward", "backward",
-      [this](const v1::BackwardRequest& request, v1::BackwardResponse* response) {
-        return PrepareBackward(request, serving_.limits, response);
+      [this](const v1::BackwardRequest& request, v1::BackwardResponse* response,
+             const StoredTensors& stored) {
+        return PrepareBackward(request, serving_.limits, response, stored);
       });
   HandleServerInfo();
   HandleRunStream();
+  HandleStoreRpcs();
 }
 
 void TensorOpsService::BeginShutdown() { streams_.CloseAll(); }
@@ -77,7 +364,9 @@ void TensorOpsService::HandleOpCall(std::string_view method, std::string_view op
                 serving_, context, method, op_name,
                 [&]() -> absl::StatusOr<PreparedOp> {
                   if (!request->ok) return MalformedRequestError(*request);
-                  return prepare(request->message, response);
+                  const std::string ns = StoreNamespace(serving_, *context);
+                  return prepare(request->message, response,
+                                 StoredTensors{.store = serving_.store, .ns = ns});
                 },
                 static_cast<int64_t>(request->bytes), response);
           }));
@@ -110,6 +399,76 @@ void TensorOpsService::HandleRunStream() {
       new grpc::internal::CallbackBidiHandler<Parsed<v1::RunStreamRequest>, v1::RunStreamResponse>(
           [this](grpc::CallbackServerContext* context) {
             return new RunStreamReactor(serving_, context, &streams_);
+          }));
+}
+
+void TensorOpsService::HandleStoreRpcs() {
+  MarkMethodCallback(
+      MethodIndex("PutTensor"),
+      new grpc::internal::CallbackClientStreamingHandler<Parsed<v1::PutTensorRequest>,
+                                                         v1::PutTensorResponse>(
+          [this](grpc::CallbackServerContext* context, v1::PutTensorResponse* response) {
+            return new PutTensorReactor(serving_, context, response);
+          }));
+  MarkMethodCallback(
+      MethodIndex("GetTensor"),
+      new grpc::internal::CallbackServerStreamingHandler<Parsed<v1::GetTensorRequest>,
+                                                         v1::GetTensorResponse>(
+          [this](grpc::CallbackServerContext* context,
+                 const Parsed<v1::GetTensorRequest>* request) {
+            return new GetTensorReactor(serving_, context, *request);
+          }));
+  HandleStoreCall<v1::DeleteTensorRequest, v1::DeleteTensorResponse>(
+      "DeleteTensor", "delete_tensor",
+      [](TensorStore& store, std::string_view ns, const v1::DeleteTensorRequest& request,
+         v1::DeleteTensorResponse*) {
+        return store.Delete(ns, request.name(),
+                            OptionalVersion(request, &v1::DeleteTensorRequest::has_expected_version,
+                                            &v1::DeleteTensorRequest::expected_version));
+      });
+  HandleStoreCall<v1::ListTensorsRequest, v1::ListTensorsResponse>(
+      "ListTensors", "list_tensors",
+      [](TensorStore& store, std::string_view ns, const v1::ListTensorsRequest&,
+         v1::ListTensorsResponse* response) {
+        for (const TensorStore::Metadata& metadata : store.List(ns)) {
+          ToProto(metadata, response->add_tensors());
+        }
+        return absl::OkStatus();
+      });
+  HandleStoreCall<v1::TensorInfoRequest, v1::TensorInfoResponse>(
+      "TensorInfo", "tensor_info",
+      [](TensorStore& store, std::string_view ns, const v1::TensorInfoRequest& request,
+         v1::TensorInfoResponse* response) -> absl::Status {
+        TENSOROPS_ASSIGN_OR_RETURN(TensorStore::Metadata metadata, store.Info(ns, request.name()));
+        ToProto(metadata, response->mutable_info());
+        return absl::OkStatus();
+      });
+}
+
+template <typename Request, typename Response, typename Handle>
+void TensorOpsService::HandleStoreCall(std::string_view method, std::string_view op,
+                                       Handle handle) {
+  MarkMethodCallback(
+      MethodIndex(method),
+      new grpc::internal::CallbackUnaryHandler<Parsed<Request>, Response>(
+          [this, method, op, handle](grpc::CallbackServerContext* context,
+                                     const Parsed<Request>* request, Response* response) {
+            const absl::Time start = absl::Now();
+            absl::Status status = Authenticate(serving_, *context);
+            if (status.ok() && !request->ok) status = MalformedRequestError(*request);
+            if (status.ok()) {
+              status = GuardExceptions(op, [&] {
+                return handle(*serving_.store, StoreNamespace(serving_, *context), request->message,
+                              response);
+              });
+            }
+            if (!status.ok()) response->Clear();
+            FinishStoreCall(serving_, *context, method, op, start, status,
+                            static_cast<int64_t>(request->bytes),
+                            static_cast<int64_t>(response->ByteSizeLong()));
+            grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+            reactor->Finish(wire::ToGrpcStatus(status));
+            return reactor;
           }));
 }
 

@@ -14,6 +14,11 @@
 // mapped to grpc::Status, with the message unchanged. Every handler takes its request as
 // Parsed<T> (server/parsed_request.h), so a body that is not the declared message is answered
 // INVALID_ARGUMENT naming the message type, on every RPC.
+//
+// The store RPCs (PutTensor, GetTensor, DeleteTensor, ListTensors, TensorInfo) run on the gRPC
+// thread, not the scheduler: they copy bytes and take the store's locks, and never run a kernel.
+// Every op's tensor argument may reference a stored tensor instead of carrying its bytes
+// (Tensor.stored), resolved when the op is prepared (server/op_table.h, ArgDecoder).
 #ifndef TENSOROPS_SERVER_TENSOR_OPS_SERVICE_H_
 #define TENSOROPS_SERVER_TENSOR_OPS_SERVICE_H_
 
@@ -51,6 +56,12 @@ class TensorOpsService final : public v1::TensorOps::CallbackService {
 
   void HandleServerInfo();
   void HandleRunStream();
+  // The store RPCs (store.proto): PutTensor, GetTensor and the unary ones, on serving_.store.
+  void HandleStoreRpcs();
+  // HandleStoreCall installs the unary store RPC `method` (`op` in metrics), answered by
+  // handle(store, namespace, request, response).
+  template <typename Request, typename Response, typename Handle>
+  void HandleStoreCall(std::string_view method, std::string_view op, Handle handle);
 
   const ServingContext serving_;
   const v1::ServerInfoResponse server_info_;

@@ -8,9 +8,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/descriptor.h"
@@ -225,6 +225,8 @@ grpc::ByteBuffer GarbageBuffer() {
   return grpc::ByteBuffer(&slice, 1);
 }
 
+// Every method whose client sends one message (unary and server-streaming: GetTensor's garbage
+// request ends the stream before any response).
 TEST(MalformedRequestTest, EveryUnaryRpcAnswersInvalidArgumentNamingTheMessage) {
   std::unique_ptr<Server> server = StartServer(/*max_elements=*/1000);
   ASSERT_NE(server, nullptr);
@@ -254,25 +256,69 @@ TEST(MalformedRequestTest, EveryUnaryRpcAnswersInvalidArgumentNamingTheMessage) 
     EXPECT_THAT(status.error_message(), HasSubstr("(3 bytes) is not a valid " +
                                                   method->input_type()->full_name() + " message"));
   }
-  EXPECT_EQ(unary, service->method_count() - 1);  // all but RunStream
+  EXPECT_EQ(unary, service->method_count() - 2);  // all but RunStream and PutTensor
+}
+
+// RawCall is a streaming call of `method` through gRPC's generic stub, so that a test can send
+// bytes that are no valid message; Step waits for the operation tagged `tag`.
+class RawCall {
+ public:
+  RawCall(int port, const std::string& method)
+      : stub_(grpc::CreateChannel(absl::StrFormat("127.0.0.1:%d", port),
+                                  grpc::InsecureChannelCredentials())),
+        call_(stub_.PrepareCall(&context_, method, &queue_)) {
+    call_->StartCall(Tag(1));
+    Step(1);
+  }
+  ~RawCall() {
+    queue_.Shutdown();
+    void* tag = nullptr;
+    bool ok = false;
+    while (queue_.Next(&tag, &ok)) {
+    }
+  }
+
+  grpc::GenericClientAsyncReaderWriter& operator*() { return *call_; }
+  grpc::GenericClientAsyncReaderWriter* operator->() { return call_.get(); }
+  static void* Tag(intptr_t n) { return reinterpret_cast<void*>(n); }
+  // Step waits for the operation tagged `n` and returns whether it succeeded.
+  bool Step(intptr_t n) {
+    void* tag = nullptr;
+    bool ok = false;
+    EXPECT_TRUE(queue_.Next(&tag, &ok));
+    EXPECT_EQ(tag, Tag(n));
+    return ok;
+  }
+
+ private:
+  grpc::GenericStub stub_;
+  grpc::CompletionQueue queue_;
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call_;
+};
+
+TEST(MalformedRequestTest, PutTensorEndsInvalidArgumentNamingTheMessage) {
+  std::unique_ptr<Server> server = StartServer(/*max_elements=*/1000);
+  ASSERT_NE(server, nullptr);
+  RawCall call(server->port(), "/tensorops.v1.TensorOps/PutTensor");
+  call->WriteLast(GarbageBuffer(), grpc::WriteOptions(), RawCall::Tag(2));
+  call.Step(2);
+  grpc::ByteBuffer response;
+  call->Read(&response, RawCall::Tag(3));
+  call.Step(3);
+  grpc::Status status;
+  call->Finish(&status, RawCall::Tag(4));
+  call.Step(4);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("(3 bytes) is not a valid tensorops.v1.PutTensorRequest message"));
+  EXPECT_EQ(server->store().tensor_count(), 0);
 }
 
 TEST(MalformedRequestTest, RunStreamEndsInvalidArgumentAfterAnsweringWhatItRead) {
   std::unique_ptr<Server> server = StartServer(/*max_elements=*/1000);
   ASSERT_NE(server, nullptr);
-  grpc::GenericStub stub(grpc::CreateChannel(absl::StrFormat("127.0.0.1:%d", server->port()),
-                                             grpc::InsecureChannelCredentials()));
-  grpc::CompletionQueue queue;
-  grpc::ClientContext context;
-  auto call = stub.PrepareCall(&context, "/tensorops.v1.TensorOps/RunStream", &queue);
-  void* tag = nullptr;
-  bool ok = false;
-  const auto step = [&](void* want) {
-    ASSERT_TRUE(queue.Next(&tag, &ok));
-    EXPECT_EQ(tag, want);
-  };
-  call->StartCall(reinterpret_cast<void*>(1));
-  step(reinterpret_cast<void*>(1));
+  RawCall call(server->port(), "/tensorops.v1.TensorOps/RunStream");
   // A good request first: it is answered before the stream ends.
   v1::RunStreamRequest good;
   good.set_request_id(7);
@@ -281,23 +327,22 @@ TEST(MalformedRequestTest, RunStreamEndsInvalidArgumentAfterAnsweringWhatItRead)
   bool own = false;
   ASSERT_TRUE(
       grpc::SerializationTraits<v1::RunStreamRequest>::Serialize(good, &good_bytes, &own).ok());
-  call->Write(good_bytes, reinterpret_cast<void*>(2));
-  step(reinterpret_cast<void*>(2));
+  call->Write(good_bytes, RawCall::Tag(2));
+  call.Step(2);
   grpc::ByteBuffer answer;
-  call->Read(&answer, reinterpret_cast<void*>(3));
-  step(reinterpret_cast<void*>(3));
-  ASSERT_TRUE(ok);
+  call->Read(&answer, RawCall::Tag(3));
+  ASSERT_TRUE(call.Step(3));
   v1::RunStreamResponse response;
   ASSERT_TRUE(
       grpc::SerializationTraits<v1::RunStreamResponse>::Deserialize(&answer, &response).ok());
   EXPECT_EQ(response.request_id(), 7u);
   EXPECT_TRUE(response.has_result());
 
-  call->Write(GarbageBuffer(), reinterpret_cast<void*>(4));
-  step(reinterpret_cast<void*>(4));
+  call->Write(GarbageBuffer(), RawCall::Tag(4));
+  call.Step(4);
   grpc::Status status;
-  call->Finish(&status, reinterpret_cast<void*>(5));
-  step(reinterpret_cast<void*>(5));
+  call->Finish(&status, RawCall::Tag(5));
+  call.Step(5);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
   EXPECT_THAT(status.error_message(),
               HasSubstr("(3 bytes) is not a valid tensorops.v1.RunStreamRequest message"));

@@ -56,6 +56,8 @@ TEST(ValidateServerOptionsTest, EachValueOutOfRangeNamesTheFlagTheValueAndTheRul
        "--max_rank=17 is out of range: must be 0..16"},
       {[](ServerOptions& o) { o.limits.max_rank = -1; },
        "--max_rank=-1 is out of range: must be 0..16"},
+      {[](ServerOptions& o) { o.store.memory_bytes = -1; },
+       "--store_memory_bytes=-1 is out of range: must be >= 0 (0 = no store)"},
       {[](ServerOptions& o) { o.limits.max_stream_in_flight = 0; },
        "--max_stream_in_flight=0 is out of range: must be >= 1"},
       {[](ServerOptions& o) { o.queue.max_concurrent_calls = -1; },

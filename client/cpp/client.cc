@@ -1,7 +1,9 @@
 #include "client/cpp/client.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <string>
@@ -378,6 +380,141 @@ absl::StatusOr<v1::ServerInfoResponse> Client::ServerInfo(const CallOptions& opt
       [&](grpc::ClientContext* context, v1::ServerInfoResponse* received) {
         return stub_->ServerInfo(context, v1::ServerInfoRequest(), received);
       });
+}
+
+absl::StatusOr<v1::TensorInfo> Client::PutTensor(std::string_view name, const TensorView& value,
+                                                 const PutTensorOptions& options) {
+  const absl::Time deadline = Deadline(options.timeout);
+  if (options.chunk_bytes < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "put_tensor: chunk_bytes = %d is out of range: must be >= 1", options.chunk_bytes));
+  }
+  // The wire takes row-major bytes: a strided view is made contiguous once, here.
+  std::optional<Tensor> contiguous;
+  const void* data = value.data();
+  if (!value.is_contiguous()) {
+    contiguous = Tensor::FromView(value);
+    data = contiguous->data();
+  }
+  const int64_t bytes = value.numel() * value.itemsize();
+  grpc::ClientContext context;
+  TENSOROPS_RETURN_IF_ERROR(PrepareContext(deadline, "put_tensor", &context));
+  v1::PutTensorResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::PutTensorRequest>> writer =
+      stub_->PutTensor(&context, &response);
+  v1::PutTensorRequest message;
+  v1::PutTensorHeader* header = message.mutable_header();
+  header->set_name(name.data(), name.size());
+  header->set_dtype(wire::DataTypeToProto(value.dtype()));
+  header->mutable_shape()->Assign(value.shape().begin(), value.shape().end());
+  header->set_overwrite(options.overwrite);
+  if (options.expected_version.has_value()) header->set_expected_version(*options.expected_version);
+  // A failed write means the server ended the call: Finish says why.
+  bool sending = writer->Write(message);
+  for (int64_t offset = 0; sending && offset < bytes; offset += options.chunk_bytes) {
+    message.set_data(static_cast<const char*>(data) + offset,
+                     static_cast<size_t>(std::min(options.chunk_bytes, bytes - offset)));
+    sending = writer->Write(message);
+  }
+  if (sending) writer->WritesDone();
+  const grpc::Status status = writer->Finish();
+  if (!status.ok()) return wire::FromGrpcStatus(status);
+  return response.info();
+}
+
+absl::StatusOr<Tensor> Client::GetTensor(std::string_view name, const GetTensorOptions& options) {
+  grpc::ClientContext context;
+  TENSOROPS_RETURN_IF_ERROR(PrepareContext(Deadline(options.timeout), "get_tensor", &context));
+  v1::GetTensorRequest request;
+  request.set_name(name.data(), name.size());
+  if (options.version.has_value()) request.set_version(*options.version);
+  request.set_chunk_bytes(options.chunk_bytes);
+  std::unique_ptr<grpc::ClientReader<v1::GetTensorResponse>> reader =
+      stub_->GetTensor(&context, request);
+  v1::GetTensorResponse message;
+  std::optional<Tensor> tensor;
+  int64_t received = 0;
+  absl::Status malformed;
+  while (reader->Read(&message)) {
+    if (!malformed.ok()) continue;
+    if (!tensor.has_value()) {
+      if (!message.has_info()) {
+        malformed = absl::InternalError("get_tensor: the server sent data before the info");
+        context.TryCancel();
+        continue;
+      }
+      wire::DecodeLimits limits;
+      absl::StatusOr<DataType> dtype =
+          wire::DataTypeFromProto(message.info().dtype(), "get_tensor", "info");
+      const Shape shape(message.info().shape().begin(), message.info().shape().end());
+      absl::Status valid = dtype.status();
+      if (valid.ok())
+        valid = wire::CheckShape(*dtype, shape, "get_tensor", "info", limits).status();
+      if (!valid.ok()) {
+        malformed = absl::InternalError(
+            absl::StrFormat("get_tensor: the server sent a malformed info: %s", valid.message()));
+        context.TryCancel();
+        continue;
+      }
+      tensor.emplace(*dtype, shape);
+      continue;
+    }
+    const std::string& chunk = message.data();
+    if (static_cast<int64_t>(chunk.size()) > tensor->nbytes() - received) {
+      malformed =
+          absl::InternalError("get_tensor: the server sent more bytes than the tensor holds");
+      context.TryCancel();
+      continue;
+    }
+    std::memcpy(static_cast<char*>(tensor->data()) + received, chunk.data(), chunk.size());
+    received += static_cast<int64_t>(chunk.size());
+  }
+  const grpc::Status status = reader->Finish();
+  TENSOROPS_RETURN_IF_ERROR(malformed);
+  if (!status.ok()) return wire::FromGrpcStatus(status);
+  if (!tensor.has_value() || received != tensor->nbytes()) {
+    return absl::InternalError(
+        absl::StrFormat("get_tensor: the stream ended after %d of the tensor's bytes", received));
+  }
+  return *std::move(tensor);
+}
+
+absl::Status Client::DeleteTensor(std::string_view name, std::optional<int64_t> expected_version,
+                                  const CallOptions& options) {
+  v1::DeleteTensorRequest request;
+  request.set_name(name.data(), name.size());
+  if (expected_version.has_value()) request.set_expected_version(*expected_version);
+  return CallRpc<v1::DeleteTensorResponse>(
+             "delete_tensor", Deadline(options.timeout),
+             [&](grpc::ClientContext* context, v1::DeleteTensorResponse* received) {
+               return stub_->DeleteTensor(context, request, received);
+             })
+      .status();
+}
+
+absl::StatusOr<std::vector<v1::TensorInfo>> Client::ListTensors(const CallOptions& options) {
+  TENSOROPS_ASSIGN_OR_RETURN(
+      const v1::ListTensorsResponse response,
+      CallRpc<v1::ListTensorsResponse>(
+          "list_tensors", Deadline(options.timeout),
+          [&](grpc::ClientContext* context, v1::ListTensorsResponse* received) {
+            return stub_->ListTensors(context, v1::ListTensorsRequest(), received);
+          }));
+  return std::vector<v1::TensorInfo>(response.tensors().begin(), response.tensors().end());
+}
+
+absl::StatusOr<v1::TensorInfo> Client::TensorInfo(std::string_view name,
+                                                  const CallOptions& options) {
+  v1::TensorInfoRequest request;
+  request.set_name(name.data(), name.size());
+  TENSOROPS_ASSIGN_OR_RETURN(
+      const v1::TensorInfoResponse response,
+      CallRpc<v1::TensorInfoResponse>(
+          "tensor_info", Deadline(options.timeout),
+          [&](grpc::ClientContext* context, v1::TensorInfoResponse* received) {
+            return stub_->TensorInfo(context, request, received);
+          }));
+  return response.info();
 }
 
 absl::StatusOr<std::unique_ptr<OpStream>> Client::OpenStream(const CallOptions& options) {

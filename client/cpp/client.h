@@ -130,6 +130,26 @@ struct CallOptions {
   std::optional<absl::Duration> timeout;
 };
 
+// PutTensorOptions are the optional arguments of Client::PutTensor.
+struct PutTensorOptions {
+  // Replace the name's value, if it has one (FAILED_PRECONDITION for an existing name otherwise).
+  bool overwrite = false;
+  // Replace only this version of the name (it must exist at exactly this version).
+  std::optional<int64_t> expected_version;
+  // Bytes per data message, >= 1; the tensor's bytes are sent in chunks of this size.
+  int64_t chunk_bytes = int64_t{4} << 20;
+  std::optional<absl::Duration> timeout;
+};
+
+// GetTensorOptions are the optional arguments of Client::GetTensor.
+struct GetTensorOptions {
+  // The version the tensor must be at (FAILED_PRECONDITION otherwise).
+  std::optional<int64_t> version;
+  // Bytes per data message the server sends; 0 takes the server's default.
+  int64_t chunk_bytes = 0;
+  std::optional<absl::Duration> timeout;
+};
+
 // IndexReduceOptions are the optional arguments of Client::IndexReduce.
 struct IndexReduceOptions {
   // SUM is index_add, ASSIGN index_copy, the others index_reduce.
@@ -380,6 +400,27 @@ class Client {
 
   // ServerInfo returns what the server is: version, build, devices, limits, ops, dtypes.
   absl::StatusOr<v1::ServerInfoResponse> ServerInfo(const CallOptions& options = {});
+
+  // The tensor store (store.proto). An op's tensor argument references a stored tensor by setting
+  // Tensor.stored in a request built by hand (Run, or the generated stub).
+  //
+  // PutTensor stores `value` under `name` (its bytes streamed in options.chunk_bytes chunks) and
+  // returns the stored tensor's info, at its new version. FAILED_PRECONDITION for an existing name
+  // without overwrite or a matching expected_version; RESOURCE_EXHAUSTED naming
+  // --store_memory_bytes when the store has no room.
+  absl::StatusOr<v1::TensorInfo> PutTensor(std::string_view name, const TensorView& value,
+                                           const PutTensorOptions& options = {});
+  // GetTensor returns the stored tensor's value (of one version, whatever happens meanwhile);
+  // NOT_FOUND naming the name when there is none.
+  absl::StatusOr<Tensor> GetTensor(std::string_view name, const GetTensorOptions& options = {});
+  // DeleteTensor removes the name (only at `expected_version`, when given).
+  absl::Status DeleteTensor(std::string_view name,
+                            std::optional<int64_t> expected_version = std::nullopt,
+                            const CallOptions& options = {});
+  // ListTensors describes every stored tensor the caller can see, sorted by name.
+  absl::StatusOr<std::vector<v1::TensorInfo>> ListTensors(const CallOptions& options = {});
+  // TensorInfo describes one stored tensor.
+  absl::StatusOr<v1::TensorInfo> TensorInfo(std::string_view name, const CallOptions& options = {});
 
  private:
   Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options);

@@ -39,6 +39,20 @@ type TensorOpsClient interface {
 	Backward(ctx context.Context, in *BackwardRequest, opts ...grpc.CallOption) (*BackwardResponse, error)
 	// ServerInfo describes the server: version, build, devices, limits, ops and dtypes.
 	ServerInfo(ctx context.Context, in *ServerInfoRequest, opts ...grpc.CallOption) (*ServerInfoResponse, error)
+	// The tensor store (store.proto): named tensors kept in the server's memory, which any op's
+	// tensor argument may reference (Tensor.stored) instead of sending the bytes again. Appended
+	// after the RPCs above so that their method indexes stay.
+	//
+	// PutTensor uploads one tensor: a header, then its bytes in chunks of any size; the tensor
+	// becomes visible, atomically, once the client half-closes after the last chunk. A stream that
+	// fails or is cancelled leaves nothing.
+	PutTensor(ctx context.Context, opts ...grpc.CallOption) (TensorOps_PutTensorClient, error)
+	// GetTensor downloads one tensor: its TensorInfo, then its bytes in chunks, all of one version.
+	GetTensor(ctx context.Context, in *GetTensorRequest, opts ...grpc.CallOption) (TensorOps_GetTensorClient, error)
+	DeleteTensor(ctx context.Context, in *DeleteTensorRequest, opts ...grpc.CallOption) (*DeleteTensorResponse, error)
+	// ListTensors describes every stored tensor the caller can see, sorted by name.
+	ListTensors(ctx context.Context, in *ListTensorsRequest, opts ...grpc.CallOption) (*ListTensorsResponse, error)
+	TensorInfo(ctx context.Context, in *TensorInfoRequest, opts ...grpc.CallOption) (*TensorInfoResponse, error)
 }
 
 type tensorOpsClient struct {
@@ -197,6 +211,99 @@ func (c *tensorOpsClient) ServerInfo(ctx context.Context, in *ServerInfoRequest,
 	return out, nil
 }
 
+func (c *tensorOpsClient) PutTensor(ctx context.Context, opts ...grpc.CallOption) (TensorOps_PutTensorClient, error) {
+	stream, err := c.cc.NewStream(ctx, &_TensorOps_serviceDesc.Streams[1], "/tensorops.v1.TensorOps/PutTensor", opts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &tensorOpsPutTensorClient{stream}
+	return x, nil
+}
+
+type TensorOps_PutTensorClient interface {
+	Send(*PutTensorRequest) error
+	CloseAndRecv() (*PutTensorResponse, error)
+	grpc.ClientStream
+}
+
+type tensorOpsPutTensorClient struct {
+	grpc.ClientStream
+}
+
+func (x *tensorOpsPutTensorClient) Send(m *PutTensorRequest) error {
+	return x.ClientStream.SendMsg(m)
+}
+
+func (x *tensorOpsPutTensorClient) CloseAndRecv() (*PutTensorResponse, error) {
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	m := new(PutTensorResponse)
+	if err := x.ClientStream.RecvMsg(m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (c *tensorOpsClient) GetTensor(ctx context.Context, in *GetTensorRequest, opts ...grpc.CallOption) (TensorOps_GetTensorClient, error) {
+	stream, err := c.cc.NewStream(ctx, &_TensorOps_serviceDesc.Streams[2], "/tensorops.v1.TensorOps/GetTensor", opts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &tensorOpsGetTensorClient{stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+type TensorOps_GetTensorClient interface {
+	Recv() (*GetTensorResponse, error)
+	grpc.ClientStream
+}
+
+type tensorOpsGetTensorClient struct {
+	grpc.ClientStream
+}
+
+func (x *tensorOpsGetTensorClient) Recv() (*GetTensorResponse, error) {
+	m := new(GetTensorResponse)
+	if err := x.ClientStream.RecvMsg(m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (c *tensorOpsClient) DeleteTensor(ctx context.Context, in *DeleteTensorRequest, opts ...grpc.CallOption) (*DeleteTensorResponse, error) {
+	out := new(DeleteTensorResponse)
+	err := c.cc.Invoke(ctx, "/tensorops.v1.TensorOps/DeleteTensor", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tensorOpsClient) ListTensors(ctx context.Context, in *ListTensorsRequest, opts ...grpc.CallOption) (*ListTensorsResponse, error) {
+	out := new(ListTensorsResponse)
+	err := c.cc.Invoke(ctx, "/tensorops.v1.TensorOps/ListTensors", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tensorOpsClient) TensorInfo(ctx context.Context, in *TensorInfoRequest, opts ...grpc.CallOption) (*TensorInfoResponse, error) {
+	out := new(TensorInfoResponse)
+	err := c.cc.Invoke(ctx, "/tensorops.v1.TensorOps/TensorInfo", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TensorOpsServer is the server API for TensorOps service.
 // All implementations must embed UnimplementedTensorOpsServer
 // for forward compatibility
@@ -223,6 +330,20 @@ type TensorOpsServer interface {
 	Backward(context.Context, *BackwardRequest) (*BackwardResponse, error)
 	// ServerInfo describes the server: version, build, devices, limits, ops and dtypes.
 	ServerInfo(context.Context, *ServerInfoRequest) (*ServerInfoResponse, error)
+	// The tensor store (store.proto): named tensors kept in the server's memory, which any op's
+	// tensor argument may reference (Tensor.stored) instead of sending the bytes again. Appended
+	// after the RPCs above so that their method indexes stay.
+	//
+	// PutTensor uploads one tensor: a header, then its bytes in chunks of any size; the tensor
+	// becomes visible, atomically, once the client half-closes after the last chunk. A stream that
+	// fails or is cancelled leaves nothing.
+	PutTensor(TensorOps_PutTensorServer) error
+	// GetTensor downloads one tensor: its TensorInfo, then its bytes in chunks, all of one version.
+	GetTensor(*GetTensorRequest, TensorOps_GetTensorServer) error
+	DeleteTensor(context.Context, *DeleteTensorRequest) (*DeleteTensorResponse, error)
+	// ListTensors describes every stored tensor the caller can see, sorted by name.
+	ListTensors(context.Context, *ListTensorsRequest) (*ListTensorsResponse, error)
+	TensorInfo(context.Context, *TensorInfoRequest) (*TensorInfoResponse, error)
 	mustEmbedUnimplementedTensorOpsServer()
 }
 
@@ -271,6 +392,21 @@ func (UnimplementedTensorOpsServer) Backward(context.Context, *BackwardRequest) 
 }
 func (UnimplementedTensorOpsServer) ServerInfo(context.Context, *ServerInfoRequest) (*ServerInfoResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ServerInfo not implemented")
+}
+func (UnimplementedTensorOpsServer) PutTensor(TensorOps_PutTensorServer) error {
+	return status.Errorf(codes.Unimplemented, "method PutTensor not implemented")
+}
+func (UnimplementedTensorOpsServer) GetTensor(*GetTensorRequest, TensorOps_GetTensorServer) error {
+	return status.Errorf(codes.Unimplemented, "method GetTensor not implemented")
+}
+func (UnimplementedTensorOpsServer) DeleteTensor(context.Context, *DeleteTensorRequest) (*DeleteTensorResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DeleteTensor not implemented")
+}
+func (UnimplementedTensorOpsServer) ListTensors(context.Context, *ListTensorsRequest) (*ListTensorsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListTensors not implemented")
+}
+func (UnimplementedTensorOpsServer) TensorInfo(context.Context, *TensorInfoRequest) (*TensorInfoResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method TensorInfo not implemented")
 }
 func (UnimplementedTensorOpsServer) mustEmbedUnimplementedTensorOpsServer() {}
 
@@ -545,6 +681,107 @@ func _TensorOps_ServerInfo_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TensorOps_PutTensor_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(TensorOpsServer).PutTensor(&tensorOpsPutTensorServer{stream})
+}
+
+type TensorOps_PutTensorServer interface {
+	SendAndClose(*PutTensorResponse) error
+	Recv() (*PutTensorRequest, error)
+	grpc.ServerStream
+}
+
+type tensorOpsPutTensorServer struct {
+	grpc.ServerStream
+}
+
+func (x *tensorOpsPutTensorServer) SendAndClose(m *PutTensorResponse) error {
+	return x.ServerStream.SendMsg(m)
+}
+
+func (x *tensorOpsPutTensorServer) Recv() (*PutTensorRequest, error) {
+	m := new(PutTensorRequest)
+	if err := x.ServerStream.RecvMsg(m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func _TensorOps_GetTensor_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(GetTensorRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(TensorOpsServer).GetTensor(m, &tensorOpsGetTensorServer{stream})
+}
+
+type TensorOps_GetTensorServer interface {
+	Send(*GetTensorResponse) error
+	grpc.ServerStream
+}
+
+type tensorOpsGetTensorServer struct {
+	grpc.ServerStream
+}
+
+func (x *tensorOpsGetTensorServer) Send(m *GetTensorResponse) error {
+	return x.ServerStream.SendMsg(m)
+}
+
+func _TensorOps_DeleteTensor_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteTensorRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TensorOpsServer).DeleteTensor(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/tensorops.v1.TensorOps/DeleteTensor",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TensorOpsServer).DeleteTensor(ctx, req.(*DeleteTensorRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TensorOps_ListTensors_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTensorsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TensorOpsServer).ListTensors(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/tensorops.v1.TensorOps/ListTensors",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TensorOpsServer).ListTensors(ctx, req.(*ListTensorsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TensorOps_TensorInfo_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TensorInfoRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TensorOpsServer).TensorInfo(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/tensorops.v1.TensorOps/TensorInfo",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TensorOpsServer).TensorInfo(ctx, req.(*TensorInfoRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 var _TensorOps_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "tensorops.v1.TensorOps",
 	HandlerType: (*TensorOpsServer)(nil),
@@ -601,6 +838,18 @@ var _TensorOps_serviceDesc = grpc.ServiceDesc{
 			MethodName: "ServerInfo",
 			Handler:    _TensorOps_ServerInfo_Handler,
 		},
+		{
+			MethodName: "DeleteTensor",
+			Handler:    _TensorOps_DeleteTensor_Handler,
+		},
+		{
+			MethodName: "ListTensors",
+			Handler:    _TensorOps_ListTensors_Handler,
+		},
+		{
+			MethodName: "TensorInfo",
+			Handler:    _TensorOps_TensorInfo_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -608,6 +857,16 @@ var _TensorOps_serviceDesc = grpc.ServiceDesc{
 			Handler:       _TensorOps_RunStream_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "PutTensor",
+			Handler:       _TensorOps_PutTensor_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "GetTensor",
+			Handler:       _TensorOps_GetTensor_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "tensorops/v1/service.proto",

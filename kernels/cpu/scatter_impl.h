@@ -1,0 +1,235 @@
+// The templates of the CPU Scatter kernel, shared by the files that instantiate them: cpu::Scatter
+// (scatter_gather.cc) dispatches on the dtype to ScatterAs<T>, defined for two dtypes in
+// each scatter_<dtypes>.cc. Scatter walks the index tensor with AxisWalk and enumerates its updates
+// for ReducingScatter, which owns the reduction steps (shadows, include_self, MEAN).
+//
+// Why the split: Scatter's 12 dtypes x 2 index types x 5 reductions were one file with Gather,
+// which took 5:43 min of one core and 3.6 GB of memory to compile (g++ 12 -O3), the longest step
+// of a clean build. In seven files the longest takes 49 s and 0.93 GB (272 s of CPU in all), and
+// they build in parallel.
+//
+// The split must not change the code GCC makes of the kernels, and two things keep it the same
+// (checked by comparing the objects: the same functions, instruction for instruction, but for the
+// per-call dispatch and setup around them):
+// - Everything but the declarations of ScatterAs and CopiesInputByLine is in an unnamed
+//   namespace, unusual in a header but on purpose: each file gets its own copy with internal
+//   linkage, as in the one .cc. With external linkage GCC inlined and cloned differently.
+// - Each half-float dtype is paired with a small integer one. GCC caps the growth from inlining
+//   at 40% of a file's size (--param inline-unit-growth); the 16-bit floats inline much (their
+//   conversions), and float16 with bfloat16, or float16 with bool or int16, reached that cap and
+//   left the conversions as calls in the inner loops. With int8 and uint8 they stay under it, as in
+//   the one file (not by far: at 36% the float16 file would reach it, at 30% the one file did).
+//   After changing these kernels, check that no scatter_<dtypes>.cc reports "inline-unit-growth
+//   limit reached" with -fopt-info-inline-missed.
+#ifndef TENSOROPS_KERNELS_CPU_SCATTER_IMPL_H_
+#define TENSOROPS_KERNELS_CPU_SCATTER_IMPL_H_
+
+#include <array>
+#include <complex>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "kernels/cpu/axis_walk.h"
+#include "kernels/cpu/reducing_scatter.h"
+#include "kernels/dispatch.h"
+#include "kernels/reduction.h"
+#include "kernels/scatter.h"
+#include "kernels/shape.h"
+#include "kernels/tensor.h"
+
+namespace tensorops::cpu::scatter_gather_internal {
+
+// ScatterAs<T> is cpu::Scatter after its dtype dispatch, for an index that is not empty. Each
+// dtype's is defined (explicitly specialized) in the file named above its declaration.
+template <typename T>
+absl::Status ScatterAs(const ScatterPlan& plan, const MutableTensorView& result);
+// scatter_bool_int16.cc
+template <>
+absl::Status ScatterAs<bool>(const ScatterPlan& plan, const MutableTensorView& result);
+template <>
+absl::Status ScatterAs<int16_t>(const ScatterPlan& plan, const MutableTensorView& result);
+// scatter_uint8_bfloat16.cc
+template <>
+absl::Status ScatterAs<uint8_t>(const ScatterPlan& plan, const MutableTensorView& result);
+template <>
+absl::Status ScatterAs<BFloat16>(const ScatterPlan& plan, const MutableTensorView& result);
+// scatter_int8_float16.cc
+template <>
+absl::Status ScatterAs<int8_t>(const ScatterPlan& plan, const MutableTensorView& result);
+template <>
+absl::Status ScatterAs<Float16>(const ScatterPlan& plan, const MutableTensorView& result);
+// scatter_int32_int64.cc
+template <>
+absl::Status ScatterAs<int32_t>(const ScatterPlan& plan, const MutableTensorView& result);
+template <>
+absl::Status ScatterAs<int64_t>(const ScatterPlan& plan, const MutableTensorView& result);
+// scatter_float32_float64.cc
+template <>
+absl::Status ScatterAs<float>(const ScatterPlan& plan, const MutableTensorView& result);
+template <>
+absl::Status ScatterAs<double>(const ScatterPlan& plan, const MutableTensorView& result);
+// scatter_complex64_complex128.cc
+template <>
+absl::Status ScatterAs<std::complex<float>>(const ScatterPlan& plan,
+                                            const MutableTensorView& result);
+template <>
+absl::Status ScatterAs<std::complex<double>>(const ScatterPlan& plan,
+                                             const MutableTensorView& result);
+
+// CopiesInputByLine: whether Scatter copies the input into the result one line along the axis at a
+// time, each just before the run that scatters into it, instead of all of it before the first
+// run. Then the line is still in cache when its updates read and write it: for a result larger
+// than the cache, the whole copy first evicted each line again before its run, so every line
+// went to memory and back twice.
+//
+// Only along the last axis of a large out-of-place result, where every run covers one whole line
+// and every line gets a run (the index matches the input outside the axis and is not empty), and
+// when the reduction touches the result first in its one enumeration (`untouched_before`).
+//
+// Defined in scatter_gather.cc (it was never inlined into the kernels).
+bool CopiesInputByLine(const ScatterPlan& plan, const MutableTensorView& result,
+                       bool untouched_before);
+
+namespace {
+
+using Offsets = AxisWalk::Offsets;
+
+// Builds the INVALID_ARGUMENT for the first index of `index` (row-major) outside [-size, size).
+absl::Status OutOfRangeError(std::string_view op, const TensorView& index, int64_t axis,
+                             int64_t axis_size, std::string_view operand) {
+  return DispatchIndexType(index.dtype(), [&]<typename Index>(TypeTag<Index>) -> absl::Status {
+    const Index* data = index.data_as<Index>();
+    const int64_t count = index.numel();
+    const bool contiguous = index.is_contiguous();
+    for (int64_t position = 0; position < count; ++position) {
+      int64_t offset = position;
+      Shape coords;
+      if (!contiguous) {
+        coords = UnravelIndex(position, index.shape());
+        offset = 0;
+        for (int64_t d = 0; d < index.rank(); ++d) offset += coords[d] * index.strides()[d];
+      }
+      const int64_t value = data[offset];
+      if (InRange(value, axis_size)) continue;
+      if (contiguous) coords = UnravelIndex(position, index.shape());
+      const std::string where =
+          index.rank() == 0 ? "index" : absl::StrCat("index[", absl::StrJoin(coords, ", "), "]");
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: %s = %d is out of range for axis %d of %s with size %d (expected %d <= index < %d)",
+          op, where, value, axis, operand, axis_size, -axis_size, axis_size));
+    }
+    return absl::InternalError(absl::StrFormat(
+        "%s: the kernel reported an out-of-range index that a rescan did not find", op));
+  });
+}
+
+struct NoRunStart {
+  void operator()(int64_t /*dest_base*/) const {}
+};
+
+// ScatterUpdates enumerates Scatter's updates for ReducingScatter: the index walked with AxisWalk,
+// whose ordering guarantee is the one ReducingScatter asks for. Destinations are offsets by
+// `dest_strides` (ReducingScatter::dest_strides()) over the input's shape.
+template <typename T, typename Index>
+class ScatterUpdates {
+ public:
+  ScatterUpdates(const ScatterPlan& plan, const Shape& dest_strides)
+      : index_(plan.index.data_as<Index>()),
+        source_(plan.source.data_as<T>()),
+        axis_size_(plan.input.rank() == 0 ? 1 : plan.input.size(plan.axis)),
+        walk_(plan.index.shape(), plan.axis,
+              DestinationWalkStrides(plan, dest_strides, &axis_stride_)) {}
+
+  int64_t axis_size() const { return axis_size_; }
+
+  // ForEach calls `apply(dest_offset, value)` for every update. `start_run(dest_base)` is called
+  // before each run's updates with the offset of the destination line the run scatters into (the
+  // line's start along the axis).
+  template <typename Apply, typename StartRun = NoRunStart>
+  bool ForEach(const Apply& apply, const StartRun& start_run = {}) const {
+    const int64_t axis_size = axis_size_;
+    const int64_t axis_stride = axis_stride_;
+    const auto run = [&](const Offsets& at, int64_t length, const Offsets& step) {
+      const Index* index_run = index_ + at[AxisWalk::kIndex];
+      const T* source_run = source_ + at[AxisWalk::kDirect];
+      const int64_t dest_base = at[AxisWalk::kIndexed];
+      start_run(dest_base);
+      return WithRunSteps(
+          step, axis_stride,
+          [&](auto index_step, auto source_step, auto dest_step, auto dest_axis_stride) {
+            return ForEachIndexInRun(index_run, length, index_step, axis_size,
+                                     [=](int64_t i, int64_t value) {
+                                       apply(dest_base + i * dest_step + value * dest_axis_stride,
+                                             source_run[i * source_step]);
+                                     });
+          });
+    };
+    return walk_.ForEachRun(run);
+  }
+
+ private:
+  // The walk's strides: index and source as planned; the destination's with its axis stride
+  // moved out into `axis_stride`.
+  static std::array<Shape, AxisWalk::kOperands> DestinationWalkStrides(const ScatterPlan& plan,
+                                                                       Shape dest_strides,
+                                                                       int64_t* axis_stride) {
+    if (plan.input.rank() == 0) dest_strides = Shape{1};
+    *axis_stride = dest_strides[plan.axis];
+    dest_strides[plan.axis] = 0;
+    return {plan.index.strides(), plan.source.strides(), dest_strides};
+  }
+
+  const Index* index_;
+  const T* source_;
+  int64_t axis_size_;
+  int64_t axis_stride_ = 0;
+  AxisWalk walk_;
+};
+
+// ScatterKernel<T> is the body of ScatterAs<T>: the index type and the reduction dispatched once,
+// then one ReducingScatter run over the updates.
+template <typename T>
+absl::Status ScatterKernel(const ScatterPlan& plan, const MutableTensorView& result) {
+  return DispatchIndexType(plan.index.dtype(), [&]<typename Index>(TypeTag<Index>) {
+    return DispatchReduction(plan.reduce, [&]<typename Op>(Op) -> absl::Status {
+      constexpr bool kOrdered = std::is_same_v<Op, MaxOp> || std::is_same_v<Op, MinOp>;
+      if constexpr (kOrdered && internal::IsComplexType<T>::value) {
+        return absl::InternalError("scatter: AMAX/AMIN on complex passed planning");
+      } else {
+        ReducingScatter<T, Op> scatter(result.data_as<T>(), result.shape(), plan.reduce,
+                                       plan.include_self, /*updates=*/plan.index.numel(),
+                                       /*may_pad_rows=*/true);
+        const ScatterUpdates<T, Index> updates(plan, scatter.dest_strides());
+        bool ok;
+        if (CopiesInputByLine(plan, result, scatter.result_untouched_before_updates())) {
+          const T* input = plan.input.data_as<T>();
+          T* out = result.data_as<T>();
+          const int64_t line_bytes = plan.input.size(plan.axis) * static_cast<int64_t>(sizeof(T));
+          ok = scatter.Run([&](const auto& apply) {
+            return updates.ForEach(apply, [&](int64_t dest_base) {
+              std::memcpy(out + dest_base, input + dest_base, static_cast<size_t>(line_bytes));
+            });
+          });
+        } else {
+          CopyElements(plan.input, result);
+          ok = scatter.Run([&](const auto& apply) { return updates.ForEach(apply); });
+        }
+        if (ok) return absl::OkStatus();
+        return OutOfRangeError(plan.op, plan.original_index, plan.axis, updates.axis_size(),
+                               "input");
+      }
+    });
+  });
+}
+
+}  // namespace
+}  // namespace tensorops::cpu::scatter_gather_internal
+
+#endif  // TENSOROPS_KERNELS_CPU_SCATTER_IMPL_H_

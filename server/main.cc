@@ -57,8 +57,9 @@ ABSL_FLAG(int64_t, store_memory_bytes, int64_t{1} << 30,
           "turns the store off).");
 ABSL_FLAG(int, metrics_port, -1,
           "Port of the Prometheus endpoint (GET /metrics); -1 = none, 0 = any free port.");
-ABSL_FLAG(std::string, metrics_host, "0.0.0.0",
-          "Interface of the Prometheus endpoint (an IPv4 address or host name).");
+ABSL_FLAG(std::string, metrics_host, "",
+          "Interface of the Prometheus endpoint (an IPv4 address or host name); empty = --host, so "
+          "that the metrics are no more exposed than the service.");
 ABSL_FLAG(std::string, log_level, "info",
           "Least severe log level written: trace, debug (a line per call), info, warn, error, "
           "critical or off.");
@@ -76,6 +77,15 @@ ABSL_FLAG(std::string, auth_token_file, "",
           "Bearer <token>' metadata (UNAUTHENTICATED otherwise); health and reflection stay open.");
 
 namespace {
+
+// MetricsHostFor is the metrics endpoint's interface when --metrics_host is not given: where the
+// service listens, so that a server kept on loopback does not publish its metrics on every
+// interface. The endpoint's HTTP server (Debian's civetweb) has no IPv6, so an IPv6 --host maps
+// to its IPv4 counterpart: "::" (every interface) to 0.0.0.0, anything else to loopback.
+std::string MetricsHostFor(const std::string& service_host) {
+  if (service_host.find(':') == std::string::npos) return service_host;
+  return service_host == "::" || service_host == "[::]" ? "0.0.0.0" : "127.0.0.1";
+}
 
 // FlagsToOptions copies the flags into ServerOptions, unchecked: ValidateServerOptions owns the
 // ranges.
@@ -100,7 +110,8 @@ tensorops::ServerOptions FlagsToOptions() {
   options.gpu.memory_limit_bytes = absl::GetFlag(FLAGS_gpu_memory_limit);
   options.store.memory_bytes = absl::GetFlag(FLAGS_store_memory_bytes);
   options.metrics.port = absl::GetFlag(FLAGS_metrics_port);
-  options.metrics.host = absl::GetFlag(FLAGS_metrics_host);
+  const std::string metrics_host = absl::GetFlag(FLAGS_metrics_host);
+  options.metrics.host = metrics_host.empty() ? MetricsHostFor(options.host) : metrics_host;
   options.shutdown.grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_s));
   options.security.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.security.tls_key_file = absl::GetFlag(FLAGS_tls_key);

@@ -1017,6 +1017,17 @@ TEST_F(E2eTest, ReflectionDescribesTheServiceWithoutTheProtoFiles) {
   EXPECT_TRUE(service->FindMethodByName("RunStream")->client_streaming());
 }
 
+TEST(ServerProcessTest, MetricsHostDefaultsToTheServiceHost) {
+  // --host=127.0.0.1 (StartServer) and no --metrics_host: the endpoint stays on loopback too.
+  absl::StatusOr<ServerProcess> server = StartServer({"--metrics_port=0"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  static const std::regex kMetricsUrl(R"(metrics: http://([^/]+):\d+/metrics)");
+  const std::optional<std::string> host =
+      server->process->WaitForMatch(kMetricsUrl, kStartupTimeout);
+  ASSERT_TRUE(host.has_value()) << server->process->stderr_text();
+  EXPECT_EQ(*host, "127.0.0.1");
+}
+
 TEST(ServerProcessTest, MetricsEndpointShowsTheCountersMove) {
   absl::StatusOr<ServerProcess> server =
       StartServer({"--metrics_port=0", "--metrics_host=127.0.0.1"});

@@ -3,8 +3,6 @@
 // own stride), so every slice of the input (IndexSelect) or of the source (IndexReduce) along
 // `axis` reads the same index entry. No loop over indices lives here: the kernels walk, range-check
 // and report (naming `index[k]` of the 1-D index the caller sent).
-#include "kernels/index_ops.h"
-
 #include <complex>
 #include <cstdint>
 #include <string_view>
@@ -14,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "kernels/dispatch.h"
 #include "kernels/half.h"
+#include "kernels/index_ops.h"
 #include "kernels/plan_checks.h"
 #include "kernels/status_macros.h"
 

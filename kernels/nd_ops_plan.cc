@@ -1,12 +1,11 @@
 // Validation and planning of GatherNd and ScatterNd: both forms reduce to one NdPlan (see
 // nd_ops.h), so the checks of the index and its addressing live in one place, PlanAddressing.
-#include "kernels/nd_ops.h"
-
 #include <cstdint>
 #include <string_view>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "kernels/nd_ops.h"
 #include "kernels/plan_checks.h"
 #include "kernels/status_macros.h"
 

@@ -13,6 +13,8 @@
 // counting sort into buckets of disjoint destination blocks. Each bucket is applied by one thread
 // in the original row order, so no two threads touch one element and duplicates keep their
 // row-major order: the ordering contract of ReducingScatter, which does the reduction itself.
+#include "kernels/nd_ops.h"
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -29,7 +31,6 @@
 #include "kernels/cpu/streaming_store.h"
 #include "kernels/dispatch.h"
 #include "kernels/gather.h"
-#include "kernels/nd_ops.h"
 #include "kernels/reduction.h"
 #include "kernels/scatter.h"
 #include "tbb/blocked_range.h"

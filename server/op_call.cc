@@ -160,6 +160,8 @@ UnaryOpCall::UnaryOpCall(const ServingContext& serving, grpc::CallbackServerCont
 void UnaryOpCall::Deliver(const absl::Status& status) {
   // A failed call sends no response; drop a half-written result now rather than with the call.
   if (!status.ok()) response_->Clear();
+  // Counted before Finish: once the client has its answer, the metrics include the call.
+  CountFinished(static_cast<int64_t>(response_->ByteSizeLong()));
   Finish(wire::ToGrpcStatus(status));
 }
 
@@ -168,9 +170,6 @@ void UnaryOpCall::OnCancel() {
   CancelIfQueued("the client");
 }
 
-void UnaryOpCall::OnDone() {
-  CountFinished(static_cast<int64_t>(response_->ByteSizeLong()));
-  delete this;
-}
+void UnaryOpCall::OnDone() { delete this; }
 
 }  // namespace tensorops

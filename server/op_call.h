@@ -115,7 +115,8 @@ class OpCall : public Scheduler::Work {
   // Deliver hands the call's outcome to the transport, once; `this` may be deleted inside.
   virtual void Deliver(const absl::Status& status) = 0;
 
-  // CountFinished records the call in the metrics once the transport is done with it.
+  // CountFinished records the call in the metrics. Deliver calls it before the outcome leaves,
+  // so that a client that has its answer finds the call counted.
   void CountFinished(int64_t response_bytes) const;
 
   absl::StatusCode code() const { return code_; }
@@ -170,7 +171,7 @@ class UnaryOpCall final : public grpc::ServerUnaryReactor, private OpCall {
 
   // gRPC runs the reactions of a reactor that is not "inlineable" on its executor thread: for
   // every call one more thread wake-up (profiled: a quarter of the service's futex calls at 1 KiB)
-  // before the call's slot is re-armed. Ours never block: OnDone counts the call and deletes it,
+  // before the call's slot is re-armed. Ours never block: OnDone deletes the call,
   // OnCancel takes the call out of the queue and finishes it. gRPC marks this hook "not API"
   // (it is how its own default reactor avoids the hop); a gRPC that drops it fails to compile here.
   bool InternalInlineable() override { return true; }

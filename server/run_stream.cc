@@ -71,11 +71,8 @@ class RunStreamReactor::Request final : public OpCall {
 
   const v1::RunStreamResponse& response() const { return response_; }
 
-  // Retire counts the request in the metrics, its response written or dropped, and deletes it.
-  void Retire() {
-    CountFinished(static_cast<int64_t>(response_.ByteSizeLong()));
-    delete this;
-  }
+  // Retire deletes the request once its response is written or dropped.
+  void Retire() { delete this; }
 
  private:
   bool ClientGone() const override { return stream_->context_->IsCancelled(); }
@@ -91,6 +88,8 @@ class RunStreamReactor::Request final : public OpCall {
       response_.mutable_error()->set_code(static_cast<int32_t>(status.code()));
       response_.mutable_error()->set_message(std::string(status.message()));
     }
+    // Counted before the response is queued: once the client reads it, the metrics include it.
+    CountFinished(static_cast<int64_t>(response_.ByteSizeLong()));
     stream_->Complete(this);
   }
 

@@ -109,11 +109,7 @@ class PutTensorReactor final : public grpc::ServerReadReactor<Parsed<v1::PutTens
     StartRead(&message_);
   }
 
-  void OnDone() override {
-    FinishStoreCall(serving_, *context_, "PutTensor", "put_tensor", start_, status_, request_bytes_,
-                    static_cast<int64_t>(response_->ByteSizeLong()));
-    delete this;
-  }
+  void OnDone() override { delete this; }
 
  private:
   // Consume takes one message of the stream.
@@ -193,9 +189,11 @@ class PutTensorReactor final : public grpc::ServerReadReactor<Parsed<v1::PutTens
 
   // End finishes the call once with `status`; an uncommitted upload goes at once.
   void End(const absl::Status& status) {
-    status_ = status;
     upload_.reset();
     if (!status.ok()) response_->Clear();
+    // Counted before Finish: once the client has its answer, the metrics include the call.
+    FinishStoreCall(serving_, *context_, "PutTensor", "put_tensor", start_, status, request_bytes_,
+                    static_cast<int64_t>(response_->ByteSizeLong()));
     Finish(wire::ToGrpcStatus(status));
   }
 
@@ -207,7 +205,6 @@ class PutTensorReactor final : public grpc::ServerReadReactor<Parsed<v1::PutTens
   Parsed<v1::PutTensorRequest> message_;
   std::optional<TensorStore::Upload> upload_;
   int64_t request_bytes_ = 0;
-  absl::Status status_;
 };
 
 // GetTensorReactor sends one tensor: its TensorInfo, then its bytes in chunks. It holds a
@@ -244,11 +241,7 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
     Send();
   }
 
-  void OnDone() override {
-    FinishStoreCall(serving_, *context_, "GetTensor", "get_tensor", start_, status_, request_bytes_,
-                    response_bytes_);
-    delete this;
-  }
+  void OnDone() override { delete this; }
 
  private:
   absl::Status Begin(const Parsed<v1::GetTensorRequest>& parsed) {
@@ -290,8 +283,10 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
 
   // End finishes the call once; the ReadHandle goes at once, not when gRPC is done.
   void End(const absl::Status& status) {
-    status_ = status;
     read_.reset();
+    // Counted before Finish: once the client has its answer, the metrics include the call.
+    FinishStoreCall(serving_, *context_, "GetTensor", "get_tensor", start_, status, request_bytes_,
+                    response_bytes_);
     Finish(wire::ToGrpcStatus(status));
   }
 
@@ -305,7 +300,6 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
   int64_t offset_ = 0;
   v1::GetTensorResponse response_;
   int64_t response_bytes_ = 0;
-  absl::Status status_;
 };
 
 }  // namespace

@@ -97,8 +97,15 @@ class DeviceRun {
       inputs_.push_back(copy);
       bytes_ += span.bytes;
     }
-    CHECK_CUDA(cudaMalloc(&result_, std::max<int64_t>(call.result_bytes(), 1)));
-    CHECK_CUDA(cudaMalloc(&workspace_, std::max<int64_t>(call.workspace_bytes(), 1)));
+    // Whole 32-bit words, as the executor gives (DeviceBuffers::result).
+    CHECK_CUDA(cudaMalloc(&result_, std::max<int64_t>((call.result_bytes() + 3) / 4 * 4, 4)));
+    absl::StatusOr<int64_t> workspace_bytes = call.WorkspaceBytes();
+    if (!workspace_bytes.ok()) {
+      std::fprintf(stderr, "%s\n", workspace_bytes.status().ToString().c_str());
+      std::exit(1);
+    }
+    workspace_bytes_ = *workspace_bytes;
+    CHECK_CUDA(cudaMalloc(&workspace_, std::max<int64_t>(workspace_bytes_, 1)));
     CHECK_CUDA(cudaMalloc(&flag_, sizeof(int32_t)));
     CHECK_CUDA(cudaMemset(flag_, 0, sizeof(int32_t)));
     bytes_ += call.result_bytes();
@@ -115,6 +122,7 @@ class DeviceRun {
     const DeviceBuffers buffers{.inputs = inputs_,
                                 .result = result_,
                                 .workspace = workspace_,
+                                .workspace_bytes = workspace_bytes_,
                                 .error_flag = static_cast<int32_t*>(flag_)};
     return TimeEach(iterations, stream, [&] {
       const absl::Status status = call_.Enqueue(buffers, stream);
@@ -154,6 +162,7 @@ class DeviceRun {
   std::vector<void*> inputs_;
   void* result_ = nullptr;
   void* workspace_ = nullptr;
+  int64_t workspace_bytes_ = 0;
   void* flag_ = nullptr;
   int64_t bytes_ = 0;
 };

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "kernels/cuda/launch.h"
+#include "kernels/status_macros.h"
 
 namespace tensorops {
 namespace {
@@ -42,12 +43,19 @@ class ScatterCall final : public DeviceCall {
       AddInput(plan.source);
     }
     result_bytes_ = NumElements(plan.result_shape) * ItemSize(plan.result_dtype);
-    workspace_bytes_ = cuda::PlanScatterWorkspace(plan).bytes;
+  }
+
+  absl::StatusOr<int64_t> WorkspaceBytes() const override {
+    const cuda::ScatterWorkspace layout = cuda::PlanScatterWorkspace(plan_);
+    if (layout.sorted < 0) return layout.bytes;
+    TENSOROPS_ASSIGN_OR_RETURN(const int64_t sorted_bytes, cuda::SortedReductionBytes(plan_));
+    return layout.bytes + sorted_bytes;
   }
 
   absl::Status Enqueue(const DeviceBuffers& buffers, void* stream) const override {
     return cuda::LaunchScatter(RelocatePlan(plan_, *this, buffers.inputs), buffers.result,
-                               buffers.workspace, buffers.error_flag, stream);
+                               buffers.workspace, buffers.workspace_bytes, buffers.error_flag,
+                               stream);
   }
 
  private:
@@ -81,12 +89,16 @@ class MaskedScatterCall final : public DeviceCall {
     AddInput(plan.mask);
     AddInput(plan.source);
     result_bytes_ = NumElements(plan.result_shape) * ItemSize(plan.result_dtype);
-    workspace_bytes_ = cuda::MaskedScatterWorkspaceBytes(plan);
+  }
+
+  absl::StatusOr<int64_t> WorkspaceBytes() const override {
+    return cuda::MaskedScatterWorkspaceBytes(plan_);
   }
 
   absl::Status Enqueue(const DeviceBuffers& buffers, void* stream) const override {
     return cuda::LaunchMaskedScatter(RelocatePlan(plan_, *this, buffers.inputs), buffers.result,
-                                     buffers.workspace, buffers.error_flag, stream);
+                                     buffers.workspace, buffers.workspace_bytes, buffers.error_flag,
+                                     stream);
   }
 
  private:

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kernels/gather.h"
 #include "kernels/masked_scatter.h"
@@ -40,9 +41,12 @@ struct HostSpan {
 struct DeviceBuffers {
   // The copy of inputs()[i], in the same order.
   absl::Span<void* const> inputs;
-  // result_bytes() of result, workspace_bytes() of uninitialized scratch.
+  // result_bytes() of result, rounded up to a multiple of 4 (the compare-and-swap of a 16-bit
+  // element covers its whole 32-bit word); workspace_bytes of uninitialized scratch (what
+  // WorkspaceBytes() returned on this device).
   void* result = nullptr;
   void* workspace = nullptr;
+  int64_t workspace_bytes = 0;
   // Zeroed before the launch; a kernel that meets an out-of-range index sets it to nonzero.
   int32_t* error_flag = nullptr;
 };
@@ -57,7 +61,12 @@ class DeviceCall {
   // The host memory the kernels read: disjoint spans, each copied to the device before Enqueue.
   const std::vector<HostSpan>& inputs() const { return inputs_; }
   int64_t result_bytes() const { return result_bytes_; }
-  int64_t workspace_bytes() const { return workspace_bytes_; }
+
+  // WorkspaceBytes returns the device scratch the call needs on the current device: CUB sizes its
+  // temporary storage for the GPU it will run on, so the executor asks once per call, after
+  // selecting its device, and hands the answer back to Enqueue in DeviceBuffers. An error (CUB's
+  // size query failed) is a device error: the call runs on the CPU.
+  virtual absl::StatusOr<int64_t> WorkspaceBytes() const { return 0; }
 
   // Enqueue launches the call's kernels on `stream` (a cudaStream_t). An error here is a device
   // error (failed launch): the executor runs the call on the CPU instead.
@@ -75,7 +84,6 @@ class DeviceCall {
   void AddInput(const TensorView& view, int64_t extra_extent_elements = 0);
 
   int64_t result_bytes_ = 0;
-  int64_t workspace_bytes_ = 0;
 
  private:
   std::vector<HostSpan> inputs_;

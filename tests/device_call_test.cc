@@ -13,11 +13,14 @@
 #include <vector>
 
 #include "absl/random/random.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/window_map.h"
+#include "kernels/device.h"
 #include "kernels/index_ops.h"
 
 namespace tensorops {
@@ -98,7 +101,7 @@ void ExpectRelocatedGatherMatches(const GatherPlan& plan, const Tensor& expected
   std::unique_ptr<DeviceCall> call = MakeDeviceCall(plan);
   ASSERT_NE(call, nullptr);
   EXPECT_EQ(call->result_bytes(), expected.numel() * ItemSize(expected.dtype()));
-  EXPECT_EQ(call->workspace_bytes(), 0);
+  EXPECT_EQ(call->WorkspaceBytes().value_or(-1), 0);
   ExpectSpansDisjoint(*call);
   const Copies copies(*call);
   Poison(input);
@@ -227,7 +230,7 @@ TEST(DeviceCallTest, ScatterReadsOnlyItsInputSpans) {
     }
     ASSERT_NE(call, nullptr);
     ++device_calls;
-    EXPECT_EQ(call->workspace_bytes(), cuda::PlanScatterWorkspace(*plan).bytes);
+    EXPECT_EQ(call->WorkspaceBytes().value_or(-1), cuda::PlanScatterWorkspace(*plan).bytes);
     ExpectSpansDisjoint(*call);
     const Copies copies(*call);
     Poison(input);
@@ -268,6 +271,72 @@ TEST(DeviceCallTest, ScatterWorkspaceHoldsWhatEachReductionNeeds) {
   EXPECT_EQ(mean.bytes, 512);
   // float32 SUM reduces in place: no scratch at all.
   EXPECT_EQ(workspace(DataType::kFloat32, Reduction::kSum).bytes, 0);
+  // AMAX/AMIN of the 16-bit floats select an operand's bits in place (a float shadow would rewrite
+  // NaN payloads); the narrow integers still need their 32-bit shadow for the atomics.
+  for (DataType dtype : {DataType::kFloat16, DataType::kBFloat16}) {
+    for (Reduction reduce : {Reduction::kAmax, Reduction::kAmin}) {
+      const cuda::ScatterWorkspace ordered = workspace(dtype, reduce);
+      EXPECT_EQ(ordered.shadow, -1) << DataTypeName(dtype) << " " << ReductionName(reduce);
+      EXPECT_EQ(ordered.bytes, 0) << DataTypeName(dtype) << " " << ReductionName(reduce);
+    }
+  }
+  EXPECT_EQ(workspace(DataType::kInt8, Reduction::kAmax).shadow, 0);
+  EXPECT_EQ(workspace(DataType::kFloat16, Reduction::kSum).shadow, 0);
+}
+
+// The sorted reduction's scratch holds CUB's temporary storage, whose size CUB gives for the GPU
+// that runs it: DeviceCall::WorkspaceBytes asks (the executor calls it on its device), and a failed
+// query is an error, never a size. In a CUDA build without a usable GPU the query fails.
+TEST(DeviceCallTest, SortedWorkspaceIsSizedByTheDeviceAndReportsAFailedQuery) {
+  Tensor input = Tensor::Zeros(DataType::kFloat32, {10});
+  Tensor index = Tensor::Zeros(DataType::kInt64, {3});
+  Tensor source = Tensor::Zeros(DataType::kFloat32, {3});
+  absl::StatusOr<ScatterPlan> plan = PlanScatter({.input = input.view(),
+                                                  .index = index.view(),
+                                                  .source = source.view(),
+                                                  .reduce = Reduction::kSum});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  plan->deterministic = true;
+  // Nothing of it is sized on the host.
+  EXPECT_EQ(cuda::PlanScatterWorkspace(*plan).bytes, 0);
+  std::unique_ptr<DeviceCall> call = MakeDeviceCall(*plan);
+  ASSERT_NE(call, nullptr);
+  const absl::StatusOr<int64_t> bytes = call->WorkspaceBytes();
+#if defined(TENSOROPS_HAVE_CUDA)
+  if (QueryDevices().cuda_devices.empty()) {
+    EXPECT_EQ(bytes.status().code(), absl::StatusCode::kUnavailable) << bytes.status();
+  } else {
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    // Two key buffers, two value buffers, the run lengths and the run count, each 256-aligned,
+    // then CUB's storage.
+    EXPECT_GT(*bytes, 6 * kDeviceAlignment);
+  }
+#else
+  EXPECT_EQ(bytes.value_or(-1), 0);
+#endif
+}
+
+// CUB's run-length encoding counts its items in an int: a deterministic reduction of more updates
+// is refused before any size query (RESOURCE_EXHAUSTED: the call runs on the CPU). A broadcast
+// index view gives the plan 2^31 updates without the memory.
+TEST(DeviceCallTest, SortedReductionRefusesMoreUpdatesThanCubCounts) {
+  const int64_t zero = 0;
+  const float value = 1;
+  const Shape updates = {int64_t{1} << 31};
+  ScatterPlan plan;
+  plan.result_dtype = DataType::kFloat32;
+  plan.result_shape = {1};
+  plan.index = TensorView(DataType::kInt64, updates, Shape{0}, &zero);
+  plan.source = TensorView(DataType::kFloat32, updates, Shape{0}, &value);
+  plan.input = TensorView(DataType::kFloat32, Shape{1}, &value);
+  plan.reduce = Reduction::kSum;
+  plan.deterministic = true;
+  const absl::StatusOr<int64_t> bytes = cuda::SortedReductionBytes(plan);
+#if defined(TENSOROPS_HAVE_CUDA)
+  EXPECT_EQ(bytes.status().code(), absl::StatusCode::kResourceExhausted) << bytes.status();
+#else
+  EXPECT_EQ(bytes.value_or(-1), 0);
+#endif
 }
 
 TEST(DeviceCallTest, DeterministicFloatSumsTakeTheSortedReduction) {

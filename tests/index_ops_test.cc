@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "kernels/gather.h"
 #include "tests/device_runner.h"
+#include "tests/extremum_rule.h"
 #include "tests/index_ops_reference.h"
 #include "tests/reference.h"
 
@@ -300,6 +301,51 @@ TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(IndexReduceRandomTest, testing::AllDtypeRe
 
 // ~300k source elements per reduction, so the multi-threaded Scatter walk runs; duplicate-heavy
 // indices check that ASSIGN keeps the last occurrence in index order and that nothing races.
+// SPEC's AMAX/AMIN rule for NaNs and signed zeros (tests/extremum_rule.h) through IndexReduce:
+// column p of the source holds order p of a case's values, all reduced into element p of the
+// input's one row, so every order must give the bits the rule selects.
+class IndexReduceExtremumRuleTest : public testing::DeviceTest<DataType> {
+ protected:
+  DataType dtype() const { return leading_param(); }
+};
+
+TEST_P(IndexReduceExtremumRuleTest, NanAndSignedZeroBitsIgnoreTheOrderOfUpdates) {
+  for (const testing::ExtremumCase& rule_case : testing::ExtremumCases(dtype())) {
+    const std::vector<std::vector<uint64_t>> orders = testing::AllOrders(rule_case.sources);
+    const int64_t columns = static_cast<int64_t>(orders.size());
+    const int64_t slices = static_cast<int64_t>(rule_case.sources.size());
+    Tensor input(dtype(), {1, columns});
+    Tensor source(dtype(), {slices, columns});
+    for (int64_t p = 0; p < columns; ++p) {
+      testing::SetBits(input, p, rule_case.input);
+      for (int64_t k = 0; k < slices; ++k) testing::SetBits(source, k * columns + p, orders[p][k]);
+    }
+    Tensor index = Tensor::Zeros(DataType::kInt64, {slices});
+    for (Reduction reduce : {Reduction::kAmax, Reduction::kAmin}) {
+      for (bool include_self : {true, false}) {
+        SCOPED_TRACE(absl::StrCat(rule_case.name, " ", std::string(ReductionName(reduce)),
+                                  " include_self ", include_self));
+        absl::StatusOr<Tensor> out = runner().Run(IndexReduceArgs{.input = input.view(),
+                                                                  .index = index.view(),
+                                                                  .source = source.view(),
+                                                                  .axis = 0,
+                                                                  .reduce = reduce,
+                                                                  .include_self = include_self});
+        ASSERT_TRUE(out.ok()) << out.status();
+        const uint64_t expected = testing::SpecExtremum(dtype(), reduce, rule_case.input,
+                                                        rule_case.sources, include_self);
+        for (int64_t p = 0; p < columns; ++p) {
+          ASSERT_EQ(testing::BitsAt(*out, p), expected) << "order " << p;
+        }
+      }
+    }
+  }
+}
+
+TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(IndexReduceExtremumRuleTest,
+                                      ::testing::ValuesIn(testing::kExtremumDtypes),
+                                      testing::DataTypeParamName);
+
 class IndexReduceLargeTest : public testing::DeviceTest<Reduction> {};
 
 TEST_P(IndexReduceLargeTest, MatchesReference) {

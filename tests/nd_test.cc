@@ -30,6 +30,7 @@
 #include "kernels/scatter.h"
 #include "tbb/task_arena.h"
 #include "tests/device_runner.h"
+#include "tests/extremum_rule.h"
 #include "tests/nd_reference.h"
 #include "tests/reference.h"
 
@@ -534,6 +535,57 @@ void ExpectLargeScatterNdMatchesReference(const ScatterNdCase& c, DeviceRunner& 
 }
 
 // Over reduction x device (on CUDA only the single-axis layout has a GPU form).
+// SPEC's AMAX/AMIN rule for NaNs and signed zeros (tests/extremum_rule.h) through ScatterNd, in
+// the TensorFlow form with k = 1 (planned as a Scatter along one axis) and k = 2 (the general
+// form, CPU only): column p of the updates holds order p of a case's values, all reduced into
+// element p of the input's last dimension.
+class ScatterNdExtremumRuleTest : public testing::DeviceTest<DataType> {
+ protected:
+  DataType dtype() const { return leading_param(); }
+};
+
+TEST_P(ScatterNdExtremumRuleTest, NanAndSignedZeroBitsIgnoreTheOrderOfUpdates) {
+  for (const testing::ExtremumCase& rule_case : testing::ExtremumCases(dtype())) {
+    const std::vector<std::vector<uint64_t>> orders = testing::AllOrders(rule_case.sources);
+    const int64_t columns = static_cast<int64_t>(orders.size());
+    const int64_t rows = static_cast<int64_t>(rule_case.sources.size());
+    Tensor updates(dtype(), {rows, columns});
+    for (int64_t p = 0; p < columns; ++p) {
+      for (int64_t k = 0; k < rows; ++k) testing::SetBits(updates, k * columns + p, orders[p][k]);
+    }
+    for (int64_t components : {1, 2}) {
+      Shape input_shape(components, 1);
+      input_shape.push_back(columns);
+      Tensor input(dtype(), input_shape);
+      for (int64_t p = 0; p < columns; ++p) testing::SetBits(input, p, rule_case.input);
+      Tensor index = Tensor::Zeros(DataType::kInt64, {rows, components});
+      for (Reduction reduce : {Reduction::kAmax, Reduction::kAmin}) {
+        for (bool include_self : {true, false}) {
+          SCOPED_TRACE(absl::StrCat(rule_case.name, " k ", components, " ",
+                                    std::string(ReductionName(reduce)), " include_self ",
+                                    include_self));
+          absl::StatusOr<Tensor> out = runner().Run(ScatterNdArgs{.input = input.view(),
+                                                                  .index = index.view(),
+                                                                  .source = updates.view(),
+                                                                  .reduce = reduce,
+                                                                  .include_self = include_self});
+          if (HasNoDeviceForm(out.status())) continue;
+          ASSERT_TRUE(out.ok()) << out.status();
+          const uint64_t expected = testing::SpecExtremum(dtype(), reduce, rule_case.input,
+                                                          rule_case.sources, include_self);
+          for (int64_t p = 0; p < columns; ++p) {
+            ASSERT_EQ(testing::BitsAt(*out, p), expected) << "order " << p;
+          }
+        }
+      }
+    }
+  }
+}
+
+TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(ScatterNdExtremumRuleTest,
+                                      ::testing::ValuesIn(testing::kExtremumDtypes),
+                                      testing::DataTypeParamName);
+
 class ScatterNdLargeTest : public testing::DeviceTest<Reduction> {};
 
 TEST_P(ScatterNdLargeTest, MatchesReference) {

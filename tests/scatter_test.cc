@@ -29,6 +29,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/gather.h"
 #include "tests/device_runner.h"
+#include "tests/extremum_rule.h"
 #include "tests/reference.h"
 
 namespace tensorops {
@@ -352,6 +353,56 @@ TEST_P(ScatterGatherRoundTripTest, GatherOfScatterIsSource) {
 
 TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(ScatterGatherRoundTripTest,
                                       ::testing::ValuesIn(kAllDataTypes),
+                                      testing::DataTypeParamName);
+
+// SPEC's AMAX/AMIN rule for NaNs and signed zeros (tests/extremum_rule.h): every order of each
+// case's sources, one order per destination, must give the bits the rule selects, with and
+// without the input. On the CPU the updates of one destination arrive in row-major order; on CUDA
+// in whatever order the atomics land, so the instance there also checks the kernels against the
+// rule (and so against the CPU) byte for byte.
+class ScatterExtremumRuleTest : public testing::DeviceTest<DataType> {
+ protected:
+  DataType dtype() const { return leading_param(); }
+};
+
+TEST_P(ScatterExtremumRuleTest, NanAndSignedZeroBitsIgnoreTheOrderOfUpdates) {
+  for (const testing::ExtremumCase& rule_case : testing::ExtremumCases(dtype())) {
+    const std::vector<std::vector<uint64_t>> orders = testing::AllOrders(rule_case.sources);
+    const int64_t destinations = static_cast<int64_t>(orders.size());
+    const int64_t per_destination = static_cast<int64_t>(rule_case.sources.size());
+    // Destination d is input[d, 0]; row d of the source holds order d.
+    Tensor input(dtype(), {destinations, 1});
+    Tensor source(dtype(), {destinations, per_destination});
+    for (int64_t d = 0; d < destinations; ++d) {
+      testing::SetBits(input, d, rule_case.input);
+      for (int64_t k = 0; k < per_destination; ++k) {
+        testing::SetBits(source, d * per_destination + k, orders[d][k]);
+      }
+    }
+    Tensor index = Tensor::Zeros(DataType::kInt64, {destinations, per_destination});
+    for (Reduction reduce : {Reduction::kAmax, Reduction::kAmin}) {
+      for (bool include_self : {true, false}) {
+        SCOPED_TRACE(absl::StrCat(rule_case.name, " ", std::string(ReductionName(reduce)),
+                                  " include_self ", include_self));
+        absl::StatusOr<Tensor> out = runner().Run(ScatterArgs{.input = input.view(),
+                                                              .index = index.view(),
+                                                              .source = source.view(),
+                                                              .axis = 1,
+                                                              .reduce = reduce,
+                                                              .include_self = include_self});
+        ASSERT_TRUE(out.ok()) << out.status();
+        const uint64_t expected = testing::SpecExtremum(dtype(), reduce, rule_case.input,
+                                                        rule_case.sources, include_self);
+        for (int64_t d = 0; d < destinations; ++d) {
+          ASSERT_EQ(testing::BitsAt(*out, d), expected) << "order " << d;
+        }
+      }
+    }
+  }
+}
+
+TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(ScatterExtremumRuleTest,
+                                      ::testing::ValuesIn(testing::kExtremumDtypes),
                                       testing::DataTypeParamName);
 
 // ---------------------------------------------------------------------------------------------
@@ -1263,6 +1314,107 @@ TEST_F(ScatterCudaTest, DeterministicFloatSumsRepeatBitForBitAndMatchTheCpu) {
               << "element " << i;
         }
       }
+    }
+  }
+}
+
+// AMAX/AMIN under contention: 200,000 updates drawn from NaNs of several signs and payloads,
+// zeros of both signs and a few numbers, into 8 destinations, so that thousands of
+// compare-and-swaps race on each. The GPU must give the CPU's bytes (SPEC's rule leaves no choice),
+// and the 16-bit floats must keep the bits of the destinations no update reaches (no float shadow
+// rewrites their NaNs).
+TEST_F(ScatterCudaTest, AmaxAminUnderContentionGiveTheCpusBytes) {
+  absl::BitGen gen = SeededGen(47, kScatterSeedSalt);
+  for (DataType dtype : testing::kExtremumDtypes) {
+    std::vector<uint64_t> pool;
+    for (const testing::ExtremumCase& rule_case : testing::ExtremumCases(dtype)) {
+      pool.push_back(rule_case.input);
+      pool.insert(pool.end(), rule_case.sources.begin(), rule_case.sources.end());
+    }
+    constexpr int64_t kDestinations = 8;
+    constexpr int64_t kUntouched = 5;
+    constexpr int64_t kUpdates = 200000;
+    Tensor input(dtype, {kDestinations + kUntouched});
+    for (int64_t d = 0; d < input.numel(); ++d) {
+      // Untouched NaNs with payloads a float round trip would not keep (signaling, low bits).
+      testing::SetBits(input, d,
+                       d < kDestinations ? pool[absl::Uniform<size_t>(gen, 0, pool.size())]
+                                         : testing::NanBits(dtype, d % 2 == 0, false, d));
+    }
+    Tensor index(DataType::kInt64, {kUpdates});
+    Tensor source(dtype, {kUpdates});
+    for (int64_t i = 0; i < kUpdates; ++i) {
+      index.data_as<int64_t>()[i] = absl::Uniform<int64_t>(gen, 0, kDestinations);
+      testing::SetBits(source, i, pool[absl::Uniform<size_t>(gen, 0, pool.size())]);
+    }
+    for (Reduction reduce : {Reduction::kAmax, Reduction::kAmin}) {
+      for (bool include_self : {true, false}) {
+        SCOPED_TRACE(absl::StrCat(std::string(DataTypeName(dtype)), " ",
+                                  std::string(ReductionName(reduce)), " include_self ",
+                                  include_self));
+        absl::StatusOr<ScatterPlan> plan = PlanScatter({.input = input.view(),
+                                                        .index = index.view(),
+                                                        .source = source.view(),
+                                                        .reduce = reduce,
+                                                        .include_self = include_self});
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        const absl::StatusOr<Tensor> cpu = testing::RunOn(TestDevice::kCpu, *plan);
+        const absl::StatusOr<Tensor> gpu = testing::RunOn(TestDevice::kCuda, *plan);
+        ASSERT_TRUE(cpu.ok()) << cpu.status();
+        ASSERT_TRUE(gpu.ok()) << gpu.status();
+        ExpectSameBytes(*gpu, *cpu);
+        for (int64_t d = kDestinations; d < input.numel(); ++d) {
+          EXPECT_EQ(testing::BitsAt(*gpu, d), testing::BitsAt(input, d)) << "untouched " << d;
+        }
+      }
+    }
+  }
+}
+
+// The deterministic reduction of one destination whose run spans hundreds of thread blocks:
+// 100,000 float updates into one element (CUB's ReduceByKey combined such a run's block partials
+// in an order that varied from run to run). Twenty calls give the same bytes, within rounding of
+// the CPU's sequential sum.
+TEST_F(ScatterCudaTest, DeterministicSumOfOneLongRunRepeatsBitForBit) {
+  absl::BitGen gen = SeededGen(53, kScatterSeedSalt);
+  constexpr int64_t kUpdates = 100000;
+  for (DataType dtype : {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat64}) {
+    for (Reduction reduce : {Reduction::kSum, Reduction::kMean}) {
+      SCOPED_TRACE(
+          absl::StrCat(std::string(DataTypeName(dtype)), " ", std::string(ReductionName(reduce))));
+      Tensor input = Tensor::Zeros(dtype, {3});
+      // Every update goes to element 1; the neighbours stay as they were.
+      Tensor index(DataType::kInt64, {kUpdates});
+      std::vector<double> values(kUpdates);
+      for (int64_t i = 0; i < kUpdates; ++i) {
+        index.data_as<int64_t>()[i] = 1;
+        values[i] = absl::Uniform<double>(gen, 0, 1);
+      }
+      Tensor source = TensorFromValues(dtype, {kUpdates}, values);
+      absl::StatusOr<ScatterPlan> plan = PlanScatter({.input = input.view(),
+                                                      .index = index.view(),
+                                                      .source = source.view(),
+                                                      .reduce = reduce});
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      plan->deterministic = true;
+      const absl::StatusOr<Tensor> cpu = testing::RunOn(TestDevice::kCpu, *plan);
+      ASSERT_TRUE(cpu.ok()) << cpu.status();
+      const absl::StatusOr<Tensor> first = testing::RunOn(TestDevice::kCuda, *plan);
+      ASSERT_TRUE(first.ok()) << first.status();
+      for (int run = 1; run < 20; ++run) {
+        const absl::StatusOr<Tensor> again = testing::RunOn(TestDevice::kCuda, *plan);
+        ASSERT_TRUE(again.ok()) << again.status();
+        ExpectSameBytes(*again, *first);
+      }
+      // The CPU adds 100,000 terms one after another: its own rounding error is some 1e-5 of the
+      // sum in float32 (sqrt(n) roundings of up to half an ulp of the running sum).
+      const double expected = testing::ElementAsDouble(*cpu, 1);
+      const double relative = dtype == DataType::kBFloat16  ? 1e-2
+                              : dtype == DataType::kFloat32 ? 1e-4
+                                                            : 1e-9;
+      EXPECT_NEAR(testing::ElementAsDouble(*first, 1), expected, relative * std::abs(expected));
+      EXPECT_EQ(testing::ElementAsDouble(*first, 0), 0);
+      EXPECT_EQ(testing::ElementAsDouble(*first, 2), 0);
     }
   }
 }

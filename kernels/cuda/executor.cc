@@ -27,6 +27,20 @@ std::string CudaError(std::string_view what, cudaError_t error) {
   return absl::StrFormat("cuda: %s: %s", what, cudaGetErrorString(error));
 }
 
+// ContextLost says whether `error`, just returned by a call on `stream`, left the CUDA context
+// unusable, and clears it otherwise. Out-of-memory and launch-resource errors never do. Of the
+// rest, a sticky error (an illegal address, a trap, a failed launch) poisons the context: the
+// runtime then returns it from every later call, while an error that only failed its own call (an
+// invalid argument at enqueue time, say) is gone once read. So a trivial call after clearing it
+// tells the two apart, whatever the code.
+bool ContextLost(cudaError_t error, cudaStream_t stream) {
+  cudaGetLastError();
+  if (error == cudaErrorMemoryAllocation || error == cudaErrorLaunchOutOfResources) return false;
+  const cudaError_t probe = cudaStreamSynchronize(stream);
+  cudaGetLastError();
+  return probe != cudaSuccess;
+}
+
 // PinnedPool hands out page-locked host buffers and keeps released ones for reuse, binned by
 // power-of-two size, up to `cache_bytes` in all: cudaMallocHost costs milliseconds and would
 // otherwise be paid on every batch.
@@ -127,7 +141,9 @@ class CudaExecutor final : public DeviceExecutor {
     std::vector<int64_t> workspaces;
     int64_t device_bytes = 0;
   };
-  static Layout PlanLayout(absl::Span<const DeviceCall* const> calls);
+  // `workspace_bytes[i]`: call i's WorkspaceBytes() on this device (0 for a call that fails).
+  static Layout PlanLayout(absl::Span<const DeviceCall* const> calls,
+                           absl::Span<const int64_t> workspace_bytes);
 
   std::vector<DeviceOutcome> AllFailed(size_t count, const absl::Status& why) const {
     return std::vector<DeviceOutcome>(count, DeviceOutcome{.device_error = why});
@@ -165,7 +181,8 @@ class CudaExecutor final : public DeviceExecutor {
   absl::Status disabled_ ABSL_GUARDED_BY(mu_);
 };
 
-CudaExecutor::Layout CudaExecutor::PlanLayout(absl::Span<const DeviceCall* const> calls) {
+CudaExecutor::Layout CudaExecutor::PlanLayout(absl::Span<const DeviceCall* const> calls,
+                                              absl::Span<const int64_t> workspace_bytes) {
   Layout layout;
   int64_t at = 0;
   for (const DeviceCall* call : calls) {
@@ -183,9 +200,9 @@ CudaExecutor::Layout CudaExecutor::PlanLayout(absl::Span<const DeviceCall* const
   layout.flags = at;
   at += AlignUp(static_cast<int64_t>(calls.size() * sizeof(int32_t)));
   layout.copy_back_end = at;
-  for (const DeviceCall* call : calls) {
+  for (const int64_t bytes : workspace_bytes) {
     layout.workspaces.push_back(at);
-    at += AlignUp(call->workspace_bytes());
+    at += AlignUp(bytes);
   }
   layout.device_bytes = at;
   return layout;
@@ -198,7 +215,23 @@ std::vector<DeviceOutcome> CudaExecutor::RunBatch(absl::Span<const DeviceCall* c
     absl::MutexLock lock(&mu_);
     if (!disabled_.ok()) return AllFailed(calls.size(), disabled_);
   }
-  const Layout layout = PlanLayout(calls);
+  // First of all: the device is per thread, and on a fresh worker thread every runtime call below
+  // (the pinned allocation, CUB's size queries) would otherwise act on device 0.
+  if (const cudaError_t error = cudaSetDevice(options_.device); error != cudaSuccess) {
+    cudaGetLastError();
+    return AllFailed(calls.size(), absl::UnavailableError(CudaError(name(), error)));
+  }
+  std::vector<DeviceOutcome> outcomes(calls.size());
+  std::vector<int64_t> workspace_bytes(calls.size(), 0);
+  for (size_t c = 0; c < calls.size(); ++c) {
+    absl::StatusOr<int64_t> bytes = calls[c]->WorkspaceBytes();
+    if (bytes.ok()) {
+      workspace_bytes[c] = *bytes;
+    } else {
+      outcomes[c].device_error = std::move(bytes).status();
+    }
+  }
+  const Layout layout = PlanLayout(calls, workspace_bytes);
   if (options_.memory_limit_bytes > 0) {
     const int64_t in_use = device_in_use_.fetch_add(layout.device_bytes) + layout.device_bytes;
     if (in_use > options_.memory_limit_bytes) {
@@ -220,9 +253,7 @@ std::vector<DeviceOutcome> CudaExecutor::RunBatch(absl::Span<const DeviceCall* c
   }
   char* host = static_cast<char*>(staging->first);
 
-  cudaSetDevice(options_.device);
   const cudaStream_t stream = AcquireStream();
-  std::vector<DeviceOutcome> outcomes(calls.size());
   absl::Status batch_error;
   bool poisoned = false;
   void* block = nullptr;
@@ -246,15 +277,18 @@ std::vector<DeviceOutcome> CudaExecutor::RunBatch(absl::Span<const DeviceCall* c
     }
     if (error != cudaSuccess) {
       batch_error = absl::UnavailableError(CudaError("copying the batch to the device", error));
+      poisoned = ContextLost(error, stream);
     } else {
       std::vector<void*> copies;
       for (size_t c = 0; c < calls.size(); ++c) {
+        if (!outcomes[c].device_error.ok()) continue;
         copies.clear();
         for (int64_t offset : layout.inputs[c]) copies.push_back(device + offset);
         const DeviceBuffers buffers{
             .inputs = copies,
             .result = device + layout.results[c],
             .workspace = device + layout.workspaces[c],
+            .workspace_bytes = workspace_bytes[c],
             .error_flag = reinterpret_cast<int32_t*>(device + layout.flags) + c};
         outcomes[c].device_error = calls[c]->Enqueue(buffers, stream);
       }
@@ -264,10 +298,7 @@ std::vector<DeviceOutcome> CudaExecutor::RunBatch(absl::Span<const DeviceCall* c
       if (error == cudaSuccess) error = cudaStreamSynchronize(stream);
       if (error != cudaSuccess) {
         batch_error = absl::UnavailableError(CudaError("running the batch", error));
-        // Out-of-memory and launch-resource errors leave the context usable; anything else
-        // (illegal address, a trap) poisons it for the life of the process.
-        poisoned = error != cudaErrorMemoryAllocation && error != cudaErrorLaunchOutOfResources;
-        cudaGetLastError();
+        poisoned = ContextLost(error, stream);
       }
     }
     cudaFreeAsync(block, stream);

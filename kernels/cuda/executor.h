@@ -14,8 +14,9 @@
 //
 // Device trouble is never fatal: a batch that cannot get memory, fails a launch or a copy returns
 // device errors for its calls, which the caller re-runs on the CPU. An error that poisons the
-// CUDA context (e.g. an illegal address) disables the executor: every later call reports a device
-// error and runs on the CPU.
+// CUDA context (a sticky one, e.g. an illegal address: the runtime still reports it on the next
+// call) disables the executor: every later call reports a device error and runs on the CPU. An
+// error that only failed its own call does not.
 #ifndef TENSOROPS_KERNELS_CUDA_EXECUTOR_H_
 #define TENSOROPS_KERNELS_CUDA_EXECUTOR_H_
 

@@ -4,13 +4,15 @@
 // FAILED_PRECONDITION (launch_none.cc).
 //
 // Scatter and MaskedScatter need scratch memory on the device, sized by host code (Scatter's
-// layout, ScatterWorkspace, is shared with the kernels).
+// layout, ScatterWorkspace, is shared with the kernels) and, for CUB's temporary storage, by CUB
+// on the device that runs them.
 #ifndef TENSOROPS_KERNELS_CUDA_LAUNCH_H_
 #define TENSOROPS_KERNELS_CUDA_LAUNCH_H_
 
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "kernels/cuda/window_map.h"
 #include "kernels/device_call.h"
 #include "kernels/gather.h"
@@ -34,36 +36,44 @@ inline bool UsesSortedReduction(const ScatterPlan& plan) {
 // -1 for a part the call does not need.
 struct ScatterWorkspace {
   // A 32-bit shadow of the result (int32 for bool and the 8/16-bit integers, float for the 16-bit
-  // floats): the GPU's atomics work on 32 and 64 bits.
+  // floats' sums and products): the GPU's atomics work on 32 and 64 bits.
   int64_t shadow = -1;
   // MEAN's arrival count per destination (uint64).
   int64_t counts = -1;
   // ASSIGN's last writer per destination: the largest update position (int64, -1 for none).
   int64_t winners = -1;
-  // The sorted reduction's buffers (SortedReduction below), when UsesSortedReduction.
+  // The sorted reduction's buffers, when UsesSortedReduction: they take the rest of the workspace,
+  // SortedReductionBytes of it.
   int64_t sorted = -1;
+  // The bytes of the parts above, the sorted reduction's excluded (its size depends on the GPU).
   int64_t bytes = 0;
 };
 
 // SortedReductionBytes: the scratch of the sorted reduction of `plan` (keys, values, runs and
-// CUB's temporary storage); 0 without CUDA.
-int64_t SortedReductionBytes(const ScatterPlan& plan);
+// CUB's temporary storage) on the current device, whose kind decides CUB's share; 0 where the plan
+// has none, and without CUDA. An error (UNAVAILABLE) when CUB's size query fails, e.g. where no
+// device is usable; RESOURCE_EXHAUSTED beyond 2^31 - 1 updates, which CUB cannot count.
+absl::StatusOr<int64_t> SortedReductionBytes(const ScatterPlan& plan);
 
-// NeedsShadow: whether Scatter accumulates elements of `dtype` in a 32-bit shadow.
-inline bool NeedsShadow(DataType dtype) {
+// NeedsShadow: whether Scatter reduces elements of `dtype` with `reduce` in a 32-bit shadow.
+// AMAX/AMIN of the 16-bit floats select one operand's bits: they work on the result itself.
+inline bool NeedsShadow(DataType dtype, Reduction reduce) {
   switch (dtype) {
     case DataType::kBool:
     case DataType::kUInt8:
     case DataType::kInt8:
     case DataType::kInt16:
+      return true;
     case DataType::kFloat16:
     case DataType::kBFloat16:
-      return true;
+      return reduce != Reduction::kAmax && reduce != Reduction::kAmin;
     default:
       return false;
   }
 }
 
+// PlanScatterWorkspace lays out the parts of Scatter's workspace that host arithmetic sizes; the
+// whole workspace is `bytes`, plus SortedReductionBytes where `sorted` >= 0.
 inline ScatterWorkspace PlanScatterWorkspace(const ScatterPlan& plan) {
   constexpr int64_t kAlign = kDeviceAlignment;
   const auto align = [](int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; };
@@ -77,10 +87,9 @@ inline ScatterWorkspace PlanScatterWorkspace(const ScatterPlan& plan) {
   if (UsesSortedReduction(plan)) {
     // Each destination is written once, from its run: no shadow, no counts per destination.
     workspace.sorted = workspace.bytes;
-    workspace.bytes += align(SortedReductionBytes(plan));
     return workspace;
   }
-  if (NeedsShadow(plan.result_dtype)) {
+  if (NeedsShadow(plan.result_dtype, plan.reduce)) {
     workspace.shadow = workspace.bytes;
     workspace.bytes += align(numel * 4);
   }
@@ -93,8 +102,10 @@ inline ScatterWorkspace PlanScatterWorkspace(const ScatterPlan& plan) {
 
 absl::Status LaunchGather(const GatherPlan& plan, void* result, int32_t* error_flag, void* stream);
 
+// `workspace_bytes`: the size of `workspace`, PlanScatterWorkspace(plan).bytes plus
+// SortedReductionBytes(plan) as asked on this device.
 absl::Status LaunchScatter(const ScatterPlan& plan, void* result, void* workspace,
-                           int32_t* error_flag, void* stream);
+                           int64_t workspace_bytes, int32_t* error_flag, void* stream);
 
 // GatherNd in its general form, reading `input` and `index` (the device copies of plan.input and
 // plan.index, both contiguous).
@@ -105,10 +116,12 @@ absl::Status LaunchGatherNd(const NdPlan& plan, const void* input, const void* i
 absl::Status LaunchViewScatter(const ViewScatterPlan& plan, const WindowMap& map, void* result,
                                void* stream);
 
-// MaskedScatter's workspace: the prefix sum of the mask (int64 per element) and CUB's scratch.
-int64_t MaskedScatterWorkspaceBytes(const MaskedScatterPlan& plan);
+// MaskedScatter's workspace: the prefix sum of the mask (int64 per element) and CUB's scratch, on
+// the current device; UNAVAILABLE when CUB's size query fails; 0 without CUDA.
+absl::StatusOr<int64_t> MaskedScatterWorkspaceBytes(const MaskedScatterPlan& plan);
+// `workspace_bytes`: the size of `workspace`, MaskedScatterWorkspaceBytes(plan) on this device.
 absl::Status LaunchMaskedScatter(const MaskedScatterPlan& plan, void* result, void* workspace,
-                                 int32_t* error_flag, void* stream);
+                                 int64_t workspace_bytes, int32_t* error_flag, void* stream);
 
 }  // namespace tensorops::cuda
 

@@ -17,7 +17,7 @@ absl::Status LaunchGather(const GatherPlan& plan, void*, int32_t*, void*) {
   return NoCuda(plan.op);
 }
 
-absl::Status LaunchScatter(const ScatterPlan& plan, void*, void*, int32_t*, void*) {
+absl::Status LaunchScatter(const ScatterPlan& plan, void*, void*, int64_t, int32_t*, void*) {
   return NoCuda(plan.op);
 }
 
@@ -30,11 +30,11 @@ absl::Status LaunchViewScatter(const ViewScatterPlan&, const WindowMap&, void*, 
 }
 
 // Without CUDA there is no CUB to ask; nothing runs in these workspaces anyway.
-int64_t SortedReductionBytes(const ScatterPlan&) { return 0; }
+absl::StatusOr<int64_t> SortedReductionBytes(const ScatterPlan&) { return 0; }
 
-int64_t MaskedScatterWorkspaceBytes(const MaskedScatterPlan&) { return 0; }
+absl::StatusOr<int64_t> MaskedScatterWorkspaceBytes(const MaskedScatterPlan&) { return 0; }
 
-absl::Status LaunchMaskedScatter(const MaskedScatterPlan&, void*, void*, int32_t*, void*) {
+absl::Status LaunchMaskedScatter(const MaskedScatterPlan&, void*, void*, int64_t, int32_t*, void*) {
   return NoCuda("masked_scatter");
 }
 

@@ -63,27 +63,30 @@ __global__ void MaskedScatterKernel(Walk<2> walk, int64_t count, const Elem* __r
 
 }  // namespace
 
-int64_t MaskedScatterWorkspaceBytes(const MaskedScatterPlan& plan) {
+absl::StatusOr<int64_t> MaskedScatterWorkspaceBytes(const MaskedScatterPlan& plan) {
   const int64_t count = NumElements(plan.result_shape);
   size_t scan_bytes = 0;
-  cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, Flags(plan), static_cast<int64_t*>(nullptr),
-                                count);
+  if (const cudaError_t error = cub::DeviceScan::ExclusiveSum(
+          nullptr, scan_bytes, Flags(plan), static_cast<int64_t*>(nullptr), count);
+      error != cudaSuccess) {
+    return CubStatus("sizing masked_scatter's prefix sum", error);
+  }
   return AlignUp(count * static_cast<int64_t>(sizeof(int64_t))) + static_cast<int64_t>(scan_bytes);
 }
 
 absl::Status LaunchMaskedScatter(const MaskedScatterPlan& plan, void* result, void* workspace,
-                                 int32_t* error_flag, void* stream) {
+                                 int64_t workspace_bytes, int32_t* error_flag, void* stream) {
   const int64_t count = NumElements(plan.result_shape);
   if (count == 0) return absl::OkStatus();
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
   auto* positions = static_cast<int64_t*>(workspace);
-  char* scan_storage = static_cast<char*>(workspace) + AlignUp(count * sizeof(int64_t));
-  size_t scan_bytes = static_cast<size_t>(MaskedScatterWorkspaceBytes(plan) -
-                                          AlignUp(count * static_cast<int64_t>(sizeof(int64_t))));
+  const int64_t positions_bytes = AlignUp(count * static_cast<int64_t>(sizeof(int64_t)));
+  char* scan_storage = static_cast<char*>(workspace) + positions_bytes;
+  size_t scan_bytes = static_cast<size_t>(workspace_bytes - positions_bytes);
   if (cudaError_t error = cub::DeviceScan::ExclusiveSum(scan_storage, scan_bytes, Flags(plan),
                                                         positions, count, cuda_stream);
       error != cudaSuccess) {
-    return CudaStatus("masked_scatter's prefix sum", error);
+    return CubStatus("masked_scatter's prefix sum", error);
   }
   const Walk<2> walk = MakeWalk<2>(plan.result_shape, {plan.input.strides(), plan.mask.strides()});
   return cpu::DispatchItemSize(ItemSize(plan.result_dtype), [&]<typename Elem>(TypeTag<Elem>) {

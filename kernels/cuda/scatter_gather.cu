@@ -9,23 +9,27 @@
 //   4. assign:    ... and the update at that position writes: last writer in row-major order, as
 //                 on the CPU, whatever order the threads run in;
 //   5. finalize:  MEAN divides by the counts; the shadow rounds into the result.
-// Integer, ASSIGN, AMAX and AMIN results equal the CPU's exactly; float sums and products differ
-// only by the order of rounding (SPEC, "Reference equalities"). A `deterministic` float SUM, MEAN
-// or PROD replaces steps 2, 3 and 5 with a sort of the updates by destination and a reduction by
-// key (below), whose order is fixed, so that its results repeat bit for bit.
+// Integer, ASSIGN, AMAX and AMIN results equal the CPU's exactly (AMAX/AMIN by SPEC's rule for NaNs
+// and signed zeros, which does not depend on the order); float sums and products differ only by
+// the order of rounding (SPEC, "Reference equalities"). A `deterministic` float SUM, MEAN or PROD
+// replaces steps 2, 3 and 5 with a sort of the updates by destination and a reduction of each
+// destination's run (below), whose order is fixed, so that its results repeat bit for bit.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
+#include "absl/strings/str_format.h"
 #include "cub/device/device_radix_sort.cuh"
-#include "cub/device/device_reduce.cuh"
+#include "cub/device/device_run_length_encode.cuh"
+#include "cub/device/device_scan.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/walk.cuh"
 #include "kernels/dispatch.h"
 #include "kernels/reduction.h"
-#include "thrust/iterator/constant_iterator.h"
+#include "kernels/status_macros.h"
 
 namespace tensorops::cuda {
 namespace {
@@ -54,33 +58,46 @@ template <typename T>
 constexpr bool kIsHalf = std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>;
 template <typename T>
 constexpr bool kIsComplex = std::is_same_v<T, Complex<float>> || std::is_same_v<T, Complex<double>>;
+template <typename Op>
+constexpr bool kIsOrdered = std::is_same_v<Op, MaxOp> || std::is_same_v<Op, MinOp>;
 
 // kHasDeviceReduction: whether the GPU reduces T with Op. Planning rejects AMAX/AMIN on complex;
 // complex128 PROD (a 128-bit compare-and-swap) stays on the CPU (DeviceScatterSupported).
 template <typename T, typename Op>
 constexpr bool kHasDeviceReduction =
     !std::is_same_v<Op, AssignOp> &&
-    !(kIsComplex<T> && (std::is_same_v<Op, MaxOp> || std::is_same_v<Op, MinOp>)) &&
-    !(std::is_same_v<T, Complex<double>> && std::is_same_v<Op, ProdOp>);
+    !(kIsComplex<T> && kIsOrdered<Op>)&&!(std::is_same_v<T, Complex<double>> &&
+                                          std::is_same_v<Op, ProdOp>);
 
-// Acc is what a destination accumulates in: float for the 16-bit floats, int32 for bool and the
-// 8/16-bit integers (the GPU has no atomics narrower than 32 bits), T otherwise.
-template <typename T>
-using Acc = std::conditional_t<kIsHalf<T>, float,
+// Acc<T, Op> is what a destination accumulates in: float for the 16-bit floats' sums and products,
+// int32 for bool and the 8/16-bit integers (the GPU has no atomics narrower than 32 bits), T
+// otherwise. AMAX/AMIN of the 16-bit floats select one of their operands, so they work on the
+// elements themselves (a compare-and-swap of the 32-bit word holding one): a float shadow would
+// rewrite the bits of NaNs it rounds back, where the CPU keeps them. NeedsShadow (launch.h) says
+// the same on the host.
+template <typename T, typename Op>
+using Acc = std::conditional_t<kIsHalf<T>, std::conditional_t<kIsOrdered<Op>, T, float>,
                                std::conditional_t<(sizeof(T) < 4 && !kIsHalf<T>), int32_t, T>>;
 
-template <typename T>
-__device__ __forceinline__ Acc<T> ToAcc(T value) {
-  if constexpr (kIsHalf<T>) {
+// ToAcc and FromAcc convert between an element and its accumulator A. Kernels whose work does
+// not depend on the reduction take A rather than Op, so that the reductions sharing an
+// accumulator share their instantiations.
+template <typename A, typename T>
+__device__ __forceinline__ A ToAcc(T value) {
+  if constexpr (std::is_same_v<A, T>) {
+    return value;
+  } else if constexpr (kIsHalf<T>) {
     return static_cast<float>(value);
   } else {
-    return static_cast<Acc<T>>(value);
+    return static_cast<A>(value);
   }
 }
 
-template <typename T>
-__device__ __forceinline__ T FromAcc(Acc<T> value) {
-  if constexpr (kIsHalf<T>) {
+template <typename T, typename A>
+__device__ __forceinline__ T FromAcc(A value) {
+  if constexpr (std::is_same_v<A, T>) {
+    return value;
+  } else if constexpr (kIsHalf<T>) {
     return T(value);
   } else if constexpr (std::is_same_v<T, bool>) {
     return value != 0;
@@ -90,7 +107,9 @@ __device__ __forceinline__ T FromAcc(Acc<T> value) {
   }
 }
 
-// AtomicCombine applies `combine(old) -> new` to *dest atomically with a compare-and-swap loop.
+// AtomicCombine applies `combine(old) -> new` to *dest atomically with a compare-and-swap loop. A
+// combination that leaves the bits as they are writes nothing: AMAX/AMIN updates that lose (most
+// of them, once a destination holds a large value) then cost one load and no contention.
 template <typename A, typename Combine>
 __device__ __forceinline__ void AtomicCombine(A* dest, Combine combine) {
   static_assert(sizeof(A) == 4 || sizeof(A) == 8);
@@ -100,8 +119,32 @@ __device__ __forceinline__ void AtomicCombine(A* dest, Combine combine) {
   Bits expected;
   do {
     expected = observed;
-    const A next = combine(BitCast<A>(expected));
-    observed = atomicCAS(address, expected, BitCast<Bits>(next));
+    const Bits next = BitCast<Bits>(combine(BitCast<A>(expected)));
+    if (next == expected) return;
+    observed = atomicCAS(address, expected, next);
+  } while (observed != expected);
+}
+
+// AtomicCombineHalf is AtomicCombine for a 16-bit element: a compare-and-swap of the aligned
+// 32-bit word that holds it, leaving the other half (a neighbour, which other threads may update
+// meanwhile: the loop then retries) as it finds it. The word may reach two bytes past the last
+// element: every buffer the executor hands a call is padded to kDeviceAlignment.
+template <typename H, typename Combine>
+__device__ __forceinline__ void AtomicCombineHalf(H* dest, Combine combine) {
+  static_assert(sizeof(H) == 2);
+  const auto address_bits = reinterpret_cast<uintptr_t>(dest);
+  auto* word = reinterpret_cast<unsigned int*>(address_bits & ~uintptr_t{3});
+  const unsigned int shift = (address_bits & 2) != 0 ? 16 : 0;
+  unsigned int observed = *word;
+  unsigned int expected;
+  do {
+    expected = observed;
+    const H old = H::FromBits(static_cast<uint16_t>(expected >> shift));
+    const H next = combine(old);
+    if (next.bits == old.bits) return;
+    const unsigned int desired =
+        (expected & ~(0xffffu << shift)) | (static_cast<unsigned int>(next.bits) << shift);
+    observed = atomicCAS(word, expected, desired);
   } while (observed != expected);
 }
 
@@ -111,10 +154,10 @@ __device__ __forceinline__ Complex<Real> Multiply(Complex<Real> a, Complex<Real>
 }
 
 // AtomicReduce combines `value` into *dest with `Op` as SPEC defines it for element type T; `dest`
-// holds an Acc<T>.
+// holds an Acc<T, Op>.
 template <typename T, typename Op>
-__device__ __forceinline__ void AtomicReduce(Acc<T>* dest, Acc<T> value) {
-  using A = Acc<T>;
+__device__ __forceinline__ void AtomicReduce(Acc<T, Op>* dest, Acc<T, Op> value) {
+  using A = Acc<T, Op>;
   if constexpr (std::is_same_v<T, bool>) {
     // On bool SUM and AMAX are logical or, PROD and AMIN logical and: max and min of 0/1.
     if constexpr (std::is_same_v<Op, SumOp> || std::is_same_v<Op, MaxOp>) {
@@ -153,11 +196,17 @@ __device__ __forceinline__ void AtomicReduce(Acc<T>* dest, Acc<T> value) {
       atomicMin(reinterpret_cast<Native*>(dest), static_cast<Native>(value));
     }
   } else {
-    // AMAX / AMIN on floats: the shared functor (NaN propagates) in a compare-and-swap loop.
-    AtomicCombine(dest, [value](A old) {
+    // AMAX / AMIN on floats: the shared functor, whose NaN and signed-zero rule makes the result
+    // the same whatever order the compare-and-swaps land in.
+    const auto combine = [value](A old) {
       Op{}(old, value);
       return old;
-    });
+    };
+    if constexpr (kIsHalf<A>) {
+      AtomicCombineHalf(dest, combine);
+    } else {
+      AtomicCombine(dest, combine);
+    }
   }
 }
 
@@ -201,7 +250,7 @@ struct Scratch {
   long long* winners = nullptr;
 };
 
-template <typename T>
+template <typename T, typename A>
 __global__ void InitKernel(Walk<2> walk, int64_t count, const T* __restrict__ input,
                            T* __restrict__ result, Scratch scratch, unsigned long long initial) {
   TENSOROPS_GRID_STRIDE_LOOP(position, count) {
@@ -209,7 +258,7 @@ __global__ void InitKernel(Walk<2> walk, int64_t count, const T* __restrict__ in
     walk.Offsets(position, at);
     const T value = input[at[0]];
     if (scratch.shadow != nullptr) {
-      static_cast<Acc<T>*>(scratch.shadow)[at[1]] = ToAcc(value);
+      static_cast<A*>(scratch.shadow)[at[1]] = ToAcc<A>(value);
     } else {
       result[at[1]] = value;
     }
@@ -219,25 +268,28 @@ __global__ void InitKernel(Walk<2> walk, int64_t count, const T* __restrict__ in
 }
 
 template <typename T, typename Index, typename Op>
-__global__ void ResetKernel(UpdateWalk updates, const Index* __restrict__ index, Acc<T>* acc,
+__global__ void ResetKernel(UpdateWalk updates, const Index* __restrict__ index, Acc<T, Op>* acc,
                             int32_t* error) {
   TENSOROPS_GRID_STRIDE_LOOP(position, updates.count) {
     int64_t at[3];
     int64_t dest;
     if (Destination(updates, index, position, at, &dest, error))
-      acc[dest] = ResetValue<Op, Acc<T>>();
+      acc[dest] = ResetValue<Op, Acc<T, Op>>();
   }
 }
 
+// The atomics make the order of the updates at one destination depend on timing: exact for
+// integers and AMAX/AMIN, a matter of rounding for float sums and products (which `deterministic`
+// takes to the sorted reduction below).
 template <typename T, typename Index, typename Op>
 __global__ void ReduceKernel(UpdateWalk updates, const Index* __restrict__ index,
-                             const T* __restrict__ source, Acc<T>* acc, unsigned long long* counts,
-                             int32_t* error) {
+                             const T* __restrict__ source, Acc<T, Op>* acc,
+                             unsigned long long* counts, int32_t* error) {
   TENSOROPS_GRID_STRIDE_LOOP(position, updates.count) {
     int64_t at[3];
     int64_t dest;
     if (!Destination(updates, index, position, at, &dest, error)) continue;
-    AtomicReduce<T, Op>(acc + dest, ToAcc(source[at[1]]));
+    AtomicReduce<T, Op>(acc + dest, ToAcc<Acc<T, Op>>(source[at[1]]));
     if (counts != nullptr) atomicAdd(counts + dest, 1ull);
   }
 }
@@ -266,22 +318,22 @@ __global__ void AssignKernel(UpdateWalk updates, const Index* __restrict__ index
   }
 }
 
-template <typename T>
-__global__ void FinalizeKernel(int64_t count, const Acc<T>* acc, const unsigned long long* counts,
+template <typename T, typename A>
+__global__ void FinalizeKernel(int64_t count, const A* acc, const unsigned long long* counts,
                                T* result) {
   TENSOROPS_GRID_STRIDE_LOOP(i, count) {
-    Acc<T> value = acc[i];
+    A value = acc[i];
     if (counts != nullptr) {
       // A destination nobody wrote (count 0 without include_self) keeps its value.
       const int64_t n = counts[i] > 1 ? static_cast<int64_t>(counts[i]) : 1;
       if constexpr (std::is_integral_v<T>) {
         result[i] = FloorDivide(FromAcc<T>(value), n);
         continue;
-      } else if constexpr (kIsComplex<Acc<T>>) {
+      } else if constexpr (kIsComplex<A>) {
         value.re /= static_cast<decltype(value.re)>(n);
         value.im /= static_cast<decltype(value.im)>(n);
       } else {
-        value = value / static_cast<Acc<T>>(n);
+        value = value / static_cast<A>(n);
       }
     }
     result[i] = FromAcc<T>(value);
@@ -291,9 +343,13 @@ __global__ void FinalizeKernel(int64_t count, const Acc<T>* acc, const unsigned 
 // ---- Scatter: the sorted (deterministic) reduction ----
 //
 // For `deterministic` float SUM/MEAN/PROD: every update becomes (destination, value); a stable
-// radix sort by destination keeps each destination's values in row-major order of the updates; a
-// reduction by key (CUB) combines each run; one thread per run then writes its destination once.
-// The order of every operation is fixed by the data, so repeated calls agree bit for bit.
+// radix sort by destination keeps each destination's values in row-major order of the updates; an
+// integer run-length encoding and its exclusive sum give each destination's run (where it starts,
+// how long it is: MEAN's count); then one warp per run reduces it in an order fixed by the run's
+// length alone (lane l takes elements l, l + 32, ... in turn, then a fixed shuffle tree) and
+// writes its destination once. Every step is exact integer work or arithmetic in an order the data
+// fixes, so repeated calls agree bit for bit. (CUB's ReduceByKey would not: it combines the
+// partial results of a run that spans several thread blocks in an order that depends on timing.)
 
 template <typename T>
 constexpr bool kSortable = kIsHalf<T> || std::is_floating_point_v<T> || kIsComplex<T>;
@@ -317,93 +373,131 @@ struct CombineOp {
 };
 
 using Key = unsigned long long;
+constexpr int kWarpSize = 32;
 
 // EndBit: the key bits to sort on. Destinations are < numel and the sentinel (an update whose
 // index was out of range) is numel itself.
 int EndBit(int64_t numel) { return 64 - __builtin_clzll(static_cast<Key>(numel) | 1); }
 
-// SortedLayout: where the sorted reduction's buffers lie in its scratch, in bytes.
+int64_t AlignUp(int64_t bytes) {
+  return (bytes + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
+}
+
+// SortedLayout: where the sorted reduction's buffers lie in its scratch, in bytes. The sort
+// ping-pongs between the two key and the two value buffers (cub::DoubleBuffer: CUB allocates no
+// copies of its own); the run-length encoding then writes its unique keys into whichever key
+// buffer the sort left free. `lengths` holds updates + 1 int64: the run lengths, then, scanned
+// in place, where each run starts, the last run's end included. CUB's temporary storage takes
+// the rest of the scratch, from `temp`.
 struct SortedLayout {
-  int64_t keys_in = 0, keys_out = 0, values_in = 0, values_out = 0, unique = 0, aggregates = 0,
-          counts = 0, runs = 0, temp = 0;
-  size_t temp_bytes = 0;
-  int64_t bytes = 0;
+  int64_t keys[2] = {0, 0};
+  int64_t values[2] = {0, 0};
+  int64_t lengths = 0;
+  int64_t runs = 0;
+  int64_t temp = 0;
 };
 
-template <typename T, typename Op>
-SortedLayout PlanSorted(int64_t updates, int64_t numel, bool mean) {
-  using A = Acc<T>;
-  size_t sort_bytes = 0;
-  size_t reduce_bytes = 0;
-  size_t count_bytes = 0;
-  cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, static_cast<const Key*>(nullptr),
-                                  static_cast<Key*>(nullptr), static_cast<const A*>(nullptr),
-                                  static_cast<A*>(nullptr), updates, 0, EndBit(numel));
-  cub::DeviceReduce::ReduceByKey(nullptr, reduce_bytes, static_cast<const Key*>(nullptr),
-                                 static_cast<Key*>(nullptr), static_cast<const A*>(nullptr),
-                                 static_cast<A*>(nullptr), static_cast<int64_t*>(nullptr),
-                                 CombineOp<Op>{}, updates);
-  if (mean) {
-    cub::DeviceReduce::ReduceByKey(
-        nullptr, count_bytes, static_cast<const Key*>(nullptr), static_cast<Key*>(nullptr),
-        thrust::constant_iterator<int64_t>(1), static_cast<int64_t*>(nullptr),
-        static_cast<int64_t*>(nullptr), CombineOp<SumOp>{}, updates);
-  }
-  const auto take = [](int64_t* at, int64_t bytes) {
-    const int64_t offset = *at;
-    *at += (bytes + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
-    return offset;
-  };
+SortedLayout PlanSortedBuffers(int64_t updates, int64_t value_size) {
   SortedLayout layout;
   int64_t at = 0;
-  const int64_t key_bytes = updates * static_cast<int64_t>(sizeof(Key));
-  const int64_t value_bytes = updates * static_cast<int64_t>(sizeof(A));
-  layout.keys_in = take(&at, key_bytes);
-  layout.keys_out = take(&at, key_bytes);
-  layout.values_in = take(&at, value_bytes);
-  layout.values_out = take(&at, value_bytes);
-  layout.unique = take(&at, key_bytes);
-  layout.aggregates = take(&at, value_bytes);
-  layout.counts = mean ? take(&at, updates * static_cast<int64_t>(sizeof(int64_t))) : -1;
-  layout.runs = take(&at, sizeof(int64_t));
-  layout.temp_bytes = std::max({sort_bytes, reduce_bytes, count_bytes});
-  layout.temp = take(&at, static_cast<int64_t>(layout.temp_bytes));
-  layout.bytes = at;
+  const auto take = [&at](int64_t bytes) {
+    const int64_t offset = at;
+    at += AlignUp(bytes);
+    return offset;
+  };
+  for (int64_t& keys : layout.keys) keys = take(updates * static_cast<int64_t>(sizeof(Key)));
+  for (int64_t& values : layout.values) values = take(updates * value_size);
+  layout.lengths = take((updates + 1) * static_cast<int64_t>(sizeof(int64_t)));
+  layout.runs = take(sizeof(int64_t));
+  layout.temp = at;
   return layout;
 }
 
-template <typename T, typename Index>
+// SortedTempBytes asks CUB, on the current device, for the temporary storage of the sort, the
+// run-length encoding and the scan.
+template <typename A>
+absl::StatusOr<int64_t> SortedTempBytes(int64_t updates, int64_t numel) {
+  size_t sort_bytes = 0;
+  size_t encode_bytes = 0;
+  size_t scan_bytes = 0;
+  cub::DoubleBuffer<Key> keys(nullptr, nullptr);
+  cub::DoubleBuffer<A> values(nullptr, nullptr);
+  cudaError_t error =
+      cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, values, updates, 0, EndBit(numel));
+  if (error != cudaSuccess) return CubStatus("sizing the sort of scatter updates", error);
+  error = cub::DeviceRunLengthEncode::Encode(
+      nullptr, encode_bytes, static_cast<const Key*>(nullptr), static_cast<Key*>(nullptr),
+      static_cast<int64_t*>(nullptr), static_cast<int64_t*>(nullptr), static_cast<int>(updates));
+  if (error != cudaSuccess) return CubStatus("sizing the runs of scatter updates", error);
+  error = cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, static_cast<int64_t*>(nullptr),
+                                        updates + 1);
+  if (error != cudaSuccess) return CubStatus("sizing the scan of scatter runs", error);
+  return static_cast<int64_t>(std::max({sort_bytes, encode_bytes, scan_bytes}));
+}
+
+template <typename T, typename Index, typename Op>
 __global__ void KeysKernel(UpdateWalk updates, const Index* __restrict__ index,
-                           const T* __restrict__ source, Key sentinel, Key* keys, Acc<T>* values,
-                           int32_t* error) {
+                           const T* __restrict__ source, Key sentinel, Key* keys,
+                           Acc<T, Op>* values, int64_t* lengths, int32_t* error) {
   TENSOROPS_GRID_STRIDE_LOOP(position, updates.count) {
     int64_t at[3];
     int64_t dest;
     const bool in_range = Destination(updates, index, position, at, &dest, error);
     keys[position] = in_range ? static_cast<Key>(dest) : sentinel;
-    values[position] = ToAcc(source[at[1]]);
+    values[position] = ToAcc<Acc<T, Op>>(source[at[1]]);
+    // The scan reads updates + 1 lengths, the encoding writes as many as there are runs: zero
+    // them all, so that the scan never reads memory nobody wrote.
+    lengths[position] = 0;
+    if (position == 0) lengths[updates.count] = 0;
   }
 }
 
+template <typename A>
+__device__ __forceinline__ A ShuffleDown(A value, int delta) {
+  if constexpr (kIsComplex<A>) {
+    return {__shfl_down_sync(0xffffffffu, value.re, delta),
+            __shfl_down_sync(0xffffffffu, value.im, delta)};
+  } else {
+    return __shfl_down_sync(0xffffffffu, value, delta);
+  }
+}
+
+// ReduceRunsKernel: one warp per run (the grid-stride loop is over warps, so every branch below is
+// uniform across a warp, as the shuffles need). `starts[run]` and `starts[run + 1]` bound the
+// run's values in sorted order.
 template <typename T, typename Op>
-__global__ void ApplyRunsKernel(int64_t max_runs, const int64_t* __restrict__ runs,
-                                const Key* __restrict__ unique,
-                                const Acc<T>* __restrict__ aggregates,
-                                const int64_t* __restrict__ counts, Key sentinel, bool include_self,
-                                T* result) {
-  TENSOROPS_GRID_STRIDE_LOOP(run, max_runs) {
-    if (run >= *runs || unique[run] == sentinel) continue;
+__global__ void ReduceRunsKernel(const int64_t* __restrict__ runs, const Key* __restrict__ unique,
+                                 const int64_t* __restrict__ starts,
+                                 const Acc<T, Op>* __restrict__ values, Key sentinel,
+                                 bool include_self, bool mean, T* result) {
+  using A = Acc<T, Op>;
+  const int lane = static_cast<int>(threadIdx.x % kWarpSize);
+  const int64_t first_warp = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / kWarpSize;
+  const int64_t warps = int64_t{gridDim.x} * blockDim.x / kWarpSize;
+  const int64_t run_count = *runs;
+  for (int64_t run = first_warp; run < run_count; run += warps) {
     const Key dest = unique[run];
-    Acc<T> value = aggregates[run];
+    if (dest == sentinel) continue;
+    const int64_t begin = starts[run];
+    const int64_t length = starts[run + 1] - begin;
+    // Identities (0, 1) fill the lanes a short run leaves empty: x + 0 and x * 1 are exact.
+    A value = ResetValue<Op, A>();
+    for (int64_t i = lane; i < length; i += kWarpSize) {
+      value = CombineOp<Op>{}(value, values[begin + i]);
+    }
+    for (int delta = kWarpSize / 2; delta > 0; delta /= 2) {
+      value = CombineOp<Op>{}(value, ShuffleDown(value, delta));
+    }
+    if (lane != 0) continue;
     // The input first, then the updates: the CPU's order, up to the grouping of the sums.
-    if (include_self) value = CombineOp<Op>{}(ToAcc(result[dest]), value);
-    if (counts != nullptr) {
-      const int64_t n = counts[run] + (include_self ? 1 : 0);
-      if constexpr (kIsComplex<Acc<T>>) {
+    if (include_self) value = CombineOp<Op>{}(ToAcc<A>(result[dest]), value);
+    if (mean) {
+      const int64_t n = length + (include_self ? 1 : 0);
+      if constexpr (kIsComplex<A>) {
         value.re /= static_cast<decltype(value.re)>(n);
         value.im /= static_cast<decltype(value.im)>(n);
       } else {
-        value = value / static_cast<Acc<T>>(n);
+        value = value / static_cast<A>(n);
       }
     }
     result[dest] = FromAcc<T>(value);
@@ -412,50 +506,47 @@ __global__ void ApplyRunsKernel(int64_t max_runs, const int64_t* __restrict__ ru
 
 template <typename T, typename Index, typename Op>
 absl::Status LaunchSortedScatter(const ScatterPlan& plan, const UpdateWalk& updates, T* result,
-                                 char* scratch, int32_t* error, cudaStream_t stream) {
-  using A = Acc<T>;
+                                 char* scratch, int64_t scratch_bytes, int32_t* error,
+                                 cudaStream_t stream) {
+  using A = Acc<T, Op>;
   const int64_t numel = NumElements(plan.result_shape);
-  const bool mean = plan.reduce == Reduction::kMean;
-  const SortedLayout layout = PlanSorted<T, Op>(updates.count, numel, mean);
-  const auto keys_in = reinterpret_cast<Key*>(scratch + layout.keys_in);
-  const auto keys_out = reinterpret_cast<Key*>(scratch + layout.keys_out);
-  const auto values_in = reinterpret_cast<A*>(scratch + layout.values_in);
-  const auto values_out = reinterpret_cast<A*>(scratch + layout.values_out);
-  const auto unique = reinterpret_cast<Key*>(scratch + layout.unique);
-  const auto aggregates = reinterpret_cast<A*>(scratch + layout.aggregates);
-  const auto counts = mean ? reinterpret_cast<int64_t*>(scratch + layout.counts) : nullptr;
+  const SortedLayout layout = PlanSortedBuffers(updates.count, sizeof(A));
+  cub::DoubleBuffer<Key> keys(reinterpret_cast<Key*>(scratch + layout.keys[0]),
+                              reinterpret_cast<Key*>(scratch + layout.keys[1]));
+  cub::DoubleBuffer<A> values(reinterpret_cast<A*>(scratch + layout.values[0]),
+                              reinterpret_cast<A*>(scratch + layout.values[1]));
+  const auto lengths = reinterpret_cast<int64_t*>(scratch + layout.lengths);
   const auto runs = reinterpret_cast<int64_t*>(scratch + layout.runs);
   void* temp = scratch + layout.temp;
+  const size_t temp_capacity = static_cast<size_t>(scratch_bytes - layout.temp);
   const Key sentinel = static_cast<Key>(numel);
-  const unsigned grid = GridFor(updates.count);
 
-  KeysKernel<T, Index><<<grid, kThreadsPerBlock, 0, stream>>>(updates, plan.index.data_as<Index>(),
-                                                              plan.source.data_as<T>(), sentinel,
-                                                              keys_in, values_in, error);
-  size_t temp_bytes = layout.temp_bytes;
-  cudaError_t status =
-      cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, values_in, values_out,
-                                      updates.count, 0, EndBit(numel), stream);
-  if (status != cudaSuccess) return CudaStatus("sorting scatter updates", status);
-  temp_bytes = layout.temp_bytes;
-  status = cub::DeviceReduce::ReduceByKey(temp, temp_bytes, keys_out, unique, values_out,
-                                          aggregates, runs, CombineOp<Op>{}, updates.count, stream);
-  if (status != cudaSuccess) return CudaStatus("reducing scatter updates by destination", status);
-  if (mean) {
-    temp_bytes = layout.temp_bytes;
-    status = cub::DeviceReduce::ReduceByKey(temp, temp_bytes, keys_out, unique,
-                                            thrust::constant_iterator<int64_t>(1), counts, runs,
-                                            CombineOp<SumOp>{}, updates.count, stream);
-    if (status != cudaSuccess) return CudaStatus("counting scatter updates", status);
-  }
-  ApplyRunsKernel<T, Op><<<grid, kThreadsPerBlock, 0, stream>>>(
-      updates.count, runs, unique, aggregates, counts, sentinel, plan.include_self, result);
+  KeysKernel<T, Index, Op><<<GridFor(updates.count), kThreadsPerBlock, 0, stream>>>(
+      updates, plan.index.data_as<Index>(), plan.source.data_as<T>(), sentinel, keys.Current(),
+      values.Current(), lengths, error);
+  TENSOROPS_RETURN_IF_ERROR(LaunchStatus(plan.op));
+  size_t temp_bytes = temp_capacity;
+  cudaError_t status = cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, values,
+                                                       updates.count, 0, EndBit(numel), stream);
+  if (status != cudaSuccess) return CubStatus("sorting scatter updates", status);
+  Key* const unique = keys.Alternate();
+  temp_bytes = temp_capacity;
+  status = cub::DeviceRunLengthEncode::Encode(temp, temp_bytes, keys.Current(), unique, lengths,
+                                              runs, static_cast<int>(updates.count), stream);
+  if (status != cudaSuccess) return CubStatus("finding the runs of scatter updates", status);
+  temp_bytes = temp_capacity;
+  status = cub::DeviceScan::ExclusiveSum(temp, temp_bytes, lengths, updates.count + 1, stream);
+  if (status != cudaSuccess) return CubStatus("scanning the runs of scatter updates", status);
+  ReduceRunsKernel<T, Op><<<GridFor(updates.count * kWarpSize), kThreadsPerBlock, 0, stream>>>(
+      runs, unique, lengths, values.Current(), sentinel, plan.include_self,
+      plan.reduce == Reduction::kMean, result);
   return LaunchStatus(plan.op);
 }
 
-template <typename T, typename Index>
-absl::Status LaunchScatterTyped(const ScatterPlan& plan, T* result, char* workspace, int32_t* error,
-                                cudaStream_t stream) {
+template <typename T, typename Index, typename Op>
+absl::Status LaunchScatterTyped(const ScatterPlan& plan, T* result, char* workspace,
+                                int64_t workspace_bytes, int32_t* error, cudaStream_t stream) {
+  using A = Acc<T, Op>;
   const int64_t numel = NumElements(plan.result_shape);
   const ScatterWorkspace layout = PlanScatterWorkspace(plan);
   Scratch scratch;
@@ -465,14 +556,15 @@ absl::Status LaunchScatterTyped(const ScatterPlan& plan, T* result, char* worksp
   }
   if (layout.winners >= 0)
     scratch.winners = reinterpret_cast<long long*>(workspace + layout.winners);
-  Acc<T>* acc = scratch.shadow != nullptr ? static_cast<Acc<T>*>(scratch.shadow)
-                                          : reinterpret_cast<Acc<T>*>(result);
+  A* acc =
+      scratch.shadow != nullptr ? static_cast<A*>(scratch.shadow) : reinterpret_cast<A*>(result);
 
   // 1. init, walking the (possibly strided) input at the result's shape.
   const Shape result_strides = ContiguousStrides(plan.result_shape);
   const Walk<2> copy = MakeWalk<2>(plan.result_shape, {plan.input.strides(), result_strides});
-  InitKernel<T><<<GridFor(numel), kThreadsPerBlock, 0, stream>>>(
+  InitKernel<T, A><<<GridFor(numel), kThreadsPerBlock, 0, stream>>>(
       copy, numel, plan.input.data_as<T>(), result, scratch, plan.include_self ? 1 : 0);
+  TENSOROPS_RETURN_IF_ERROR(LaunchStatus(plan.op));
 
   UpdateWalk updates;
   updates.count = plan.index.numel();
@@ -487,58 +579,67 @@ absl::Status LaunchScatterTyped(const ScatterPlan& plan, T* result, char* worksp
     const Index* index = plan.index.data_as<Index>();
     const T* source = plan.source.data_as<T>();
     const unsigned grid = GridFor(updates.count);
-    if (plan.reduce == Reduction::kAssign) {
+    if constexpr (std::is_same_v<Op, AssignOp>) {
       WinnerKernel<Index>
           <<<grid, kThreadsPerBlock, 0, stream>>>(updates, index, scratch.winners, error);
+      TENSOROPS_RETURN_IF_ERROR(LaunchStatus(plan.op));
       AssignKernel<DeviceType<T>, Index><<<grid, kThreadsPerBlock, 0, stream>>>(
           updates, index, reinterpret_cast<const DeviceType<T>*>(source),
           reinterpret_cast<DeviceType<T>*>(result), scratch.winners, error);
+      TENSOROPS_RETURN_IF_ERROR(LaunchStatus(plan.op));
     } else if (layout.sorted >= 0) {
-      return DispatchReduction(plan.reduce, [&]<typename Op>(Op) -> absl::Status {
-        if constexpr (kSortable<T> && (std::is_same_v<Op, SumOp> || std::is_same_v<Op, ProdOp>)) {
-          return LaunchSortedScatter<T, Index, Op>(plan, updates, result, workspace + layout.sorted,
-                                                   error, stream);
-        } else {
-          return absl::InternalError("scatter: a sorted reduction of a type without one");
-        }
-      });
+      if constexpr (kSortable<T> && (std::is_same_v<Op, SumOp> || std::is_same_v<Op, ProdOp>)) {
+        return LaunchSortedScatter<T, Index, Op>(plan, updates, result, workspace + layout.sorted,
+                                                 workspace_bytes - layout.sorted, error, stream);
+      } else {
+        return absl::InternalError("scatter: a sorted reduction of a type without one");
+      }
     } else {
-      DispatchReduction(plan.reduce, [&]<typename Op>(Op) {
-        if constexpr (kHasDeviceReduction<T, Op>) {
-          if (!plan.include_self) {
-            ResetKernel<T, Index, Op>
-                <<<grid, kThreadsPerBlock, 0, stream>>>(updates, index, acc, error);
-          }
-          ReduceKernel<T, Index, Op><<<grid, kThreadsPerBlock, 0, stream>>>(
-              updates, index, source, acc, scratch.counts, error);
-        }
-      });
+      if (!plan.include_self) {
+        ResetKernel<T, Index, Op>
+            <<<grid, kThreadsPerBlock, 0, stream>>>(updates, index, acc, error);
+        TENSOROPS_RETURN_IF_ERROR(LaunchStatus(plan.op));
+      }
+      ReduceKernel<T, Index, Op><<<grid, kThreadsPerBlock, 0, stream>>>(updates, index, source, acc,
+                                                                        scratch.counts, error);
+      TENSOROPS_RETURN_IF_ERROR(LaunchStatus(plan.op));
     }
   }
-  if (scratch.shadow != nullptr || scratch.counts != nullptr) {
-    FinalizeKernel<T>
-        <<<GridFor(numel), kThreadsPerBlock, 0, stream>>>(numel, acc, scratch.counts, result);
+  // 5. finalize: only a shadow (A != T) or MEAN's counts (SumOp) need it.
+  if constexpr (!std::is_same_v<A, T> || std::is_same_v<Op, SumOp>) {
+    if (scratch.shadow != nullptr || scratch.counts != nullptr) {
+      FinalizeKernel<T, A>
+          <<<GridFor(numel), kThreadsPerBlock, 0, stream>>>(numel, acc, scratch.counts, result);
+    }
   }
   return LaunchStatus(plan.op);
 }
 
 }  // namespace
 
-int64_t SortedReductionBytes(const ScatterPlan& plan) {
-  if (!UsesSortedReduction(plan) || plan.index.numel() == 0) return 0;
-  return DispatchDataType(plan.result_dtype, [&]<typename Host>(TypeTag<Host>) -> int64_t {
-    using T = DeviceType<Host>;
-    if constexpr (kSortable<T>) {
-      const int64_t numel = NumElements(plan.result_shape);
-      const bool mean = plan.reduce == Reduction::kMean;
-      if (plan.reduce == Reduction::kProd) {
-        return PlanSorted<T, ProdOp>(plan.index.numel(), numel, mean).bytes;
-      }
-      return PlanSorted<T, SumOp>(plan.index.numel(), numel, mean).bytes;
-    } else {
-      return 0;
-    }
-  });
+absl::StatusOr<int64_t> SortedReductionBytes(const ScatterPlan& plan) {
+  const int64_t updates = plan.index.numel();
+  if (!UsesSortedReduction(plan) || updates == 0) return 0;
+  if (updates > std::numeric_limits<int>::max()) {
+    // CUB's run-length encoding counts its items in an int.
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%s: a deterministic reduction of %d updates (more than 2^31 - 1) runs on the CPU", plan.op,
+        updates));
+  }
+  return DispatchDataType(
+      plan.result_dtype, [&]<typename Host>(TypeTag<Host>) -> absl::StatusOr<int64_t> {
+        using T = DeviceType<Host>;
+        if constexpr (kSortable<T>) {
+          // SUM and PROD accumulate in the same type.
+          using A = Acc<T, SumOp>;
+          const SortedLayout layout = PlanSortedBuffers(updates, sizeof(A));
+          TENSOROPS_ASSIGN_OR_RETURN(const int64_t temp_bytes,
+                                     SortedTempBytes<A>(updates, NumElements(plan.result_shape)));
+          return layout.temp + temp_bytes;
+        } else {
+          return int64_t{0};
+        }
+      });
 }
 
 absl::Status LaunchGather(const GatherPlan& plan, void* result, int32_t* error_flag, void* stream) {
@@ -559,13 +660,19 @@ absl::Status LaunchGather(const GatherPlan& plan, void* result, int32_t* error_f
 }
 
 absl::Status LaunchScatter(const ScatterPlan& plan, void* result, void* workspace,
-                           int32_t* error_flag, void* stream) {
+                           int64_t workspace_bytes, int32_t* error_flag, void* stream) {
   return DispatchDataType(plan.result_dtype, [&]<typename Host>(TypeTag<Host>) {
     using T = DeviceType<Host>;
     return DispatchIndexType(plan.index.dtype(), [&]<typename Index>(TypeTag<Index>) {
-      return LaunchScatterTyped<T, Index>(plan, static_cast<T*>(result),
-                                          static_cast<char*>(workspace), error_flag,
-                                          static_cast<cudaStream_t>(stream));
+      return DispatchReduction(plan.reduce, [&]<typename Op>(Op) -> absl::Status {
+        if constexpr (std::is_same_v<Op, AssignOp> || kHasDeviceReduction<T, Op>) {
+          return LaunchScatterTyped<T, Index, Op>(plan, static_cast<T*>(result),
+                                                  static_cast<char*>(workspace), workspace_bytes,
+                                                  error_flag, static_cast<cudaStream_t>(stream));
+        } else {
+          return absl::InternalError("scatter: a reduction without a GPU kernel passed planning");
+        }
+      });
     });
   });
 }

@@ -114,6 +114,14 @@ inline absl::Status CudaStatus(std::string_view what, cudaError_t error) {
   return absl::UnavailableError(message);
 }
 
+// CubStatus reports a failed CUB call. CUB reads its own launches' errors with
+// cudaPeekAtLastError, which leaves them set: cleared here, or the next launch's LaunchStatus (the
+// next call of the batch, even) would report this failure as its own.
+inline absl::Status CubStatus(std::string_view what, cudaError_t error) {
+  cudaGetLastError();
+  return CudaStatus(what, error);
+}
+
 // LaunchStatus reports the last launch's error, if any, as the device error it is.
 inline absl::Status LaunchStatus(std::string_view what) {
   const cudaError_t error = cudaGetLastError();

@@ -115,10 +115,11 @@ absl::StatusOr<NdPlan> PlanScatterNd(const ScatterNdArgs& args);
 
 namespace cpu {
 // GatherNd / ScatterNd run `plan` into `result`, a contiguous tensor of plan.result_shape (for
-// ScatterNd not aliasing the input). An out-of-range index gives INVALID_ARGUMENT naming the first
-// one in row-major order of the index, e.g. "gather_nd: index[1, 0] = 7 is out of range for axis
-// 0 of input with size 4 (expected -4 <= index < 4)"; `result` is then unspecified. ScatterNd's
-// duplicates follow SPEC: ASSIGN keeps the last position in row-major order of B.
+// ScatterNd disjoint from the operands or, to run in place, the input itself). An out-of-range
+// index gives INVALID_ARGUMENT naming the first one in row-major order of the index, e.g.
+// "gather_nd: index[1, 0] = 7 is out of range for axis 0 of input with size 4 (expected -4 <= index
+// < 4)"; `result` is then unspecified. ScatterNd's duplicates follow SPEC: ASSIGN keeps the last
+// position in row-major order of B.
 absl::Status GatherNd(const NdPlan& plan, const MutableTensorView& result);
 absl::Status ScatterNd(const NdPlan& plan, const MutableTensorView& result);
 }  // namespace cpu

@@ -51,7 +51,15 @@ OpCall::OpCall(const ServingContext& serving, absl::Time deadline, int64_t reque
       op_name_(op),
       request_bytes_(request_bytes) {}
 
-void OpCall::Start(const std::function<absl::StatusOr<PreparedOp>()>& prepare) {
+void OpCall::Start(std::function<absl::StatusOr<PreparedOp>()> prepare, bool may_block) {
+  if (may_block && serving_.blocking_pool != nullptr) {
+    serving_.blocking_pool->Run([this, prepare = std::move(prepare)] { StartNow(prepare); });
+    return;
+  }
+  StartNow(prepare);
+}
+
+void OpCall::StartNow(const std::function<absl::StatusOr<PreparedOp>()>& prepare) {
   absl::Status status = GuardExceptions(op_name_, [&]() -> absl::Status {
     TENSOROPS_ASSIGN_OR_RETURN(op_, prepare());
     return absl::OkStatus();
@@ -90,7 +98,10 @@ void OpCall::Run() {
   }
   timeline_.run_start = absl::Now();
   timeline_.device = "cpu";
-  const absl::Status status = GuardExceptions(op_.op, [this] { return op_.run(); });
+  const absl::Status status = GuardExceptions(op_.op, [this] {
+    TENSOROPS_RETURN_IF_ERROR(op_.run());
+    return op_.finish ? op_.finish() : absl::OkStatus();
+  });
   timeline_.run_end = absl::Now();
   End(status);
 }
@@ -112,7 +123,7 @@ std::optional<Scheduler::Work::DeviceTask> OpCall::PrepareDevice() {
 void OpCall::CompleteOnDevice() {
   timeline_.device = "cuda";
   timeline_.run_end = absl::Now();
-  End(absl::OkStatus());
+  End(op_.finish ? GuardExceptions(op_.op, op_.finish) : absl::OkStatus());
 }
 
 void OpCall::End(const absl::Status& status) {
@@ -133,10 +144,12 @@ void OpCall::CountFinished(int64_t response_bytes) const {
                                  code_ == absl::StatusCode::kOk ? response_bytes : 0);
 }
 
-grpc::ServerUnaryReactor* UnaryOpCall::Start(
-    const ServingContext& serving, grpc::CallbackServerContext* context, std::string_view method,
-    std::string_view op, const std::function<absl::StatusOr<PreparedOp>()>& prepare,
-    int64_t request_bytes, google::protobuf::Message* response) {
+grpc::ServerUnaryReactor* UnaryOpCall::Start(const ServingContext& serving,
+                                             grpc::CallbackServerContext* context,
+                                             std::string_view method, std::string_view op,
+                                             std::function<absl::StatusOr<PreparedOp>()> prepare,
+                                             bool may_block, int64_t request_bytes,
+                                             google::protobuf::Message* response) {
   auto* call = new UnaryOpCall(serving, context, method, op, request_bytes, response);
   // The token check comes first, so that an unauthenticated caller learns nothing from decoding.
   // gRPC deletes the call only after the handler has returned it, so returning `call` stays
@@ -144,7 +157,7 @@ grpc::ServerUnaryReactor* UnaryOpCall::Start(
   if (const absl::Status auth = Authenticate(serving, *context); !auth.ok()) {
     call->OpCall::Start([&]() -> absl::StatusOr<PreparedOp> { return auth; });
   } else {
-    call->OpCall::Start(prepare);
+    call->OpCall::Start(std::move(prepare), may_block);
   }
   return call;
 }

@@ -30,6 +30,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/codec.h"
 #include "server/auth.h"
+#include "server/blocking_pool.h"
 #include "server/metrics.h"
 #include "server/prepared_op.h"
 #include "server/scheduler.h"
@@ -50,6 +51,9 @@ struct ServingContext {
   int max_stream_in_flight = 64;
   // The resident tensors the store RPCs keep and ops reference; never null in a server.
   TensorStore* store = nullptr;
+  // Where calls that may wait for a stored tensor's lock are prepared (blocking_pool.h). Null
+  // (in some tests): on the calling thread.
+  BlockingPool* blocking_pool = nullptr;
 };
 
 // StoreNamespace is the store namespace of `context`'s caller, the one place that decides it.
@@ -88,7 +92,10 @@ class OpCall : public Scheduler::Work {
  public:
   // Start prepares the call with `prepare` (exceptions become statuses) and admits it to the
   // scheduler, or ends it with the error at once. The call may end, and be deleted, inside.
-  void Start(const std::function<absl::StatusOr<PreparedOp>()>& prepare);
+  // With `may_block` (the request references stored tensors, whose locks preparing takes), all
+  // of that happens later on serving.blocking_pool instead, so `prepare` must own or point to
+  // what it reads (nothing of the caller's stack).
+  void Start(std::function<absl::StatusOr<PreparedOp>()> prepare, bool may_block = false);
 
   // CancelIfQueued takes the call out of the scheduler's queue and ends it with CANCELLED (or
   // DEADLINE_EXCEEDED when its deadline has passed, which is why gRPC cancelled it); `who` says
@@ -123,6 +130,9 @@ class OpCall : public Scheduler::Work {
   const ServingContext& serving() const { return serving_; }
 
  private:
+  // StartNow is Start on the calling thread.
+  void StartNow(const std::function<absl::StatusOr<PreparedOp>()>& prepare);
+
   // Scheduler::Work: on a worker thread, or wherever the call left the queue.
   void Run() final;
   void Drop(const absl::Status& why) final;
@@ -151,8 +161,8 @@ class UnaryOpCall final : public grpc::ServerUnaryReactor, private OpCall {
   static grpc::ServerUnaryReactor* Start(const ServingContext& serving,
                                          grpc::CallbackServerContext* context,
                                          std::string_view method, std::string_view op,
-                                         const std::function<absl::StatusOr<PreparedOp>()>& prepare,
-                                         int64_t request_bytes,
+                                         std::function<absl::StatusOr<PreparedOp>()> prepare,
+                                         bool may_block, int64_t request_bytes,
                                          google::protobuf::Message* response);
 
  private:

@@ -8,7 +8,8 @@
 //   OpEntry<Plan, plan function, CPU kernel, updates_input>  planning (kernels/) and the CPU
 //                                                            kernel; updates_input: the result is
 //                                                            the input updated, so the input's
-//                                                            bytes may become the result
+//                                                            bytes may become the result and a
+//                                                            stored input may be updated in place
 //   Decode(request, decoder) -> absl::StatusOr<Args>         the request's fields as arguments
 //   SetGpuOptions(request, &plan)                            optional: request fields only the
 //                                                            GPU form reads (`deterministic`)
@@ -36,22 +37,20 @@
 #include "proto/codec.h"
 #include "proto/op_list.h"
 #include "server/prepared_op.h"
-#include "server/store/tensor_store.h"
+#include "server/stored_operands.h"
 
 namespace tensorops {
 
 // ArgDecoder decodes one request's fields for the op `op`, every error naming the op and the
 // argument. It is the one place a request's tensors are read, so whatever a tensor argument may
 // be besides inline bytes is resolved here for every op: a reference to a stored tensor
-// (Tensor.stored) is read from `stored`, and the ReadHandle that keeps its bytes is kept in
-// handles(), which the caller must hold until the op has run.
+// (Tensor.stored) is the value `operands` acquired for it (stored_operands.h), which the caller
+// holds until the op has run.
 class ArgDecoder {
  public:
-  using ReadHandles = std::vector<TensorStore::ReadHandle>;
-
   ArgDecoder(std::string_view op, const wire::DecodeLimits& limits,
-             const StoredTensors& stored = {})
-      : op_(op), limits_(limits), stored_(stored), handles_(std::make_shared<ReadHandles>()) {}
+             std::shared_ptr<const StoredOperands> operands = nullptr)
+      : op_(op), limits_(limits), operands_(std::move(operands)) {}
 
   absl::StatusOr<TensorView> Tensor(const v1::Tensor& tensor, std::string_view arg) const {
     if (tensor.has_stored()) return StoredTensor(tensor, arg);
@@ -69,55 +68,28 @@ class ArgDecoder {
   }
   std::string_view op() const { return op_; }
 
-  // handles holds a ReadHandle for every stored tensor decoded so far (an op that references one
-  // tensor twice holds two: shared locks, no deadlock).
-  std::shared_ptr<ReadHandles> handles() const { return handles_; }
-
  private:
-  // StoredTensor reads the tensor `tensor.stored` names. The store accepted its shape already;
-  // the op's rank and element limits still apply (what the kernels and the result may handle),
-  // but not the message size limit, which a tensor uploaded in chunks may pass.
+  // StoredTensor is the value of the stored tensor `tensor` references. The store accepted its
+  // shape already; the op's rank and element limits still apply (what the kernels and the result
+  // may handle), but not the message size limit, which a tensor uploaded in chunks may pass.
   absl::StatusOr<TensorView> StoredTensor(const v1::Tensor& tensor, std::string_view arg) const {
-    const std::string& name = tensor.stored().name();
-    if (tensor.dtype() != v1::DATA_TYPE_UNSPECIFIED || tensor.shape_size() > 0 ||
-        !tensor.data().empty()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: %s refers to stored tensor \"%s\" and also sets dtype, shape or data; a "
-          "reference carries no tensor of its own (set only %s.stored, or only the tensor)",
-          op_, arg, absl::CHexEscape(name), arg));
-    }
-    if (stored_.store == nullptr) {
+    if (operands_ == nullptr) {
       return absl::FailedPreconditionError(
           absl::StrFormat("%s: %s refers to stored tensor \"%s\", but this call cannot read "
                           "stored tensors",
-                          op_, arg, absl::CHexEscape(name)));
+                          op_, arg, absl::CHexEscape(tensor.stored().name())));
     }
-    std::optional<int64_t> expected_version;
-    if (tensor.stored().has_version()) expected_version = tensor.stored().version();
-    absl::StatusOr<TensorStore::ReadHandle> read =
-        stored_.store->Read(stored_.ns, name, expected_version);
-    if (absl::IsNotFound(read.status())) {
-      return absl::NotFoundError(
-          absl::StrFormat("%s: %s refers to stored tensor \"%s\", which does not exist", op_, arg,
-                          absl::CHexEscape(name)));
-    }
-    if (!read.ok()) {
-      return absl::Status(read.status().code(),
-                          absl::StrFormat("%s: %s: %s", op_, arg, read.status().message()));
-    }
+    TENSOROPS_ASSIGN_OR_RETURN(TensorView view, operands_->View(tensor, arg));
     wire::DecodeLimits stored_limits = limits_;
     stored_limits.max_bytes = std::numeric_limits<int64_t>::max();
     TENSOROPS_RETURN_IF_ERROR(
-        wire::CheckShape(read->dtype(), read->shape(), op_, arg, stored_limits).status());
-    const TensorView view = read->view();
-    handles_->push_back(*std::move(read));
+        wire::CheckShape(view.dtype(), view.shape(), op_, arg, stored_limits).status());
     return view;
   }
 
   std::string_view op_;
   const wire::DecodeLimits& limits_;
-  StoredTensors stored_;
-  std::shared_ptr<ReadHandles> handles_;
+  std::shared_ptr<const StoredOperands> operands_;
 };
 
 // CpuKernel is the CPU kernel of a plan type: it writes the result into `result`.
@@ -272,7 +244,7 @@ struct OpServing<ops::GatherNd>
 
 template <>
 struct OpServing<ops::ScatterNd>
-    : OpEntry<NdPlan, PlanScatterNd, cpu::ScatterNd, /*updates_input=*/false> {
+    : OpEntry<NdPlan, PlanScatterNd, cpu::ScatterNd, /*updates_input=*/true> {
   static absl::StatusOr<ScatterNdArgs> Decode(const v1::ScatterNdRequest& request,
                                               const ArgDecoder& decoder) {
     ScatterNdArgs args{.axes = {request.axes().begin(), request.axes().end()},

@@ -11,25 +11,19 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "kernels/backward.h"
 #include "kernels/device_call.h"
+#include "kernels/in_place_checks.h"
 #include "kernels/shape.h"
 #include "kernels/status_macros.h"
 #include "proto/op_list.h"
 #include "server/op_table.h"
+#include "server/result_target.h"
+#include "server/stored_operands.h"
 
 namespace tensorops {
 namespace {
-
-// AllocateResult checks a planned result against the limits (a broadcast can make it far larger
-// than the request) and then allocates it inside the response, so the kernel writes straight into
-// the bytes gRPC will send.
-absl::StatusOr<MutableTensorView> AllocateResult(std::string_view op, DataType dtype,
-                                                 ShapeSpan shape, const wire::DecodeLimits& limits,
-                                                 v1::Tensor* result) {
-  TENSOROPS_RETURN_IF_ERROR(wire::CheckShape(dtype, shape, op, "result", limits).status());
-  return wire::AllocateTensor(dtype, shape, result);
-}
 
 // Below this many bytes the input is not worth taking (and a short std::string keeps its bytes
 // inside the object, where a swap would move them away from the plan's view).
@@ -60,46 +54,79 @@ std::optional<MutableTensorView> TakeInput(const Plan& plan, std::string* input_
   return MutableTensorView(plan.result_dtype, plan.result_shape, static_cast<void*>(data->data()));
 }
 
-// Prepare is the common tail of every PrepareOp: take the plan and return the op
-// that allocates the result in `result_tensor` (inside the response) and runs the kernel into it,
-// and, for plans with GPU kernels, its GPU form. With `input_data` (the request's input.data,
-// which the caller lets us take) an op whose result is its input updated takes those bytes as the
-// result instead and runs in place on the CPU (the GPU form always allocates its result: the
-// device copies read the input).
-// `handles` holds the stored tensors the plan reads; both forms keep it for as long as they live.
+// Prepare is the common tail of every PrepareOp: take the plan and return the op that allocates
+// the result where `target` says (the response by default) and runs the kernel into it, and, for
+// plans with GPU kernels, its GPU form. With `input_data` (the request's input.data, which the
+// caller lets us take) an op whose result is its input updated takes those bytes as the result
+// instead and runs in place on the CPU (the GPU form always allocates its result: the device
+// copies read the input). `operands` holds the stored tensors the plan reads; both forms keep
+// them for as long as they live.
 template <typename Plan, typename Kernel>
-absl::StatusOr<PreparedOp> Prepare(std::string_view op, Plan plan, const wire::DecodeLimits& limits,
-                                   v1::Tensor* result_tensor, Kernel kernel,
-                                   std::string* input_data,
-                                   std::shared_ptr<ArgDecoder::ReadHandles> handles) {
+absl::StatusOr<PreparedOp> Prepare(std::string_view op, Plan plan, Kernel kernel,
+                                   std::string* input_data, v1::Tensor* result_tensor,
+                                   std::shared_ptr<ResultTarget> target,
+                                   std::shared_ptr<StoredOperands> operands) {
   auto shared_plan = std::make_shared<const Plan>(std::move(plan));
-  const auto allocate = [op, limits, shared_plan, result_tensor] {
-    return AllocateResult(op, shared_plan->result_dtype, shared_plan->result_shape, limits,
-                          result_tensor);
-  };
   PreparedOp prepared{
       .op = op,
-      .run = [allocate, kernel, shared_plan, result_tensor, input_data, handles]() -> absl::Status {
+      .run = [kernel, shared_plan, result_tensor, input_data, target, operands]() -> absl::Status {
         if constexpr (requires { shared_plan->input; }) {
           // A referenced input's bytes are the store's, never input_data's: TakeInput finds
           // they differ (an empty input.data) and leaves them alone.
-          if (std::optional<MutableTensorView> in_place =
-                  TakeInput(*shared_plan, input_data, result_tensor)) {
-            return kernel(*shared_plan, *in_place);
+          if (target->in_response()) {
+            if (std::optional<MutableTensorView> in_place =
+                    TakeInput(*shared_plan, input_data, result_tensor)) {
+              return kernel(*shared_plan, *in_place);
+            }
           }
         }
-        TENSOROPS_ASSIGN_OR_RETURN(MutableTensorView result, allocate());
+        TENSOROPS_ASSIGN_OR_RETURN(
+            MutableTensorView result,
+            target->Allocate(shared_plan->result_dtype, shared_plan->result_shape));
         return kernel(*shared_plan, result);
       }};
+  if (!target->in_response()) prepared.finish = [target] { return target->Finish(); };
   if constexpr (requires(const Plan& p) { MakeDeviceCall(p); }) {
-    prepared.device = [allocate, shared_plan, handles]() -> absl::StatusOr<DeviceRun> {
+    prepared.device = [shared_plan, target, operands]() -> absl::StatusOr<DeviceRun> {
       std::unique_ptr<DeviceCall> call = MakeDeviceCall(*shared_plan);
       if (call == nullptr) return DeviceRun{};
-      TENSOROPS_ASSIGN_OR_RETURN(MutableTensorView result, allocate());
+      TENSOROPS_ASSIGN_OR_RETURN(
+          MutableTensorView result,
+          target->Allocate(shared_plan->result_dtype, shared_plan->result_shape));
       return DeviceRun{.call = std::move(call), .result = result.data()};
     };
   }
   return prepared;
+}
+
+// Remembered is the op that answers a retried change from the store's memory of it: nothing
+// runs, the response says what the first attempt did.
+PreparedOp Remembered(std::string_view op, TensorStore::Change change,
+                      const v1::ResultOptions& options, const StoredTensors& stored,
+                      v1::Tensor* result) {
+  return PreparedOp{.op = op,
+                    .run = [op, change = std::move(change), &options, store = stored.store,
+                            ns = std::string(stored.ns), result]() -> absl::Status {
+                      return AnswerRemembered(op, change, options,
+                                              StoredTensors{.store = store, .ns = ns}, result);
+                    }};
+}
+
+// CheckInPlacePlan checks that a plan may run on its stored input, `update`, in place: the
+// result is the stored tensor's dtype and shape (masked_scatter's mask may broadcast the input
+// to a larger one), and nothing the kernel finds only while it runs can fail it halfway
+// (in_place_checks.h).
+template <typename Plan>
+absl::Status CheckInPlacePlan(std::string_view op, const Plan& plan,
+                              const TensorStore::UpdateHandle& update) {
+  if (update.dtype() != plan.result_dtype || update.shape() != plan.result_shape) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: result_options.in_place = true, but the result (%s [%s]) is not the shape of input "
+        "(%s [%s]); in place, the result must fit the stored tensor",
+        op, DataTypeName(plan.result_dtype), absl::StrJoin(plan.result_shape, ", "),
+        DataTypeName(update.dtype()), absl::StrJoin(update.shape(), ", ")));
+  }
+  return CheckBeforeWriting(plan);
 }
 
 // PrepareFor decodes, plans and prepares `request` for Op through its table entry.
@@ -109,18 +136,53 @@ absl::StatusOr<PreparedOp> PrepareFor(const typename Op::Request& request,
                                       InputReuse reuse, const StoredTensors& stored) {
   using Serving = OpServing<Op>;
   const std::string_view op = ops::Name<Op>();
-  const ArgDecoder decoder(op, limits, stored);
+  const v1::ResultOptions& options = request.result_options();
+  TENSOROPS_RETURN_IF_ERROR(
+      CheckResultOptions(op, options, Serving::kUpdatesInput, request.input()));
+  if (ChangesStore(options) && stored.store == nullptr) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: result_options ask to change a stored tensor, but this call cannot", op));
+  }
+  // A retry of a change already made is answered, not applied again.
+  if (ChangesStore(options) && !options.update_id().empty()) {
+    if (std::optional<TensorStore::Change> change =
+            stored.store->FindChange(stored.ns, options.update_id())) {
+      return Remembered(op, *std::move(change), options, stored, result);
+    }
+  }
+  TENSOROPS_ASSIGN_OR_RETURN(
+      std::shared_ptr<StoredOperands> operands,
+      StoredOperands::Acquire(op, request, stored,
+                              {.tensor = options.in_place() ? &request.input() : nullptr,
+                               .update_id = options.update_id()}));
+  // A retry that waited for its first attempt to commit (the store checks under the lock).
+  if (TensorStore::UpdateHandle* update = operands->update();
+      update != nullptr && update->already_applied().has_value()) {
+    TensorStore::Change change{.name = update->name(), .version = *update->already_applied()};
+    operands.reset();
+    return Remembered(op, std::move(change), options, stored, result);
+  }
+  const ArgDecoder decoder(op, limits, operands);
   TENSOROPS_ASSIGN_OR_RETURN(auto args, Serving::Decode(request, decoder));
   // The request is not a const object (see InputReuse), so writing through the pointer is
   // defined.
-  std::string* input_data = Serving::kUpdatesInput && reuse == InputReuse::kMayTakeInput
-                                ? const_cast<std::string*>(&request.input().data())
-                                : nullptr;
+  std::string* input_data =
+      Serving::kUpdatesInput && reuse == InputReuse::kMayTakeInput && !ChangesStore(options)
+          ? const_cast<std::string*>(&request.input().data())
+          : nullptr;
   TENSOROPS_ASSIGN_OR_RETURN(auto plan, Serving::kPlan(args));
+  if constexpr (Serving::kUpdatesInput) {
+    if (options.in_place()) {
+      TENSOROPS_RETURN_IF_ERROR(CheckInPlacePlan(op, plan, *operands->update()));
+    }
+  }
   if constexpr (requires { Serving::SetGpuOptions(request, &plan); }) {
     Serving::SetGpuOptions(request, &plan);
   }
-  return Prepare(op, std::move(plan), limits, result, Serving::kCpu, input_data, decoder.handles());
+  std::shared_ptr<ResultTarget> target =
+      ResultTarget::Make(op, options, stored, operands, limits, result);
+  return Prepare(op, std::move(plan), Serving::kCpu, input_data, result, std::move(target),
+                 std::move(operands));
 }
 
 // BackwardNames holds "<op>_backward" for every op, built once from the op table.
@@ -172,21 +234,28 @@ absl::StatusOr<PreparedOp> PrepareBackward(const v1::BackwardRequest& request,
                                            v1::BackwardResponse* response,
                                            const StoredTensors& stored) {
   const std::string_view op = BackwardOpName(request.op());
+  // Every stored tensor of the forward call and grad_output, taken together and held until the
+  // backward has run.
+  TENSOROPS_ASSIGN_OR_RETURN(std::shared_ptr<StoredOperands> operands,
+                             StoredOperands::Acquire(op, request, stored));
   // grad_output's decoder; the forward call's tensors get one named after the forward op.
-  const ArgDecoder decoder(op, limits, stored);
-  // The stored tensors of the forward call, held until the backward has run.
-  std::shared_ptr<ArgDecoder::ReadHandles> handles;
+  const ArgDecoder decoder(op, limits, operands);
   TENSOROPS_ASSIGN_OR_RETURN(
       BackwardArgs args,
       ops::VisitOp(
           request.op(),
           [&]<typename Op>(Op,
                            const typename Op::Request& op_request) -> absl::StatusOr<BackwardArgs> {
+            if (op_request.has_result_options()) {
+              return absl::InvalidArgumentError(absl::StrFormat(
+                  "%s: op.%s.result_options is set; a backward returns its gradients and stores "
+                  "nothing",
+                  op, ops::Name<Op>()));
+            }
             // The forward's errors name the forward op, as an inline forward call's do.
-            const ArgDecoder forward_decoder(ops::Name<Op>(), limits, stored);
+            const ArgDecoder forward_decoder(ops::Name<Op>(), limits, operands);
             TENSOROPS_ASSIGN_OR_RETURN(auto args,
                                        OpServing<Op>::Decode(op_request, forward_decoder));
-            handles = forward_decoder.handles();
             return BackwardArgs(std::move(args));
           },
           []() -> absl::StatusOr<BackwardArgs> {
@@ -197,10 +266,8 @@ absl::StatusOr<PreparedOp> PrepareBackward(const v1::BackwardRequest& request,
   TENSOROPS_ASSIGN_OR_RETURN(TensorView grad_output,
                              decoder.Tensor(request.grad_output(), "grad_output"));
   auto shared_args = std::make_shared<const BackwardArgs>(std::move(args));
-  std::shared_ptr<ArgDecoder::ReadHandles> grad_handles = decoder.handles();
   return PreparedOp{
-      .op = op,
-      .run = [shared_args, grad_output, response, handles, grad_handles]() -> absl::Status {
+      .op = op, .run = [shared_args, grad_output, response, operands]() -> absl::Status {
         TENSOROPS_ASSIGN_OR_RETURN(Gradients gradients, Backward(*shared_args, grad_output));
         // The gradients are computed into tensors of their own and copied into the response
         // once; they are each the size of an input, which the request already carried.

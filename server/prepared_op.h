@@ -23,6 +23,7 @@
 #include "kernels/device_call.h"
 #include "proto/codec.h"
 #include "server/store/tensor_store.h"
+#include "server/stored_operands.h"
 #include "tensorops/v1/generic.pb.h"
 #include "tensorops/v1/ops.pb.h"
 
@@ -47,6 +48,11 @@ struct PreparedOp {
   // form of the call. The CUDA executor runs it; when the device fails (or the call has no GPU
   // form) `run` runs the call on the CPU instead. Errors are the result's limits, as `run`'s.
   std::function<absl::StatusOr<DeviceRun>()> device;
+  // finish runs once after `run` or the device form has written the result successfully: it
+  // commits a result stored under a name or written in place (ResultOptions) and leaves a
+  // reference to it in the response. Errors are the store's (an in-place tensor overwritten
+  // meanwhile: ABORTED). Null when there is nothing to do.
+  std::function<absl::Status()> finish;
 };
 
 // InputReuse says whether `run` may take the request's input bytes for the result.
@@ -60,23 +66,15 @@ enum class InputReuse {
   kMayTakeInput,
 };
 
-// StoredTensors is where a request's references to stored tensors (Tensor.stored) are read from.
-// The op holds a ReadHandle on every tensor it references from preparation until the PreparedOp
-// is destroyed, so the bytes it reads stay one version for the whole call.
-struct StoredTensors {
-  // Null: every reference fails with FAILED_PRECONDITION.
-  const TensorStore* store = nullptr;
-  // The caller's namespace (StoreNamespace, server/op_call.h).
-  std::string_view ns;
-};
-
 // PrepareOp decodes and plans one request under `limits`, its result to go into `result` (inside
 // the response, which must outlive the PreparedOp): INVALID_ARGUMENT for a bad request (naming the
 // op, the argument, the value and the rule), RESOURCE_EXHAUSTED for a tensor over the limits.
 // `request` is the message of the op `op` (an op's own request type, e.g. v1::GatherRequest).
 // A tensor argument that references a stored tensor is read from `stored`: NOT_FOUND naming the
 // op, the argument and the name when it does not exist, FAILED_PRECONDITION when its version is
-// not the one the reference expects.
+// not the one the reference expects. The request's result_options may store the result in
+// `stored` or update a stored input in place (result_target.h); a call whose update id the store
+// remembers is answered from memory without running.
 absl::StatusOr<PreparedOp> PrepareOp(v1::OpRequest::OpCase op,
                                      const google::protobuf::Message& request,
                                      const wire::DecodeLimits& limits, v1::Tensor* result,

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "proto/grpc_status.h"
+#include "server/stored_operands.h"
 #include "spdlog/spdlog.h"
 
 namespace tensorops {
@@ -62,11 +63,13 @@ class RunStreamReactor::Request final : public OpCall {
 
   // Start prepares the op and admits it to the scheduler, or answers with the error at once.
   void Start() {
-    OpCall::Start([this] {
-      const std::string ns = StoreNamespace(serving(), *stream_->context_);
-      return PrepareOp(message_.op(), serving().limits, response_.mutable_result(), InputReuse::kNo,
-                       StoredTensors{.store = serving().store, .ns = ns});
-    });
+    OpCall::Start(
+        [this] {
+          const std::string ns = StoreNamespace(serving(), *stream_->context_);
+          return PrepareOp(message_.op(), serving().limits, response_.mutable_result(),
+                           InputReuse::kNo, StoredTensors{.store = serving().store, .ns = ns});
+        },
+        /*may_block=*/ReferencesStoredTensors(message_.op()));
   }
 
   const v1::RunStreamResponse& response() const { return response_; }

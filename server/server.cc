@@ -248,6 +248,10 @@ absl::Status Server::StartScheduler(const ServerOptions& options, Placement& pla
 void Server::BuildService(const ServerOptions& options, const Placement& placement) {
   const ServerOptions::Limits& limits = options.limits;
   store_ = std::make_unique<TensorStore>(options.store.memory_bytes);
+  // Its threads mostly wait (for a lock), so they cost no CPU; enough of them that calls on
+  // different tensors seldom queue behind each other's waits.
+  constexpr int kBlockingPoolThreads = 16;
+  blocking_pool_ = std::make_unique<BlockingPool>(kBlockingPoolThreads);
   serving_ = ServingContext{.limits = wire::DecodeLimits{.max_rank = limits.max_rank,
                                                          .max_elements = limits.max_elements,
                                                          .max_bytes = limits.max_message_bytes},
@@ -255,7 +259,8 @@ void Server::BuildService(const ServerOptions& options, const Placement& placeme
                             .metrics = metrics_.get(),
                             .authenticator = authenticator_.get(),
                             .max_stream_in_flight = limits.max_stream_in_flight,
-                            .store = store_.get()};
+                            .store = store_.get(),
+                            .blocking_pool = blocking_pool_.get()};
   service_ = std::make_unique<TensorOpsService>(
       serving_, BuildServerInfo(options, placement.inventory, cpu_threads_,
                                 scheduler_->options().queue.max_concurrent_calls,

@@ -28,6 +28,7 @@
 #include "grpcpp/grpcpp.h"
 #include "oneapi/tbb/global_control.h"
 #include "server/auth.h"
+#include "server/blocking_pool.h"
 #include "server/op_call.h"
 #include "server/scheduler.h"
 #include "server/server_options.h"
@@ -118,6 +119,8 @@ class Server {
   std::unique_ptr<Scheduler> scheduler_;
   // Before the service, whose calls read it; handles outliving it keep what they hold alive.
   std::unique_ptr<TensorStore> store_;
+  // Prepares the calls that wait for a stored tensor's lock; its tasks submit to the scheduler.
+  std::unique_ptr<BlockingPool> blocking_pool_;
   ServingContext serving_;
   std::unique_ptr<TensorOpsService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/descriptor.h"
@@ -18,6 +19,7 @@
 #include "server/parsed_request.h"
 #include "server/prepared_op.h"
 #include "server/store/tensor_store.h"
+#include "server/stored_operands.h"
 #include "tensorops/v1/store.pb.h"
 
 namespace tensorops {
@@ -207,14 +209,20 @@ class PutTensorReactor final : public grpc::ServerReadReactor<Parsed<v1::PutTens
   int64_t request_bytes_ = 0;
 };
 
-// GetTensorReactor sends one tensor: its TensorInfo, then its bytes in chunks. It holds a
-// ReadHandle for the whole stream, so every chunk is of the version the info names, however
-// long the client takes to read. Deletes itself when gRPC is done with it.
+// GetTensorReactor sends one tensor: its TensorInfo, then its bytes in chunks, every chunk of the
+// version the info names. It holds the tensor's read lock only while it copies a chunk, never
+// while the client reads: a client that stops reading must not hold off every update of the
+// tensor, and a gRPC thread must not wait long for the lock (an update waiting for a stalled
+// stream, and that stream waiting for a gRPC thread, would wait forever). When the tensor
+// changes before the last chunk, the stream ends ABORTED. Deletes itself when gRPC is done.
 class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResponse> {
  public:
   GetTensorReactor(const ServingContext& serving, grpc::CallbackServerContext* context,
                    const Parsed<v1::GetTensorRequest>& request)
-      : serving_(serving), context_(context), request_bytes_(static_cast<int64_t>(request.bytes)) {
+      : serving_(serving),
+        context_(context),
+        request_bytes_(static_cast<int64_t>(request.bytes)),
+        ns_(StoreNamespace(serving, *context)) {
     absl::Status status = Authenticate(serving_, *context_);
     if (status.ok()) status = Begin(request);
     if (!status.ok()) {
@@ -229,14 +237,25 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
       End(absl::CancelledError("get_tensor: the client went away before the last chunk"));
       return;
     }
-    if (offset_ >= read_->bytes()) {
+    if (offset_ >= bytes_) {
       End(absl::OkStatus());
       return;
     }
     response_.Clear();
-    const int64_t size = std::min(chunk_bytes_, read_->bytes() - offset_);
-    response_.set_data(static_cast<const char*>(read_->view().data()) + offset_,
-                       static_cast<size_t>(size));
+    const int64_t size = std::min(chunk_bytes_, bytes_ - offset_);
+    {
+      absl::StatusOr<TensorStore::ReadHandle> read = serving_.store->Read(ns_, name_, version_);
+      if (!read.ok()) {
+        End(absl::AbortedError(absl::StrFormat(
+            "get_tensor: tensor \"%s\" changed after %d of its %d bytes were sent (%s); get it "
+            "again",
+            absl::CHexEscape(absl::string_view(name_.data(), name_.size())), offset_, bytes_,
+            read.status().message())));
+        return;
+      }
+      response_.set_data(static_cast<const char*>(read->view().data()) + offset_,
+                         static_cast<size_t>(size));
+    }
     offset_ += size;
     Send();
   }
@@ -257,20 +276,21 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
                                                   serving_.limits.max_bytes - kChunkFramingBytes}));
     TENSOROPS_ASSIGN_OR_RETURN(
         TensorStore::ReadHandle read,
-        serving_.store->Read(StoreNamespace(serving_, *context_), request.name(),
+        serving_.store->Read(ns_, request.name(),
                              OptionalVersion(request, &v1::GetTensorRequest::has_version,
                                              &v1::GetTensorRequest::version)));
-    read_.emplace(std::move(read));
-    // The info of the version held; created/updated come from the store's current entry when it
+    name_ = read.name();
+    version_ = read.version();
+    bytes_ = read.bytes();
+    // The info of the version read; created/updated come from the store's current entry when it
     // is still that version.
-    TensorStore::Metadata metadata{.name = read_->name(),
-                                   .dtype = read_->dtype(),
-                                   .shape = read_->shape(),
-                                   .bytes = read_->bytes(),
-                                   .version = read_->version(),
+    TensorStore::Metadata metadata{.name = read.name(),
+                                   .dtype = read.dtype(),
+                                   .shape = read.shape(),
+                                   .bytes = read.bytes(),
+                                   .version = read.version(),
                                    .device = kStoreCpuDevice};
-    absl::StatusOr<TensorStore::Metadata> current =
-        serving_.store->Info(StoreNamespace(serving_, *context_), request.name());
+    absl::StatusOr<TensorStore::Metadata> current = serving_.store->Info(ns_, request.name());
     if (current.ok() && current->version == metadata.version) metadata = *std::move(current);
     ToProto(metadata, response_.mutable_info());
     return absl::OkStatus();
@@ -281,9 +301,8 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
     StartWrite(&response_);
   }
 
-  // End finishes the call once; the ReadHandle goes at once, not when gRPC is done.
+  // End finishes the call once.
   void End(const absl::Status& status) {
-    read_.reset();
     // Counted before Finish: once the client has its answer, the metrics include the call.
     FinishStoreCall(serving_, *context_, "GetTensor", "get_tensor", start_, status, request_bytes_,
                     response_bytes_);
@@ -293,8 +312,12 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
   const ServingContext& serving_;
   grpc::CallbackServerContext* const context_;
   const int64_t request_bytes_;
+  const std::string ns_;
   const absl::Time start_ = absl::Now();
-  std::optional<TensorStore::ReadHandle> read_;
+  // The tensor being sent: its name, version and size.
+  std::string name_;
+  int64_t version_ = 0;
+  int64_t bytes_ = 0;
   int64_t chunk_bytes_ = kDefaultChunkBytes;
   // Bytes of the tensor sent so far.
   int64_t offset_ = 0;
@@ -354,14 +377,17 @@ void TensorOpsService::HandleOpCall(std::string_view method, std::string_view op
             } else if constexpr (std::is_same_v<Request, v1::BackwardRequest>) {
               if (request->ok) op_name = BackwardOpName(request->message.op());
             }
+            // The request, the response and the context live until the call is finished, so
+            // the preparation may run later, on the blocking pool.
             return UnaryOpCall::Start(
                 serving_, context, method, op_name,
-                [&]() -> absl::StatusOr<PreparedOp> {
+                [this, context, request, response, prepare]() -> absl::StatusOr<PreparedOp> {
                   if (!request->ok) return MalformedRequestError(*request);
                   const std::string ns = StoreNamespace(serving_, *context);
                   return prepare(request->message, response,
                                  StoredTensors{.store = serving_.store, .ns = ns});
                 },
+                /*may_block=*/request->ok&& ReferencesStoredTensors(request->message),
                 static_cast<int64_t>(request->bytes), response);
           }));
 }

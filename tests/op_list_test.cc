@@ -67,6 +67,22 @@ TEST(OpListTest, EveryTypedRpcIsAnOp) {
   EXPECT_EQ(static_cast<int>(rpcs.size() + generic.size()), Service().method_count());
 }
 
+// The server reads every request's `input` and `result_options` (server/prepared_op.cc); a new
+// op's request must have both, at the same numbers for result_options.
+TEST(OpListTest, EveryRequestHasAnInputAndResultOptionsAtFifteen) {
+  ops::ForEachOp([&]<typename Op>(Op) {
+    const google::protobuf::Descriptor* request = Op::Request::descriptor();
+    SCOPED_TRACE(request->name());
+    const google::protobuf::FieldDescriptor* options = request->FindFieldByName("result_options");
+    ASSERT_NE(options, nullptr);
+    EXPECT_EQ(options->number(), 15);
+    EXPECT_EQ(options->message_type(), v1::ResultOptions::descriptor());
+    const google::protobuf::FieldDescriptor* input = request->FindFieldByName("input");
+    ASSERT_NE(input, nullptr);
+    EXPECT_EQ(input->message_type(), v1::Tensor::descriptor());
+  });
+}
+
 TEST(OpListTest, MutableGetAndVisitRoundTrip) {
   ops::ForEachOp([&]<typename Op>(Op) {
     v1::OpRequest request;

@@ -1,10 +1,13 @@
 // Tests of the store RPCs (PutTensor, GetTensor, DeleteTensor, ListTensors, TensorInfo) and of
 // stored tensors referenced by every op's tensor arguments, against a real Server in-process.
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -458,11 +461,25 @@ TEST_F(StoreServiceTest, MissingAndStaleReferencesNameTheArgument) {
   gather->mutable_input()->mutable_stored()->set_version(2);
   EXPECT_TRUE(client_->Run(request).ok());
 
-  // A reference that also carries a tensor.
+  // A reference may say the stored tensor's dtype and shape (a result returned as a reference
+  // is passed on as it is), but not another's, and carries no data.
   gather->mutable_input()->set_dtype(v1::DATA_TYPE_FLOAT32);
+  gather->mutable_input()->add_shape(2);
+  gather->mutable_input()->add_shape(3);
+  EXPECT_TRUE(client_->Run(request).ok());
+  gather->mutable_input()->set_dtype(v1::DATA_TYPE_INT32);
+  absl::StatusOr<Tensor> other_dtype = client_->Run(request);
+  EXPECT_EQ(other_dtype.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(other_dtype.status().message(),
+              HasSubstr("gather: input refers to stored tensor \"w\" (float32 [2, 3]) but says it "
+                        "is DATA_TYPE_INT32 [2, 3]"));
+  gather->mutable_input()->set_dtype(v1::DATA_TYPE_FLOAT32);
+  gather->mutable_input()->set_data(std::string(24, '\0'));
   absl::StatusOr<Tensor> both = client_->Run(request);
   EXPECT_EQ(both.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(both.status().message(), HasSubstr("gather: input refers to stored tensor \"w\""));
+  EXPECT_THAT(both.status().message(),
+              HasSubstr("gather: input refers to stored tensor \"w\" and also carries 24 data "
+                        "bytes"));
 }
 
 TEST_F(StoreServiceTest, BackwardReadsStoredTensors) {
@@ -514,6 +531,462 @@ TEST_F(StoreServiceTest, StoreCallsAreCountedInTheMetrics) {
   EXPECT_THAT(scrape, HasSubstr(R"(code="OK",device="none",op="get_tensor")"));
   EXPECT_THAT(scrape, HasSubstr(R"(code="OK",device="none",op="list_tensors")"));
   EXPECT_THAT(scrape, HasSubstr(R"(code="NOT_FOUND",device="none",op="tensor_info")"));
+}
+
+// ResultOptionsOf is the result_options of the op inside `request`.
+v1::ResultOptions* ResultOptionsOf(v1::OpRequest* request) {
+  google::protobuf::Message* op = OpMessage(request);
+  return static_cast<v1::ResultOptions*>(op->GetReflection()->MutableMessage(
+      op, op->GetDescriptor()->FindFieldByName("result_options")));
+}
+
+// InputOf is the `input` tensor of the op inside `request`.
+v1::Tensor* InputOf(v1::OpRequest* request) {
+  google::protobuf::Message* op = OpMessage(request);
+  return static_cast<v1::Tensor*>(
+      op->GetReflection()->MutableMessage(op, op->GetDescriptor()->FindFieldByName("input")));
+}
+
+// RawRun sends `request` through Run and returns the response's result as it came: a stored or
+// in-place result is a reference, which Client::Run would not decode.
+absl::StatusOr<v1::Tensor> RawRun(v1::TensorOps::Stub* stub, const v1::OpRequest& request) {
+  grpc::ClientContext context;
+  v1::OpResponse response;
+  const grpc::Status status = stub->Run(&context, request, &response);
+  if (!status.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  }
+  return response.result();
+}
+
+// kInPlaceOps are the ops whose result is their input updated.
+bool UpdatesItsInput(std::string_view op) {
+  return op == "scatter" || op == "index_reduce" || op == "select_scatter" ||
+         op == "slice_scatter" || op == "diagonal_scatter" || op == "scatter_nd" ||
+         op == "masked_scatter";
+}
+
+TEST_F(StoreServiceTest, InPlaceGivesTheOutOfPlaceResultForEveryOpThatUpdatesItsInput) {
+  int in_place_ops = 0;
+  for (v1::OpRequest request : OneRequestOfEachOp()) {
+    const std::string op(ops::NameOfCase(request.op_case()));
+    SCOPED_TRACE(op);
+    absl::StatusOr<Tensor> expected = client_->Run(request);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    const std::string name = absl::StrCat("in_place/", op);
+    absl::StatusOr<TensorView> input =
+        wire::DecodeTensor(*InputOf(&request), op, "input", wire::DecodeLimits{});
+    ASSERT_TRUE(input.ok()) << input.status();
+    ASSERT_TRUE(client_->PutTensor(name, *input).ok());
+    v1::OpRequest in_place = request;
+    InputOf(&in_place)->Clear();
+    InputOf(&in_place)->mutable_stored()->set_name(name);
+    ResultOptionsOf(&in_place)->set_in_place(true);
+    absl::StatusOr<v1::Tensor> answer = RawRun(stub_.get(), in_place);
+    if (!UpdatesItsInput(op)) {
+      ASSERT_EQ(answer.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(answer.status().message(),
+                  HasSubstr(absl::StrCat(op, ": result_options.in_place = true, but ", op,
+                                         " does not update its input")));
+      continue;
+    }
+    ++in_place_ops;
+    ASSERT_TRUE(answer.ok()) << answer.status();
+    // A reference to the new version, without the bytes.
+    EXPECT_EQ(answer->stored().name(), name);
+    EXPECT_EQ(answer->stored().version(), 2);
+    EXPECT_TRUE(answer->data().empty());
+    EXPECT_EQ(std::vector<int64_t>(answer->shape().begin(), answer->shape().end()),
+              std::vector<int64_t>(expected->shape().begin(), expected->shape().end()));
+    absl::StatusOr<Tensor> stored = client_->GetTensor(name);
+    ASSERT_TRUE(stored.ok()) << stored.status();
+    EXPECT_EQ(Bytes(*stored), Bytes(*expected));
+
+    // The answer, a reference, may be passed on as an argument as it is.
+    v1::OpRequest reread = request;
+    *InputOf(&reread) = *answer;
+    absl::StatusOr<Tensor> twice = client_->Run(reread);
+    ASSERT_TRUE(twice.ok()) << twice.status();
+  }
+  EXPECT_EQ(in_place_ops, 7);
+}
+
+TEST_F(StoreServiceTest, InPlaceReturnsItsBytesWhenAskedAndChecksTheVersion) {
+  v1::OpRequest request = OneRequestOfEachOp()[3];  // index_reduce, SUM
+  ASSERT_EQ(request.op_case(), v1::OpRequest::kIndexReduce);
+  absl::StatusOr<TensorView> input =
+      wire::DecodeTensor(request.index_reduce().input(), "index_reduce", "input", {});
+  ASSERT_TRUE(input.ok());
+  ASSERT_TRUE(client_->PutTensor("acc", *input).ok());
+  absl::StatusOr<Tensor> once = client_->Run(request);
+  ASSERT_TRUE(once.ok());
+  v1::OpRequest in_place = request;
+  InputOf(&in_place)->Clear();
+  InputOf(&in_place)->mutable_stored()->set_name("acc");
+  InputOf(&in_place)->mutable_stored()->set_version(1);
+  ResultOptionsOf(&in_place)->set_in_place(true);
+  ResultOptionsOf(&in_place)->set_return_data(true);
+  absl::StatusOr<v1::Tensor> answer = RawRun(stub_.get(), in_place);
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(answer->data(), Bytes(*once));
+  EXPECT_EQ(answer->stored().version(), 2);
+  // The same request again expects version 1, which is gone.
+  absl::StatusOr<v1::Tensor> stale = RawRun(stub_.get(), in_place);
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(stale.status().message(), HasSubstr("index_reduce: input:"));
+  EXPECT_THAT(stale.status().message(), HasSubstr("version 2"));
+}
+
+TEST_F(StoreServiceTest, ARetriedUpdateWithItsIdAppliesOnce) {
+  const std::vector<float> zeros(8, 0.0f);
+  ASSERT_TRUE(client_->PutTensor("counts", TensorView(DataType::kFloat32, {8}, zeros.data())).ok());
+  v1::OpRequest request;
+  v1::ScatterRequest* scatter = request.mutable_scatter();
+  scatter->mutable_input()->mutable_stored()->set_name("counts");
+  *scatter->mutable_index() = MakeTensor<int64_t>({4}, {1, 1, 5, 1});
+  *scatter->mutable_src() = MakeTensor<float>({4}, {1.f, 1.f, 1.f, 1.f});
+  scatter->set_reduce(v1::REDUCTION_SUM);
+  scatter->mutable_result_options()->set_in_place(true);
+  scatter->mutable_result_options()->set_update_id("push-0001");
+  absl::StatusOr<v1::Tensor> first = RawRun(stub_.get(), request);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->stored().version(), 2);
+  // The retry, as a client sends it when the first answer was lost: the same bytes.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    absl::StatusOr<v1::Tensor> retry = RawRun(stub_.get(), request);
+    ASSERT_TRUE(retry.ok()) << retry.status();
+    EXPECT_EQ(retry->stored().name(), "counts");
+    EXPECT_EQ(retry->stored().version(), 2);
+    EXPECT_EQ(retry->shape_size(), 1);
+  }
+  absl::StatusOr<Tensor> counts = client_->GetTensor("counts");
+  ASSERT_TRUE(counts.ok());
+  const float* values = static_cast<const float*>(counts->data());
+  EXPECT_EQ(std::vector<float>(values, values + 8), (std::vector<float>{0, 3, 0, 0, 0, 1, 0, 0}));
+  absl::StatusOr<v1::TensorInfo> info = client_->TensorInfo("counts");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->version(), 2);
+  // With return_data, the retry returns the version's bytes while the tensor is still at it...
+  scatter->mutable_result_options()->set_return_data(true);
+  absl::StatusOr<v1::Tensor> with_data = RawRun(stub_.get(), request);
+  ASSERT_TRUE(with_data.ok()) << with_data.status();
+  EXPECT_EQ(with_data->data(), Bytes(*counts));
+  // ...and ABORTED once it has moved on.
+  scatter->mutable_result_options()->set_update_id("push-0002");
+  scatter->mutable_result_options()->set_return_data(false);
+  ASSERT_TRUE(RawRun(stub_.get(), request).ok());
+  scatter->mutable_result_options()->set_update_id("push-0001");
+  scatter->mutable_result_options()->set_return_data(true);
+  absl::StatusOr<v1::Tensor> gone = RawRun(stub_.get(), request);
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(gone.status().message(), HasSubstr("update \"push-0001\" was already applied"));
+}
+
+TEST_F(StoreServiceTest, AFailingInPlaceUpdateChangesNothing) {
+  const std::vector<float> values = Floats(8);
+  ASSERT_TRUE(client_->PutTensor("t", TensorView(DataType::kFloat32, {8}, values.data())).ok());
+  absl::StatusOr<Tensor> before = client_->GetTensor("t");
+  ASSERT_TRUE(before.ok());
+  // An index out of range after several good ones: the kernel would have written those first.
+  v1::OpRequest scatter;
+  scatter.mutable_scatter()->mutable_input()->mutable_stored()->set_name("t");
+  *scatter.mutable_scatter()->mutable_index() = MakeTensor<int64_t>({4}, {0, 1, 2, 8});
+  *scatter.mutable_scatter()->mutable_src() = MakeTensor<float>({4}, {9.f, 9.f, 9.f, 9.f});
+  scatter.mutable_scatter()->mutable_result_options()->set_in_place(true);
+  absl::StatusOr<v1::Tensor> bad_index = RawRun(stub_.get(), scatter);
+  EXPECT_EQ(bad_index.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad_index.status().message(),
+              HasSubstr("scatter: index[3] = 8 is out of range for axis 0 of input with size 8"));
+  // A mask with more true positions than src has elements, the last ones past src's end.
+  v1::OpRequest masked;
+  masked.mutable_masked_scatter()->mutable_input()->mutable_stored()->set_name("t");
+  *masked.mutable_masked_scatter()->mutable_mask() = MakeMask({8}, {1, 1, 1, 1, 1, 1, 1, 1});
+  *masked.mutable_masked_scatter()->mutable_src() = MakeTensor<float>({3}, {9.f, 9.f, 9.f});
+  masked.mutable_masked_scatter()->mutable_result_options()->set_in_place(true);
+  absl::StatusOr<v1::Tensor> short_src = RawRun(stub_.get(), masked);
+  EXPECT_EQ(short_src.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(short_src.status().message(),
+              HasSubstr("masked_scatter: src has 3 elements but mask has 8 true positions"));
+  absl::StatusOr<Tensor> after = client_->GetTensor("t");
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(Bytes(*after), Bytes(*before));
+  absl::StatusOr<v1::TensorInfo> info = client_->TensorInfo("t");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->version(), 1);
+}
+
+TEST_F(StoreServiceTest, ResultOptionsAreValidated) {
+  const std::vector<float> values = Floats(4);
+  ASSERT_TRUE(client_->PutTensor("v", TensorView(DataType::kFloat32, {4}, values.data())).ok());
+  struct Case {
+    std::function<void(v1::ScatterRequest*)> change;
+    absl::StatusCode code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](v1::ScatterRequest* r) { r->mutable_result_options()->set_in_place(true); },
+       absl::StatusCode::kInvalidArgument,
+       "scatter: result_options.in_place = true, but input is not a stored tensor"},
+      {[](v1::ScatterRequest* r) {
+         r->mutable_input()->Clear();
+         r->mutable_input()->mutable_stored()->set_name("v");
+         r->mutable_result_options()->set_in_place(true);
+         r->mutable_result_options()->set_store_as("w");
+       },
+       absl::StatusCode::kInvalidArgument, "in_place = true and store_as = \"w\" are exclusive"},
+      {[](v1::ScatterRequest* r) { r->mutable_result_options()->set_overwrite(true); },
+       absl::StatusCode::kInvalidArgument, "result_options.overwrite is set without store_as"},
+      {[](v1::ScatterRequest* r) { r->mutable_result_options()->set_update_id("x"); },
+       absl::StatusCode::kInvalidArgument,
+       "result_options.update_id is set, but the call changes no stored tensor"},
+      {[](v1::ScatterRequest* r) {
+         r->mutable_result_options()->set_store_as("w");
+         r->mutable_result_options()->set_update_id(std::string(129, 'u'));
+       },
+       absl::StatusCode::kInvalidArgument, "update_id has 129 bytes (at most 128)"},
+      {[](v1::ScatterRequest* r) { r->mutable_result_options()->set_store_as("/abs"); },
+       absl::StatusCode::kInvalidArgument, "scatter: result_options.store_as: "},
+      {[](v1::ScatterRequest* r) {
+         r->mutable_input()->Clear();
+         r->mutable_input()->mutable_stored()->set_name("v");
+         r->mutable_src()->Clear();
+         r->mutable_src()->mutable_stored()->set_name("v");
+         r->mutable_result_options()->set_in_place(true);
+       },
+       absl::StatusCode::kInvalidArgument,
+       "scatter: input, src all refer to stored tensor \"v\", which this call updates in place"},
+      {[](v1::ScatterRequest* r) {
+         r->mutable_input()->Clear();
+         r->mutable_input()->mutable_stored()->set_name("v");
+         r->mutable_input()->mutable_stored()->set_version(1);
+         r->mutable_src()->Clear();
+         r->mutable_src()->mutable_stored()->set_name("v");
+         r->mutable_src()->mutable_stored()->set_version(2);
+       },
+       absl::StatusCode::kInvalidArgument,
+       "input refers to stored tensor \"v\" at version 1, and src at version 2"},
+      {[](v1::ScatterRequest* r) {
+         r->mutable_input()->Clear();
+         r->mutable_input()->mutable_stored()->set_name("v");
+         r->mutable_result_options()->set_in_place(true);
+         *r->mutable_index() = MakeTensor<int64_t>({2}, {0, 1});
+         *r->mutable_src() = MakeTensor<float>({2}, {1.f, 2.f});
+         r->set_broadcast(true);
+         *r->mutable_index() = MakeTensor<int64_t>({1}, {0});
+         *r->mutable_src() = MakeTensor<float>({1}, {1.f});
+       },
+       absl::StatusCode::kOk, ""},
+  };
+  for (const Case& c : cases) {
+    v1::OpRequest request;
+    v1::ScatterRequest* scatter = request.mutable_scatter();
+    *scatter->mutable_input() = MakeTensor<float>({4}, Floats(4));
+    *scatter->mutable_index() = MakeTensor<int64_t>({2}, {0, 1});
+    *scatter->mutable_src() = MakeTensor<float>({2}, {1.f, 2.f});
+    c.change(scatter);
+    absl::StatusOr<v1::Tensor> answer = RawRun(stub_.get(), request);
+    EXPECT_EQ(answer.status().code(), c.code) << c.message << ": " << answer.status();
+    if (!c.message.empty()) EXPECT_THAT(answer.status().message(), HasSubstr(c.message));
+  }
+  // masked_scatter whose mask broadcasts the input to a larger shape cannot run in place.
+  v1::OpRequest masked;
+  masked.mutable_masked_scatter()->mutable_input()->mutable_stored()->set_name("v");
+  *masked.mutable_masked_scatter()->mutable_mask() = MakeMask({2, 4}, {1, 0, 0, 0, 0, 0, 0, 1});
+  *masked.mutable_masked_scatter()->mutable_src() = MakeTensor<float>({2}, {1.f, 2.f});
+  masked.mutable_masked_scatter()->mutable_result_options()->set_in_place(true);
+  absl::StatusOr<v1::Tensor> larger = RawRun(stub_.get(), masked);
+  EXPECT_EQ(larger.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(larger.status().message(),
+              HasSubstr("masked_scatter: result_options.in_place = true, but the result "
+                        "(float32 [2, 4]) is not the shape of input (float32 [4])"));
+  // Backward stores nothing.
+  v1::BackwardRequest backward;
+  *backward.mutable_op() = OneRequestOfEachOp()[0];
+  backward.mutable_op()->mutable_gather()->mutable_result_options()->set_store_as("g");
+  *backward.mutable_grad_output() = MakeTensor<float>({2, 2}, {1.f, 1.f, 1.f, 1.f});
+  grpc::ClientContext context;
+  v1::BackwardResponse response;
+  ExpectStatus(stub_->Backward(&context, backward, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "op.gather.result_options is set; a backward returns its gradients");
+}
+
+TEST_F(StoreServiceTest, StoreAsKeepsTheResultUnderAName) {
+  v1::OpRequest request = OneRequestOfEachOp()[0];  // gather
+  absl::StatusOr<Tensor> expected = client_->Run(request);
+  ASSERT_TRUE(expected.ok());
+  ResultOptionsOf(&request)->set_store_as("rows");
+  absl::StatusOr<v1::Tensor> stored = RawRun(stub_.get(), request);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->stored().name(), "rows");
+  EXPECT_EQ(stored->stored().version(), 1);
+  EXPECT_EQ(stored->dtype(), v1::DATA_TYPE_FLOAT32);
+  EXPECT_EQ(std::vector<int64_t>(stored->shape().begin(), stored->shape().end()),
+            (std::vector<int64_t>{2, 2}));
+  EXPECT_TRUE(stored->data().empty());
+  absl::StatusOr<Tensor> value = client_->GetTensor("rows");
+  ASSERT_TRUE(value.ok());
+  EXPECT_EQ(Bytes(*value), Bytes(*expected));
+  // The name exists now: replacing it needs overwrite or its version.
+  absl::StatusOr<v1::Tensor> exists = RawRun(stub_.get(), request);
+  EXPECT_EQ(exists.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(exists.status().message(),
+              HasSubstr("gather: result_options.store_as: tensor \"rows\" exists at version 1"));
+  ResultOptionsOf(&request)->set_expected_version(1);
+  ResultOptionsOf(&request)->set_return_data(true);
+  absl::StatusOr<v1::Tensor> replaced = RawRun(stub_.get(), request);
+  ASSERT_TRUE(replaced.ok()) << replaced.status();
+  EXPECT_EQ(replaced->stored().version(), 2);
+  EXPECT_EQ(replaced->data(), Bytes(*expected));
+  // A store_as retried with its update id stores once.
+  ResultOptionsOf(&request)->clear_expected_version();
+  ResultOptionsOf(&request)->set_return_data(false);
+  ResultOptionsOf(&request)->set_store_as("once");
+  ResultOptionsOf(&request)->set_update_id("store-once");
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    absl::StatusOr<v1::Tensor> answer = RawRun(stub_.get(), request);
+    ASSERT_TRUE(answer.ok()) << answer.status();
+    EXPECT_EQ(answer->stored().version(), 1);
+  }
+  // Results stored through Run, RunStream and the op's own RPC alike.
+  absl::StatusOr<v1::Tensor> typed_store = [&] {
+    v1::OpRequest typed = OneRequestOfEachOp()[0];
+    ResultOptionsOf(&typed)->set_store_as("typed");
+    auto channel = grpc::CreateChannel(absl::StrFormat("127.0.0.1:%d", server_->port()),
+                                       grpc::InsecureChannelCredentials());
+    return Typed(channel.get(), typed);
+  }();
+  ASSERT_TRUE(typed_store.ok()) << typed_store.status();
+  EXPECT_EQ(typed_store->stored().name(), "typed");
+  absl::StatusOr<Tensor> typed_value = client_->GetTensor("typed");
+  ASSERT_TRUE(typed_value.ok());
+  EXPECT_EQ(Bytes(*typed_value), Bytes(*expected));
+}
+
+TEST_F(StoreServiceTest, ConcurrentInPlaceSumsLoseNothingAndReadersSeeWholeVersions) {
+  // 64 writers each add 1 to every row (IndexReduce SUM over all rows); a reader's value is
+  // whole when every element is the same count.
+  constexpr int kWriters = 64;
+  constexpr int64_t kRows = 256;
+  constexpr int64_t kCols = 64;
+  const std::vector<float> zeros(kRows * kCols, 0.0f);
+  ASSERT_TRUE(
+      client_->PutTensor("table", TensorView(DataType::kFloat32, {kRows, kCols}, zeros.data()))
+          .ok());
+  std::vector<int64_t> rows(kRows);
+  for (int64_t i = 0; i < kRows; ++i) rows[i] = i;
+  v1::OpRequest push;
+  v1::IndexReduceRequest* reduce = push.mutable_index_reduce();
+  reduce->mutable_input()->mutable_stored()->set_name("table");
+  *reduce->mutable_index() = MakeTensor<int64_t>({kRows}, rows);
+  *reduce->mutable_src() =
+      MakeTensor<float>({kRows, kCols}, std::vector<float>(kRows * kCols, 1.0f));
+  reduce->set_reduce(v1::REDUCTION_SUM);
+  reduce->mutable_result_options()->set_in_place(true);
+
+  std::atomic<bool> writing = true;
+  std::atomic<int> torn = 0;
+  std::atomic<int> reads = 0;
+  std::thread reader([&] {
+    while (writing.load()) {
+      absl::StatusOr<Tensor> value = client_->GetTensor("table");
+      if (!value.ok()) continue;
+      const float* data = static_cast<const float*>(value->data());
+      if (!std::all_of(data, data + kRows * kCols, [&](float x) { return x == data[0]; })) ++torn;
+      ++reads;
+    }
+  });
+  std::vector<std::thread> writers;
+  std::atomic<int> failures = 0;
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&, w] {
+      v1::OpRequest mine = push;
+      mine.mutable_index_reduce()->mutable_result_options()->set_update_id(
+          absl::StrCat("writer-", w));
+      if (!RawRun(stub_.get(), mine).ok()) ++failures;
+    });
+  }
+  for (std::thread& writer : writers) writer.join();
+  writing = false;
+  reader.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(torn.load(), 0) << "of " << reads.load() << " reads";
+  absl::StatusOr<Tensor> value = client_->GetTensor("table");
+  ASSERT_TRUE(value.ok());
+  const float* data = static_cast<const float*>(value->data());
+  EXPECT_TRUE(std::all_of(data, data + kRows * kCols, [](float x) { return x == kWriters; }));
+  absl::StatusOr<v1::TensorInfo> info = client_->TensorInfo("table");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->version(), 1 + kWriters);
+}
+
+TEST_F(StoreServiceTest, CallsThatReferenceEachOthersTensorsDoNotDeadlock) {
+  // Each call updates one tensor in place and reads the other: taken in opposite orders, the
+  // handles would deadlock; the server takes them in name order.
+  const std::vector<float> values(64, 1.0f);
+  for (const char* name : {"x", "y"}) {
+    ASSERT_TRUE(client_->PutTensor(name, TensorView(DataType::kFloat32, {64}, values.data())).ok());
+  }
+  auto update_reading = [&](std::string target, std::string source) {
+    v1::OpRequest request;
+    v1::SliceScatterRequest* slice = request.mutable_slice_scatter();
+    slice->mutable_input()->mutable_stored()->set_name(target);
+    slice->mutable_src()->mutable_stored()->set_name(source);
+    slice->mutable_result_options()->set_in_place(true);
+    return request;
+  };
+  const v1::OpRequest x_from_y = update_reading("x", "y");
+  const v1::OpRequest y_from_x = update_reading("y", "x");
+  std::atomic<int> failures = 0;
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 8; ++t) {
+    callers.emplace_back([&, t] {
+      for (int i = 0; i < 25; ++i) {
+        if (!RawRun(stub_.get(), t % 2 == 0 ? x_from_y : y_from_x).ok()) ++failures;
+      }
+    });
+  }
+  for (std::thread& caller : callers) caller.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+TEST_F(StoreServiceTest, ADownloadHoldsNoLockWhileTheClientReadsAndAbortsWhenTheTensorChanges) {
+  // 4 MiB in 64 KiB chunks, to a client whose flow-control window stays at HTTP/2's 64 KiB (no
+  // BDP probing): the server cannot send the whole tensor while the client does not read.
+  constexpr int64_t kElements = int64_t{1} << 20;
+  const std::vector<float> values = Floats(kElements);
+  ASSERT_TRUE(
+      client_->PutTensor("slow", TensorView(DataType::kFloat32, {kElements}, values.data())).ok());
+  grpc::ChannelArguments arguments;
+  arguments.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  std::unique_ptr<v1::TensorOps::Stub> slow_stub = v1::TensorOps::NewStub(
+      grpc::CreateCustomChannel(absl::StrFormat("127.0.0.1:%d", server_->port()),
+                                grpc::InsecureChannelCredentials(), arguments));
+  grpc::ClientContext context;
+  v1::GetTensorRequest request;
+  request.set_name("slow");
+  request.set_chunk_bytes(64 << 10);
+  std::unique_ptr<grpc::ClientReader<v1::GetTensorResponse>> reader =
+      slow_stub->GetTensor(&context, request);
+  v1::GetTensorResponse message;
+  ASSERT_TRUE(reader->Read(&message));
+  ASSERT_TRUE(message.has_info());
+  EXPECT_EQ(message.info().version(), 1);
+  ASSERT_TRUE(reader->Read(&message));
+  EXPECT_EQ(message.data().size(), 64 << 10);
+  // The download is open and the client is not reading: an update goes ahead all the same.
+  v1::OpRequest update;
+  update.mutable_select_scatter()->mutable_input()->mutable_stored()->set_name("slow");
+  *update.mutable_select_scatter()->mutable_src() = MakeTensor<float>({}, {42.f});
+  update.mutable_select_scatter()->set_index(kElements - 1);
+  update.mutable_select_scatter()->mutable_result_options()->set_in_place(true);
+  absl::StatusOr<v1::Tensor> updated = RawRun(stub_.get(), update);
+  ASSERT_TRUE(updated.ok()) << updated.status();
+  EXPECT_EQ(updated->stored().version(), 2);
+  // The rest of the download would mix two versions: it ends ABORTED instead.
+  while (reader->Read(&message)) {
+  }
+  ExpectStatus(reader->Finish(), grpc::StatusCode::ABORTED,
+               "get_tensor: tensor \"slow\" changed after");
 }
 
 TEST(StoreAuthTest, UnauthenticatedStoreCallsAreRefused) {

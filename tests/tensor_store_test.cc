@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -453,6 +454,81 @@ TEST(TensorStoreTest, VersionsBumpOnOverwriteAndUpdate) {
   // A re-created name starts again at 1.
   ASSERT_OK_AND_ASSIGN(const int64_t again, Put<int64_t>(store, "", "c", {1}, {1}));
   EXPECT_EQ(again, 1);
+}
+
+TEST(TensorStoreTest, BoolUploadsHoldOnlyZeroAndOne) {
+  TensorStore store(1 << 20);
+  const std::vector<uint8_t> bad = {1, 0, 2, 1};
+  EXPECT_TRUE(HasError(store.Put("", "mask", TensorView(DataType::kBool, {4}, bad.data())),
+                       absl::StatusCode::kInvalidArgument,
+                       {"tensor \"mask\"", "data[2] = 2 is not a valid bool (0 or 1)"}));
+  EXPECT_EQ(store.tensor_count(), 0);
+  EXPECT_EQ(store.used_bytes(), 0);
+  const std::vector<uint8_t> good = {1, 0, 0, 1};
+  EXPECT_TRUE(store.Put("", "mask", TensorView(DataType::kBool, {4}, good.data())).ok());
+}
+
+TEST(TensorStoreTest, AnUpdateIdIsAppliedOnce) {
+  TensorStore store(1 << 20);
+  ASSERT_TRUE(Put<int64_t>(store, "a", "c", {1}, {0}).ok());
+  {
+    ASSERT_OK_AND_ASSIGN(TensorStore::UpdateHandle update, store.Update("a", "c", 1, "add-1"));
+    EXPECT_FALSE(update.already_applied().has_value());
+    update.view().data_as<int64_t>()[0] += 1;
+    ASSERT_OK_AND_ASSIGN(const int64_t version, update.Commit("add-1"));
+    EXPECT_EQ(version, 2);
+  }
+  // The retry expects the version its first attempt started from: the id is found first.
+  {
+    ASSERT_OK_AND_ASSIGN(TensorStore::UpdateHandle retry, store.Update("a", "c", 1, "add-1"));
+    ASSERT_EQ(retry.already_applied(), std::optional<int64_t>(2));
+    EXPECT_TRUE(HasError(retry.Commit("add-1"), absl::StatusCode::kFailedPrecondition,
+                         {"already applied"}));
+  }
+  ASSERT_OK_AND_ASSIGN(TensorStore::ReadHandle read, store.Read("a", "c"));
+  EXPECT_EQ(read.version(), 2);
+  EXPECT_EQ(Values<int64_t>(read), std::vector<int64_t>{1});
+  const std::optional<TensorStore::Change> change = store.FindChange("a", "add-1");
+  ASSERT_TRUE(change.has_value());
+  EXPECT_EQ(change->name, "c");
+  EXPECT_EQ(change->version, 2);
+  // Ids are per namespace, and an update without one is remembered by nobody.
+  EXPECT_FALSE(store.FindChange("b", "add-1").has_value());
+  EXPECT_FALSE(store.FindChange("a", "").has_value());
+}
+
+TEST(TensorStoreTest, AnUploadWithARememberedIdCommitsNothing) {
+  TensorStore store(1 << 20);
+  ASSERT_OK_AND_ASSIGN(TensorStore::Upload first,
+                       store.BeginUpload("", "r", DataType::kInt64, {1}));
+  const int64_t one = 1;
+  ASSERT_TRUE(first.Write(0, std::string_view(reinterpret_cast<const char*>(&one), 8)).ok());
+  ASSERT_OK_AND_ASSIGN(const int64_t version, first.Commit("store-r"));
+  EXPECT_EQ(version, 1);
+  // A retry that raced its first attempt: its upload began before the first one committed.
+  ASSERT_OK_AND_ASSIGN(TensorStore::Upload retry,
+                       store.BeginUpload("", "r", DataType::kInt64, {1}, {.overwrite = true}));
+  const int64_t two = 2;
+  ASSERT_TRUE(retry.Write(0, std::string_view(reinterpret_cast<const char*>(&two), 8)).ok());
+  ASSERT_OK_AND_ASSIGN(const int64_t retry_version, retry.Commit("store-r"));
+  EXPECT_EQ(retry_version, 1);
+  ASSERT_OK_AND_ASSIGN(TensorStore::ReadHandle read, store.Read("", "r"));
+  EXPECT_EQ(read.version(), 1);
+  EXPECT_EQ(Values<int64_t>(read), std::vector<int64_t>{1});
+}
+
+TEST(TensorStoreTest, ANamespaceRemembersItsLatestChanges) {
+  TensorStore store(1 << 20);
+  ASSERT_TRUE(Put<int64_t>(store, "", "c", {1}, {0}).ok());
+  for (int64_t i = 0; i <= kRememberedChangesPerNamespace; ++i) {
+    ASSERT_OK_AND_ASSIGN(TensorStore::UpdateHandle update,
+                         store.Update("", "c", std::nullopt, absl::StrCat("id-", i)));
+    ASSERT_TRUE(update.Commit(absl::StrCat("id-", i)).ok());
+  }
+  EXPECT_FALSE(store.FindChange("", "id-0").has_value());
+  EXPECT_TRUE(store.FindChange("", "id-1").has_value());
+  EXPECT_EQ(store.FindChange("", absl::StrCat("id-", kRememberedChangesPerNamespace))->version,
+            kRememberedChangesPerNamespace + 2);
 }
 
 TEST(TensorStoreTest, ListIsSortedByName) {

@@ -325,8 +325,41 @@ struct TensorStore::State {
     }
   }
 
+  // RememberLocked records that the change `update_id` (non-empty) made `name` at `version`,
+  // forgetting the namespace's oldest change beyond kRememberedChangesPerNamespace.
+  void RememberLocked(std::string_view ns, std::string_view update_id, std::string_view name,
+                      int64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    ChangeLog& log = changes[Key(ns)];
+    const auto [it, inserted] = log.by_id.try_emplace(
+        Key(update_id), Change{.name = std::string(name), .version = version});
+    if (!inserted) return;
+    log.order.push_back(it->first);
+    if (static_cast<int64_t>(log.order.size()) > kRememberedChangesPerNamespace) {
+      log.by_id.erase(log.order.front());
+      log.order.pop_front();
+    }
+  }
+
+  std::optional<Change> FindChangeLocked(std::string_view ns, std::string_view update_id) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    if (update_id.empty()) return std::nullopt;
+    const auto log = changes.find(Key(ns));
+    if (log == changes.end()) return std::nullopt;
+    const auto it = log->second.by_id.find(Key(update_id));
+    if (it == log->second.by_id.end()) return std::nullopt;
+    return it->second;
+  }
+
+  // The update ids of a namespace's latest changes, oldest first in `order`.
+  struct ChangeLog {
+    absl::flat_hash_map<std::string, Change> by_id;
+    std::deque<std::string> order;
+  };
+
   const std::shared_ptr<MemoryPool> pool;
   mutable absl::Mutex mu;
+  // Kept apart from `namespaces`: a namespace remembers its changes after its last name goes.
+  absl::flat_hash_map<std::string, ChangeLog> changes ABSL_GUARDED_BY(mu);
   // namespace -> name -> current entry. A namespace is erased with its last name.
   absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, std::shared_ptr<Entry>>>
       namespaces ABSL_GUARDED_BY(mu);
@@ -412,13 +445,24 @@ absl::StatusOr<TensorStore::ReadHandle> TensorStore::Read(
 }
 
 absl::StatusOr<TensorStore::UpdateHandle> TensorStore::Update(
-    std::string_view ns, std::string_view name, std::optional<int64_t> expected_version) {
+    std::string_view ns, std::string_view name, std::optional<int64_t> expected_version,
+    std::string_view update_id) {
   TENSOROPS_RETURN_IF_ERROR(ValidateTensorName(name));
   TENSOROPS_RETURN_IF_ERROR(CheckExpectedVersionArg(expected_version));
   TENSOROPS_ASSIGN_OR_RETURN(auto acquired, state_->Acquire(ns, name, /*exclusive=*/true));
-  UpdateHandle handle(state_, std::move(acquired.first), acquired.second);
+  UpdateHandle handle(state_, std::string(ns), std::move(acquired.first), acquired.second);
+  if (std::optional<Change> change = FindChange(ns, update_id)) {
+    handle.already_applied_ = change->version;
+    return handle;
+  }
   TENSOROPS_RETURN_IF_ERROR(CheckVersion(name, handle.version(), expected_version));
   return handle;
+}
+
+std::optional<TensorStore::Change> TensorStore::FindChange(std::string_view ns,
+                                                           std::string_view update_id) const {
+  absl::ReaderMutexLock lock(&state_->mu);
+  return state_->FindChangeLocked(ns, update_id);
 }
 
 absl::Status TensorStore::Delete(std::string_view ns, std::string_view name,
@@ -519,7 +563,7 @@ absl::Status TensorStore::Upload::Write(int64_t offset, std::string_view bytes) 
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> TensorStore::Upload::Commit() {
+absl::StatusOr<int64_t> TensorStore::Upload::Commit(std::string_view update_id) {
   if (committed_) {
     return absl::FailedPreconditionError(
         absl::StrFormat("upload of tensor %s is already committed", QuoteName(name_)));
@@ -529,11 +573,25 @@ absl::StatusOr<int64_t> TensorStore::Upload::Commit() {
         absl::StrFormat("upload of tensor %s is incomplete: received %d of its %d bytes",
                         QuoteName(name_), received_, bytes_));
   }
+  // Ops read stored bools as they read inline ones, which the codec checks: so does the store.
+  if (dtype_ == DataType::kBool) {
+    const auto* bytes = static_cast<const uint8_t*>(entry_->data);
+    const auto* bad =
+        std::find_if(bytes, bytes + bytes_, [](uint8_t byte) { return byte > 1; });
+    if (bad != bytes + bytes_) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("upload of tensor %s: data[%d] = %d is not a valid bool (0 or 1)",
+                          QuoteName(name_), bad - bytes, *bad));
+    }
+  }
   // Destroyed after the lock is released (see Delete).
   std::shared_ptr<Entry> replaced;
   int64_t version;
   {
     absl::MutexLock lock(&state_->mu);
+    if (std::optional<Change> change = state_->FindChangeLocked(ns_, update_id)) {
+      return change->version;
+    }
     auto& names = state_->namespaces[ns_];
     const auto it = names.find(Key(entry_->name));
     Entry* current = it == names.end() ? nullptr : it->second.get();
@@ -550,6 +608,7 @@ absl::StatusOr<int64_t> TensorStore::Upload::Commit() {
     entry_->updated = now;
     entry_->live = true;
     version = entry_->version;
+    if (!update_id.empty()) state_->RememberLocked(ns_, update_id, entry_->name, version);
     if (current == nullptr) {
       names.emplace(entry_->name, entry_);
       ++state_->count;
@@ -598,22 +657,26 @@ int64_t TensorStore::ReadHandle::bytes() const { return entry_->bytes; }
 
 // ---- UpdateHandle ----
 
-TensorStore::UpdateHandle::UpdateHandle(std::shared_ptr<State> state, std::shared_ptr<Entry> entry,
-                                        int64_t version)
-    : state_(std::move(state)), entry_(std::move(entry)), version_(version) {}
+TensorStore::UpdateHandle::UpdateHandle(std::shared_ptr<State> state, std::string ns,
+                                        std::shared_ptr<Entry> entry, int64_t version)
+    : state_(std::move(state)), ns_(std::move(ns)), entry_(std::move(entry)), version_(version) {}
 
 TensorStore::UpdateHandle::UpdateHandle(UpdateHandle&& other) noexcept
     : state_(std::move(other.state_)),
+      ns_(std::move(other.ns_)),
       entry_(std::move(other.entry_)),
       version_(other.version_),
+      already_applied_(other.already_applied_),
       held_(std::exchange(other.held_, false)) {}
 
 TensorStore::UpdateHandle& TensorStore::UpdateHandle::operator=(UpdateHandle&& other) noexcept {
   if (this != &other) {
     Release();
     state_ = std::move(other.state_);
+    ns_ = std::move(other.ns_);
     entry_ = std::move(other.entry_);
     version_ = other.version_;
+    already_applied_ = other.already_applied_;
     held_ = std::exchange(other.held_, false);
   }
   return *this;
@@ -635,9 +698,13 @@ DataType TensorStore::UpdateHandle::dtype() const { return entry_->dtype; }
 const Shape& TensorStore::UpdateHandle::shape() const { return entry_->shape; }
 int64_t TensorStore::UpdateHandle::bytes() const { return entry_->bytes; }
 
-absl::StatusOr<int64_t> TensorStore::UpdateHandle::Commit() {
+absl::StatusOr<int64_t> TensorStore::UpdateHandle::Commit(std::string_view update_id) {
   if (!held_) {
     return absl::FailedPreconditionError("this update of a stored tensor is already committed");
+  }
+  if (already_applied_.has_value()) {
+    return absl::FailedPreconditionError(
+        "this update of a stored tensor is a retry of one already applied; it commits nothing");
   }
   bool live;
   int64_t version = 0;
@@ -649,6 +716,7 @@ absl::StatusOr<int64_t> TensorStore::UpdateHandle::Commit() {
     if (live) {
       version = ++entry_->version;
       entry_->updated = absl::Now();
+      if (!update_id.empty()) state_->RememberLocked(ns_, update_id, entry_->name, version);
     }
   }
   Release();

@@ -95,6 +95,17 @@ struct TensorStoreMetadata {
   absl::Time updated;
 };
 
+// kRememberedChangesPerNamespace is how many update ids (Upload::Commit, UpdateHandle::Commit) a
+// namespace remembers: a retry of one of its latest changes finds it instead of applying again.
+inline constexpr int64_t kRememberedChangesPerNamespace = 10000;
+
+// TensorStoreChange (TensorStore::Change) is what a committed change that carried an update id
+// made: the tensor's name and the version it produced.
+struct TensorStoreChange {
+  std::string name;
+  int64_t version = 0;
+};
+
 // TensorStore holds the resident tensors of every namespace. Thread-safe (see the file comment).
 class TensorStore {
  public:
@@ -106,6 +117,7 @@ class TensorStore {
   // nested struct with member initializers inside the enclosing class.
   using UploadOptions = TensorStoreUploadOptions;
   using Metadata = TensorStoreMetadata;
+  using Change = TensorStoreChange;
 
   // A store whose tensors may hold up to `limit_bytes` in all (0: the store is off).
   explicit TensorStore(int64_t limit_bytes);
@@ -137,9 +149,18 @@ class TensorStore {
 
   // Update returns an exclusive handle on the name's current value, waiting for its readers and
   // any other updater to finish. Errors as Read's; the version is checked once the handle holds
-  // the lock, so it is the version the update starts from.
+  // the lock, so it is the version the update starts from. With an `update_id` that a committed
+  // change of this namespace already carried (FindChange), the handle comes back with
+  // already_applied() set instead and no version check: the caller is a retry of that change,
+  // and must not apply it again. Checked under the lock, so a retry that waited for its first
+  // attempt to commit finds it.
   absl::StatusOr<UpdateHandle> Update(std::string_view ns, std::string_view name,
-                                      std::optional<int64_t> expected_version = std::nullopt);
+                                      std::optional<int64_t> expected_version = std::nullopt,
+                                      std::string_view update_id = {});
+
+  // FindChange returns the change that carried `update_id` in `ns`, among the namespace's latest
+  // kRememberedChangesPerNamespace; nullopt when it is not remembered.
+  std::optional<Change> FindChange(std::string_view ns, std::string_view update_id) const;
 
   // Delete removes the name at once, without waiting for handles on it (they keep the old bytes
   // until they go). NOT_FOUND and FAILED_PRECONDITION as Read's.
@@ -188,12 +209,15 @@ class TensorStore::Upload {
 
   // Commit makes the tensor visible under its name, atomically; returns its version (1 for a new
   // name, the old version + 1 for a replaced one). INVALID_ARGUMENT when not every byte was
-  // written. FAILED_PRECONDITION when the name exists and neither `overwrite` nor a matching
-  // `expected_version` was given ("... exists at version 3; pass overwrite or
-  // expected_version=3"), when `expected_version` differs from the current version, or when it
-  // was given for a name that does not exist. On failure the upload stays uncommitted (destroy
-  // it to release its bytes); a second Commit is FAILED_PRECONDITION.
-  absl::StatusOr<int64_t> Commit();
+  // written, or for a bool tensor with a byte other than 0 or 1. FAILED_PRECONDITION when the
+  // name exists and neither `overwrite` nor a matching `expected_version` was given ("... exists at
+  // version 3; pass overwrite or expected_version=3"), when `expected_version` differs from the
+  // current version, or when it was given for a name that does not exist. On failure the upload
+  // stays uncommitted (destroy it to release its bytes); a second Commit is FAILED_PRECONDITION. A
+  // non-empty `update_id` is remembered with the change (FindChange); when the namespace already
+  // remembers it (a retry racing its first attempt), nothing is committed and the version that
+  // change made is returned.
+  absl::StatusOr<int64_t> Commit(std::string_view update_id = {});
 
   const std::string& name() const { return name_; }
   DataType dtype() const { return dtype_; }
@@ -271,19 +295,28 @@ class TensorStore::UpdateHandle {
   // held is true until Commit (or a move) releases the lock.
   bool held() const { return held_; }
 
-  // Commit returns the new version (version() + 1) and releases the lock. ABORTED when the name
+  // The version a remembered change with the handle's update id made (see TensorStore::Update);
+  // the handle holds the lock all the same, but nothing must be written through it.
+  std::optional<int64_t> already_applied() const { return already_applied_; }
+
+  // Commit returns the new version (version() + 1) and releases the lock, remembering a
+  // non-empty `update_id` with the change (TensorStore::FindChange). ABORTED when the name
   // was overwritten or deleted while the handle held it (those do not wait): the change went to
-  // bytes no one will read again. FAILED_PRECONDITION for a handle already committed.
-  absl::StatusOr<int64_t> Commit();
+  // bytes no one will read again. FAILED_PRECONDITION for a handle already committed or one
+  // with already_applied() set.
+  absl::StatusOr<int64_t> Commit(std::string_view update_id = {});
 
  private:
   friend class TensorStore;
-  UpdateHandle(std::shared_ptr<State> state, std::shared_ptr<Entry> entry, int64_t version);
+  UpdateHandle(std::shared_ptr<State> state, std::string ns, std::shared_ptr<Entry> entry,
+               int64_t version);
   void Release();
 
   std::shared_ptr<State> state_;
+  std::string ns_;
   std::shared_ptr<Entry> entry_;  // null once committed or moved from
   int64_t version_ = 0;
+  std::optional<int64_t> already_applied_;
   bool held_ = true;  // the lock on entry_'s bytes is ours to release
 };
 

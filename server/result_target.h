@@ -1,0 +1,106 @@
+// ResultTarget: where one op call's result is written (ResultOptions, tensor.proto) and what the
+// response says of it once the kernel is done.
+//
+//   TENSOROPS_ASSIGN_OR_RETURN(std::shared_ptr<ResultTarget> target,
+//                              ResultTarget::Make(op, options, ..., response.mutable_result()));
+//   TENSOROPS_ASSIGN_OR_RETURN(MutableTensorView out, target->Allocate(dtype, shape));
+//   TENSOROPS_RETURN_IF_ERROR(kernel(plan, out));
+//   TENSOROPS_RETURN_IF_ERROR(target->Finish());   // commits a stored or in-place result
+//
+// Three targets: the response (the default: the kernel writes into the bytes gRPC sends), a new
+// stored tensor (store_as: the kernel writes into the store's upload, so a result of any size is
+// written once and never crosses the wire unless asked), or the stored input itself (in_place:
+// the kernel runs on the stored bytes under the tensor's exclusive lock).
+#ifndef TENSOROPS_SERVER_RESULT_TARGET_H_
+#define TENSOROPS_SERVER_RESULT_TARGET_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "google/protobuf/message.h"
+#include "kernels/tensor.h"
+#include "proto/codec.h"
+#include "server/store/tensor_store.h"
+#include "server/stored_operands.h"
+#include "tensorops/v1/tensor.pb.h"
+
+namespace tensorops {
+
+// kMaxUpdateIdBytes is the longest ResultOptions.update_id.
+inline constexpr int64_t kMaxUpdateIdBytes = 128;
+
+// CheckResultOptions validates `options` for the op `op` (INVALID_ARGUMENT naming the field, its
+// value and the rule): in_place only for ops that update their input (`updates_input`) and only
+// with `input` a reference; overwrite and expected_version only with store_as; update_id only for
+// a call that changes the store, and at most kMaxUpdateIdBytes; store_as a valid tensor name.
+absl::Status CheckResultOptions(std::string_view op, const v1::ResultOptions& options,
+                                bool updates_input, const v1::Tensor& input);
+
+// ChangesStore is true for options that store the result or update the input in place.
+inline bool ChangesStore(const v1::ResultOptions& options) {
+  return options.in_place() || !options.store_as().empty();
+}
+
+// AnswerRemembered fills `result` for a retry of a change the store remembers (`change`, found by
+// its update id): a reference to the version it made and, with return_data, that version's bytes
+// (ABORTED when the tensor has changed since, which leaves them nowhere).
+absl::Status AnswerRemembered(std::string_view op, const TensorStore::Change& change,
+                              const v1::ResultOptions& options, const StoredTensors& stored,
+                              v1::Tensor* result);
+
+class ResultTarget {
+ public:
+  // Make picks the target `options` ask for. `operands` must hold the in-place update when
+  // options.in_place. `result` is the response's result tensor; it must outlive the target.
+  static std::shared_ptr<ResultTarget> Make(std::string_view op, const v1::ResultOptions& options,
+                                            const StoredTensors& stored,
+                                            std::shared_ptr<StoredOperands> operands,
+                                            const wire::DecodeLimits& limits, v1::Tensor* result);
+
+  // Allocate checks a result of `dtype` and `shape` against the limits (RESOURCE_EXHAUSTED; a
+  // stored result that is not returned is held to the rank and element limits only, not to the
+  // message size) and returns where the kernel writes it: in the response, a new upload
+  // (reserving its bytes in the store: RESOURCE_EXHAUSTED naming --store_memory_bytes, or
+  // FAILED_PRECONDITION for a name that exists without overwrite), or the stored input. The
+  // second call returns the first one's memory (a GPU call that falls back to the CPU).
+  absl::StatusOr<MutableTensorView> Allocate(DataType dtype, ShapeSpan shape);
+
+  // Finish runs after the kernel has written the result: for a stored or in-place result it
+  // copies the bytes into the response when return_data asks, commits the change (with the
+  // update id) and leaves a reference to the new version in the response.
+  absl::Status Finish();
+
+  // The response is the target: the op may write its result there however it likes (taking
+  // the request's input bytes).
+  bool in_response() const { return kind_ == Kind::kResponse; }
+
+ private:
+  enum class Kind { kResponse, kStore, kInPlace };
+
+  ResultTarget(std::string_view op, Kind kind, const v1::ResultOptions& options,
+               const StoredTensors& stored, std::shared_ptr<StoredOperands> operands,
+               const wire::DecodeLimits& limits, v1::Tensor* result);
+
+  // SetReference describes the stored result in the response: dtype, shape, name and version.
+  void SetReference(const TensorView& value, std::string_view name, int64_t version);
+
+  const std::string_view op_;
+  const Kind kind_;
+  const v1::ResultOptions& options_;
+  TensorStore* const store_;
+  // A copy: the caller's namespace string may go once the call is prepared.
+  const std::string ns_;
+  const std::shared_ptr<StoredOperands> operands_;
+  const wire::DecodeLimits limits_;
+  v1::Tensor* const result_;
+  std::optional<TensorStore::Upload> upload_;
+  std::optional<MutableTensorView> allocated_;
+};
+
+}  // namespace tensorops
+
+#endif  // TENSOROPS_SERVER_RESULT_TARGET_H_

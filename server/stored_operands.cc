@@ -1,0 +1,167 @@
+#include "server/stored_operands.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/reflection.h"
+#include "kernels/status_macros.h"
+#include "proto/codec.h"
+
+namespace tensorops {
+namespace {
+
+// Reference is one Tensor of a request that names a stored tensor, and the field that holds it.
+struct Reference {
+  const v1::Tensor* tensor;
+  std::string_view arg;
+};
+
+// CollectReferences appends every set Tensor field of `message` (and of the messages it holds)
+// whose `stored` is set. Requests hold their tensors in singular fields only.
+void CollectReferences(const google::protobuf::Message& message, std::vector<Reference>* out) {
+  const google::protobuf::Reflection* reflection = message.GetReflection();
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  reflection->ListFields(message, &fields);
+  for (const google::protobuf::FieldDescriptor* field : fields) {
+    if (field->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE ||
+        field->is_repeated()) {
+      continue;
+    }
+    const google::protobuf::Message& value = reflection->GetMessage(message, field);
+    if (field->message_type() != v1::Tensor::descriptor()) {
+      CollectReferences(value, out);
+      continue;
+    }
+    const auto* tensor = google::protobuf::DynamicCastToGenerated<v1::Tensor>(&value);
+    if (tensor != nullptr && tensor->has_stored()) out->push_back({tensor, field->name()});
+  }
+}
+
+std::string Quoted(std::string_view name) {
+  return absl::StrFormat("\"%s\"", absl::CHexEscape(absl::string_view(name.data(), name.size())));
+}
+
+// One name's references: who names it, the version they expect, and whether it is updated.
+struct Wanted {
+  std::vector<std::string> args;
+  std::optional<int64_t> version;
+  std::string_view version_arg;
+  bool update = false;
+};
+
+// StoreError puts the op and the argument in front of the store's message (which names the
+// tensor), and turns the store's bare NOT_FOUND into a sentence about the reference.
+absl::Status StoreError(std::string_view op, std::string_view arg, std::string_view name,
+                        const absl::Status& status) {
+  if (absl::IsNotFound(status)) {
+    return absl::NotFoundError(absl::StrFormat(
+        "%s: %s refers to stored tensor %s, which does not exist", op, arg, Quoted(name)));
+  }
+  return absl::Status(status.code(), absl::StrFormat("%s: %s: %s", op, arg, status.message()));
+}
+
+}  // namespace
+
+bool ReferencesStoredTensors(const google::protobuf::Message& request) {
+  std::vector<Reference> references;
+  CollectReferences(request, &references);
+  return !references.empty();
+}
+
+absl::StatusOr<std::shared_ptr<StoredOperands>> StoredOperands::Acquire(
+    std::string_view op, const google::protobuf::Message& request, const StoredTensors& stored,
+    const InPlaceTarget& in_place) {
+  std::shared_ptr<StoredOperands> operands(new StoredOperands(op));
+  std::vector<Reference> references;
+  CollectReferences(request, &references);
+  if (references.empty()) return operands;
+
+  // Sorted by name: the order every call takes its tensors in.
+  absl::btree_map<std::string, Wanted> wanted;
+  for (const Reference& reference : references) {
+    const v1::Tensor& tensor = *reference.tensor;
+    const std::string& name = tensor.stored().name();
+    if (!tensor.data().empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: %s refers to stored tensor %s and also carries %d data bytes; a reference "
+          "carries no data of its own (set only %s.stored, or only the tensor)",
+          op, reference.arg, Quoted(name), tensor.data().size(), reference.arg));
+    }
+    Wanted& entry = wanted[name];
+    if (reference.tensor == in_place.tensor) entry.update = true;
+    if (tensor.stored().has_version()) {
+      if (entry.version.has_value() && *entry.version != tensor.stored().version()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: %s refers to stored tensor %s at version %d, and %s at version %d; one call "
+            "reads one version of a tensor",
+            op, entry.version_arg, Quoted(name), *entry.version, reference.arg,
+            tensor.stored().version()));
+      }
+      entry.version = tensor.stored().version();
+      entry.version_arg = reference.arg;
+    }
+    entry.args.emplace_back(reference.arg);
+  }
+  for (const auto& [name, entry] : wanted) {
+    if (entry.update && entry.args.size() > 1) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: %s all refer to stored tensor %s, which this call updates in place; an in-place "
+          "update may not read the tensor it changes through another argument",
+          op, absl::StrJoin(entry.args, ", "), Quoted(name)));
+    }
+  }
+  if (stored.store == nullptr) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: %s refers to stored tensor %s, but this call cannot read stored tensors", op,
+        references.front().arg, Quoted(references.front().tensor->stored().name())));
+  }
+  for (const auto& [name, entry] : wanted) {
+    if (entry.update) {
+      absl::StatusOr<TensorStore::UpdateHandle> update =
+          stored.store->Update(stored.ns, name, entry.version, in_place.update_id);
+      if (!update.ok()) return StoreError(op, entry.args.front(), name, update.status());
+      operands->update_.emplace(*std::move(update));
+    } else {
+      absl::StatusOr<TensorStore::ReadHandle> read =
+          stored.store->Read(stored.ns, name, entry.version);
+      if (!read.ok()) return StoreError(op, entry.args.front(), name, read.status());
+      operands->reads_.emplace(name, *std::move(read));
+    }
+  }
+  return operands;
+}
+
+absl::StatusOr<TensorView> StoredOperands::View(const v1::Tensor& tensor,
+                                                std::string_view arg) const {
+  const std::string& name = tensor.stored().name();
+  std::optional<TensorView> view;
+  if (update_.has_value() && update_->held() && update_->name() == name) {
+    view = update_->view();
+  } else if (const auto it = reads_.find(name); it != reads_.end()) {
+    view = it->second.view();
+  }
+  if (!view.has_value()) {
+    return absl::InternalError(absl::StrFormat(
+        "%s: %s refers to stored tensor %s, which was not acquired with the request", op_, arg,
+        Quoted(name)));
+  }
+  const bool dtype_differs = tensor.dtype() != v1::DATA_TYPE_UNSPECIFIED &&
+                             tensor.dtype() != wire::DataTypeToProto(view->dtype());
+  const bool shape_differs =
+      tensor.shape_size() > 0 && !std::equal(tensor.shape().begin(), tensor.shape().end(),
+                                             view->shape().begin(), view->shape().end());
+  if (dtype_differs || shape_differs) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %s refers to stored tensor %s (%s [%s]) but says it is %s [%s]; a reference's dtype "
+        "and shape, when given, must be the stored tensor's",
+        op_, arg, Quoted(name), DataTypeName(view->dtype()), absl::StrJoin(view->shape(), ", "),
+        v1::DataType_Name(tensor.dtype()), absl::StrJoin(tensor.shape(), ", ")));
+  }
+  return *view;
+}
+
+}  // namespace tensorops

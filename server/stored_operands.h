@@ -1,0 +1,83 @@
+// StoredOperands: the stored tensors one request references (Tensor.stored), taken together
+// before any of its arguments is decoded.
+//
+//   TENSOROPS_ASSIGN_OR_RETURN(std::shared_ptr<StoredOperands> operands,
+//                              StoredOperands::Acquire("scatter", request, stored));
+//   TENSOROPS_ASSIGN_OR_RETURN(TensorView src, operands->View(request.src(), "src"));
+//
+// Taking them all at once, in one order, is what keeps calls from deadlocking on each other: a
+// tensor's lock prefers a waiting updater to new readers, so two calls that each held one
+// tensor and then asked for the other (or one call asking twice for a tensor an updater waits
+// on) would wait forever. Here each name is taken once per request, and names are taken in
+// sorted order, so no two calls can wait on each other in a cycle.
+#ifndef TENSOROPS_SERVER_STORED_OPERANDS_H_
+#define TENSOROPS_SERVER_STORED_OPERANDS_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/container/btree_map.h"
+#include "absl/status/statusor.h"
+#include "google/protobuf/message.h"
+#include "kernels/tensor.h"
+#include "server/store/tensor_store.h"
+#include "tensorops/v1/tensor.pb.h"
+
+namespace tensorops {
+
+// StoredTensors is where a request's references to stored tensors are read from.
+struct StoredTensors {
+  // Null: every reference fails with FAILED_PRECONDITION.
+  TensorStore* store = nullptr;
+  // The caller's namespace (StoreNamespace, server/op_call.h).
+  std::string_view ns;
+};
+
+// InPlaceTarget names the one argument a call updates in place: `tensor` (a field of the
+// request) is taken exclusively (TensorStore::UpdateHandle), with `update_id` so that a retry of
+// an update already applied is recognised under the lock.
+struct InPlaceTarget {
+  const v1::Tensor* tensor = nullptr;
+  std::string_view update_id;
+};
+
+// ReferencesStoredTensors is true when any Tensor of `request` (nested messages included) names a
+// stored tensor: preparing it may then wait for a lock (see server/blocking_pool.h).
+bool ReferencesStoredTensors(const google::protobuf::Message& request);
+
+// StoredOperands holds a handle on every stored tensor a request references until it is
+// destroyed, so the bytes an op reads stay one version for the whole call. Not thread-safe.
+class StoredOperands {
+ public:
+  // Acquire finds every Tensor with `stored` set in `request` (nested messages included: the
+  // forward call of a BackwardRequest), and takes one handle per distinct name, in name order:
+  // a ReadHandle, or the UpdateHandle of `in_place`, whose tensor no other argument may name.
+  // Errors name `op` and the argument (the field's name): INVALID_ARGUMENT for a reference that
+  // carries data, two references to one name that expect different versions, or another
+  // argument naming the tensor updated in place; NOT_FOUND for a name that does not exist;
+  // FAILED_PRECONDITION for a version mismatch or when `stored.store` is null.
+  static absl::StatusOr<std::shared_ptr<StoredOperands>> Acquire(
+      std::string_view op, const google::protobuf::Message& request, const StoredTensors& stored,
+      const InPlaceTarget& in_place = {});
+
+  // View returns the value `tensor` references (it must have `stored` set and have been part of
+  // the request Acquire walked). When `tensor` also sets dtype or shape, they must be the stored
+  // tensor's (INVALID_ARGUMENT naming `op`, `arg` and both).
+  absl::StatusOr<TensorView> View(const v1::Tensor& tensor, std::string_view arg) const;
+
+  // The handle on the tensor updated in place; null without one.
+  TensorStore::UpdateHandle* update() { return update_.has_value() ? &*update_ : nullptr; }
+
+ private:
+  explicit StoredOperands(std::string_view op) : op_(op) {}
+
+  std::string_view op_;
+  absl::btree_map<std::string, TensorStore::ReadHandle> reads_;
+  std::optional<TensorStore::UpdateHandle> update_;
+};
+
+}  // namespace tensorops
+
+#endif  // TENSOROPS_SERVER_STORED_OPERANDS_H_

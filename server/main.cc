@@ -1,16 +1,27 @@
 // tensorops-server: serves tensorops.v1.TensorOps until SIGINT or SIGTERM.
+//
+// Exit status: 0 after a clean shutdown (and for --help, --version), 1 when the server cannot
+// start, 2 for a bad command line.
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <iostream>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "server/build_info.h"
+#include "server/command_line.h"
 #include "server/server.h"
 #include "server/server_options.h"
 #include "spdlog/cfg/env.h"
@@ -120,24 +131,107 @@ tensorops::ServerOptions FlagsToOptions() {
   return options;
 }
 
+// Exit status for a bad command line; 1 is for a server that cannot start.
+constexpr int kExitUsage = 2;
+
+// The help's head; the flags follow, in kFlagGroups' groups.
+constexpr char kUsage[] =
+    R"(usage: tensorops-server [--flag=value ...] [--flagfile=FILE]
+
+Serves tensorops scatter/gather operations (tensorops.v1.TensorOps, with gRPC health checking and
+server reflection) until SIGINT or SIGTERM.
+
+  --flagfile=FILE
+      Read more flags from FILE, one per line; blank lines and lines starting with '#' are
+      skipped (e.g. deploy/tensorops.flags). Several files: --flagfile=A,B.
+  --help
+      Print this help and exit.
+  --version
+      Print the version, git revision and build type, and exit.
+
+Exit status: 0 after a clean shutdown, 1 when the server cannot start (a port in use, a file that
+cannot be read, --device=cuda without a GPU), 2 for a bad command line.
+)";
+
+// kFlagGroups: every flag of this file, in the groups of the help. A flag left out of every group
+// is unknown to ParseCommandLine.
+const std::vector<tensorops::FlagGroup> kFlagGroups = {
+    {"Network", {"host", "port", "shutdown_grace_s"}},
+    {"Limits",
+     {"max_message_bytes", "max_elements", "max_rank", "max_concurrent_calls", "max_queued_calls",
+      "max_stream_in_flight", "threads"}},
+    {"Batching", {"max_batch", "max_batch_bytes", "max_queue_delay_us", "inline_max_bytes"}},
+    {"GPU", {"device", "streams", "gpu_min_bytes", "gpu_memory_limit"}},
+    {"TLS and authentication", {"tls_cert", "tls_key", "tls_client_ca", "auth_token_file"}},
+    {"Metrics", {"metrics_port", "metrics_host"}},
+    {"Logging", {"log_level"}},
+    {"Store", {"store_memory_bytes"}},
+};
+
+// PortInUse tells whether another socket already listens on host:port, by binding one of our own
+// there first with SO_REUSEADDR, as gRPC binds. gRPC's own failure for this case is a line of
+// several hundred characters of core error on stderr before ours; probing first keeps a common
+// mistake to one clear line. A listener that appears between the probe and gRPC's bind still gets
+// gRPC's error. A host that does not resolve is left for gRPC to report.
+bool PortInUse(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  // gRPC takes IPv6 literals with or without brackets; getaddrinfo only without.
+  absl::string_view bare_host = host;
+  if (absl::ConsumePrefix(&bare_host, "[")) absl::ConsumeSuffix(&bare_host, "]");
+  addrinfo* addresses = nullptr;
+  if (getaddrinfo(std::string(bare_host).c_str(), std::to_string(port).c_str(), &hints,
+                  &addresses) != 0) {
+    return false;
+  }
+  bool in_use = false;
+  for (const addrinfo* address = addresses; address != nullptr && !in_use;
+       address = address->ai_next) {
+    const int fd =
+        socket(address->ai_family, address->ai_socktype | SOCK_CLOEXEC, address->ai_protocol);
+    if (fd < 0) continue;
+    const int reuse = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, sizeof(reuse));
+    in_use = bind(fd, address->ai_addr, address->ai_addrlen) != 0 && errno == EADDRINUSE;
+    close(fd);
+  }
+  freeaddrinfo(addresses);
+  return in_use;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Serves tensorops scatter/gather operations over gRPC.");
-  // Abseil's --help lists the flags of files named after the binary; ours live in main.cc.
-  absl::FlagsUsageConfig usage_config;
-  usage_config.contains_help_flags = [](absl::string_view path) {
-    return absl::EndsWith(path, "server/main.cc");
-  };
-  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage_config);
-  absl::ParseCommandLine(argc, argv);
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  const absl::StatusOr<tensorops::ParsedCommandLine> command_line =
+      tensorops::ParseCommandLine(args, kFlagGroups);
+  if (!command_line.ok()) {
+    std::fprintf(stderr, "tensorops-server: %s\n",
+                 std::string(command_line.status().message()).c_str());
+    return kExitUsage;
+  }
+  if (command_line->help) {
+    std::cout << kUsage << tensorops::FlagsHelp(kFlagGroups);
+    return 0;
+  }
+  if (command_line->version) {
+    const tensorops::BuildInfo& build = tensorops::ThisBuild();
+    // CMake leaves the build type empty unless CMAKE_BUILD_TYPE is set.
+    const std::string build_type = build.build_type.empty()
+                                       ? std::string("no CMAKE_BUILD_TYPE")
+                                       : absl::StrCat(build.build_type, " build");
+    std::cout << absl::StrFormat("tensorops-server %s (revision %s, %s, %s)\n", build.version,
+                                 build.revision, build_type, build.compiler);
+    return 0;
+  }
 
   // A bad value is a usage error (exit 2), told apart from a server that cannot start (exit 1).
   const tensorops::ServerOptions options = FlagsToOptions();
   if (const absl::Status valid = tensorops::ValidateServerOptions(options); !valid.ok()) {
     std::fprintf(stderr, "tensorops-server: %s\n", std::string(valid.message()).c_str());
-    return 2;
+    return kExitUsage;
   }
   const std::string log_level = absl::GetFlag(FLAGS_log_level);
   // from_str maps every unknown name to "off"; only a name that round-trips is a level.
@@ -148,7 +242,7 @@ int main(int argc, char** argv) {
                  "tensorops-server: --log_level=%s is not a level (expected trace, debug, info, "
                  "warn, error, critical or off)\n",
                  log_level.c_str());
-    return 2;
+    return kExitUsage;
   }
   spdlog::set_level(level);
   // SPDLOG_LEVEL, when set, overrides the flag (e.g. SPDLOG_LEVEL=debug for per-call lines).
@@ -162,6 +256,13 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  if (options.port != 0 && PortInUse(options.host, options.port)) {
+    spdlog::error(
+        "tensorops-server: UNAVAILABLE: cannot listen on {}:{}: the port is in use (choose another "
+        "--port, or --port=0 for any free one)",
+        options.host, options.port);
+    return 1;
+  }
   absl::StatusOr<std::unique_ptr<tensorops::Server>> server = tensorops::Server::Start(options);
   if (!server.ok()) {
     spdlog::error("tensorops-server: {}", server.status().ToString());

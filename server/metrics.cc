@@ -1,9 +1,17 @@
 #include "server/metrics.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <array>
 #include <cmath>
 #include <cstddef>
 #include <exception>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -15,15 +23,22 @@
 #include "absl/hash/hash.h"
 #include "absl/memory/memory.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
+#include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
+#include "server/build_info.h"
 #include "server/rejection.h"
 
 namespace tensorops {
@@ -81,13 +96,20 @@ enum Stage { kDecode, kQueue, kExecute, kEncode, kStageCount };
 constexpr std::array<const char*, kStageCount> kStageNames = {"decode", "queue", "execute",
                                                               "encode"};
 
-// StageBuckets: 10 µs * 2^k for k = 0..23, i.e. 10 µs .. 83.9 s. Doubling keeps any quantile
-// estimate within a factor of 2 from a decode of a few bytes to a kernel over gigabytes. Each bound
-// is an integer number of microseconds divided once, so that it prints as "8e-05", not
-// "8.000000000000001e-05".
+// StageBuckets: 1, 2 and 5 times each power of ten from 10 µs to 100 s (22 bounds), then +Inf. The
+// steps of 2 to 2.5 keep a quantile estimate within that factor from a decode of a few bytes to a
+// kernel over gigabytes. Each bound is the double nearest a short decimal, which prometheus-cpp
+// prints with 16 significant digits as that decimal ("5e-05"); a doubling series does not survive
+// that ("8.000000000000001e-05").
 prometheus::Histogram::BucketBoundaries StageBuckets() {
   prometheus::Histogram::BucketBoundaries bounds;
-  for (int k = 0; k < 24; ++k) bounds.push_back(static_cast<double>(int64_t{10} << k) / 1e6);
+  for (int exponent = -5; exponent <= 1; ++exponent) {
+    for (int mantissa : {1, 2, 5}) {
+      // One rounding (mantissa * 10^exponent as a decimal literal), not a product of roundings.
+      bounds.push_back(std::stod(absl::StrFormat("%de%d", mantissa, exponent)));
+    }
+  }
+  bounds.push_back(100.0);
   return bounds;
 }
 
@@ -139,6 +161,161 @@ struct CallSeries {
   std::array<prometheus::Histogram*, kStageCount> stage_seconds;
   prometheus::Counter* received_bytes;
   prometheus::Counter* sent_bytes;
+};
+
+// ReadFile returns the whole of a (/proc) file; empty when it cannot be read.
+std::string ReadFile(const char* path) {
+  std::ifstream file(path);
+  return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+}
+
+// ProcStat holds the fields of /proc/self/stat (proc(5)) that the process metrics report.
+struct ProcStat {
+  double cpu_seconds = 0;               // utime + stime
+  double start_seconds_after_boot = 0;  // starttime
+  double virtual_bytes = 0;             // vsize
+  double resident_bytes = 0;            // rss pages * page size
+};
+
+// ReadProcStat parses /proc/self/stat; nullopt when it cannot be read or parsed. Fields are counted
+// from the last ')', since the command name before it may hold spaces and parentheses.
+std::optional<ProcStat> ReadProcStat() {
+  const std::string text = ReadFile("/proc/self/stat");
+  const size_t name_end = text.rfind(')');
+  if (name_end == std::string::npos) return std::nullopt;
+  // fields[0] is proc(5)'s field 3 (state), so field n is fields[n - 3].
+  const std::vector<absl::string_view> fields =
+      absl::StrSplit(absl::string_view(text).substr(name_end + 1), ' ', absl::SkipWhitespace());
+  constexpr size_t kUtime = 14 - 3, kStime = 15 - 3, kStartTime = 22 - 3, kVsize = 23 - 3,
+                   kRss = 24 - 3;
+  int64_t utime = 0, stime = 0, start_time = 0, vsize = 0, rss = 0;
+  if (fields.size() <= kRss || !absl::SimpleAtoi(fields[kUtime], &utime) ||
+      !absl::SimpleAtoi(fields[kStime], &stime) ||
+      !absl::SimpleAtoi(fields[kStartTime], &start_time) ||
+      !absl::SimpleAtoi(fields[kVsize], &vsize) || !absl::SimpleAtoi(fields[kRss], &rss)) {
+    return std::nullopt;
+  }
+  const double ticks_per_second = static_cast<double>(sysconf(_SC_CLK_TCK));
+  return ProcStat{
+      .cpu_seconds = static_cast<double>(utime + stime) / ticks_per_second,
+      .start_seconds_after_boot = static_cast<double>(start_time) / ticks_per_second,
+      .virtual_bytes = static_cast<double>(vsize),
+      .resident_bytes = static_cast<double>(rss) * static_cast<double>(sysconf(_SC_PAGESIZE))};
+}
+
+// BootTimeSeconds reads the boot time (Unix seconds) from /proc/stat's btime line; nullopt when
+// there is none.
+std::optional<double> BootTimeSeconds() {
+  for (absl::string_view line : absl::StrSplit(ReadFile("/proc/stat"), '\n')) {
+    int64_t seconds = 0;
+    if (absl::ConsumePrefix(&line, "btime ") && absl::SimpleAtoi(line, &seconds)) {
+      return static_cast<double>(seconds);
+    }
+  }
+  return std::nullopt;
+}
+
+// ProcessCollector serves the process metrics every Prometheus client library exports under the
+// same names (process_cpu_seconds_total, process_resident_memory_bytes, ...), read from /proc at
+// each scrape. A metric whose source cannot be read is left out of that scrape.
+class ProcessCollector final : public prometheus::Collectable {
+ public:
+  ProcessCollector() {
+    const std::optional<ProcStat> stat = ReadProcStat();
+    const std::optional<double> boot = BootTimeSeconds();
+    if (stat.has_value() && boot.has_value()) {
+      start_time_seconds_ = *boot + stat->start_seconds_after_boot;
+    }
+  }
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    std::vector<prometheus::MetricFamily> families;
+    if (const std::optional<ProcStat> stat = ReadProcStat(); stat.has_value()) {
+      families.push_back(Counter("process_cpu_seconds_total",
+                                 "Total user and system CPU time spent in seconds.",
+                                 stat->cpu_seconds));
+      families.push_back(Gauge("process_resident_memory_bytes", "Resident memory size in bytes.",
+                               stat->resident_bytes));
+      families.push_back(Gauge("process_virtual_memory_bytes", "Virtual memory size in bytes.",
+                               stat->virtual_bytes));
+    }
+    if (start_time_seconds_.has_value()) {
+      families.push_back(Gauge("process_start_time_seconds",
+                               "Start time of the process since unix epoch in seconds.",
+                               *start_time_seconds_));
+    }
+    std::error_code error;
+    auto fds = std::filesystem::directory_iterator("/proc/self/fd", error);
+    if (!error) {
+      // The count includes the descriptor that lists the folder, as other clients' counts do.
+      const auto open_fds = std::distance(std::filesystem::begin(fds), std::filesystem::end(fds));
+      families.push_back(Gauge("process_open_fds", "Number of open file descriptors.",
+                               static_cast<double>(open_fds)));
+    }
+    if (rlimit limit; getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+      families.push_back(Gauge("process_max_fds", "Maximum number of open file descriptors.",
+                               static_cast<double>(limit.rlim_cur)));
+    }
+    return families;
+  }
+
+ private:
+  static prometheus::MetricFamily Gauge(std::string name, std::string help, double value) {
+    prometheus::ClientMetric metric;
+    metric.gauge.value = value;
+    return {std::move(name), std::move(help), prometheus::MetricType::Gauge, {metric}};
+  }
+  static prometheus::MetricFamily Counter(std::string name, std::string help, double value) {
+    prometheus::ClientMetric metric;
+    metric.counter.value = value;
+    return {std::move(name), std::move(help), prometheus::MetricType::Counter, {metric}};
+  }
+
+  // Unix seconds; nullopt when /proc/stat or /proc/self/stat could not be read at Create.
+  std::optional<double> start_time_seconds_;
+};
+
+// StoreCollector serves the tensor store's gauges, read at each scrape from the function the
+// server gave WatchStore (none: the families are left out).
+class StoreCollector final : public prometheus::Collectable {
+ public:
+  void Watch(std::function<StoreFigures()> figures) {
+    absl::MutexLock lock(&mu_);
+    figures_ = std::move(figures);
+  }
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    StoreFigures figures;
+    {
+      // Held while the function runs, so that Watch(nullptr) returns only once no scrape can
+      // still be reading the store.
+      absl::MutexLock lock(&mu_);
+      if (!figures_) return {};
+      figures = figures_();
+    }
+    const std::map<std::string, std::string> device = {{"device", LabelValue(figures.device)}};
+    return {Gauge("tensorops_store_tensors", "Tensors in the tensor store, by device.", device,
+                  figures.tensors),
+            Gauge("tensorops_store_bytes",
+                  "Bytes the tensor store holds (stored tensors, uploads in flight, replaced "
+                  "values still read), by device.",
+                  device, figures.used_bytes),
+            Gauge("tensorops_store_limit_bytes", "The tensor store's limit (--store_memory_bytes).",
+                  {}, figures.limit_bytes)};
+  }
+
+ private:
+  static prometheus::MetricFamily Gauge(std::string name, std::string help,
+                                        const std::map<std::string, std::string>& labels,
+                                        int64_t value) {
+    prometheus::ClientMetric metric;
+    for (const auto& [label, label_value] : labels) metric.label.push_back({label, label_value});
+    metric.gauge.value = static_cast<double>(value);
+    return {std::move(name), std::move(help), prometheus::MetricType::Gauge, {metric}};
+  }
+
+  mutable absl::Mutex mu_;
+  std::function<StoreFigures()> figures_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
@@ -204,7 +381,21 @@ class Metrics::Impl {
         pinned_allocated_(device_memory_.Add({{"kind", "pinned_allocated"}})),
         pinned_in_use_(device_memory_.Add({{"kind", "pinned_in_use"}})),
         device_in_use_(device_memory_.Add({{"kind", "device_in_use"}})),
-        stage_buckets_(StageBuckets()) {
+        stage_buckets_(StageBuckets()),
+        process_(std::make_shared<ProcessCollector>()),
+        store_(std::make_shared<StoreCollector>()) {
+    const BuildInfo& build = ThisBuild();
+    prometheus::BuildGauge()
+        .Name("tensorops_build_info")
+        .Help(
+            "Always 1; the labels say which build is running (version, git revision at "
+            "configure time, build type, compiler).")
+        .Register(*registry_)
+        .Add({{"version", LabelValue(build.version)},
+              {"revision", LabelValue(build.revision)},
+              {"build_type", LabelValue(build.build_type)},
+              {"compiler", LabelValue(build.compiler)}})
+        .Set(1);
     // The reasons the service rejects calls for exist at 0 from the start, so that an alert on
     // rate(tensorops_rejected_total[5m]) works before the first rejection.
     for (const Rejection why : kAllRejections) {
@@ -224,6 +415,8 @@ class Metrics::Impl {
           address, e.what()));
     }
     exposer_->RegisterCollectable(registry_);
+    exposer_->RegisterCollectable(process_);
+    exposer_->RegisterCollectable(store_);
     const std::vector<int> ports = exposer_->GetListeningPorts();
     if (ports.size() != 1) {
       return absl::InternalError(absl::StrFormat(
@@ -278,8 +471,17 @@ class Metrics::Impl {
   }
 
   std::string Scrape() const {
-    return prometheus::TextSerializer().Serialize(registry_->Collect());
+    std::vector<prometheus::MetricFamily> families = registry_->Collect();
+    for (prometheus::MetricFamily& family : process_->Collect()) {
+      families.push_back(std::move(family));
+    }
+    for (prometheus::MetricFamily& family : store_->Collect()) {
+      families.push_back(std::move(family));
+    }
+    return prometheus::TextSerializer().Serialize(families);
   }
+
+  void WatchStore(std::function<StoreFigures()> figures) { store_->Watch(std::move(figures)); }
 
  private:
   // SeriesFor returns the cached series of `key`, creating them on the first call with it: one
@@ -325,6 +527,9 @@ class Metrics::Impl {
   prometheus::Gauge& pinned_in_use_;
   prometheus::Gauge& device_in_use_;
   const prometheus::Histogram::BucketBoundaries stage_buckets_;
+  // Shared with the endpoint, which holds collectables by weak_ptr.
+  const std::shared_ptr<ProcessCollector> process_;
+  const std::shared_ptr<StoreCollector> store_;
 
   absl::Mutex series_mu_;
   absl::flat_hash_map<CallKey, CallSeries, CallKeyHash, CallKeyEq> series_
@@ -417,5 +622,9 @@ void Metrics::SetDeviceMemory(int64_t pinned_allocated, int64_t pinned_in_use,
 }
 
 std::string Metrics::Scrape() const { return impl_->Scrape(); }
+
+void Metrics::WatchStore(std::function<StoreFigures()> figures) {
+  impl_->WatchStore(std::move(figures));
+}
 
 }  // namespace tensorops

@@ -21,6 +21,7 @@
 #define TENSOROPS_SERVER_METRICS_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,12 +66,12 @@ struct CallStages {
 // 2 s poll quantum (civetweb/civetweb#1163, fixed after 1.15), so destroy it off any
 // latency-critical path.
 //
-// Families (every name starts with tensorops_; label values are sanitized to valid UTF-8, since
-// Prometheus rejects a whole scrape over one invalid value):
+// Families (every name but the process_* ones starts with tensorops_; label values are sanitized
+// to valid UTF-8, since Prometheus rejects a whole scrape over one invalid value):
 //   tensorops_requests_total{op,code,device}          counter, one per CallFinished
 //   tensorops_stage_duration_seconds{op,stage}        histogram, stage = decode|queue|execute|
-//                                                      encode; buckets 10 µs * 2^k, k = 0..23
-//                                                      (10 µs .. 83.9 s), then +Inf
+//                                                      encode; buckets 1, 2, 5 * 10^k s from
+//                                                      10 µs to 100 s, then +Inf
 //   tensorops_received_bytes_total{op}                counter, request message bytes
 //   tensorops_sent_bytes_total{op}                    counter, response message bytes
 //   tensorops_rejected_total{reason}                  counter, one per Rejected
@@ -81,6 +82,20 @@ struct CallStages {
 //   tensorops_device_fallbacks_total                  counter, one per DeviceFallback
 //   tensorops_device_memory_bytes{kind}               gauge, kind = pinned_allocated|
 //                                                      pinned_in_use|device_in_use
+//   tensorops_store_tensors{device}                   gauge, tensors in the tensor store
+//   tensorops_store_bytes{device}                     gauge, bytes the store holds
+//   tensorops_store_limit_bytes                       gauge, --store_memory_bytes
+//                                                     (the three read at each scrape through
+//                                                     WatchStore; absent without it)
+//   tensorops_build_info{version,revision,build_type,compiler}
+//                                                     gauge, always 1 (server/build_info.h)
+//   process_cpu_seconds_total                         counter, user + system CPU seconds
+//   process_resident_memory_bytes                     gauge, resident set size
+//   process_virtual_memory_bytes                      gauge, virtual memory size
+//   process_start_time_seconds                        gauge, Unix time the process started
+//   process_open_fds, process_max_fds                 gauges, open descriptors and their limit
+// The process_* families are Prometheus's standard names, read from /proc at each scrape (Linux
+// only; one whose source cannot be read is left out of that scrape).
 //
 // A call's series appear with its first CallFinished: all four stage histograms of its op at once
 // (empty ones at 0), so that rate() sees them from the start. The documented Rejected reasons are
@@ -92,6 +107,14 @@ struct CallStages {
 //
 // Callers must not rely on a scrape being a consistent snapshot across series: a scrape running
 // during CallFinished may see the request counted and its histograms not yet.
+// StoreFigures are the tensor store's gauges at one moment.
+struct StoreFigures {
+  int64_t tensors = 0;
+  int64_t used_bytes = 0;
+  int64_t limit_bytes = 0;
+  std::string device;
+};
+
 class Metrics {
  public:
   // Create registers every metric and, with options.port >= 0, starts the HTTP endpoint serving
@@ -139,6 +162,11 @@ class Metrics {
   void DeviceFallback();
   // SetDeviceMemory sets the GPU executor's memory gauges, in bytes.
   void SetDeviceMemory(int64_t pinned_allocated, int64_t pinned_in_use, int64_t device_in_use);
+
+  // WatchStore makes every scrape call `figures` for the tensorops_store_* gauges; nullptr stops
+  // it, returning once no scrape is still calling the old function (so call it before what that
+  // function reads goes away).
+  void WatchStore(std::function<StoreFigures()> figures);
 
   // Scrape returns this object's metrics in the Prometheus text format 0.0.4, for tests and logs.
   // The HTTP endpoint serves the same families plus prometheus-cpp's own exposer_* families

@@ -17,21 +17,9 @@
 #include "kernels/status_macros.h"
 #include "proto/codec.h"
 #include "proto/op_list.h"
+#include "server/build_info.h"
 #include "server/credentials.h"
 #include "spdlog/spdlog.h"
-
-#ifndef TENSOROPS_VERSION
-#define TENSOROPS_VERSION "unknown"
-#endif
-#ifndef TENSOROPS_GIT_REVISION
-#define TENSOROPS_GIT_REVISION "unknown"
-#endif
-#ifndef TENSOROPS_BUILD_TYPE
-#define TENSOROPS_BUILD_TYPE "unknown"
-#endif
-#ifndef TENSOROPS_COMPILER
-#define TENSOROPS_COMPILER "unknown"
-#endif
 
 namespace tensorops {
 namespace {
@@ -44,23 +32,21 @@ std::string ListenAddress(const std::string& host, int port) {
   return absl::StrFormat("%s:%d", host, port);
 }
 
-// DevicesSummary describes the CPU thread count and the GPUs (or why there are none) for the
-// start-up line.
+// DevicesSummary describes the CPU thread count and the GPUs for the start-up line. Without a GPU
+// it says so plainly; why there is none (no driver, a driver too old, a CPU-only build) is a
+// normal state, not an error, and stays in ServerInfo's gpu_note.
 std::string DevicesSummary(const DeviceInventory& inventory, int cpu_threads) {
-  std::string cuda;
   if (inventory.cuda_devices.empty()) {
-    cuda = absl::StrFormat("none (%s)", inventory.note);
-  } else {
-    std::vector<std::string> names;
-    for (const CudaDevice& device : inventory.cuda_devices) {
-      names.push_back(absl::StrFormat("%d: %s (%.1f GiB, sm_%d%d)", device.ordinal, device.name,
-                                      static_cast<double>(device.total_memory_bytes) / (1 << 30),
-                                      device.compute_capability_major,
-                                      device.compute_capability_minor));
-    }
-    cuda = absl::StrJoin(names, ", ");
+    return absl::StrFormat("cpu (%d threads); no GPU found, serving on the CPU", cpu_threads);
   }
-  return absl::StrFormat("cpu (%d threads), cuda: %s", cpu_threads, cuda);
+  std::vector<std::string> names;
+  for (const CudaDevice& device : inventory.cuda_devices) {
+    names.push_back(absl::StrFormat("%d: %s (%.1f GiB, sm_%d%d)", device.ordinal, device.name,
+                                    static_cast<double>(device.total_memory_bytes) / (1 << 30),
+                                    device.compute_capability_major,
+                                    device.compute_capability_minor));
+  }
+  return absl::StrFormat("cpu (%d threads), cuda: %s", cpu_threads, absl::StrJoin(names, ", "));
 }
 
 // BuildServerInfo describes this server for the ServerInfo RPC.
@@ -69,11 +55,12 @@ v1::ServerInfoResponse BuildServerInfo(const ServerOptions& options,
                                        int max_concurrent_calls, bool tls, bool token_auth,
                                        const std::string& placement) {
   v1::ServerInfoResponse info;
-  info.set_version(TENSOROPS_VERSION);
-  info.set_git_revision(TENSOROPS_GIT_REVISION);
+  const BuildInfo& build = ThisBuild();
+  info.set_version(build.version);
+  info.set_git_revision(build.revision);
   info.mutable_build()->set_cuda(inventory.cuda_built);
-  info.mutable_build()->set_build_type(TENSOROPS_BUILD_TYPE);
-  info.mutable_build()->set_compiler(TENSOROPS_COMPILER);
+  info.mutable_build()->set_build_type(build.build_type);
+  info.mutable_build()->set_compiler(build.compiler);
 
   v1::Device* cpu = info.add_devices();
   cpu->set_kind("cpu");
@@ -101,6 +88,7 @@ v1::ServerInfoResponse BuildServerInfo(const ServerOptions& options,
   info_limits->set_max_batch(options.queue.max_batch);
   info_limits->set_max_batch_bytes(options.queue.max_batch_bytes);
   info_limits->set_max_queue_delay_us(absl::ToInt64Microseconds(options.queue.max_queue_delay));
+  info_limits->set_inline_max_bytes(options.queue.inline_max_bytes);
   info.set_placement(placement);
   info.set_gpu_streams(options.gpu.streams);
   info.set_gpu_min_bytes(options.gpu.min_bytes);
@@ -252,6 +240,12 @@ void Server::BuildService(const ServerOptions& options, const Placement& placeme
   // different tensors seldom queue behind each other's waits.
   constexpr int kBlockingPoolThreads = 16;
   blocking_pool_ = std::make_unique<BlockingPool>(kBlockingPoolThreads);
+  metrics_->WatchStore([store = store_.get()] {
+    return StoreFigures{.tensors = store->tensor_count(),
+                        .used_bytes = store->used_bytes(),
+                        .limit_bytes = store->limit_bytes(),
+                        .device = kStoreCpuDevice};
+  });
   serving_ = ServingContext{.limits = wire::DecodeLimits{.max_rank = limits.max_rank,
                                                          .max_elements = limits.max_elements,
                                                          .max_bytes = limits.max_message_bytes},
@@ -311,7 +305,7 @@ void Server::LogStartUp(const ServerOptions& options, const Placement& placement
       "max_concurrent_calls={}, max_queued_calls={}, max_stream_in_flight={}; batching: "
       "max_batch={}, max_batch_bytes={}, max_queue_delay={}, inline_max_bytes={}; store: {}; "
       "metrics: {}",
-      TENSOROPS_VERSION, TENSOROPS_GIT_REVISION, ListenAddress(options.host, port_), tls_mode,
+      ThisBuild().version, ThisBuild().revision, ListenAddress(options.host, port_), tls_mode,
       token_auth ? "token" : "off", DevicesSummary(placement.inventory, cpu_threads_),
       placement.description, limits.max_message_bytes, limits.max_elements, limits.max_rank,
       queue.max_concurrent_calls, queue.max_queued_calls, limits.max_stream_in_flight,
@@ -333,6 +327,8 @@ void Server::LogStartUp(const ServerOptions& options, const Placement& placement
 Server::~Server() {
   Shutdown();
   if (grpc_server_ != nullptr) grpc_server_->Wait();
+  // The store goes before the metrics that read it.
+  if (metrics_ != nullptr) metrics_->WatchStore(nullptr);
 }
 
 void Server::Shutdown() { Shutdown(shutdown_grace_); }

@@ -402,7 +402,15 @@ void TensorOpsService::HandleServerInfo() {
             const absl::Time start = absl::Now();
             absl::Status status = Authenticate(serving_, *context);
             if (status.ok() && !request->ok) status = MalformedRequestError(*request);
-            if (status.ok()) *response = server_info_;
+            if (status.ok()) {
+              *response = server_info_;
+              // The store's figures change with every call; the rest was fixed at start-up.
+              v1::StoreInfo* store = response->mutable_store();
+              store->set_memory_bytes(serving_.store->limit_bytes());
+              store->set_used_bytes(serving_.store->used_bytes());
+              store->set_tensors(serving_.store->tensor_count());
+              store->set_device(kStoreCpuDevice);
+            }
             LogFinishedCall("ServerInfo", context->peer(), absl::Now() - start, status);
             serving_.metrics->CallFinished("server_info", status.code(), "none", CallStages(),
                                            static_cast<int64_t>(request->bytes),

@@ -2,7 +2,10 @@
 // tensorops::Client and through the tensorops-cli binary. Results are compared with the in-process
 // kernels (the same code the server runs, so exactly), with the independent reference in
 // reference.h, and with hand cases from PyTorch's documentation.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,6 +31,7 @@
 #include "absl/random/random.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -38,6 +42,8 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/descriptor.pb.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -1017,6 +1023,38 @@ TEST_F(E2eTest, ReflectionDescribesTheServiceWithoutTheProtoFiles) {
   EXPECT_TRUE(service->FindMethodByName("RunStream")->client_streaming());
 }
 
+// PutTensor's and GetTensor's progress hook sees every chunk, in order, ending at the total.
+TEST_F(E2eTest, StoreTransfersReportTheirProgress) {
+  const Tensor value = Float32Tensor({1000}, std::vector<double>(1000, 1.5));
+  std::vector<std::pair<int64_t, int64_t>> put_progress;
+  PutTensorOptions put_options;
+  put_options.chunk_bytes = 1024;
+  put_options.progress = [&](int64_t done, int64_t total) {
+    put_progress.emplace_back(done, total);
+  };
+  absl::StatusOr<v1::TensorInfo> info = client().PutTensor("progress", value.view(), put_options);
+  ASSERT_TRUE(info.ok()) << info.status();
+  const std::vector<std::pair<int64_t, int64_t>> expected_put = {
+      {1024, 4000}, {2048, 4000}, {3072, 4000}, {4000, 4000}};
+  EXPECT_EQ(put_progress, expected_put);
+
+  std::vector<std::pair<int64_t, int64_t>> get_progress;
+  GetTensorOptions get_options;
+  get_options.chunk_bytes = 1500;
+  get_options.progress = [&](int64_t done, int64_t total) {
+    get_progress.emplace_back(done, total);
+  };
+  absl::StatusOr<Tensor> back = client().GetTensor("progress", get_options);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_FALSE(get_progress.empty());
+  EXPECT_EQ(get_progress.back(), std::make_pair(int64_t{4000}, int64_t{4000}));
+  for (size_t i = 1; i < get_progress.size(); ++i) {
+    EXPECT_GT(get_progress[i].first, get_progress[i - 1].first);
+  }
+  ref::ExpectTensorsNear(*back, value);
+  EXPECT_TRUE(client().DeleteTensor("progress").ok());
+}
+
 TEST(ServerProcessTest, MetricsHostDefaultsToTheServiceHost) {
   // --host=127.0.0.1 (StartServer) and no --metrics_host: the endpoint stays on loopback too.
   absl::StatusOr<ServerProcess> server = StartServer({"--metrics_port=0"});
@@ -1281,14 +1319,153 @@ TEST(ServerProcessTest, NegativeShutdownGraceIsAUsageError) {
               HasSubstr("--shutdown_grace_s=-1 is out of range: must be >= 0"));
 }
 
-// --device parses into its choices as Abseil parses every flag: a typo fails there, with Abseil's
-// exit status for a flag that does not parse, listing the choices.
+// RunServerBinary runs tensorops-server with `args` to its exit.
+struct BinaryRun {
+  int status = 0;
+  std::string stdout_text;
+  std::string stderr_text;
+};
+BinaryRun RunServerBinary(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {TENSOROPS_SERVER_PATH};
+  argv.insert(argv.end(), args.begin(), args.end());
+  absl::StatusOr<std::unique_ptr<ChildProcess>> process = ChildProcess::Spawn(argv);
+  EXPECT_TRUE(process.ok()) << process.status();
+  if (!process.ok()) return BinaryRun{-1, "", ""};
+  const int status = (*process)->WaitForExit(kShutdownTimeout);
+  return BinaryRun{status, (*process)->stdout_text(), (*process)->stderr_text()};
+}
+
+// Every flag of server/main.cc, which --help must list.
+constexpr const char* kServerFlags[] = {"host",
+                                        "port",
+                                        "shutdown_grace_s",
+                                        "max_message_bytes",
+                                        "max_elements",
+                                        "max_rank",
+                                        "max_concurrent_calls",
+                                        "max_queued_calls",
+                                        "max_stream_in_flight",
+                                        "threads",
+                                        "max_batch",
+                                        "max_batch_bytes",
+                                        "max_queue_delay_us",
+                                        "inline_max_bytes",
+                                        "device",
+                                        "streams",
+                                        "gpu_min_bytes",
+                                        "gpu_memory_limit",
+                                        "tls_cert",
+                                        "tls_key",
+                                        "tls_client_ca",
+                                        "auth_token_file",
+                                        "metrics_port",
+                                        "metrics_host",
+                                        "log_level",
+                                        "store_memory_bytes"};
+
+TEST(ServerProcessTest, HelpExitsZeroListingTheFlagsInGroups) {
+  const BinaryRun run = RunServerBinary({"--help"});
+  EXPECT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  const std::string& help = run.stdout_text;
+  size_t previous = 0;
+  for (const char* group :
+       {"\nNetwork:\n", "\nLimits:\n", "\nBatching:\n", "\nGPU:\n", "\nTLS and authentication:\n",
+        "\nMetrics:\n", "\nLogging:\n", "\nStore:\n"}) {
+    const size_t at = help.find(group);
+    EXPECT_NE(at, std::string::npos) << group << " in:\n" << help;
+    EXPECT_GT(at, previous) << group << " out of order";
+    previous = at;
+  }
+  for (const char* flag : kServerFlags) {
+    EXPECT_THAT(help, HasSubstr(absl::StrCat("\n  --", flag))) << flag;
+  }
+  EXPECT_THAT(help, AllOf(HasSubstr("--flagfile=FILE"), HasSubstr("--version"),
+                          HasSubstr("\n  --metrics_port=-1\n"), HasSubstr("\n  --port=50051\n")));
+  // Nothing about where it was built.
+  EXPECT_THAT(help, AllOf(Not(HasSubstr("main.cc")), Not(HasSubstr("Flags from"))));
+}
+
+TEST(ServerProcessTest, VersionPrintsTheVersionRevisionAndBuildType) {
+  const BinaryRun run = RunServerBinary({"--version"});
+  EXPECT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status);
+  static const std::regex kVersion(
+      R"(tensorops-server \d+\.\d+\.\d+ \(revision ([0-9a-f]{12}|unknown), \w+ build, .+\)\n)");
+  EXPECT_TRUE(std::regex_match(run.stdout_text, kVersion)) << run.stdout_text;
+  EXPECT_THAT(run.stdout_text, Not(HasSubstr("NDEBUG")));
+}
+
+TEST(ServerProcessTest, UnknownFlagsStrayArgumentsAndUnparsableValuesExitWithTwo) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--port=0", "--no_such_flag=1"}, "unknown flag '--no_such_flag=1' (see --help)"},
+      {{"--port=0", "serve"},
+       "unexpected argument 'serve': tensorops-server takes flags only (--name=value)"},
+      {{"--port=abc"}, "--port=abc does not parse"},
+      {{"--port"}, "flag --port needs a value"},
+      {{"--flagfile=/nonexistent/tensorops.flags"},
+       "--flagfile=/nonexistent/tensorops.flags cannot be read"},
+  };
+  for (const auto& [args, message] : cases) {
+    const BinaryRun run = RunServerBinary(args);
+    EXPECT_TRUE(ExitedWith(run.status, 2))
+        << absl::StrJoin(args, " ") << ": " << DescribeExit(run.status);
+    // One line, naming the argument.
+    EXPECT_THAT(run.stderr_text, ::testing::StartsWith("tensorops-server: " + message))
+        << absl::StrJoin(args, " ");
+    EXPECT_EQ(absl::c_count(run.stderr_text, '\n'), 1) << run.stderr_text;
+  }
+}
+
+// A port another socket listens on: one line saying so, without gRPC's core error.
+TEST(ServerProcessTest, APortInUseIsOneClearLine) {
+  const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0) << std::strerror(errno);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(listen(listener, 1), 0);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const int port = ntohs(address.sin_port);
+
+  const BinaryRun run =
+      RunServerBinary({"--host=127.0.0.1", absl::StrCat("--port=", port), "--threads=1"});
+  close(listener);
+  EXPECT_TRUE(ExitedWith(run.status, 1)) << DescribeExit(run.status);
+  const std::string output = run.stdout_text + run.stderr_text;
+  EXPECT_THAT(output, HasSubstr(absl::StrFormat(
+                          "cannot listen on 127.0.0.1:%d: the port is in use (choose another "
+                          "--port, or --port=0 for any free one)",
+                          port)));
+  EXPECT_EQ(absl::c_count(output, '\n'), 1) << output;
+  EXPECT_THAT(output, Not(HasSubstr("chttp2")));
+}
+
+// Without a GPU the start-up line says so plainly; why there is none stays in ServerInfo.
+TEST(ServerProcessTest, WithoutAGpuTheStartUpLineSaysItServesOnTheCpu) {
+  if (!QueryDevices().cuda_devices.empty()) GTEST_SKIP() << "a GPU is usable here";
+  absl::StatusOr<ServerProcess> server = StartServer();
+  ASSERT_TRUE(server.ok()) << server.status();
+  static const std::regex kDevices(R"(devices: ([^;]*; [^;]*);)");
+  const std::optional<std::string> devices =
+      server->process->WaitForMatch(kDevices, kStartupTimeout);
+  ASSERT_TRUE(devices.has_value()) << server->process->stderr_text();
+  EXPECT_EQ(*devices, "cpu (2 threads); no GPU found, serving on the CPU");
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(server->target);
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<v1::ServerInfoResponse> info = (*client)->ServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_NE(info->gpu_note(), "");
+}
+
+// --device parses into its choices as every flag parses: a typo is a usage error listing the
+// choices.
 TEST(ServerProcessTest, ATypoInDeviceFailsListingTheChoices) {
   absl::StatusOr<std::unique_ptr<ChildProcess>> process =
       ChildProcess::Spawn({TENSOROPS_SERVER_PATH, "--port=0", "--device=gpu"});
   ASSERT_TRUE(process.ok()) << process.status();
   const int exit_status = (*process)->WaitForExit(kShutdownTimeout);
-  EXPECT_TRUE(ExitedWith(exit_status, 1)) << DescribeExit(exit_status);
+  EXPECT_TRUE(ExitedWith(exit_status, 2)) << DescribeExit(exit_status);
   EXPECT_THAT((*process)->stderr_text(),
               HasSubstr("Illegal value 'gpu' specified for flag 'device'; must be one of auto, "
                         "cpu, cuda"));
@@ -1346,6 +1523,8 @@ TEST_F(CliTest, GatherWritesTheResult) {
       RunCli({"gather", "--input=" + Write("x.npy", input), "--index=" + Write("i.npy", index),
               "--axis=1", "--output=" + PathOf("out.npy")});
   ASSERT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  // What was written is said, not shown.
+  EXPECT_EQ(run.stdout_text, "wrote " + PathOf("out.npy") + ": shape=(4, 3) dtype=float32\n");
   absl::StatusOr<Tensor> output = ReadNpy(PathOf("out.npy"));
   ASSERT_TRUE(output.ok()) << output.status();
   absl::StatusOr<Tensor> expected =
@@ -1595,9 +1774,244 @@ TEST_F(CliTest, InfoPrintsServerInfoAsJson) {
   EXPECT_THAT(run.stdout_text,
               AllOf(HasSubstr("\"version\""), HasSubstr("\"MaskedScatter\""),
                     HasSubstr("\"maxQueuedCalls\": 1024"), HasSubstr("\"DATA_TYPE_COMPLEX128\"")));
+  // Still one JSON object, now with the RPCs other than the ops (from reflection).
+  google::protobuf::Struct json;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(run.stdout_text, &json).ok())
+      << run.stdout_text;
+  ASSERT_TRUE(json.fields().contains("rpcs")) << run.stdout_text;
+  std::vector<std::string> rpcs;
+  for (const google::protobuf::Value& rpc : json.fields().at("rpcs").list_value().values()) {
+    rpcs.push_back(rpc.string_value());
+  }
+  EXPECT_THAT(rpcs,
+              ::testing::IsSupersetOf({"Run", "RunStream", "Backward", "ServerInfo", "PutTensor",
+                                       "GetTensor", "ListTensors", "TensorInfo", "DeleteTensor"}));
+  EXPECT_THAT(rpcs, Not(::testing::Contains("Gather")));
   const CliResult misuse = RunCli({"info", "--axis=1"});
   EXPECT_TRUE(ExitedWith(misuse.status, 2)) << DescribeExit(misuse.status);
   EXPECT_THAT(misuse.stderr_text, HasSubstr("flag --axis does not apply to info"));
+}
+
+TEST_F(CliTest, HealthListAndDescribeThroughTheStandardServices) {
+  CliResult run = RunCli({"health"});
+  EXPECT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  EXPECT_EQ(run.stdout_text, "SERVING\n");
+  run = RunCli({"health", "tensorops.v1.TensorOps"});
+  EXPECT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  EXPECT_EQ(run.stdout_text, "SERVING\n");
+  run = RunCli({"health", "no.such.Service"});
+  EXPECT_TRUE(ExitedWith(run.status, 1)) << DescribeExit(run.status);
+  EXPECT_EQ(run.stderr_text,
+            "error: NOT_FOUND: the health service knows no service 'no.such.Service' (list shows "
+            "the services)\n");
+
+  run = RunCli({"list"});
+  EXPECT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  EXPECT_EQ(run.stdout_text,
+            "grpc.health.v1.Health\ngrpc.reflection.v1alpha.ServerReflection\n"
+            "tensorops.v1.TensorOps\n");
+  run = RunCli({"list", "tensorops.v1.TensorOps"});
+  EXPECT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  EXPECT_THAT(run.stdout_text, AllOf(::testing::StartsWith("tensorops.v1.TensorOps.Gather\n"),
+                                     HasSubstr("\ntensorops.v1.TensorOps.RunStream\n"),
+                                     HasSubstr("\ntensorops.v1.TensorOps.PutTensor\n")));
+  run = RunCli({"list", "tensorops.v1.GatherRequest"});
+  EXPECT_TRUE(ExitedWith(run.status, 1)) << DescribeExit(run.status);
+  EXPECT_THAT(run.stderr_text, HasSubstr("'tensorops.v1.GatherRequest' is not a service"));
+
+  run = RunCli({"describe", "tensorops.v1.GatherRequest"});
+  EXPECT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  EXPECT_THAT(
+      run.stdout_text,
+      AllOf(::testing::StartsWith("tensorops.v1.GatherRequest is a message:\n"
+                                  "message GatherRequest {\n"),
+            HasSubstr("  .tensorops.v1.Tensor index = 2;\n"), HasSubstr("  int64 axis = 3;\n")));
+  run = RunCli({"describe", "tensorops.v1.TensorOps.RunStream"});
+  EXPECT_TRUE(ExitedWith(run.status, 0)) << run.stderr_text;
+  EXPECT_EQ(run.stdout_text,
+            "tensorops.v1.TensorOps.RunStream is a method:\n"
+            "rpc RunStream(stream .tensorops.v1.RunStreamRequest) returns (stream "
+            ".tensorops.v1.RunStreamResponse);\n");
+  run = RunCli({"describe", "tensorops.v1.TensorOps"});
+  EXPECT_TRUE(ExitedWith(run.status, 0)) << run.stderr_text;
+  EXPECT_THAT(run.stdout_text, AllOf(HasSubstr("service TensorOps {\n"),
+                                     HasSubstr("rpc MaskedScatter(.tensorops.v1.")));
+  run = RunCli({"describe", "tensorops.v1.DataType"});
+  EXPECT_TRUE(ExitedWith(run.status, 0)) << run.stderr_text;
+  EXPECT_THAT(run.stdout_text, AllOf(HasSubstr("is an enum:\nenum DataType {\n"),
+                                     HasSubstr("DATA_TYPE_FLOAT32 = 9;")));
+  run = RunCli({"describe", "tensorops.v1.NoSuchThing"});
+  EXPECT_TRUE(ExitedWith(run.status, 1)) << DescribeExit(run.status);
+  EXPECT_THAT(run.stderr_text, HasSubstr("error: NOT_FOUND: "));
+  EXPECT_THAT(run.stderr_text, HasSubstr("'tensorops.v1.NoSuchThing'"));
+}
+
+// A usage error shows the error, that command's synopsis and where the rest is: a few lines, not
+// the whole help.
+TEST_F(CliTest, AUsageErrorShowsTheCommandsSynopsisNotTheWholeHelp) {
+  const std::string input = Write("x.npy", Int64Tensor({2}, {1, 2}));
+  CliResult run = RunCli({"gather", "--input=" + input, "--axis=0"});
+  EXPECT_TRUE(ExitedWith(run.status, 2)) << DescribeExit(run.status);
+  EXPECT_EQ(run.stderr_text,
+            "error: gather needs --index\n\n"
+            "usage: tensorops-cli [--target=HOST:PORT] [FLAGS] gather --input=X.npy --index=I.npy "
+            "--axis=N [--broadcast]\n"
+            "    [--output=OUT.npy] [--bfloat16] [--grad_output=G.npy]\n"
+            "see tensorops-cli --help for every command and flag\n");
+  EXPECT_EQ(run.stdout_text, "");
+
+  run = RunCli({"put", "only_a_name"});
+  EXPECT_TRUE(ExitedWith(run.status, 2)) << DescribeExit(run.status);
+  EXPECT_EQ(run.stderr_text,
+            "error: put takes NAME FILE.npy [--overwrite] [--bfloat16], got 1 argument: "
+            "only_a_name\n\n"
+            "usage: tensorops-cli [--target=HOST:PORT] [FLAGS] put NAME FILE.npy [--overwrite] "
+            "[--bfloat16]\n"
+            "    store the file's tensor under NAME, for ops to use as @NAME\n"
+            "see tensorops-cli --help for every command and flag\n");
+
+  // Without a known command, the commands are listed instead.
+  run = RunCli({"transpose"});
+  EXPECT_TRUE(ExitedWith(run.status, 2)) << DescribeExit(run.status);
+  EXPECT_THAT(run.stderr_text,
+              AllOf(HasSubstr("error: unknown command 'transpose'"),
+                    HasSubstr("\ncommands: gather, scatter,"), HasSubstr(", describe, put, get,"),
+                    HasSubstr("see tensorops-cli --help"), Not(HasSubstr("Flags:"))));
+
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"gather", "stray", "--input=" + input},
+           {"health", "a", "b"},
+           {"describe"},
+           {"ls", "--overwrite"},
+           {"rm", ""},
+           {"gather", "--input=@", "--index=" + input, "--axis=0"},
+           {"gather", "--input=" + input, "--index=" + input, "--axis=0", "--grad_output=@g"}}) {
+    run = RunCli(args);
+    EXPECT_TRUE(ExitedWith(run.status, 2))
+        << absl::StrJoin(args, " ") << ": " << DescribeExit(run.status);
+    EXPECT_THAT(run.stderr_text, AllOf(HasSubstr("error: "), HasSubstr("usage: tensorops-cli"),
+                                       Not(HasSubstr("Flags:"))))
+        << absl::StrJoin(args, " ");
+  }
+}
+
+// put, ls, stat, get and rm work the store; an op takes a stored tensor as @NAME.
+TEST_F(CliTest, StoreCommandsAndStoredInputs) {
+  const Tensor input = Int64Tensor({2, 2}, {1, 2, 3, 4});
+  const Tensor index = Int64Tensor({2, 2}, {0, 0, 1, 0});
+  CliResult run = RunCli({"put", "cli_input", Write("x.npy", input)});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  EXPECT_EQ(run.stdout_text, "stored cli_input: shape=(2, 2) dtype=int64, version 1, 32 bytes\n");
+  // Small tensors print no progress.
+  EXPECT_EQ(run.stderr_text, "");
+  run = RunCli({"put", "cli_input", PathOf("x.npy")});
+  EXPECT_TRUE(ExitedWith(run.status, 1)) << DescribeExit(run.status);
+  EXPECT_THAT(run.stderr_text, HasSubstr("error: FAILED_PRECONDITION: "));
+  run = RunCli({"put", "cli_input", PathOf("x.npy"), "--overwrite"});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  EXPECT_THAT(run.stdout_text, HasSubstr("version 2"));
+  ASSERT_TRUE(ExitedWith(RunCli({"put", "cli_index", Write("i.npy", index)}).status, 0));
+
+  run = RunCli({"ls"});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  EXPECT_THAT(run.stdout_text,
+              AllOf(HasSubstr("cli_index  shape=(2, 2) dtype=int64  32 bytes  version 1\n"),
+                    HasSubstr("cli_input  shape=(2, 2) dtype=int64  32 bytes  version 2\n")));
+  run = RunCli({"stat", "cli_input"});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  v1::TensorInfo info;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(run.stdout_text, &info).ok())
+      << run.stdout_text;
+  EXPECT_EQ(info.name(), "cli_input");
+  EXPECT_EQ(info.dtype(), v1::DATA_TYPE_INT64);
+  EXPECT_EQ(info.version(), 2);
+  EXPECT_EQ(info.bytes(), 32);
+
+  run = RunCli({"get", "cli_input", PathOf("got.npy")});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  EXPECT_EQ(run.stdout_text, "wrote " + PathOf("got.npy") + ": shape=(2, 2) dtype=int64\n");
+  absl::StatusOr<Tensor> got = ReadNpy(PathOf("got.npy"));
+  ASSERT_TRUE(got.ok()) << got.status();
+  ref::ExpectTensorsNear(*got, input);
+
+  // torch.gather([[1, 2], [3, 4]], 1, [[0, 0], [1, 0]]) from stored tensors, from a mix, and from
+  // files: the same.
+  const std::string expected = "shape=(2, 2) dtype=int64\n[[1, 1],\n [4, 3]]\n";
+  for (const auto& [input_flag, index_flag] :
+       std::vector<std::pair<std::string, std::string>>{{"@cli_input", "@cli_index"},
+                                                        {"@cli_input", PathOf("i.npy")},
+                                                        {PathOf("x.npy"), "@cli_index"},
+                                                        {PathOf("x.npy"), PathOf("i.npy")}}) {
+    run = RunCli({"gather", "--input=" + input_flag, "--index=" + index_flag, "--axis=1"});
+    EXPECT_TRUE(ExitedWith(run.status, 0))
+        << input_flag << " " << index_flag << ": " << run.stderr_text;
+    EXPECT_EQ(run.stdout_text, expected) << input_flag << " " << index_flag;
+  }
+  // scatter's --src as well: torch.zeros(2, 2).scatter_(1, index, input).
+  ASSERT_TRUE(ExitedWith(
+      RunCli({"put", "cli_zeros", Write("z.npy", Int64Tensor({2, 2}, {0, 0, 0, 0}))}).status, 0));
+  run = RunCli(
+      {"scatter", "--input=@cli_zeros", "--index=@cli_index", "--src=@cli_input", "--axis=1"});
+  EXPECT_TRUE(ExitedWith(run.status, 0)) << run.stderr_text;
+  EXPECT_EQ(run.stdout_text, "shape=(2, 2) dtype=int64\n[[2, 0],\n [4, 3]]\n");
+
+  // The result kept in the store (--output=@NAME), then an in-place update of it (--in_place).
+  run = RunCli(
+      {"gather", "--input=@cli_input", "--index=@cli_index", "--axis=1", "--output=@cli_rows"});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << run.stderr_text;
+  EXPECT_EQ(run.stdout_text, "stored cli_rows: shape=(2, 2) dtype=int64, version 1\n");
+  run = RunCli(
+      {"gather", "--input=@cli_input", "--index=@cli_index", "--axis=1", "--output=@cli_rows"});
+  EXPECT_TRUE(ExitedWith(run.status, 1));
+  EXPECT_THAT(run.stderr_text, HasSubstr("exists at version 1; pass overwrite"));
+  run = RunCli({"gather", "--input=@cli_input", "--index=@cli_index", "--axis=1",
+                "--output=@cli_rows", "--overwrite"});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << run.stderr_text;
+  EXPECT_THAT(run.stdout_text, HasSubstr("version 2"));
+  // torch.tensor([[1, 1], [4, 3]]).scatter_add_(1, index, input) = [[4, 1], [8, 6]]
+  run = RunCli({"scatter", "--input=@cli_rows", "--index=@cli_index", "--src=@cli_input",
+                "--axis=1", "--reduce=sum", "--in_place"});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << run.stderr_text;
+  EXPECT_EQ(run.stdout_text, "stored cli_rows: shape=(2, 2) dtype=int64, version 3\n");
+  ASSERT_TRUE(ExitedWith(RunCli({"get", "cli_rows", PathOf("rows.npy")}).status, 0));
+  absl::StatusOr<Tensor> rows = ReadNpy(PathOf("rows.npy"));
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ref::ExpectTensorsNear(*rows, Int64Tensor({2, 2}, {4, 1, 8, 6}));
+  run = RunCli({"scatter", "--input=" + PathOf("x.npy"), "--index=@cli_index", "--src=@cli_input",
+                "--axis=1", "--in_place"});
+  EXPECT_TRUE(ExitedWith(run.status, 2));
+  EXPECT_THAT(run.stderr_text, HasSubstr("--in_place updates a stored tensor: --input = '"));
+  ASSERT_TRUE(ExitedWith(RunCli({"rm", "cli_rows"}).status, 0));
+
+  for (const char* name : {"cli_input", "cli_index", "cli_zeros"}) {
+    run = RunCli({"rm", name});
+    EXPECT_TRUE(ExitedWith(run.status, 0)) << run.stderr_text;
+    EXPECT_EQ(run.stdout_text, absl::StrCat("deleted ", name, "\n"));
+  }
+  run = RunCli({"stat", "cli_input"});
+  EXPECT_TRUE(ExitedWith(run.status, 1)) << DescribeExit(run.status);
+  EXPECT_THAT(run.stderr_text, HasSubstr("error: NOT_FOUND: "));
+  run = RunCli({"gather", "--input=@cli_input", "--index=" + PathOf("i.npy"), "--axis=1"});
+  EXPECT_TRUE(ExitedWith(run.status, 1)) << DescribeExit(run.status);
+  EXPECT_THAT(run.stderr_text, AllOf(HasSubstr("error: NOT_FOUND: "), HasSubstr("cli_input")));
+  run = RunCli({"ls"});
+  EXPECT_THAT(run.stdout_text, Not(HasSubstr("cli_")));
+}
+
+// Uploads and downloads of 16 MiB or more report their progress on stderr, to 100%.
+TEST_F(CliTest, LargeTransfersReportTheirProgress) {
+  const Tensor large = Float32Tensor({5, 1 << 20}, std::vector<double>(5 << 20, 0.5));
+  CliResult run = RunCli({"put", "cli_large", Write("large.npy", large)});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  EXPECT_THAT(run.stderr_text, AllOf(::testing::StartsWith("put cli_large: "),
+                                     HasSubstr("put cli_large: 20.0 of 20.0 MiB (100%)\n")));
+  run = RunCli({"get", "cli_large", PathOf("large_back.npy")});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  EXPECT_THAT(run.stderr_text, HasSubstr("get cli_large: 20.0 of 20.0 MiB (100%)\n"));
+  absl::StatusOr<Tensor> back = ReadNpy(PathOf("large_back.npy"));
+  ASSERT_TRUE(back.ok()) << back.status();
+  ref::ExpectTensorsNear(*back, large);
+  EXPECT_TRUE(ExitedWith(RunCli({"rm", "cli_large"}).status, 0));
 }
 
 TEST_F(CliTest, HelpListsCommandsAndFlags) {
@@ -1610,7 +2024,8 @@ TEST_F(CliTest, HelpListsCommandsAndFlags) {
             HasSubstr("diagonal_scatter"), HasSubstr("gather_nd"), HasSubstr("scatter_nd"),
             HasSubstr("masked_scatter"), HasSubstr("--reduce"), HasSubstr("--timeout"),
             HasSubstr("--select_index"), HasSubstr("--axes"), HasSubstr("--batch_dims"),
-            HasSubstr("--shape"), HasSubstr("--mask")));
+            HasSubstr("--shape"), HasSubstr("--mask"), HasSubstr("health"), HasSubstr("describe"),
+            HasSubstr("put"), HasSubstr("--overwrite"), HasSubstr("@NAME")));
 }
 
 }  // namespace

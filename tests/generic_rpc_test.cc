@@ -485,6 +485,7 @@ TEST_F(GenericRpcTest, ServerInfoDescribesTheServer) {
   EXPECT_EQ(info.limits().max_concurrent_calls(), 3);
   EXPECT_EQ(info.limits().max_queued_calls(), 7);
   EXPECT_EQ(info.limits().max_stream_in_flight(), 9);
+  EXPECT_EQ(info.limits().inline_max_bytes(), options.queue.inline_max_bytes);
 
   EXPECT_THAT(info.ops(),
               UnorderedElementsAreArray({"Gather", "Scatter", "IndexSelect", "IndexReduce",

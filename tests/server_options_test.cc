@@ -1,8 +1,15 @@
-// ValidateServerOptions and ValidateSchedulerOptions: every range error's message, and --device's
-// parse into DeviceChoice.
+// ValidateServerOptions and ValidateSchedulerOptions: every range error's message, --device's
+// parse into DeviceChoice, and the server's command line (server/command_line.h).
 #include "server/server_options.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
@@ -11,9 +18,14 @@
 #include "absl/flags/marshalling.h"
 #include "absl/flags/reflection.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/command_line.h"
 #include "server/scheduler.h"
 #include "server/server.h"
 
@@ -21,10 +33,20 @@
 ABSL_FLAG(tensorops::DeviceChoice, device_choice_for_test, tensorops::DeviceChoice::kAuto,
           "Parsed by DeviceChoiceFlagTest only.");
 
+// Flags for the command line tests: two groups of them, and one that no group lists.
+ABSL_FLAG(std::string, cl_host, "127.0.0.1",
+          "Address to listen on. A help text long enough that FlagsHelp has to wrap it: it goes on "
+          "past a hundred columns, the width of the help, and then some more.");
+ABSL_FLAG(int, cl_port, 50051, "Port.");
+ABSL_FLAG(bool, cl_verbose, false, "Log more.");
+ABSL_FLAG(tensorops::DeviceChoice, cl_device, tensorops::DeviceChoice::kAuto, "Where.");
+ABSL_FLAG(int, cl_unlisted, 0, "Registered, but in no group.");
+
 namespace tensorops {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // BadServerOption is one value out of range and the message that must name it.
 struct BadServerOption {
@@ -216,6 +238,142 @@ TEST(DeviceChoiceFlagTest, AFlagOfTheTypeTakesAChoiceAndRefusesATypo) {
   EXPECT_FALSE(flag->ParseFrom("gpu", &error));
   EXPECT_THAT(error, HasSubstr("must be one of auto, cpu, cuda"));
   EXPECT_EQ(absl::GetFlag(FLAGS_device_choice_for_test), DeviceChoice::kCuda);
+}
+
+// --- The command line ----------------------------------------------------------------------------
+
+const std::vector<FlagGroup> kTestGroups = {{"Network", {"cl_host", "cl_port"}},
+                                            {"Other", {"cl_verbose", "cl_device"}}};
+
+class CommandLineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern =
+        (std::filesystem::path(::testing::TempDir()) / "command_line_XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr) << std::strerror(errno);
+    directory_ = pattern;
+  }
+  void TearDown() override { std::filesystem::remove_all(directory_); }
+
+  // WriteFile writes `text` to `name` in the test's folder and returns its path.
+  std::string WriteFile(const std::string& name, const std::string& text) {
+    const std::string path = (std::filesystem::path(directory_) / name).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  absl::StatusOr<ParsedCommandLine> Parse(const std::vector<std::string>& args) {
+    return ParseCommandLine(args, kTestGroups);
+  }
+
+  absl::FlagSaver saver_;  // Every test starts from the defaults and leaves them.
+  std::string directory_;
+};
+
+TEST_F(CommandLineTest, SetsFlagsInEveryForm) {
+  absl::StatusOr<ParsedCommandLine> parsed =
+      Parse({"--cl_host=::1", "-cl_port", "7", "--cl_verbose", "--cl_device=cuda"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FALSE(parsed->help);
+  EXPECT_FALSE(parsed->version);
+  EXPECT_EQ(absl::GetFlag(FLAGS_cl_host), "::1");
+  EXPECT_EQ(absl::GetFlag(FLAGS_cl_port), 7);
+  EXPECT_TRUE(absl::GetFlag(FLAGS_cl_verbose));
+  EXPECT_EQ(absl::GetFlag(FLAGS_cl_device), DeviceChoice::kCuda);
+  ASSERT_TRUE(Parse({"--nocl_verbose", "--cl_port=8"}).ok());
+  EXPECT_FALSE(absl::GetFlag(FLAGS_cl_verbose));
+  EXPECT_EQ(absl::GetFlag(FLAGS_cl_port), 8);
+}
+
+TEST_F(CommandLineTest, HelpAndVersionStopTheParse) {
+  for (const char* help : {"--help", "-h", "--helpfull", "-help"}) {
+    absl::StatusOr<ParsedCommandLine> parsed = Parse({"--cl_port=9", help, "--no_such_flag"});
+    ASSERT_TRUE(parsed.ok()) << help << ": " << parsed.status();
+    EXPECT_TRUE(parsed->help) << help;
+    EXPECT_FALSE(parsed->version) << help;
+  }
+  absl::StatusOr<ParsedCommandLine> parsed = Parse({"--version", "stray"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(parsed->version);
+  EXPECT_FALSE(parsed->help);
+}
+
+TEST_F(CommandLineTest, EachMistakeIsInvalidArgumentNamingTheArgument) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--no_such_flag=1"}, "unknown flag '--no_such_flag=1' (see --help)"},
+      // Registered, but not one of the groups': not this program's flag.
+      {{"--cl_unlisted=1"}, "unknown flag '--cl_unlisted=1' (see --help)"},
+      {{"--nocl_port"}, "unknown flag '--nocl_port' (see --help)"},
+      {{"--cl_port=9", "serve"},
+       "unexpected argument 'serve': tensorops-server takes flags only (--name=value)"},
+      {{"--", "--cl_port=9"},
+       "unexpected argument '--': tensorops-server takes flags only (--name=value)"},
+      {{"--cl_port"}, "flag --cl_port needs a value"},
+      {{"--cl_port=abc"}, "--cl_port=abc does not parse: "},
+      {{"--cl_device=gpu"},
+       "--cl_device=gpu does not parse: Illegal value 'gpu' specified for flag 'cl_device'; must "
+       "be one of auto, cpu, cuda"},
+  };
+  for (const auto& [args, message] : cases) {
+    absl::StatusOr<ParsedCommandLine> parsed = Parse(args);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << message;
+    EXPECT_THAT(parsed.status().message(), HasSubstr(message));
+  }
+}
+
+TEST_F(CommandLineTest, FlagfilesAddTheirLinesInPlace) {
+  const std::string inner = WriteFile("inner.flags", "--cl_device=cpu\n");
+  const std::string outer =
+      WriteFile("outer.flags", "# a comment line\n\n  --cl_port=1234  \n--cl_host=0.0.0.0\n" +
+                                   ("--flagfile=" + inner) + "\n");
+  // A later flag wins over the file's.
+  absl::StatusOr<ParsedCommandLine> parsed = Parse({"--flagfile", outer, "--cl_host=10.0.0.1"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(absl::GetFlag(FLAGS_cl_port), 1234);
+  EXPECT_EQ(absl::GetFlag(FLAGS_cl_host), "10.0.0.1");
+  EXPECT_EQ(absl::GetFlag(FLAGS_cl_device), DeviceChoice::kCpu);
+
+  const std::string second = WriteFile("second.flags", "--cl_port=99\n");
+  ASSERT_TRUE(Parse({"--flagfile=" + inner + "," + second}).ok());
+  EXPECT_EQ(absl::GetFlag(FLAGS_cl_port), 99);
+}
+
+TEST_F(CommandLineTest, FlagfileErrorsNameTheFile) {
+  const std::string missing = (std::filesystem::path(directory_) / "missing.flags").string();
+  absl::StatusOr<ParsedCommandLine> parsed = Parse({"--flagfile=" + missing});
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(parsed.status().message(), HasSubstr("--flagfile=" + missing + " cannot be read"));
+
+  const std::string typo = WriteFile("typo.flags", "--cl_prot=1\n");
+  parsed = Parse({"--flagfile=" + typo});
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(parsed.status().message(),
+            "unknown flag '--cl_prot=1' (see --help) (in --flagfile=" + typo + ")");
+
+  const std::string loop = (std::filesystem::path(directory_) / "loop.flags").string();
+  WriteFile("loop.flags", "--flagfile=" + loop + "\n");
+  parsed = Parse({"--flagfile=" + loop});
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(parsed.status().message(), HasSubstr("--flagfile=" + loop + " includes itself"));
+}
+
+TEST(FlagsHelpTest, ListsTheGroupsFlagsWithDefaultsWrappedToAHundredColumns) {
+  const std::string help = FlagsHelp(kTestGroups);
+  const size_t network = help.find("\nNetwork:\n");
+  const size_t other = help.find("\nOther:\n");
+  ASSERT_NE(network, std::string::npos) << help;
+  ASSERT_NE(other, std::string::npos) << help;
+  EXPECT_LT(network, help.find("  --cl_host=127.0.0.1\n"));
+  EXPECT_LT(help.find("  --cl_port=50051\n      Port.\n"), other);
+  EXPECT_GT(help.find("  --cl_verbose=false\n      Log more.\n"), other);
+  EXPECT_GT(help.find("  --cl_device=auto\n      Where.\n"), other);
+  EXPECT_THAT(help, Not(HasSubstr("cl_unlisted")));
+  for (absl::string_view line : absl::StrSplit(help, '\n')) {
+    EXPECT_LE(line.size(), 100u) << line;
+  }
+  // The long help text (longer than a line, so wrapped by the check above) is all there.
+  EXPECT_THAT(absl::StrReplaceAll(help, {{"\n      ", " "}}),
+              HasSubstr(absl::StrCat(" ", absl::FindCommandLineFlag("cl_host")->Help(), "\n")));
 }
 
 }  // namespace

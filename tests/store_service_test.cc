@@ -989,6 +989,80 @@ TEST_F(StoreServiceTest, ADownloadHoldsNoLockWhileTheClientReadsAndAbortsWhenThe
                "get_tensor: tensor \"slow\" changed after");
 }
 
+TEST_F(StoreServiceTest, ServerInfoAndMetricsReportTheStoresFigures) {
+  absl::StatusOr<v1::ServerInfoResponse> empty = client_->ServerInfo();
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->store().memory_bytes(), ServerOptions().store.memory_bytes);
+  EXPECT_EQ(empty->store().tensors(), 0);
+  EXPECT_EQ(empty->store().used_bytes(), 0);
+  EXPECT_EQ(empty->store().device(), "cpu");
+  const std::vector<float> values = Floats(1000);
+  ASSERT_TRUE(client_->PutTensor("a", TensorView(DataType::kFloat32, {1000}, values.data())).ok());
+  ASSERT_TRUE(client_->PutTensor("b", TensorView(DataType::kFloat32, {10}, values.data())).ok());
+  absl::StatusOr<v1::ServerInfoResponse> two = client_->ServerInfo();
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(two->store().tensors(), 2);
+  EXPECT_EQ(two->store().used_bytes(), 4040);
+  const std::string scrape = server_->metrics().Scrape();
+  EXPECT_THAT(scrape, HasSubstr("tensorops_store_tensors{device=\"cpu\"} 2"));
+  EXPECT_THAT(scrape, HasSubstr("tensorops_store_bytes{device=\"cpu\"} 4040"));
+  EXPECT_THAT(scrape, HasSubstr(absl::StrCat("tensorops_store_limit_bytes ",
+                                             ServerOptions().store.memory_bytes)));
+}
+
+TEST_F(StoreServiceTest, TheCppClientRunsStoredCallsWithAnUpdateId) {
+  const std::vector<float> zeros(4, 0.0f);
+  ASSERT_TRUE(client_->PutTensor("acc", TensorView(DataType::kFloat32, {4}, zeros.data())).ok());
+  const std::vector<int64_t> index = {0, 0, 3};
+  const std::vector<float> ones = {1.f, 1.f, 1.f};
+  v1::OpRequest request;
+  *request.mutable_index_reduce() = MakeIndexReduceRequest(
+      TensorView(DataType::kFloat32, {4}, zeros.data()), 0,
+      TensorView(DataType::kInt64, {3}, index.data()),
+      TensorView(DataType::kFloat32, {3}, ones.data()), {.reduce = Reduction::kSum});
+  *request.mutable_index_reduce()->mutable_input() = StoredArgument("acc");
+  request.mutable_index_reduce()->mutable_result_options()->set_in_place(true);
+
+  // Run refuses it: its answer is a stored tensor.
+  EXPECT_EQ(client_->Run(request).status().code(), absl::StatusCode::kInvalidArgument);
+  // Without an id, each call gets its own: two calls, two updates.
+  for (int64_t version : {2, 3}) {
+    absl::StatusOr<StoredResult> stored = client_->RunStored(request);
+    ASSERT_TRUE(stored.ok()) << stored.status();
+    EXPECT_EQ(stored->name, "acc");
+    EXPECT_EQ(stored->version, version);
+    EXPECT_EQ(stored->dtype, DataType::kFloat32);
+    EXPECT_EQ(stored->shape, (Shape{4}));
+    EXPECT_FALSE(stored->data.has_value());
+  }
+  // The same id twice (what gRPC's retries send): one update.
+  request.mutable_index_reduce()->mutable_result_options()->set_update_id("client-retry");
+  request.mutable_index_reduce()->mutable_result_options()->set_return_data(true);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    absl::StatusOr<StoredResult> stored = client_->RunStored(request);
+    ASSERT_TRUE(stored.ok()) << stored.status();
+    EXPECT_EQ(stored->version, 4);
+    ASSERT_TRUE(stored->data.has_value());
+    const float* values = static_cast<const float*>(stored->data->data());
+    EXPECT_EQ(std::vector<float>(values, values + 4), (std::vector<float>{6.f, 0.f, 0.f, 3.f}));
+  }
+  // The answer's argument() feeds the next call.
+  absl::StatusOr<StoredResult> last = client_->RunStored(request);
+  ASSERT_TRUE(last.ok());
+  v1::OpRequest gather;
+  *gather.mutable_index_select() =
+      MakeIndexSelectRequest(TensorView(DataType::kFloat32, {4}, zeros.data()), 0,
+                             TensorView(DataType::kInt64, {1}, index.data() + 2));
+  *gather.mutable_index_select()->mutable_input() = last->argument();
+  absl::StatusOr<Tensor> row = client_->Run(gather);
+  ASSERT_TRUE(row.ok()) << row.status();
+  EXPECT_EQ(*static_cast<const float*>(row->data()), 3.f);
+  // A request that stores nothing is not RunStored's.
+  v1::OpRequest plain = request;
+  plain.mutable_index_reduce()->clear_result_options();
+  EXPECT_EQ(client_->RunStored(plain).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(StoreAuthTest, UnauthenticatedStoreCallsAreRefused) {
   const std::string token_file = ::testing::TempDir() + "/store_service_test_token";
   {

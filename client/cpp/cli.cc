@@ -1,14 +1,21 @@
 // tensorops-cli: runs one call of any tensorops op against a tensorops server, with tensors in
-// NumPy `.npy` files.
+// NumPy `.npy` files or in the server's tensor store; works the store; and asks the server about
+// itself (ServerInfo, gRPC health, server reflection).
 //
 //   tensorops-cli gather --input=x.npy --index=i.npy --axis=1 --output=out.npy
 //   tensorops-cli scatter --input=x.npy --index=i.npy --value=2.5 --axis=0 --reduce=add
+//   tensorops-cli put x x.npy && tensorops-cli gather --input=@x --index=i.npy --axis=1
+//   tensorops-cli health && tensorops-cli describe tensorops.v1.GatherRequest
 //   tensorops-cli --target=localhost:50051 --tls_ca=ca.crt --token_file=token gather ...
 //
-// Exit status: 0 on success, 1 when the call or a file fails ("error: CODE: message" on stderr),
-// 2 for a bad command line (with the usage text on stderr).
+// Exit status: 0 on success, 1 when the call or a file fails ("error: CODE: message" on stderr)
+// or the server is not SERVING (health), 2 for a bad command line (the error, the command's
+// synopsis and a pointer to --help on stderr).
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <iostream>
 #include <iterator>
 #include <map>
@@ -25,21 +32,26 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "client/cpp/client.h"
+#include "client/cpp/grpc_services.h"
 #include "client/cpp/npy.h"
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/json_util.h"
 #include "kernels/dispatch.h"
 #include "kernels/reduction.h"
 #include "kernels/scalar.h"
 #include "kernels/status_macros.h"
 #include "kernels/tensor.h"
+#include "proto/codec.h"
 #include "proto/op_list.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Server address (host:port or a gRPC target).");
@@ -58,13 +70,16 @@ ABSL_FLAG(std::string, tls_server_name, "",
 ABSL_FLAG(std::string, token_file, "",
           "Send the bearer token in this file (whitespace around it ignored) as 'authorization: "
           "Bearer <token>' metadata; a file keeps the token out of the command line and ps.");
-ABSL_FLAG(std::string, input, "",
-          "Input tensor, a .npy file (required, except by scatter_nd given --shape).");
-ABSL_FLAG(std::string, index, "", "Index tensor, a .npy file of int32 or int64 (required).");
+ABSL_FLAG(
+    std::string, input, "",
+    "Input tensor, a .npy file or @NAME for the server's stored tensor NAME (required, except "
+    "by scatter_nd given --shape).");
+ABSL_FLAG(std::string, index, "",
+          "Index tensor, a .npy file or @NAME, of int32 or int64 (required).");
 ABSL_FLAG(int64_t, axis, 0, "Axis the op works along, -rank <= axis < rank.");
 ABSL_FLAG(bool, broadcast, false,
           "Broadcast as Paddle's take_along_axis / put_along_axis do (README.md, Operations).");
-ABSL_FLAG(std::string, src, "", "Source tensor, a .npy file of input's dtype.");
+ABSL_FLAG(std::string, src, "", "Source tensor, a .npy file or @NAME, of input's dtype.");
 ABSL_FLAG(std::string, value, "",
           "scatter: scalar source instead of --src: true/false, an integer, or a float.");
 ABSL_FLAG(std::string, reduce, "assign",
@@ -90,15 +105,23 @@ ABSL_FLAG(std::vector<std::string>, shape, {},
           "scatter_nd: comma-separated shape of a zeros result, instead of --input "
           "(paddle.scatter_nd).");
 ABSL_FLAG(std::string, mask, "",
-          "masked_scatter: mask tensor, a .npy file of bool broadcastable with the input.");
+          "masked_scatter: mask tensor, a .npy file or @NAME, of bool, broadcastable with the "
+          "input.");
 ABSL_FLAG(bool, deterministic, false,
           "scatter, scatter_nd: ask for bitwise reproducible floating sum/mean/prod results.");
 ABSL_FLAG(std::string, output, "",
-          "Write the result to this .npy file; without it, print the result to stdout. With "
-          "--grad_output, each gradient goes to OUT.ARGUMENT.npy (OUT.input.npy, OUT.src.npy).");
+          "Write the result to this .npy file, or with @NAME keep it in the server's store under "
+          "NAME (--overwrite replaces an existing NAME); without it, print the result to stdout. "
+          "With --grad_output, each gradient goes to OUT.ARGUMENT.npy (OUT.input.npy, "
+          "OUT.src.npy).");
+ABSL_FLAG(bool, in_place, false,
+          "Update the stored tensor --input=@NAME in place with the op's result (scatter, "
+          "index_reduce, scatter_nd, masked_scatter, select/slice/diagonal_scatter).");
 ABSL_FLAG(std::string, grad_output, "",
           "Compute the op's backward instead: the gradients of its differentiable inputs for this "
           ".npy gradient of its result (the result's shape and a floating or complex dtype).");
+ABSL_FLAG(bool, overwrite, false,
+          "put, --output=@NAME: replace NAME's value if it has one (an error otherwise).");
 ABSL_FLAG(bool, bfloat16, false,
           "Read '<u2' (uint16) .npy inputs as bfloat16 raw bits; bfloat16 results are always "
           "written as '<u2'.");
@@ -114,51 +137,70 @@ constexpr int kExitUsage = 2;
 constexpr int64_t kPrintThreshold = 1000;
 constexpr int64_t kEdgeItems = 3;
 
-// The usage text is kUsageHead, a line per command (the op commands' from Commands(), then
-// info's), and kUsageTail, followed by the flags.
+// The usage text is kUsageHead, a line per command (the op commands' from Commands(), then the
+// others' from ServiceCommands()), and kUsageTail, followed by the flags.
 constexpr std::string_view kUsageHead =
     R"(usage: tensorops-cli [--target=HOST:PORT] [--timeout=DURATION] [--tls_ca=CA.pem]
                      [--tls_cert=CERT.pem --tls_key=KEY.pem] [--tls_server_name=NAME]
-                     [--token_file=FILE] COMMAND FLAGS...
+                     [--token_file=FILE] COMMAND [ARGUMENTS] [FLAGS]
 
-Commands (every one also takes [--output=OUT.npy] [--bfloat16]):
+Op commands (every one also takes [--output=OUT.npy] [--bfloat16] [--grad_output=G.npy]):
+)";
+
+// Between the op commands and the others.
+constexpr std::string_view kServiceCommandsHead = R"(
+Server and store commands:
 )";
 
 constexpr std::string_view kUsageTail = R"(
-Without --output the result's shape, dtype and values are printed. With --grad_output=G.npy any
-op command computes the op's backward instead: the gradient of each differentiable input
-("input", "src") for the result's gradient G, printed or written to OUT.input.npy, OUT.src.npy. Exit status: 0 on success,
-1 when the call fails, 2 for a bad command line.
+Tensors: every op flag that takes a tensor (--input, --index, --src, --mask) takes a .npy file or
+@NAME, the tensor the server's store keeps under NAME (see put): it is read there and does not
+cross the wire. A file whose name starts with '@' is written ./@FILE. --grad_output takes a file.
+
+Without --output the result's shape, dtype and values are printed; with it, the path, shape and
+dtype written. With --grad_output=G.npy any op command computes the op's backward instead: the
+gradient of each differentiable input ("input", "src") for the result's gradient G, printed or
+written to OUT.input.npy, OUT.src.npy. put and get print their progress on stderr for tensors of
+16 MiB or more.
+
+Exit status: 0 on success, 1 when the call fails (or health is not SERVING), 2 for a bad command
+line.
 
 Security: any --tls_* flag connects with TLS, trusting --tls_ca (or gRPC's default roots) and
 presenting --tls_cert/--tls_key to servers that require client certificates. --token_file sends
-the bearer token of a server started with --auth_token_file.
+the bearer token of a server started with --auth_token_file (health and reflection need none).
 
 Flags:
 )";
 
-// Flags every command takes.
-constexpr std::string_view kCommonFlags[] = {"target",  "timeout",         "tls_ca",     "tls_cert",
-                                             "tls_key", "tls_server_name", "token_file", "input",
-                                             "output",  "bfloat16",        "grad_output"};
+// Flags every op command takes.
+constexpr std::string_view kCommonFlags[] = {
+    "target", "timeout", "tls_ca",   "tls_cert",    "tls_key",  "tls_server_name", "token_file",
+    "input",  "output",  "bfloat16", "grad_output", "in_place", "overwrite"};
 
-// The flags that say how to reach the server: all that `info` takes.
+// The flags that say how to reach the server: every command takes them.
 constexpr std::string_view kConnectionFlags[] = {
     "target", "timeout", "tls_ca", "tls_cert", "tls_key", "tls_server_name", "token_file"};
 
-// The command that asks for ServerInfo instead of running an op, and its line of the usage text.
-constexpr std::string_view kInfoCommand = "info";
-constexpr std::string_view kInfoSynopsis =
-    "(no flags) print the server's ServerInfo as JSON: version, build, devices,\n"
-    "limits, ops, dtypes";
-
 // The flags that turn TLS on.
 constexpr std::string_view kTlsFlags[] = {"tls_ca", "tls_cert", "tls_key", "tls_server_name"};
+
+// Where an op flag's value names a stored tensor instead of a file: "@NAME".
+constexpr char kStoredPrefix = '@';
+
+// Transfers of at least this many bytes report their progress on stderr.
+constexpr int64_t kProgressMinBytes = int64_t{16} << 20;
 
 // ReadFlagNpy reads the .npy file a flag names.
 absl::StatusOr<Tensor> ReadFlagNpy(const absl::Flag<std::string>& flag,
                                    const NpyReadOptions& read_options) {
   return ReadNpy(absl::GetFlag(flag), read_options);
+}
+
+// StoredName returns NAME for a tensor flag's value "@NAME", nullopt for a file.
+std::optional<std::string> StoredName(absl::string_view value) {
+  if (value.empty() || value.front() != kStoredPrefix) return std::nullopt;
+  return std::string(value.substr(1));
 }
 
 // OpArgs is what an op command builds its request from besides the flags' values.
@@ -168,13 +210,40 @@ struct OpArgs {
   // The flags given explicitly, for the commands to which a flag's absence means something.
   const absl::flat_hash_set<std::string>* given = nullptr;
   NpyReadOptions read_options;
+  // The tensor flags given as @NAME, by flag (= the request's field) name; Read adds to it.
+  std::map<std::string, std::string>* stored = nullptr;
 
   bool Given(absl::string_view flag) const { return given->contains(flag); }
-  // Read reads the .npy file `flag` names.
+  // Read reads the .npy file `flag` names; for @NAME it notes the reference in `stored` and
+  // returns a stand-in that ReferenceStored replaces in the request.
   absl::StatusOr<Tensor> Read(const absl::Flag<std::string>& flag) const {
+    const std::string value = absl::GetFlag(flag);
+    if (std::optional<std::string> name = StoredName(value); name.has_value()) {
+      (*stored)[std::string(absl::GetFlagReflectionHandle(flag).Name())] = *std::move(name);
+      return Tensor(DataType::kInt64, Shape{0});
+    }
     return ReadFlagNpy(flag, read_options);
   }
 };
+
+// ReferenceStored replaces each argument of `op` that `stored` names (the flag's name is the
+// field's, in every op's request) by a reference to the stored tensor.
+void ReferenceStored(const std::map<std::string, std::string>& stored, v1::OpRequest* op) {
+  if (stored.empty()) return;
+  const google::protobuf::Reflection* op_reflection = op->GetReflection();
+  std::vector<const google::protobuf::FieldDescriptor*> set;
+  op_reflection->ListFields(*op, &set);
+  // The builders set exactly one op.
+  google::protobuf::Message* request = op_reflection->MutableMessage(op, set.front());
+  for (const auto& [argument, name] : stored) {
+    const google::protobuf::FieldDescriptor* field =
+        request->GetDescriptor()->FindFieldByName(argument);
+    auto* tensor =
+        static_cast<v1::Tensor*>(request->GetReflection()->MutableMessage(request, field));
+    tensor->Clear();
+    tensor->mutable_stored()->set_name(name);
+  }
+}
 
 // OneOf is a pair of flags of which a command needs exactly one.
 struct OneOf {
@@ -223,13 +292,54 @@ CommandSpec OpCommand(CommandSpec spec) {
 
 // Commands is the op commands, in the op table's order.
 const std::vector<CommandSpec>& Commands();
+const CommandSpec* FindCommand(absl::string_view name);
+
+// ServiceCommand is a command that runs no op: it asks the server about itself or works its
+// tensor store. It takes the connection flags, the flags it lists and `min_args` to `max_args`
+// arguments after its name.
+struct ServiceCommand {
+  absl::string_view name;
+  // Its arguments and flags in the usage text, e.g. "NAME FILE.npy [--overwrite]".
+  absl::string_view synopsis;
+  // What it does, for the usage text; '\n' continues it on the next line.
+  absl::string_view summary;
+  std::vector<absl::string_view> flags;
+  size_t min_args = 0;
+  size_t max_args = 0;
+  // run carries the command out with `args` (the arguments after its name); returns the exit
+  // status.
+  int (*run)(Client& client, const std::vector<std::string>& args) = nullptr;
+};
+
+// ServiceCommands is the commands other than the ops, in the usage text's order.
+const std::vector<ServiceCommand>& ServiceCommands();
+
+const ServiceCommand* FindServiceCommand(absl::string_view name) {
+  for (const ServiceCommand& command : ServiceCommands()) {
+    if (command.name == name) return &command;
+  }
+  return nullptr;
+}
+
+// CommandNames lists every command, the op commands first.
+std::string CommandNames() {
+  std::vector<absl::string_view> names;
+  for (const CommandSpec& command : Commands()) names.push_back(command.name);
+  for (const ServiceCommand& command : ServiceCommands()) names.push_back(command.name);
+  return absl::StrJoin(names, ", ");
+}
 
 // IsCliFlag tells this CLI's flags from the ones linked-in libraries may register.
 bool IsCliFlag(std::string_view name) {
+  const absl::string_view flag(name.data(), name.size());
   if (absl::c_linear_search(kCommonFlags, name)) return true;
-  return absl::c_any_of(Commands(), [&](const CommandSpec& command) {
-    return absl::c_linear_search(command.flags, absl::string_view(name.data(), name.size()));
-  });
+  return absl::c_any_of(Commands(),
+                        [&](const CommandSpec& command) {
+                          return absl::c_linear_search(command.flags, flag);
+                        }) ||
+         absl::c_any_of(ServiceCommands(), [&](const ServiceCommand& command) {
+           return absl::c_linear_search(command.flags, flag);
+         });
 }
 
 // AppendCommandUsage appends a command's lines of the usage text: its name, then its synopsis
@@ -243,10 +353,19 @@ void AppendCommandUsage(absl::string_view name, absl::string_view synopsis, std:
   }
 }
 
+// ServiceCommandUsage is a service command's synopsis followed by its summary.
+std::string ServiceCommandUsage(const ServiceCommand& command) {
+  return command.synopsis.empty() ? absl::StrCat("(no arguments) ", command.summary)
+                                  : absl::StrCat(command.synopsis, "\n", command.summary);
+}
+
 // UsageText lists the commands and the flags with their help and defaults.
 std::string UsageText() {
   std::vector<std::string_view> names(std::begin(kCommonFlags), std::end(kCommonFlags));
   for (const CommandSpec& command : Commands()) {
+    for (absl::string_view flag : command.flags) names.emplace_back(flag.data(), flag.size());
+  }
+  for (const ServiceCommand& command : ServiceCommands()) {
     for (absl::string_view flag : command.flags) names.emplace_back(flag.data(), flag.size());
   }
   absl::c_sort(names);
@@ -255,8 +374,10 @@ std::string UsageText() {
   for (const CommandSpec& command : Commands()) {
     AppendCommandUsage(command.name, command.synopsis, &text);
   }
-  AppendCommandUsage(absl::string_view(kInfoCommand.data(), kInfoCommand.size()),
-                     absl::string_view(kInfoSynopsis.data(), kInfoSynopsis.size()), &text);
+  text.append(kServiceCommandsHead);
+  for (const ServiceCommand& command : ServiceCommands()) {
+    AppendCommandUsage(command.name, ServiceCommandUsage(command), &text);
+  }
   text.append(kUsageTail);
   for (std::string_view name : names) {
     const absl::CommandLineFlag* flag =
@@ -272,6 +393,30 @@ std::string UsageText() {
     text.push_back('\n');
   }
   return text;
+}
+
+// UsageError prints a bad command line's error, the synopsis of its command (all commands' names
+// when it has none that is known) and where the rest is, and returns the usage exit status.
+int UsageError(const absl::Status& error, absl::string_view command_name) {
+  std::string text = absl::StrFormat("error: %s\n\n", error.message());
+  constexpr absl::string_view kCommandLine = "usage: tensorops-cli [--target=HOST:PORT] [FLAGS] ";
+  const ServiceCommand* service_command = FindServiceCommand(command_name);
+  const CommandSpec* op_command = FindCommand(command_name);
+  if (op_command != nullptr) {
+    absl::StrAppendFormat(&text, "%s%s %s\n", kCommandLine, command_name,
+                          absl::StrReplaceAll(op_command->synopsis, {{"\n", " "}}));
+    text.append("    [--output=OUT.npy] [--bfloat16] [--grad_output=G.npy]\n");
+  } else if (service_command != nullptr) {
+    absl::StrAppendFormat(&text, "%s%s %s\n", kCommandLine, command_name,
+                          service_command->synopsis);
+    absl::StrAppendFormat(&text, "    %s\n",
+                          absl::StrReplaceAll(service_command->summary, {{"\n", " "}}));
+  } else {
+    absl::StrAppendFormat(&text, "%sCOMMAND ...\ncommands: %s\n", kCommandLine, CommandNames());
+  }
+  text.append("see tensorops-cli --help for every command and flag\n");
+  std::cerr << text;
+  return kExitUsage;
 }
 
 // CommandLine is argv after flag parsing.
@@ -424,10 +569,15 @@ void AppendLevel(const Tensor& tensor, const Shape& strides, int64_t dim, int64_
   out->push_back(']');
 }
 
+// DescribeTensor is "shape=(2, 3) dtype=float32", NumPy's shape and dtype.
+std::string DescribeTensor(DataType dtype, const Shape& shape) {
+  return absl::StrFormat("shape=(%s%s) dtype=%s", absl::StrJoin(shape, ", "),
+                         shape.size() == 1 ? "," : "", DataTypeName(dtype));
+}
+
 // FormatTensor prints the shape, dtype and (for big tensors, summarized) values of `tensor`.
 std::string FormatTensor(const Tensor& tensor) {
-  std::string text = absl::StrFormat("shape=(%s%s) dtype=%s\n", absl::StrJoin(tensor.shape(), ", "),
-                                     tensor.rank() == 1 ? "," : "", DataTypeName(tensor.dtype()));
+  std::string text = absl::StrCat(DescribeTensor(tensor.dtype(), tensor.shape()), "\n");
   if (tensor.rank() == 0) {
     text.append(FormatElement(tensor, 0));
   } else {
@@ -623,30 +773,82 @@ absl::Status ValidateTlsFlags() {
 // its required flags present, no flag it does not take, --reduce, --value, --alpha, --axes and
 // --shape well-formed.
 absl::Status ValidateCommandLine(const CommandLine& command_line) {
-  std::vector<absl::string_view> names;
-  for (const CommandSpec& command : Commands()) names.push_back(command.name);
-  if (command_line.positional.size() != 1) {
+  if (command_line.positional.empty()) {
     return absl::InvalidArgumentError(
-        command_line.positional.empty()
-            ? absl::StrFormat("missing command (one of %s)", absl::StrJoin(names, ", "))
-            : absl::StrFormat("expected one command, got: %s",
-                              absl::StrJoin(command_line.positional, " ")));
+        absl::StrFormat("missing command (one of %s)", CommandNames()));
   }
   const std::string& name = command_line.positional[0];
-  if (name == kInfoCommand) {
+  const size_t arg_count = command_line.positional.size() - 1;
+  if (const ServiceCommand* service_command = FindServiceCommand(name)) {
     for (const std::string& flag : command_line.given) {
-      if (!absl::c_linear_search(kConnectionFlags, flag)) {
+      if (!absl::c_linear_search(kConnectionFlags, flag) &&
+          !absl::c_linear_search(service_command->flags, flag)) {
         return absl::InvalidArgumentError(
-            absl::StrFormat("flag --%s does not apply to info", flag));
+            absl::StrFormat("flag --%s does not apply to %s", flag, name));
+      }
+    }
+    if (arg_count < service_command->min_args || arg_count > service_command->max_args) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s takes %s, got %d argument%s%s", name,
+          service_command->synopsis.empty() ? "no arguments" : service_command->synopsis, arg_count,
+          arg_count == 1 ? "" : "s",
+          arg_count == 0 ? ""
+                         : absl::StrCat(": ", absl::StrJoin(command_line.positional.begin() + 1,
+                                                            command_line.positional.end(), " "))));
+    }
+    for (size_t i = 1; i < command_line.positional.size(); ++i) {
+      if (command_line.positional[i].empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s: argument %d is empty", name, static_cast<int>(i)));
       }
     }
     return ValidateTlsFlags();
   }
   const CommandSpec* command = FindCommand(name);
   if (command == nullptr) {
-    names.push_back(absl::string_view(kInfoCommand.data(), kInfoCommand.size()));
-    return absl::InvalidArgumentError(absl::StrFormat("unknown command '%s' (expected one of %s)",
-                                                      name, absl::StrJoin(names, ", ")));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("unknown command '%s' (expected one of %s)", name, CommandNames()));
+  }
+  if (arg_count > 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s takes flags only, got argument%s: %s (tensors are flags, e.g. --input=X.npy)", name,
+        arg_count == 1 ? "" : "s",
+        absl::StrJoin(command_line.positional.begin() + 1, command_line.positional.end(), " ")));
+  }
+  if (StoredName(absl::GetFlag(FLAGS_grad_output)).has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--grad_output = '%s': takes a .npy file, not a stored tensor",
+                        absl::GetFlag(FLAGS_grad_output)));
+  }
+  const bool stores_output = StoredName(absl::GetFlag(FLAGS_output)).has_value();
+  if (command_line.given.contains("grad_output") &&
+      (stores_output || command_line.given.contains("in_place"))) {
+    return absl::InvalidArgumentError(
+        "--grad_output computes gradients, which are written to files: --in_place and "
+        "--output=@NAME do not apply to it");
+  }
+  if (absl::GetFlag(FLAGS_in_place) && !StoredName(absl::GetFlag(FLAGS_input)).has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--in_place updates a stored tensor: --input = '%s' must be @NAME",
+                        absl::GetFlag(FLAGS_input)));
+  }
+  if (absl::GetFlag(FLAGS_in_place) && stores_output) {
+    return absl::InvalidArgumentError(
+        "--in_place writes the result into --input's stored tensor: --output=@NAME does not "
+        "apply");
+  }
+  if (command_line.given.contains("overwrite") && !stores_output) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--overwrite applies to --output=@NAME (a stored result), not to %s", name));
+  }
+  for (const absl::Flag<std::string>* tensor_flag :
+       {&FLAGS_input, &FLAGS_index, &FLAGS_src, &FLAGS_mask}) {
+    const std::string value = absl::GetFlag(*tensor_flag);
+    if (value.size() == 1 && value[0] == kStoredPrefix) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--%s = '@' names no stored tensor (expected @NAME)",
+                          absl::GetFlagReflectionHandle(*tensor_flag).Name()));
+    }
   }
   for (const std::string& flag : command_line.given) {
     if (!absl::c_linear_search(kCommonFlags, flag) &&
@@ -719,21 +921,275 @@ int ReportFailure(const absl::Status& status) {
   return kExitFailure;
 }
 
-// PrintServerInfo asks the server what it is and prints the answer as JSON.
-int PrintServerInfo(const absl::StatusOr<std::unique_ptr<Client>>& client) {
-  if (!client.ok()) return ReportFailure(client.status());
-  absl::StatusOr<v1::ServerInfoResponse> info = (*client)->ServerInfo();
-  if (!info.ok()) return ReportFailure(info.status());
+// Deadline is when a call that starts now must end, after --timeout.
+absl::Time Deadline() { return absl::Now() + absl::GetFlag(FLAGS_timeout); }
+
+// DescribeStored describes a stored tensor's info like DescribeTensor.
+std::string DescribeStored(const v1::TensorInfo& info) {
+  const Shape shape(info.shape().begin(), info.shape().end());
+  absl::StatusOr<DataType> dtype = wire::DataTypeFromProto(info.dtype(), "tensor_info", "dtype");
+  return dtype.ok() ? DescribeTensor(*dtype, shape)
+                    : absl::StrFormat("shape=(%s) dtype=%s", absl::StrJoin(shape, ", "),
+                                      v1::DataType_Name(info.dtype()));
+}
+
+// WriteResult writes `tensor` to `path` and says so: "wrote PATH: shape=(...) dtype=...".
+absl::Status WriteResult(const std::string& path, const Tensor& tensor) {
+  TENSOROPS_RETURN_IF_ERROR(WriteNpy(path, tensor.view()));
+  std::cout << absl::StrFormat("wrote %s: %s\n", path,
+                               DescribeTensor(tensor.dtype(), tensor.shape()));
+  return absl::OkStatus();
+}
+
+// ToJson prints a message as the JSON of protobuf's mapping, every field included.
+absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message) {
   std::string json;
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = true;
   options.always_print_primitive_fields = true;
-  if (const auto status = google::protobuf::util::MessageToJsonString(*info, &json, options);
+  if (const auto status = google::protobuf::util::MessageToJsonString(message, &json, options);
       !status.ok()) {
-    return ReportFailure(absl::InternalError(std::string(status.message())));
+    return absl::InternalError(std::string(status.message()));
   }
-  std::cout << json;
+  return json;
+}
+
+// ProgressReporter returns a TransferProgress that prints "VERB NAME: N of M MiB (P%)" on stderr
+// for transfers of kProgressMinBytes or more: redrawn in place on a terminal, else a line at each
+// quarter.
+TransferProgress ProgressReporter(std::string verb, std::string name) {
+  const bool terminal = isatty(STDERR_FILENO) == 1;
+  auto last_shown = std::make_shared<int>(-1);
+  return [=](int64_t done_bytes, int64_t total_bytes) {
+    if (total_bytes < kProgressMinBytes) return;
+    const int percent = static_cast<int>(done_bytes * 100 / total_bytes);
+    const int step = terminal ? percent : percent / 25 * 25;
+    if (step == *last_shown) return;
+    *last_shown = step;
+    constexpr double kMiB = 1 << 20;
+    std::cerr << absl::StrFormat("%s%s %s: %.1f of %.1f MiB (%d%%)%s", terminal ? "\r" : "", verb,
+                                 name, done_bytes / kMiB, total_bytes / kMiB, percent,
+                                 terminal && done_bytes < total_bytes ? "" : "\n");
+  };
+}
+
+// info: the server's ServerInfo as JSON, with "rpcs": the service's RPCs other than the ops, as
+// its reflection lists them (left out, with a note on stderr, when reflection fails).
+int RunInfo(Client& client, const std::vector<std::string>& /*args*/) {
+  absl::StatusOr<v1::ServerInfoResponse> info = client.ServerInfo();
+  if (!info.ok()) return ReportFailure(info.status());
+  absl::StatusOr<std::string> json = ToJson(*info);
+  if (!json.ok()) return ReportFailure(json.status());
+  google::protobuf::DescriptorPool pool;
+  const std::string service_name(v1::TensorOps::service_full_name());
+  absl::Status loaded = LoadSymbol(client.channel(), Deadline(), service_name, &pool);
+  const google::protobuf::ServiceDescriptor* service =
+      loaded.ok() ? pool.FindServiceByName(service_name) : nullptr;
+  // "rpcs" goes in after the object's last field, before its closing brace.
+  const size_t close = json->rfind('}');
+  const size_t last_field_end =
+      close == std::string::npos ? std::string::npos : json->find_last_not_of(" \n", close - 1);
+  if (service != nullptr && last_field_end != std::string::npos) {
+    std::vector<std::string> rpcs;
+    for (int i = 0; i < service->method_count(); ++i) {
+      const std::string& method = service->method(i)->name();
+      if (!absl::c_linear_search(info->ops(), method)) {
+        rpcs.push_back(absl::StrCat("\"", method, "\""));
+      }
+    }
+    json->insert(last_field_end + 1,
+                 absl::StrFormat(",\n \"rpcs\": [\n  %s\n ]", absl::StrJoin(rpcs, ",\n  ")));
+  } else {
+    std::cerr << absl::StrFormat(
+        "note: the RPCs other than the ops are left out: %s\n",
+        loaded.ok() ? "reflection does not describe the service" : std::string(loaded.message()));
+  }
+  std::cout << *json;
+  if (!absl::EndsWith(*json, "\n")) std::cout << "\n";
   return 0;
+}
+
+// health [SERVICE]: the health service's status of SERVICE (default: the server as a whole);
+// exit 0 only for SERVING.
+int RunHealth(Client& client, const std::vector<std::string>& args) {
+  const std::string service = args.empty() ? "" : args[0];
+  absl::StatusOr<std::string> status = CheckHealth(client.channel(), Deadline(), service);
+  if (!status.ok()) return ReportFailure(status.status());
+  std::cout << *status << "\n";
+  return *status == "SERVING" ? 0 : kExitFailure;
+}
+
+// list [SERVICE]: the services the server offers, or SERVICE's methods, one full name a line.
+int RunList(Client& client, const std::vector<std::string>& args) {
+  if (args.empty()) {
+    absl::StatusOr<std::vector<std::string>> services = ListServices(client.channel(), Deadline());
+    if (!services.ok()) return ReportFailure(services.status());
+    for (const std::string& service : *services) std::cout << service << "\n";
+    return 0;
+  }
+  google::protobuf::DescriptorPool pool;
+  if (absl::Status loaded = LoadSymbol(client.channel(), Deadline(), args[0], &pool);
+      !loaded.ok()) {
+    return ReportFailure(loaded);
+  }
+  const google::protobuf::ServiceDescriptor* service = pool.FindServiceByName(args[0]);
+  if (service == nullptr) {
+    return ReportFailure(absl::InvalidArgumentError(
+        absl::StrFormat("list: '%s' is not a service (describe shows what it is)", args[0])));
+  }
+  for (int i = 0; i < service->method_count(); ++i) {
+    std::cout << service->method(i)->full_name() << "\n";
+  }
+  return 0;
+}
+
+// describe SYMBOL: the definition of a service, method, message, enum or field, as .proto text.
+int RunDescribe(Client& client, const std::vector<std::string>& args) {
+  const std::string symbol(absl::StripPrefix(args[0], "."));
+  google::protobuf::DescriptorPool pool;
+  if (absl::Status loaded = LoadSymbol(client.channel(), Deadline(), symbol, &pool); !loaded.ok()) {
+    return ReportFailure(loaded);
+  }
+  std::string kind;
+  std::string definition;
+  if (const auto* service = pool.FindServiceByName(symbol)) {
+    kind = "a service";
+    definition = service->DebugString();
+  } else if (const auto* method = pool.FindMethodByName(symbol)) {
+    kind = "a method";
+    definition = method->DebugString();
+  } else if (const auto* message = pool.FindMessageTypeByName(symbol)) {
+    kind = "a message";
+    definition = message->DebugString();
+  } else if (const auto* enum_type = pool.FindEnumTypeByName(symbol)) {
+    kind = "an enum";
+    definition = enum_type->DebugString();
+  } else if (const auto* field = pool.FindFieldByName(symbol)) {
+    kind = absl::StrCat("a field of ", field->containing_type()->full_name());
+    definition = field->DebugString();
+  } else {
+    return ReportFailure(absl::NotFoundError(absl::StrFormat(
+        "the server knows no service, method, message, enum or field named '%s'", symbol)));
+  }
+  std::cout << absl::StrFormat("%s is %s:\n%s", symbol, kind, definition);
+  return 0;
+}
+
+// put NAME FILE.npy [--overwrite]: stores the file's tensor under NAME.
+int RunPut(Client& client, const std::vector<std::string>& args) {
+  const std::string& name = args[0];
+  absl::StatusOr<Tensor> value =
+      ReadNpy(args[1], NpyReadOptions{.uint16_as_bfloat16 = absl::GetFlag(FLAGS_bfloat16)});
+  if (!value.ok()) return ReportFailure(value.status());
+  PutTensorOptions options;
+  options.overwrite = absl::GetFlag(FLAGS_overwrite);
+  options.progress = ProgressReporter("put", name);
+  absl::StatusOr<v1::TensorInfo> info = client.PutTensor(name, value->view(), options);
+  if (!info.ok()) return ReportFailure(info.status());
+  std::cout << absl::StrFormat("stored %s: %s, version %d, %d bytes\n", info->name(),
+                               DescribeStored(*info), info->version(), info->bytes());
+  return 0;
+}
+
+// get NAME OUT.npy: writes the stored tensor NAME to a file.
+int RunGet(Client& client, const std::vector<std::string>& args) {
+  GetTensorOptions options;
+  options.progress = ProgressReporter("get", args[0]);
+  absl::StatusOr<Tensor> value = client.GetTensor(args[0], options);
+  if (!value.ok()) return ReportFailure(value.status());
+  if (absl::Status written = WriteResult(args[1], *value); !written.ok()) {
+    return ReportFailure(written);
+  }
+  return 0;
+}
+
+// ls: one line per stored tensor: name (padded to the longest), shape and dtype, bytes, version.
+int RunLs(Client& client, const std::vector<std::string>& /*args*/) {
+  absl::StatusOr<std::vector<v1::TensorInfo>> tensors = client.ListTensors();
+  if (!tensors.ok()) return ReportFailure(tensors.status());
+  size_t name_width = 0;
+  for (const v1::TensorInfo& info : *tensors) name_width = std::max(name_width, info.name().size());
+  for (const v1::TensorInfo& info : *tensors) {
+    std::cout << absl::StrFormat("%-*s  %s  %d bytes  version %d\n", static_cast<int>(name_width),
+                                 info.name(), DescribeStored(info), info.bytes(), info.version());
+  }
+  return 0;
+}
+
+// rm NAME: deletes the stored tensor NAME.
+int RunRm(Client& client, const std::vector<std::string>& args) {
+  if (absl::Status deleted = client.DeleteTensor(args[0]); !deleted.ok()) {
+    return ReportFailure(deleted);
+  }
+  std::cout << absl::StrFormat("deleted %s\n", args[0]);
+  return 0;
+}
+
+// stat NAME: the stored tensor's TensorInfo as JSON.
+int RunStat(Client& client, const std::vector<std::string>& args) {
+  absl::StatusOr<v1::TensorInfo> info = client.TensorInfo(args[0]);
+  if (!info.ok()) return ReportFailure(info.status());
+  absl::StatusOr<std::string> json = ToJson(*info);
+  if (!json.ok()) return ReportFailure(json.status());
+  std::cout << *json;
+  if (!absl::EndsWith(*json, "\n")) std::cout << "\n";
+  return 0;
+}
+
+const std::vector<ServiceCommand>& ServiceCommands() {
+  static const auto* const kServiceCommands = new std::vector<ServiceCommand>{
+      {.name = "info",
+       .summary = "print the server's ServerInfo as JSON: version, build, devices,\n"
+                  "limits, ops, dtypes, and the other RPCs",
+       .run = RunInfo},
+      {.name = "health",
+       .synopsis = "[SERVICE]",
+       .summary = "the gRPC health status of SERVICE (e.g. tensorops.v1.TensorOps;\n"
+                  "default the whole server); exit 0 only for SERVING",
+       .max_args = 1,
+       .run = RunHealth},
+      {.name = "list",
+       .synopsis = "[SERVICE]",
+       .summary = "the services the server offers, or SERVICE's methods (reflection)",
+       .max_args = 1,
+       .run = RunList},
+      {.name = "describe",
+       .synopsis = "SYMBOL",
+       .summary = "the .proto definition of a service, method, message, enum or field,\n"
+                  "e.g. tensorops.v1.TensorOps.Gather (reflection)",
+       .min_args = 1,
+       .max_args = 1,
+       .run = RunDescribe},
+      {.name = "put",
+       .synopsis = "NAME FILE.npy [--overwrite] [--bfloat16]",
+       .summary = "store the file's tensor under NAME, for ops to use as @NAME",
+       .flags = {"overwrite", "bfloat16"},
+       .min_args = 2,
+       .max_args = 2,
+       .run = RunPut},
+      {.name = "get",
+       .synopsis = "NAME OUT.npy",
+       .summary = "write the stored tensor NAME to OUT.npy",
+       .min_args = 2,
+       .max_args = 2,
+       .run = RunGet},
+      {.name = "ls",
+       .summary = "list the stored tensors: name, shape, dtype, bytes, version",
+       .run = RunLs},
+      {.name = "rm",
+       .synopsis = "NAME",
+       .summary = "delete the stored tensor NAME",
+       .min_args = 1,
+       .max_args = 1,
+       .run = RunRm},
+      {.name = "stat",
+       .synopsis = "NAME",
+       .summary = "the stored tensor's TensorInfo as JSON",
+       .min_args = 1,
+       .max_args = 1,
+       .run = RunStat},
+  };
+  return *kServiceCommands;
 }
 
 // RunBackward asks for the gradients of `op` for --grad_output and prints them, or writes each to
@@ -750,11 +1206,33 @@ int RunBackward(Client& client, const v1::OpRequest& op, const NpyReadOptions& r
     if (output.empty()) {
       std::cout << "gradient of " << argument << ":\n" << FormatTensor(gradient);
     } else if (absl::Status written =
-                   WriteNpy(absl::StrCat(stem, ".", argument, ".npy"), gradient.view());
+                   WriteResult(absl::StrCat(stem, ".", argument, ".npy"), gradient);
                !written.ok()) {
       return ReportFailure(written);
     }
   }
+  return 0;
+}
+
+// RunStored runs `op` with its result kept in the store, under `store_as` or (with --in_place)
+// in --input's stored tensor, and says what was stored: "stored NAME: shape=(...) dtype=...,
+// version N".
+int RunStored(Client& client, const std::optional<std::string>& store_as, v1::OpRequest* op) {
+  ops::VisitOp(
+      *op,
+      [&]<typename Op>(Op, const typename Op::Request&) {
+        v1::ResultOptions* options = ops::Mutable<Op>(op)->mutable_result_options();
+        if (store_as.has_value()) {
+          options->set_store_as(*store_as);
+          options->set_overwrite(absl::GetFlag(FLAGS_overwrite));
+        }
+        options->set_in_place(absl::GetFlag(FLAGS_in_place));
+      },
+      [] {});
+  absl::StatusOr<StoredResult> stored = client.RunStored(*op);
+  if (!stored.ok()) return ReportFailure(stored.status());
+  std::cout << absl::StrFormat("stored %s: %s, version %d\n", stored->name,
+                               DescribeTensor(stored->dtype, stored->shape), stored->version);
   return 0;
 }
 
@@ -768,33 +1246,54 @@ int Main(int argc, char** argv) {
   absl::Status usage_status =
       command_line.ok() ? ValidateCommandLine(*command_line) : command_line.status();
   if (!usage_status.ok()) {
-    std::cerr << "error: " << usage_status.message() << "\n\n" << UsageText();
-    return kExitUsage;
+    // The command, when one came before the error, picks the synopsis shown.
+    std::string command_name;
+    if (command_line.ok() && !command_line->positional.empty()) {
+      command_name = command_line->positional[0];
+    } else {
+      for (int i = 1; i < argc && command_name.empty(); ++i) {
+        if (argv[i][0] != '-') command_name = argv[i];
+      }
+    }
+    return UsageError(usage_status, command_name);
   }
 
   absl::StatusOr<std::unique_ptr<Client>> client = CreateClient(command_line->given);
-  if (command_line->positional[0] == kInfoCommand) return PrintServerInfo(client);
+  const std::string& command_name = command_line->positional[0];
+  if (const ServiceCommand* service_command = FindServiceCommand(command_name)) {
+    if (!client.ok()) return ReportFailure(client.status());
+    return service_command->run(**client,
+                                std::vector<std::string>(command_line->positional.begin() + 1,
+                                                         command_line->positional.end()));
+  }
   const NpyReadOptions read_options{.uint16_as_bfloat16 = absl::GetFlag(FLAGS_bfloat16)};
+  std::map<std::string, std::string> stored;
+  const OpArgs no_input{
+      .given = &command_line->given, .read_options = read_options, .stored = &stored};
   absl::StatusOr<std::optional<Tensor>> input = std::optional<Tensor>();
-  if (command_line->given.contains("input")) input = ReadFlagNpy(FLAGS_input, read_options);
-  absl::StatusOr<v1::OpRequest> op = !input.ok()
-                                         ? input.status()
-                                         : FindCommand(command_line->positional[0])
-                                               ->build(OpArgs{.input = *std::move(input),
-                                                              .given = &command_line->given,
-                                                              .read_options = read_options});
+  if (command_line->given.contains("input")) input = no_input.Read(FLAGS_input);
+  absl::StatusOr<v1::OpRequest> op = !input.ok() ? input.status()
+                                                 : FindCommand(command_name)
+                                                       ->build(OpArgs{.input = *std::move(input),
+                                                                      .given = &command_line->given,
+                                                                      .read_options = read_options,
+                                                                      .stored = &stored});
   if (!client.ok()) return ReportFailure(client.status());
   if (!op.ok()) return ReportFailure(op.status());
+  ReferenceStored(stored, &*op);
   if (command_line->given.contains("grad_output")) return RunBackward(**client, *op, read_options);
-  absl::StatusOr<Tensor> result = (*client)->Run(*op);
-  if (result.ok() && !absl::GetFlag(FLAGS_output).empty()) {
-    if (absl::Status written = WriteNpy(absl::GetFlag(FLAGS_output), result->view());
-        !written.ok()) {
-      result = written;
-    }
+  const std::optional<std::string> store_as = StoredName(absl::GetFlag(FLAGS_output));
+  if (store_as.has_value() || absl::GetFlag(FLAGS_in_place)) {
+    return RunStored(**client, store_as, &*op);
   }
+  absl::StatusOr<Tensor> result = (*client)->Run(*op);
   if (!result.ok()) return ReportFailure(result.status());
-  if (absl::GetFlag(FLAGS_output).empty()) std::cout << FormatTensor(*result);
+  const std::string output = absl::GetFlag(FLAGS_output);
+  if (output.empty()) {
+    std::cout << FormatTensor(*result);
+  } else if (absl::Status written = WriteResult(output, *result); !written.ok()) {
+    return ReportFailure(written);
+  }
   return 0;
 }
 

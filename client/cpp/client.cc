@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "absl/random/random.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -133,6 +134,33 @@ const grpc::internal::RpcMethod& OpMethod() {
   return *method;
 }
 
+// MutableResultOptions is the result_options of the op `request` holds; null when it holds none.
+v1::ResultOptions* MutableResultOptions(v1::OpRequest* request) {
+  return ops::VisitOp(
+      *request,
+      [&]<typename Op>(Op, const typename Op::Request&) {
+        return ops::Mutable<Op>(request)->mutable_result_options();
+      },
+      []() -> v1::ResultOptions* { return nullptr; });
+}
+
+// ChangesStore is true when `request`'s op stores its result or updates in place.
+bool ChangesStore(const v1::OpRequest& request) {
+  return ops::VisitOp(
+      request,
+      [&]<typename Op>(Op, const typename Op::Request& op) {
+        return op.result_options().in_place() || !op.result_options().store_as().empty();
+      },
+      [] { return false; });
+}
+
+// NewUpdateId returns 128 random bits in hex: ids that no two calls share.
+std::string NewUpdateId() {
+  thread_local absl::BitGen generator;
+  return absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(generator),
+                         absl::Uniform<uint64_t>(generator));
+}
+
 }  // namespace
 
 std::string ServiceConfigJson(const ClientOptions& options) {
@@ -144,9 +172,20 @@ std::string ServiceConfigJson(const ClientOptions& options) {
                 R"(,"retryPolicy":{"maxAttempts":%d,"initialBackoff":"0.05s","maxBackoff":"1s",)"
                 R"("backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE","CANCELLED"]})",
                 options.max_attempts);
+  // A method named on its own takes its config from that entry, not the service's: PutTensor and
+  // DeleteTensor get none, so no retries (see ClientOptions::max_attempts).
   return absl::StrFormat(R"({"loadBalancingConfig":[{"%s":{}}],)"
-                         R"("methodConfig":[{"name":[{"service":"tensorops.v1.TensorOps"}]%s}]})",
+                         R"("methodConfig":[{"name":[{"service":"tensorops.v1.TensorOps"}]%s},)"
+                         R"({"name":[{"service":"tensorops.v1.TensorOps","method":"PutTensor"},)"
+                         R"({"service":"tensorops.v1.TensorOps","method":"DeleteTensor"}]}]})",
                          options.round_robin ? "round_robin" : "pick_first", retry_policy);
+}
+
+v1::Tensor StoredArgument(std::string_view name, std::optional<int64_t> version) {
+  v1::Tensor tensor;
+  tensor.mutable_stored()->set_name(std::string(name));
+  if (version.has_value()) tensor.mutable_stored()->set_version(*version);
+  return tensor;
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::string target, ClientOptions options) {
@@ -344,6 +383,11 @@ absl::StatusOr<std::string> ReadAuthTokenFile(const std::string& path) {
 }
 
 absl::StatusOr<Tensor> Client::Run(const v1::OpRequest& request, const CallOptions& options) {
+  if (ChangesStore(request)) {
+    return absl::InvalidArgumentError(
+        "run: the request's result_options store the result or update in place, so the answer "
+        "is a stored tensor, not a tensor: call RunStored");
+  }
   TENSOROPS_ASSIGN_OR_RETURN(
       const v1::OpResponse response,
       CallRpc<v1::OpResponse>("run", Deadline(options.timeout),
@@ -351,6 +395,37 @@ absl::StatusOr<Tensor> Client::Run(const v1::OpRequest& request, const CallOptio
                                 return stub_->Run(context, request, received);
                               }));
   return DecodeResult(response.result(), "run", options_);
+}
+
+absl::StatusOr<StoredResult> Client::RunStored(v1::OpRequest request, const CallOptions& options) {
+  v1::ResultOptions* result_options = MutableResultOptions(&request);
+  if (result_options == nullptr ||
+      (result_options->store_as().empty() && !result_options->in_place())) {
+    return absl::InvalidArgumentError(
+        "run_stored: the request neither stores its result (result_options.store_as) nor "
+        "updates in place (result_options.in_place): call Run");
+  }
+  if (result_options->update_id().empty()) result_options->set_update_id(NewUpdateId());
+  TENSOROPS_ASSIGN_OR_RETURN(
+      const v1::OpResponse response,
+      CallRpc<v1::OpResponse>("run_stored", Deadline(options.timeout),
+                              [&](grpc::ClientContext* context, v1::OpResponse* received) {
+                                return stub_->Run(context, request, received);
+                              }));
+  const v1::Tensor& result = response.result();
+  if (!result.has_stored()) {
+    return absl::InternalError("run_stored: the server's answer names no stored tensor");
+  }
+  StoredResult stored{.name = result.stored().name(), .version = result.stored().version()};
+  TENSOROPS_ASSIGN_OR_RETURN(stored.dtype,
+                             wire::DataTypeFromProto(result.dtype(), "run_stored", "result"));
+  stored.shape.assign(result.shape().begin(), result.shape().end());
+  if (result_options->return_data()) {
+    v1::Tensor data = result;
+    data.clear_stored();
+    TENSOROPS_ASSIGN_OR_RETURN(stored.data, DecodeResult(data, "run_stored", options_));
+  }
+  return stored;
 }
 
 absl::StatusOr<std::map<std::string, Tensor>> Client::Backward(const v1::OpRequest& forward,
@@ -412,9 +487,10 @@ absl::StatusOr<v1::TensorInfo> Client::PutTensor(std::string_view name, const Te
   // A failed write means the server ended the call: Finish says why.
   bool sending = writer->Write(message);
   for (int64_t offset = 0; sending && offset < bytes; offset += options.chunk_bytes) {
-    message.set_data(static_cast<const char*>(data) + offset,
-                     static_cast<size_t>(std::min(options.chunk_bytes, bytes - offset)));
+    const int64_t chunk = std::min(options.chunk_bytes, bytes - offset);
+    message.set_data(static_cast<const char*>(data) + offset, static_cast<size_t>(chunk));
     sending = writer->Write(message);
+    if (sending && options.progress) options.progress(offset + chunk, bytes);
   }
   if (sending) writer->WritesDone();
   const grpc::Status status = writer->Finish();
@@ -468,6 +544,7 @@ absl::StatusOr<Tensor> Client::GetTensor(std::string_view name, const GetTensorO
     }
     std::memcpy(static_cast<char*>(tensor->data()) + received, chunk.data(), chunk.size());
     received += static_cast<int64_t>(chunk.size());
+    if (options.progress) options.progress(received, tensor->nbytes());
   }
   const grpc::Status status = reader->Finish();
   TENSOROPS_RETURN_IF_ERROR(malformed);

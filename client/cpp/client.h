@@ -21,6 +21,7 @@
 #define TENSOROPS_CLIENT_CPP_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -84,8 +85,12 @@ struct ClientOptions {
   // Attempts a call gets when it fails with UNAVAILABLE (a replica shutting down, a connection
   // that broke) or with CANCELLED from the server (gRPC's server cancels the calls it has received
   // but not yet handed to the service when it shuts down), the first included: 1 (no retries) to
-  // 5 (gRPC's cap); Create rejects others. Every tensorops call is free of side effects, so a
-  // retry is always safe; a call this client cancels, or whose deadline passes, is never retried.
+  // 5 (gRPC's cap); Create rejects others. A retry is safe for every call but two: ops are free
+  // of side effects or, when they store their result or update in place, carry an update id the
+  // server applies once (RunStored sets one; gRPC resends the same request). PutTensor and
+  // DeleteTensor change the store without one, so they are never retried: a put or delete whose
+  // answer was lost could otherwise replace or remove a value another client stored meanwhile.
+  // A call this client cancels, or whose deadline passes, is never retried.
   // gRPC retries only a call that the server has not answered yet and whose request fits in its
   // 256 KiB retry buffer (larger requests fail as they would without retries); streams are
   // retried only before their first response.
@@ -130,6 +135,11 @@ struct CallOptions {
   std::optional<absl::Duration> timeout;
 };
 
+// TransferProgress is told, after each data message of PutTensor or GetTensor, how many of the
+// tensor's bytes have crossed the wire so far and how many there are in all. It runs on the
+// calling thread, between messages, so a slow one slows the transfer; it must not call the Client.
+using TransferProgress = std::function<void(int64_t done_bytes, int64_t total_bytes)>;
+
 // PutTensorOptions are the optional arguments of Client::PutTensor.
 struct PutTensorOptions {
   // Replace the name's value, if it has one (FAILED_PRECONDITION for an existing name otherwise).
@@ -139,6 +149,8 @@ struct PutTensorOptions {
   // Bytes per data message, >= 1; the tensor's bytes are sent in chunks of this size.
   int64_t chunk_bytes = int64_t{4} << 20;
   std::optional<absl::Duration> timeout;
+  // Told of each chunk written to the call; empty: none.
+  TransferProgress progress;
 };
 
 // GetTensorOptions are the optional arguments of Client::GetTensor.
@@ -148,6 +160,8 @@ struct GetTensorOptions {
   // Bytes per data message the server sends; 0 takes the server's default.
   int64_t chunk_bytes = 0;
   std::optional<absl::Duration> timeout;
+  // Told of each chunk received; empty: none.
+  TransferProgress progress;
 };
 
 // IndexReduceOptions are the optional arguments of Client::IndexReduce.
@@ -249,6 +263,25 @@ v1::ScatterNdRequest MakeScatterNdRequest(const std::optional<TensorView>& input
                                           const ScatterNdOptions& options = {});
 v1::MaskedScatterRequest MakeMaskedScatterRequest(const TensorView& input, const TensorView& mask,
                                                   const TensorView& src);
+
+// StoredArgument returns a tensor argument that references the stored tensor `name` (at exactly
+// `version`, when given) instead of carrying bytes: put it in a request built with the Make*Request
+// functions above, e.g. `*request.mutable_input() = StoredArgument("table");`.
+v1::Tensor StoredArgument(std::string_view name, std::optional<int64_t> version = std::nullopt);
+
+// StoredResult is the answer of a call that stored its result or updated a stored tensor in
+// place (Client::RunStored).
+struct StoredResult {
+  std::string name;
+  // The version the call made.
+  int64_t version = 0;
+  DataType dtype = DataType::kFloat32;
+  Shape shape;
+  // The result's elements, when the request's result_options.return_data asked for them.
+  std::optional<Tensor> data;
+  // A reference to the stored result, to pass on as an argument of the next call.
+  v1::Tensor argument() const { return StoredArgument(name, version); }
+};
 
 // StreamResult is one answer on an OpStream: the request's id and its result or error.
 struct StreamResult {
@@ -382,8 +415,19 @@ class Client {
                                        const TensorView& src, const CallOptions& options = {});
 
   // Run runs any op given as a wire request (the generic RPC): the same result and errors as that
-  // op's own method. For generic callers that build requests themselves.
+  // op's own method. For generic callers that build requests themselves. A request whose
+  // result_options store the result or update in place goes through RunStored instead
+  // (INVALID_ARGUMENT here, without a call).
   absl::StatusOr<Tensor> Run(const v1::OpRequest& request, const CallOptions& options = {});
+
+  // RunStored runs `request`, whose op stores its result (result_options.store_as) or updates the
+  // stored tensor its input references in place (result_options.in_place), and returns what the
+  // server stored. When result_options.update_id is empty it sets a fresh random one, which
+  // gRPC's automatic retries resend, so the change is applied once however often the call is
+  // tried. INVALID_ARGUMENT, without a call, when the request changes no stored tensor; otherwise
+  // errors as Gather, plus the store's: FAILED_PRECONDITION for a name that exists without
+  // overwrite, or a version that is not the expected one.
+  absl::StatusOr<StoredResult> RunStored(v1::OpRequest request, const CallOptions& options = {});
 
   // OpenStream opens a RunStream; options.timeout bounds the whole stream. Errors as Gather
   // (reported by the stream's Finish when the server refuses it).
@@ -421,6 +465,11 @@ class Client {
   absl::StatusOr<std::vector<v1::TensorInfo>> ListTensors(const CallOptions& options = {});
   // TensorInfo describes one stored tensor.
   absl::StatusOr<v1::TensorInfo> TensorInfo(std::string_view name, const CallOptions& options = {});
+
+  // channel returns the channel this client calls over, for other services of the same server
+  // (grpc.health.v1.Health, server reflection) with the same TLS settings. Calls made on it carry
+  // no bearer token and no default deadline: those are set per call by this class.
+  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
 
  private:
   Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options);

@@ -11,6 +11,12 @@
 //	index := tensorops.FromInt64([]int64{0, 0, 1, 0}, 2, 2)
 //	out, err := client.Gather(ctx, input, 1, index) // out.Float32s() == [1 1 4 3]
 //
+// The server's tensor store keeps tensors by name: Put uploads one in chunks and returns a
+// reference (a Tensor that names it), which any op accepts in place of a tensor; Get, List, Info
+// and Delete do the rest. Every op's options struct has a Result field (ResultOptions) that
+// stores the result under a name or updates a stored input in place, safely retried through an
+// update id.
+//
 // Errors from calls are the gRPC status errors of the call, unwrapped, so status.Code(err) and
 // status.FromError(err) give the server's code (codes.InvalidArgument for bad input) and message.
 // Deadlines and cancellation come from the context.
@@ -148,9 +154,14 @@ const MaxAttemptsCap = 5
 // "ipv4:10.0.0.1:50051,10.0.0.2:50051"); false: gRPC's pick_first. maxAttempts: attempts a call
 // gets when it fails with Unavailable (a replica shutting down) or with Canceled from the server
 // (gRPC's server cancels calls it has not yet handed to the service when it shuts down), the
-// first included, 1 (no retries) to MaxAttemptsCap; others are InvalidArgument. Every tensorops
-// call is free of side effects, so a retry is always safe; calls whose context ends are not
-// retried.
+// first included, 1 (no retries) to MaxAttemptsCap; others are InvalidArgument. Calls whose
+// context ends are not retried.
+//
+// A retry is safe for every call but two: ops are free of side effects or, when they store their
+// result or update in place, carry an update id the server applies once (the client picks one
+// per call and gRPC resends the same request). PutTensor and DeleteTensor change the store
+// without one, so the config never retries them: a put or delete whose answer was lost could
+// otherwise replace or remove a value another client stored in between.
 //
 // gRPC-Go before 1.40 (Debian 12 has 1.33) ignores retry policies unless the environment has
 // GRPC_GO_RETRY=on when the program starts; round_robin works either way.
@@ -166,7 +177,8 @@ func ServiceConfig(roundRobin bool, maxAttempts int) (string, error) {
 	if maxAttempts > 1 {
 		retry = fmt.Sprintf(`,"retryPolicy":{"maxAttempts":%d,"initialBackoff":"0.05s","maxBackoff":"1s","backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE","CANCELLED"]}`, maxAttempts)
 	}
-	return fmt.Sprintf(`{"loadBalancingConfig":[{%q:{}}],"methodConfig":[{"name":[{"service":"tensorops.v1.TensorOps"}]%s}]}`, policy, retry), nil
+	neverRetried := `{"name":[{"service":"tensorops.v1.TensorOps","method":"PutTensor"},{"service":"tensorops.v1.TensorOps","method":"DeleteTensor"}]}`
+	return fmt.Sprintf(`{"loadBalancingConfig":[{%q:{}}],"methodConfig":[{"name":[{"service":"tensorops.v1.TensorOps"}]%s},%s]}`, policy, retry, neverRetried), nil
 }
 
 // WithLoadBalancing sets how Dial's connection spreads calls over replicas and retries those that
@@ -202,9 +214,10 @@ func (bearerToken) RequireTransportSecurity() bool { return false }
 
 // Client calls a tensorops server. Its methods may be called from many goroutines at once.
 type Client struct {
-	conn     *grpc.ClientConn // nil when the connection is the caller's (NewClient).
-	stub     tensoropsv1.TensorOpsClient
-	callOpts []grpc.CallOption
+	conn            *grpc.ClientConn // nil when the connection is the caller's (NewClient).
+	stub            tensoropsv1.TensorOpsClient
+	callOpts        []grpc.CallOption
+	maxMessageBytes int
 }
 
 func applyOptions(opts []Option) (*settings, error) {
@@ -219,7 +232,8 @@ func applyOptions(opts []Option) (*settings, error) {
 
 func newClient(conn grpc.ClientConnInterface, s *settings) *Client {
 	client := &Client{
-		stub: tensoropsv1.NewTensorOpsClient(conn),
+		stub:            tensoropsv1.NewTensorOpsClient(conn),
+		maxMessageBytes: s.maxMessageBytes,
 		callOpts: []grpc.CallOption{
 			grpc.MaxCallRecvMsgSize(s.maxMessageBytes), grpc.MaxCallSendMsgSize(s.maxMessageBytes),
 		},
@@ -297,6 +311,14 @@ func (c *Client) Stub() tensoropsv1.TensorOpsClient { return c.stub }
 // bearer token.
 func (c *Client) CallOptions() []grpc.CallOption { return append([]grpc.CallOption{}, c.callOpts...) }
 
+// unary returns the result of a unary call.
+func unary(response interface{ GetResult() *tensoropsv1.Tensor }, err error) (Tensor, error) {
+	if err != nil {
+		return Tensor{}, err
+	}
+	return result(response.GetResult())
+}
+
 // result decodes a result tensor; a malformed one (which a correct server never sends) is
 // Internal.
 func result(message *tensoropsv1.Tensor) (Tensor, error) {
@@ -310,11 +332,9 @@ func result(message *tensoropsv1.Tensor) (Tensor, error) {
 // Gather returns torch.gather(input, axis, index): result[i][j] = input[i][index[i][j]] for
 // axis 1.
 func (c *Client) Gather(ctx context.Context, input Tensor, axis int64, index Tensor, opts ...GatherOptions) (Tensor, error) {
-	response, err := c.stub.Gather(ctx, GatherOp(input, axis, index, opts...).message.GetGather(), c.callOpts...)
-	if err != nil {
-		return Tensor{}, err
-	}
-	return result(response.GetResult())
+	op := withUpdateID(GatherOp(input, axis, index, opts...), true)
+	response, err := c.stub.Gather(ctx, op.message.GetGather(), c.callOpts...)
+	return unary(response, err)
 }
 
 // Scatter returns torch.scatter(input, axis, index, src), or scatter_reduce with opts.Reduce.
@@ -328,66 +348,52 @@ func (c *Client) ScatterValue(ctx context.Context, input Tensor, axis int64, ind
 }
 
 func (c *Client) scatter(ctx context.Context, op Op) (Tensor, error) {
+	op = withUpdateID(op, true)
 	response, err := c.stub.Scatter(ctx, op.message.GetScatter(), c.callOpts...)
-	if err != nil {
-		return Tensor{}, err
-	}
-	return result(response.GetResult())
+	return unary(response, err)
 }
 
 // IndexSelect returns torch.index_select(input, axis, index); index is 1-D (or a scalar).
-func (c *Client) IndexSelect(ctx context.Context, input Tensor, axis int64, index Tensor) (Tensor, error) {
-	response, err := c.stub.IndexSelect(ctx, IndexSelectOp(input, axis, index).message.GetIndexSelect(), c.callOpts...)
-	if err != nil {
-		return Tensor{}, err
-	}
-	return result(response.GetResult())
+func (c *Client) IndexSelect(ctx context.Context, input Tensor, axis int64, index Tensor, opts ...IndexSelectOptions) (Tensor, error) {
+	op := withUpdateID(IndexSelectOp(input, axis, index, opts...), true)
+	response, err := c.stub.IndexSelect(ctx, op.message.GetIndexSelect(), c.callOpts...)
+	return unary(response, err)
 }
 
 // IndexReduce returns torch.index_copy (the default), index_add (Reduce: Sum, with Alpha) or
 // index_reduce (Prod, Mean, AMax, AMin) of input along axis.
 func (c *Client) IndexReduce(ctx context.Context, input Tensor, axis int64, index Tensor, src Tensor, opts ...IndexReduceOptions) (Tensor, error) {
-	response, err := c.stub.IndexReduce(ctx, IndexReduceOp(input, axis, index, src, opts...).message.GetIndexReduce(), c.callOpts...)
-	if err != nil {
-		return Tensor{}, err
-	}
-	return result(response.GetResult())
+	op := withUpdateID(IndexReduceOp(input, axis, index, src, opts...), true)
+	response, err := c.stub.IndexReduce(ctx, op.message.GetIndexReduce(), c.callOpts...)
+	return unary(response, err)
 }
 
 // SelectScatter returns torch.select_scatter(input, src, axis, index).
-func (c *Client) SelectScatter(ctx context.Context, input Tensor, src Tensor, axis int64, index int64) (Tensor, error) {
-	response, err := c.stub.SelectScatter(ctx, SelectScatterOp(input, src, axis, index).message.GetSelectScatter(), c.callOpts...)
-	if err != nil {
-		return Tensor{}, err
-	}
-	return result(response.GetResult())
+func (c *Client) SelectScatter(ctx context.Context, input Tensor, src Tensor, axis int64, index int64, opts ...SelectScatterOptions) (Tensor, error) {
+	op := withUpdateID(SelectScatterOp(input, src, axis, index, opts...), true)
+	response, err := c.stub.SelectScatter(ctx, op.message.GetSelectScatter(), c.callOpts...)
+	return unary(response, err)
 }
 
 // SliceScatter returns torch.slice_scatter(input, src, axis, start, end, step).
 func (c *Client) SliceScatter(ctx context.Context, input Tensor, src Tensor, axis int64, opts ...SliceScatterOptions) (Tensor, error) {
-	response, err := c.stub.SliceScatter(ctx, SliceScatterOp(input, src, axis, opts...).message.GetSliceScatter(), c.callOpts...)
-	if err != nil {
-		return Tensor{}, err
-	}
-	return result(response.GetResult())
+	op := withUpdateID(SliceScatterOp(input, src, axis, opts...), true)
+	response, err := c.stub.SliceScatter(ctx, op.message.GetSliceScatter(), c.callOpts...)
+	return unary(response, err)
 }
 
 // DiagonalScatter returns torch.diagonal_scatter(input, src, offset, axis1, axis2).
 func (c *Client) DiagonalScatter(ctx context.Context, input Tensor, src Tensor, opts ...DiagonalScatterOptions) (Tensor, error) {
-	response, err := c.stub.DiagonalScatter(ctx, DiagonalScatterOp(input, src, opts...).message.GetDiagonalScatter(), c.callOpts...)
-	if err != nil {
-		return Tensor{}, err
-	}
-	return result(response.GetResult())
+	op := withUpdateID(DiagonalScatterOp(input, src, opts...), true)
+	response, err := c.stub.DiagonalScatter(ctx, op.message.GetDiagonalScatter(), c.callOpts...)
+	return unary(response, err)
 }
 
 // GatherNd returns tf.gather_nd(input, index, batch_dims), or the axes form (SPEC, operation 3).
 func (c *Client) GatherNd(ctx context.Context, input Tensor, index Tensor, opts ...GatherNdOptions) (Tensor, error) {
-	response, err := c.stub.GatherNd(ctx, GatherNdOp(input, index, opts...).message.GetGatherNd(), c.callOpts...)
-	if err != nil {
-		return Tensor{}, err
-	}
-	return result(response.GetResult())
+	op := withUpdateID(GatherNdOp(input, index, opts...), true)
+	response, err := c.stub.GatherNd(ctx, op.message.GetGatherNd(), c.callOpts...)
+	return unary(response, err)
 }
 
 // ScatterNd returns tf.tensor_scatter_nd_update(input, index, src), or _add / _min / _max with
@@ -402,29 +408,25 @@ func (c *Client) ScatterNdZeros(ctx context.Context, shape []int64, index Tensor
 }
 
 func (c *Client) scatterNd(ctx context.Context, op Op) (Tensor, error) {
+	op = withUpdateID(op, true)
 	response, err := c.stub.ScatterNd(ctx, op.message.GetScatterNd(), c.callOpts...)
-	if err != nil {
-		return Tensor{}, err
-	}
-	return result(response.GetResult())
+	return unary(response, err)
 }
 
 // MaskedScatter returns torch.masked_scatter(input, mask, src).
-func (c *Client) MaskedScatter(ctx context.Context, input Tensor, mask Tensor, src Tensor) (Tensor, error) {
-	response, err := c.stub.MaskedScatter(ctx, MaskedScatterOp(input, mask, src).message.GetMaskedScatter(), c.callOpts...)
-	if err != nil {
-		return Tensor{}, err
-	}
-	return result(response.GetResult())
+func (c *Client) MaskedScatter(ctx context.Context, input Tensor, mask Tensor, src Tensor, opts ...MaskedScatterOptions) (Tensor, error) {
+	op := withUpdateID(MaskedScatterOp(input, mask, src, opts...), true)
+	response, err := c.stub.MaskedScatter(ctx, op.message.GetMaskedScatter(), c.callOpts...)
+	return unary(response, err)
 }
 
 // Run runs any op through the generic Run RPC: the same validation and result as its own RPC.
+// An op that stores its result without an UpdateID gets a fresh one on a copy of its request
+// (inline tensors included), so that each Run of one Op is its own update.
 func (c *Client) Run(ctx context.Context, op Op) (Tensor, error) {
+	op = withUpdateID(op, false)
 	response, err := c.stub.Run(ctx, op.message, c.callOpts...)
-	if err != nil {
-		return Tensor{}, err
-	}
-	return result(response.GetResult())
+	return unary(response, err)
 }
 
 // Backward returns the gradients of op's differentiable inputs for gradOutput, the gradient of its
@@ -478,10 +480,11 @@ func (c *Client) RunStream(ctx context.Context) (*Stream, error) {
 	return &Stream{stream}, nil
 }
 
-// Send sends one op with the caller's id. An error (io.EOF when the server ended the stream) means
-// no more can be sent; Recv gives the stream's status.
+// Send sends one op with the caller's id (an op that stores its result gets an update id as Run
+// gives it). An error (io.EOF when the server ended the stream) means no more can be sent; Recv
+// gives the stream's status.
 func (s *Stream) Send(requestID uint64, op Op) error {
-	return s.stream.Send(&tensoropsv1.RunStreamRequest{RequestId: requestID, Op: op.message})
+	return s.stream.Send(&tensoropsv1.RunStreamRequest{RequestId: requestID, Op: withUpdateID(op, false).message})
 }
 
 // CloseSend tells the server no more requests come; results keep arriving until Recv returns

@@ -59,6 +59,8 @@ type GatherOptions struct {
 	// Paddle's take_along_axis broadcast: input and index are broadcast against each other on every
 	// dimension but the axis.
 	Broadcast bool
+	// Where the result goes; the zero value returns it.
+	Result ResultOptions
 }
 
 // ScatterOptions are the optional arguments of Scatter and ScatterValue.
@@ -70,6 +72,14 @@ type ScatterOptions struct {
 	Broadcast bool
 	// Ask for bitwise reproducible floating Sum/Mean/Prod (the CPU always is).
 	Deterministic bool
+	// Where the result goes; the zero value returns it. InPlace updates the stored input.
+	Result ResultOptions
+}
+
+// IndexSelectOptions are the optional arguments of IndexSelect.
+type IndexSelectOptions struct {
+	// Where the result goes; the zero value returns it.
+	Result ResultOptions
 }
 
 // IndexReduceOptions are the optional arguments of IndexReduce. The zero value is index_copy
@@ -80,6 +90,14 @@ type IndexReduceOptions struct {
 	IncludeSelf *bool
 	// The factor of src for Sum; the zero Scalar means 1.
 	Alpha Scalar
+	// Where the result goes; the zero value returns it. InPlace updates the stored input.
+	Result ResultOptions
+}
+
+// SelectScatterOptions are the optional arguments of SelectScatter.
+type SelectScatterOptions struct {
+	// Where the result goes; the zero value returns it. InPlace updates the stored input.
+	Result ResultOptions
 }
 
 // SliceScatterOptions are the optional arguments of SliceScatter; nil fields are absent.
@@ -87,6 +105,8 @@ type SliceScatterOptions struct {
 	Start *int64 // nil: from the beginning.
 	End   *int64 // nil: to the end.
 	Step  *int64 // nil means 1; must be > 0.
+	// Where the result goes; the zero value returns it. InPlace updates the stored input.
+	Result ResultOptions
 }
 
 // DiagonalScatterOptions are the optional arguments of DiagonalScatter.
@@ -94,6 +114,8 @@ type DiagonalScatterOptions struct {
 	Offset int64
 	Axis1  *int64 // nil means 0.
 	Axis2  *int64 // nil means 1.
+	// Where the result goes; the zero value returns it. InPlace updates the stored input.
+	Result ResultOptions
 }
 
 // GatherNdOptions are the optional arguments of GatherNd (SPEC, operation 3).
@@ -103,6 +125,8 @@ type GatherNdOptions struct {
 	Axes []int64
 	// TensorFlow form only: the leading dimensions input and index share.
 	BatchDims int64
+	// Where the result goes; the zero value returns it.
+	Result ResultOptions
 }
 
 // ScatterNdOptions are the optional arguments of ScatterNd and ScatterNdZeros. The zero value is
@@ -115,6 +139,14 @@ type ScatterNdOptions struct {
 	IncludeSelf *bool
 	// Ask for bitwise reproducible floating Sum/Mean/Prod.
 	Deterministic bool
+	// Where the result goes; the zero value returns it. InPlace updates the stored input.
+	Result ResultOptions
+}
+
+// MaskedScatterOptions are the optional arguments of MaskedScatter.
+type MaskedScatterOptions struct {
+	// Where the result goes; the zero value returns it. InPlace updates the stored input.
+	Result ResultOptions
 }
 
 // Op is one operation's request, for Run, Backward and streams. Build it with the *Op functions,
@@ -147,14 +179,15 @@ func optional[T any](function string, opts []T) T {
 func GatherOp(input Tensor, axis int64, index Tensor, opts ...GatherOptions) Op {
 	o := optional("Gather", opts)
 	return Op{&tensoropsv1.OpRequest{Op: &tensoropsv1.OpRequest_Gather{Gather: &tensoropsv1.GatherRequest{
-		Input: input.Proto(), Index: index.Proto(), Axis: axis, Broadcast: o.Broadcast}}}}
+		Input: input.Proto(), Index: index.Proto(), Axis: axis, Broadcast: o.Broadcast,
+		ResultOptions: o.Result.proto()}}}}
 }
 
 func scatterRequest(input Tensor, axis int64, index Tensor, o ScatterOptions) *tensoropsv1.ScatterRequest {
 	return &tensoropsv1.ScatterRequest{
 		Input: input.Proto(), Index: index.Proto(), Axis: axis,
 		Reduce: tensoropsv1.Reduction(o.Reduce), IncludeSelf: o.IncludeSelf,
-		Broadcast: o.Broadcast, Deterministic: o.Deterministic,
+		Broadcast: o.Broadcast, Deterministic: o.Deterministic, ResultOptions: o.Result.proto(),
 	}
 }
 
@@ -173,9 +206,10 @@ func ScatterValueOp(input Tensor, axis int64, index Tensor, value Scalar, opts .
 }
 
 // IndexSelectOp is IndexSelect's request: torch.index_select(input, axis, index).
-func IndexSelectOp(input Tensor, axis int64, index Tensor) Op {
+func IndexSelectOp(input Tensor, axis int64, index Tensor, opts ...IndexSelectOptions) Op {
+	o := optional("IndexSelect", opts)
 	return Op{&tensoropsv1.OpRequest{Op: &tensoropsv1.OpRequest_IndexSelect{IndexSelect: &tensoropsv1.IndexSelectRequest{
-		Input: input.Proto(), Index: index.Proto(), Axis: axis}}}}
+		Input: input.Proto(), Index: index.Proto(), Axis: axis, ResultOptions: o.Result.proto()}}}}
 }
 
 // IndexReduceOp is IndexReduce's request: torch.index_copy / index_add / index_reduce(input,
@@ -184,13 +218,15 @@ func IndexReduceOp(input Tensor, axis int64, index Tensor, src Tensor, opts ...I
 	o := optional("IndexReduce", opts)
 	return Op{&tensoropsv1.OpRequest{Op: &tensoropsv1.OpRequest_IndexReduce{IndexReduce: &tensoropsv1.IndexReduceRequest{
 		Input: input.Proto(), Index: index.Proto(), Src: src.Proto(), Axis: axis,
-		Reduce: tensoropsv1.Reduction(o.Reduce), IncludeSelf: o.IncludeSelf, Alpha: o.Alpha.Proto()}}}}
+		Reduce: tensoropsv1.Reduction(o.Reduce), IncludeSelf: o.IncludeSelf, Alpha: o.Alpha.Proto(),
+		ResultOptions: o.Result.proto()}}}}
 }
 
 // SelectScatterOp is SelectScatter's request: torch.select_scatter(input, src, axis, index).
-func SelectScatterOp(input Tensor, src Tensor, axis int64, index int64) Op {
+func SelectScatterOp(input Tensor, src Tensor, axis int64, index int64, opts ...SelectScatterOptions) Op {
+	o := optional("SelectScatter", opts)
 	return Op{&tensoropsv1.OpRequest{Op: &tensoropsv1.OpRequest_SelectScatter{SelectScatter: &tensoropsv1.SelectScatterRequest{
-		Input: input.Proto(), Src: src.Proto(), Axis: axis, Index: index}}}}
+		Input: input.Proto(), Src: src.Proto(), Axis: axis, Index: index, ResultOptions: o.Result.proto()}}}}
 }
 
 // SliceScatterOp is SliceScatter's request: torch.slice_scatter(input, src, axis, start, end,
@@ -198,7 +234,8 @@ func SelectScatterOp(input Tensor, src Tensor, axis int64, index int64) Op {
 func SliceScatterOp(input Tensor, src Tensor, axis int64, opts ...SliceScatterOptions) Op {
 	o := optional("SliceScatter", opts)
 	return Op{&tensoropsv1.OpRequest{Op: &tensoropsv1.OpRequest_SliceScatter{SliceScatter: &tensoropsv1.SliceScatterRequest{
-		Input: input.Proto(), Src: src.Proto(), Axis: axis, Start: o.Start, End: o.End, Step: o.Step}}}}
+		Input: input.Proto(), Src: src.Proto(), Axis: axis, Start: o.Start, End: o.End, Step: o.Step,
+		ResultOptions: o.Result.proto()}}}}
 }
 
 // DiagonalScatterOp is DiagonalScatter's request: torch.diagonal_scatter(input, src, offset,
@@ -206,20 +243,23 @@ func SliceScatterOp(input Tensor, src Tensor, axis int64, opts ...SliceScatterOp
 func DiagonalScatterOp(input Tensor, src Tensor, opts ...DiagonalScatterOptions) Op {
 	o := optional("DiagonalScatter", opts)
 	return Op{&tensoropsv1.OpRequest{Op: &tensoropsv1.OpRequest_DiagonalScatter{DiagonalScatter: &tensoropsv1.DiagonalScatterRequest{
-		Input: input.Proto(), Src: src.Proto(), Offset: o.Offset, Axis1: o.Axis1, Axis2: o.Axis2}}}}
+		Input: input.Proto(), Src: src.Proto(), Offset: o.Offset, Axis1: o.Axis1, Axis2: o.Axis2,
+		ResultOptions: o.Result.proto()}}}}
 }
 
 // GatherNdOp is GatherNd's request: tf.gather_nd(input, index, batch_dims), or the axes form.
 func GatherNdOp(input Tensor, index Tensor, opts ...GatherNdOptions) Op {
 	o := optional("GatherNd", opts)
 	return Op{&tensoropsv1.OpRequest{Op: &tensoropsv1.OpRequest_GatherNd{GatherNd: &tensoropsv1.GatherNdRequest{
-		Input: input.Proto(), Index: index.Proto(), Axes: o.Axes, BatchDims: o.BatchDims}}}}
+		Input: input.Proto(), Index: index.Proto(), Axes: o.Axes, BatchDims: o.BatchDims,
+		ResultOptions: o.Result.proto()}}}}
 }
 
 func scatterNdRequest(index Tensor, src Tensor, o ScatterNdOptions) *tensoropsv1.ScatterNdRequest {
 	return &tensoropsv1.ScatterNdRequest{
 		Index: index.Proto(), Src: src.Proto(), Axes: o.Axes, BatchDims: o.BatchDims,
 		Reduce: tensoropsv1.Reduction(o.Reduce), IncludeSelf: o.IncludeSelf, Deterministic: o.Deterministic,
+		ResultOptions: o.Result.proto(),
 	}
 }
 
@@ -240,7 +280,8 @@ func ScatterNdZerosOp(shape []int64, index Tensor, src Tensor, opts ...ScatterNd
 }
 
 // MaskedScatterOp is MaskedScatter's request: torch.masked_scatter(input, mask, src).
-func MaskedScatterOp(input Tensor, mask Tensor, src Tensor) Op {
+func MaskedScatterOp(input Tensor, mask Tensor, src Tensor, opts ...MaskedScatterOptions) Op {
+	o := optional("MaskedScatter", opts)
 	return Op{&tensoropsv1.OpRequest{Op: &tensoropsv1.OpRequest_MaskedScatter{MaskedScatter: &tensoropsv1.MaskedScatterRequest{
-		Input: input.Proto(), Mask: mask.Proto(), Src: src.Proto()}}}}
+		Input: input.Proto(), Mask: mask.Proto(), Src: src.Proto(), ResultOptions: o.Result.proto()}}}}
 }

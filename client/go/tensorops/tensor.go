@@ -64,11 +64,69 @@ func (d DType) ItemSize() int {
 // From* constructors; read one with the accessor of its dtype. A Tensor is an immutable value:
 // constructors copy their input and accessors return fresh slices. The zero Tensor has dtype
 // Invalid and stands for "absent" where an op allows that (ScatterNdZeros has no input).
+//
+// A Tensor may instead be a reference to a tensor kept in the server's store (Ref, Client.Put,
+// and results stored with ResultOptions): ops then read the stored value by name, and no bytes
+// cross the wire. A reference knows its dtype and shape when the server told them; it holds
+// elements only when a stored result was asked for with ReturnData (HasData).
 type Tensor struct {
 	dtype DType
 	shape []int64
 	data  []byte
+	// Non-nil for a reference to a stored tensor.
+	stored *storedRef
 }
+
+// storedRef names a stored tensor, at a version or at whatever version is current.
+type storedRef struct {
+	name     string
+	version  int64
+	pinned   bool // Whether version is set: ops require the tensor at exactly that version.
+	withData bool // Whether the Tensor's data holds the elements (ReturnData).
+}
+
+// Ref returns a reference to the stored tensor `name`, at whatever version is current when an
+// op runs. Its dtype is Invalid and its shape unknown: Client.Info tells them.
+func Ref(name string) Tensor { return Tensor{stored: &storedRef{name: name}} }
+
+// RefAt returns a reference to the stored tensor `name` that ops accept only while it is at
+// `version` (FailedPrecondition naming the current version otherwise).
+func RefAt(name string, version int64) Tensor {
+	return Tensor{stored: &storedRef{name: name, version: version, pinned: true}}
+}
+
+// IsRef reports whether t references a stored tensor.
+func (t Tensor) IsRef() bool { return t.stored != nil }
+
+// StoredName returns the name of the stored tensor t references; "" when t is not a reference.
+func (t Tensor) StoredName() string {
+	if t.stored == nil {
+		return ""
+	}
+	return t.stored.name
+}
+
+// StoredVersion returns the version a reference requires and true, or 0 and false for a
+// reference at whatever version is current and for a Tensor that is not a reference.
+func (t Tensor) StoredVersion() (int64, bool) {
+	if t.stored == nil || !t.stored.pinned {
+		return 0, false
+	}
+	return t.stored.version, true
+}
+
+// Latest returns the reference t without its version: ops use whatever version is current. It
+// returns t unchanged when t is not a reference.
+func (t Tensor) Latest() Tensor {
+	if t.stored == nil {
+		return t
+	}
+	return Tensor{dtype: t.dtype, shape: t.shape, stored: &storedRef{name: t.stored.name}}
+}
+
+// HasData reports whether t holds its elements: every Tensor but references, and references
+// returned with ReturnData.
+func (t Tensor) HasData() bool { return t.stored == nil || t.stored.withData }
 
 // DType returns the element type.
 func (t Tensor) DType() DType { return t.dtype }
@@ -79,18 +137,39 @@ func (t Tensor) Shape() []int64 { return append([]int64{}, t.shape...) }
 // NumElements returns the product of the shape (1 for a scalar).
 func (t Tensor) NumElements() int64 { return numElements(t.shape) }
 
-// Bytes returns a copy of the raw little-endian element bytes.
-func (t Tensor) Bytes() []byte { return append([]byte{}, t.data...) }
+// Bytes returns a copy of the raw little-endian element bytes; nil for a reference without data.
+func (t Tensor) Bytes() []byte {
+	if !t.HasData() {
+		return nil
+	}
+	return append([]byte{}, t.data...)
+}
 
 // IsZero reports whether t is the zero Tensor (no dtype), which ops treat as an absent argument.
-func (t Tensor) IsZero() bool { return t.dtype == Invalid && t.shape == nil && t.data == nil }
+func (t Tensor) IsZero() bool {
+	return t.dtype == Invalid && t.shape == nil && t.data == nil && t.stored == nil
+}
 
-// String describes the tensor's dtype and shape, not its elements: "float32[2 3]".
-func (t Tensor) String() string { return fmt.Sprintf("%v%v", t.dtype, t.shape) }
+// String describes the tensor's dtype and shape, not its elements: "float32[2 3]"; a reference
+// adds its name and version: `stored "table"@3 float32[2 3]` ("@latest": no version).
+func (t Tensor) String() string {
+	if t.stored == nil {
+		return fmt.Sprintf("%v%v", t.dtype, t.shape)
+	}
+	version := "latest"
+	if t.stored.pinned {
+		version = fmt.Sprint(t.stored.version)
+	}
+	return fmt.Sprintf("stored %q@%s %v%v", t.stored.name, version, t.dtype, t.shape)
+}
 
 // Reshape returns a tensor with the same elements and dtype and the given shape (none: a scalar).
-// It panics if the shape's product differs from the number of elements or a size is negative.
+// It panics if the shape's product differs from the number of elements or a size is negative,
+// or if t is a reference.
 func (t Tensor) Reshape(shape ...int64) Tensor {
+	if t.stored != nil {
+		panic(fmt.Sprintf("tensorops: Reshape of %v: a reference has no elements to reshape", t))
+	}
 	checkShape("Reshape", shape, t.NumElements())
 	return Tensor{dtype: t.dtype, shape: append([]int64{}, shape...), data: t.data}
 }
@@ -114,19 +193,50 @@ func NewTensor(dtype DType, shape []int64, data []byte) (Tensor, error) {
 	return Tensor{dtype: dtype, shape: append([]int64{}, shape...), data: append([]byte{}, data...)}, nil
 }
 
-// FromProto returns the tensor a wire message holds, with NewTensor's checks.
+// FromProto returns the tensor a wire message holds, with NewTensor's checks. A message with
+// `stored` set gives a reference, with the dtype and shape the message has, and its elements
+// when the message carries them (a result asked for with ReturnData, or one of no elements).
 func FromProto(message *tensoropsv1.Tensor) (Tensor, error) {
 	if message == nil {
 		return Tensor{}, fmt.Errorf("tensorops: missing tensor")
 	}
-	return NewTensor(DType(message.GetDtype()), message.GetShape(), message.GetData())
+	stored := message.GetStored()
+	if stored == nil {
+		return NewTensor(DType(message.GetDtype()), message.GetShape(), message.GetData())
+	}
+	if stored.GetName() == "" {
+		return Tensor{}, fmt.Errorf("tensorops: a reference without a name")
+	}
+	ref := &storedRef{name: stored.GetName(), version: stored.GetVersion(), pinned: stored.Version != nil}
+	dtype := DType(message.GetDtype())
+	if dtype.ItemSize() == 0 || (len(message.GetData()) == 0 && numElements(message.GetShape()) != 0) {
+		if len(message.GetData()) != 0 {
+			return Tensor{}, fmt.Errorf("tensorops: a reference to %q with data but no dtype", ref.name)
+		}
+		return Tensor{dtype: dtype, shape: append([]int64{}, message.GetShape()...), stored: ref}, nil
+	}
+	tensor, err := NewTensor(dtype, message.GetShape(), message.GetData())
+	if err != nil {
+		return Tensor{}, err
+	}
+	ref.withData = true
+	tensor.stored = ref
+	return tensor, nil
 }
 
 // Proto returns the wire message of t; nil for the zero Tensor. The message shares t's bytes:
-// do not modify its Data.
+// do not modify its Data. A reference's message names the stored tensor (and the version it
+// requires) and carries neither dtype, shape nor data.
 func (t Tensor) Proto() *tensoropsv1.Tensor {
 	if t.IsZero() {
 		return nil
+	}
+	if t.stored != nil {
+		ref := &tensoropsv1.TensorRef{Name: t.stored.name}
+		if t.stored.pinned {
+			ref.Version = Ptr(t.stored.version)
+		}
+		return &tensoropsv1.Tensor{Stored: ref}
 	}
 	return &tensoropsv1.Tensor{
 		Dtype: tensoropsv1.DataType(t.dtype),
@@ -262,9 +372,12 @@ func FromComplex128(data []complex128, shape ...int64) Tensor {
 	})
 }
 
-// elements checks that t has the accessor's dtype and returns its element count; it panics
-// otherwise, like a failed type assertion.
+// elements checks that t has the accessor's dtype and its elements and returns their count; it
+// panics otherwise, like a failed type assertion.
 func (t Tensor) elements(accessor string, want DType) int {
+	if !t.HasData() {
+		panic(fmt.Sprintf("tensorops: %s on %v, a reference without its elements: Client.Get them", accessor, t))
+	}
 	if t.dtype != want {
 		panic(fmt.Sprintf("tensorops: %s on a %v tensor", accessor, t.dtype))
 	}

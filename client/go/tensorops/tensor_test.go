@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"tensorops/client/go/tensorops"
+	tensoropsv1 "tensorops/client/go/tensorops/v1"
 )
 
 func TestTensorLayout(t *testing.T) {
@@ -100,5 +101,48 @@ func TestOptionsAreChecked(t *testing.T) {
 		} else {
 			expectStatus(t, "invalid option", err, codes.InvalidArgument)
 		}
+	}
+}
+
+func TestReferences(t *testing.T) {
+	latest := tensorops.Ref("emb")
+	if message := latest.Proto(); message.GetStored().GetName() != "emb" || message.GetStored().Version != nil ||
+		message.GetData() != nil || message.GetDtype() != 0 || len(message.GetShape()) != 0 {
+		t.Errorf("Ref(emb).Proto() = %v, want only the name", message)
+	}
+	pinned := tensorops.RefAt("emb", 3)
+	if message := pinned.Proto(); message.GetStored().GetVersion() != 3 || message.GetStored().Version == nil {
+		t.Errorf("RefAt(emb, 3).Proto() = %v", message)
+	}
+	if version, ok := pinned.StoredVersion(); !ok || version != 3 || pinned.StoredName() != "emb" || !pinned.IsRef() {
+		t.Errorf("RefAt(emb, 3): name %q, version %d %v", pinned.StoredName(), version, ok)
+	}
+	if _, ok := pinned.Latest().StoredVersion(); ok || pinned.Latest().String() != `stored "emb"@latest DType(0)[]` {
+		t.Errorf("Latest() = %v", pinned.Latest())
+	}
+	if latest.IsZero() || latest.HasData() || latest.Bytes() != nil || tensorops.FromInt8([]int8{1}).IsRef() {
+		t.Error("a reference is not zero, has no data; a tensor is not a reference")
+	}
+	expectPanic(t, "accessor of a reference", `Float32s on stored "emb"@3`, func() { pinned.Float32s() })
+	expectPanic(t, "Reshape of a reference", "a reference has no elements to reshape", func() { latest.Reshape(1) })
+
+	// A stored result: a reference with its dtype and shape, and its elements when they came.
+	withData := tensorops.FromInt32([]int32{7, 8}, 2).Proto()
+	withData.Stored = &tensoropsv1.TensorRef{Name: "out", Version: tensorops.Ptr[int64](2)}
+	result, err := tensorops.FromProto(withData)
+	if err != nil || result.String() != `stored "out"@2 int32[2]` || !result.HasData() || !reflect.DeepEqual(result.Int32s(), []int32{7, 8}) {
+		t.Errorf("a result with data: %v %v", result, err)
+	}
+	if result.Proto().GetData() != nil || result.Proto().GetStored().GetName() != "out" {
+		t.Error("a result passed on as an argument is sent as its reference")
+	}
+	withData.Data = nil
+	result, err = tensorops.FromProto(withData)
+	if err != nil || result.HasData() || result.String() != `stored "out"@2 int32[2]` {
+		t.Errorf("a result without data: %v %v", result, err)
+	}
+	withData.Stored.Name = ""
+	if _, err := tensorops.FromProto(withData); err == nil || !strings.Contains(err.Error(), "without a name") {
+		t.Errorf("a reference without a name: %v", err)
 	}
 }

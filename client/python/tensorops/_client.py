@@ -1,21 +1,41 @@
 """tensorops.Client: the synchronous client, and what the asyncio client shares with it."""
 import dataclasses
 import inspect
+import itertools
 import json
 import os
 
 import grpc
 
 from tensorops import requests
-from tensorops._errors import from_rpc_error, make_error
-from tensorops._tensor import from_tensor, to_tensor
-from tensorops.v1 import generic_pb2, server_info_pb2, service_pb2_grpc
+from tensorops._errors import Error, from_rpc_error, make_error
+from tensorops._store import (DEFAULT_CHUNK_BYTES, Download, TensorInfo, Upload,
+                              check_chunk_bytes, name_and_version)
+from tensorops._tensor import DTYPE_NAMES, Ref, from_tensor, to_tensor, torch_device
+from tensorops.v1 import generic_pb2, server_info_pb2, service_pb2_grpc, store_pb2
 
 # The server's default message limit (1 GiB), both ways.
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
 
 # gRPC caps a retry policy's maxAttempts at 5.
 _MAX_ATTEMPTS_CAP = 5
+
+# The RPCs that change the store without an update id: no retry policy (see service_config).
+_NEVER_RETRIED = ("PutTensor", "DeleteTensor")
+
+# The keyword arguments of every op method that say where its result goes
+# (tensorops.requests.result_options).
+_RESULT_KEYWORDS = ("store_as", "overwrite", "expected_version", "in_place", "return_data",
+                    "update_id")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Decoding:
+    """How a call's result comes back: copied (writable), on a torch device, with a stored
+    result's data."""
+    copy: bool
+    device: object  # torch.device, or None for numpy
+    return_data: bool
 
 
 def service_config(round_robin=True, max_attempts=5):
@@ -25,21 +45,29 @@ def service_config(round_robin=True, max_attempts=5):
     record per replica, or "ipv4:10.0.0.1:50051,10.0.0.2:50051"); False: gRPC's pick_first.
     max_attempts: attempts a call gets when it fails with UNAVAILABLE (a replica shutting down) or
     with CANCELLED from the server (gRPC's server cancels calls it has not yet handed to the service
-    when it shuts down), the first included, 1 (no retries) to 5. Every tensorops call is free of
-    side effects, so a retry is always safe; calls the client cancels or whose deadline passes are
-    not retried, nor calls the server has answered or whose request exceeds gRPC's 256 KiB retry
-    buffer.
+    when it shuts down), the first included, 1 (no retries) to 5. Calls the client cancels or whose
+    deadline passes are not retried, nor calls the server has answered or whose request exceeds
+    gRPC's 256 KiB retry buffer.
+
+    A retry is safe for every call but two: ops are free of side effects, or, when they store
+    their result or update in place, carry an update id the server applies once (the client
+    picks one per call; gRPC resends the same request). PutTensor and DeleteTensor change the
+    store without one, so they are never retried: a put or delete whose answer was lost could
+    otherwise replace or remove a value another client stored in between.
     """
     if not 1 <= max_attempts <= _MAX_ATTEMPTS_CAP:
         raise ValueError(f"max_attempts = {max_attempts} is out of range (expected 1 to "
                          f"{_MAX_ATTEMPTS_CAP})")
-    method = {"name": [{"service": "tensorops.v1.TensorOps"}]}
+    service = "tensorops.v1.TensorOps"
+    method = {"name": [{"service": service}]}
     if max_attempts > 1:
         method["retryPolicy"] = {"maxAttempts": max_attempts, "initialBackoff": "0.05s",
                                  "maxBackoff": "1s", "backoffMultiplier": 2,
                                  "retryableStatusCodes": ["UNAVAILABLE", "CANCELLED"]}
+    never_retried = {"name": [{"service": service, "method": name}
+                              for name in _NEVER_RETRIED]}
     return json.dumps({"loadBalancingConfig": [{"round_robin" if round_robin else "pick_first": {}}],
-                       "methodConfig": [method]})
+                       "methodConfig": [method, never_retried]})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,9 +100,11 @@ class _Base:
 
     def __init__(self, target, *, timeout=None, tls=None, token=None,
                  max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES, round_robin=True, max_attempts=5,
-                 options=()):
+                 copy=False, options=()):
         self.target = target
         self.timeout = timeout
+        self.copy = copy
+        self.max_message_bytes = max_message_bytes
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         self._options = [("grpc.max_send_message_length", max_message_bytes),
                          ("grpc.max_receive_message_length", max_message_bytes),
@@ -88,6 +118,78 @@ class _Base:
 
     def _timeout(self, timeout):
         return self.timeout if timeout is None else timeout
+
+    def _decoding(self, copy, arguments, options=None):
+        """How to return a call's result: `copy` (None: the client's), torch out when one of
+        `arguments` is a torch tensor, a stored result's data when `options` ask for it."""
+        return _Decoding(copy=self.copy if copy is None else copy,
+                         device=torch_device(arguments),
+                         return_data=options is not None and options.return_data)
+
+    @staticmethod
+    def _decode(tensor, decoding):
+        """A result message as the caller gets it: an array (or torch tensor), or a Ref with the
+        array in .data when it was stored and return_data was asked for."""
+        if not tensor.HasField("stored"):
+            return from_tensor(tensor, decoding.copy, decoding.device)
+        # A stream's results are decoded without their requests' options: data that came is kept.
+        data = (from_tensor(tensor, decoding.copy, decoding.device)
+                if decoding.return_data or tensor.data else None)
+        stored = tensor.stored
+        return Ref(stored.name, stored.version if stored.HasField("version") else None,
+                   DTYPE_NAMES.get(tensor.dtype), tuple(tensor.shape), data)
+
+    def _op_call(self, builder, args, kwargs, copy):
+        """(rpc, request, decoding) of an op method's call: the builder's request with the
+        result keywords (popped from kwargs) applied."""
+        options = requests.result_options(
+            **{key: kwargs.pop(key) for key in _RESULT_KEYWORDS if key in kwargs})
+        op = requests.with_result_options(builder(*args, **kwargs), options)
+        rpc, request = self._unary_parts(op)
+        return rpc, request, self._decoding(copy, itertools.chain(args, kwargs.values()), options)
+
+    def _run_call(self, op, args, kwargs, copy):
+        """(request, decoding) of run's call; a caller's OpRequest is copied before its result
+        options are set."""
+        options = requests.result_options(
+            **{key: kwargs.pop(key) for key in _RESULT_KEYWORDS if key in kwargs})
+        if isinstance(op, generic_pb2.OpRequest) and options is not None:
+            copied = generic_pb2.OpRequest()
+            copied.CopyFrom(op)
+            op = copied
+        request = requests.with_result_options(requests.build(op, *args, **kwargs), options)
+        return request, self._decoding(copy, itertools.chain(args, kwargs.values()), options)
+
+    def _upload(self, name, array, overwrite, expected_version, chunk_bytes, progress):
+        check_chunk_bytes(chunk_bytes, self.max_message_bytes)
+        return Upload(name, array, overwrite, expected_version, chunk_bytes, progress)
+
+    @staticmethod
+    def _put_result(response):
+        info = response.info
+        return Ref(info.name, info.version, DTYPE_NAMES.get(info.dtype), tuple(info.shape))
+
+    def _get_request(self, name, version, chunk_bytes):
+        name, version = name_and_version(name, version)
+        if chunk_bytes is not None:
+            check_chunk_bytes(chunk_bytes, self.max_message_bytes)
+        request = store_pb2.GetTensorRequest(name=name, chunk_bytes=chunk_bytes or 0)
+        if version is not None:
+            request.version = version
+        return name, request
+
+    @staticmethod
+    def _delete_request(name, expected_version):
+        name, expected_version = name_and_version(name, expected_version)
+        request = store_pb2.DeleteTensorRequest(name=name)
+        if expected_version is not None:
+            request.expected_version = expected_version
+        return request
+
+    @staticmethod
+    def _info_request(name):
+        name, _ = name_and_version(name, None)
+        return store_pb2.TensorInfoRequest(name=name)
 
     @staticmethod
     def _stream_request(position, item):
@@ -103,20 +205,21 @@ class _Base:
         for position, item in enumerate(items):
             yield cls._stream_request(position, item)
 
-    @staticmethod
-    def _stream_outcome(response):
+    def _stream_outcome(self, response, decoding):
         if response.WhichOneof("outcome") == "error":
             return response.request_id, make_error(response.error.code, response.error.message)
-        return response.request_id, from_tensor(response.result)
+        return response.request_id, self._decode(response.result, decoding)
+
+    def _backward_call(self, op, grad_output, args, kwargs, copy):
+        request = generic_pb2.BackwardRequest(op=requests.build(op, *args, **kwargs),
+                                              grad_output=to_tensor(grad_output, "grad_output"))
+        arguments = itertools.chain((grad_output,), args, kwargs.values())
+        return request, self._decoding(copy, arguments)
 
     @staticmethod
-    def _backward_request(op, grad_output, args, kwargs):
-        return generic_pb2.BackwardRequest(op=requests.build(op, *args, **kwargs),
-                                           grad_output=to_tensor(grad_output, "grad_output"))
-
-    @staticmethod
-    def _gradients(response):
-        return {name: from_tensor(tensor) for name, tensor in response.gradients.items()}
+    def _gradients(response, decoding):
+        return {name: from_tensor(tensor, decoding.copy, decoding.device)
+                for name, tensor in response.gradients.items()}
 
     @staticmethod
     def _unary_parts(op_request):
@@ -124,12 +227,32 @@ class _Base:
         return requests.OPS_BY_FIELD[field], getattr(op_request, field)
 
 
-def _signature_with_timeout(builder):
+# The keyword arguments every op method adds to its builder's, with their defaults.
+_METHOD_KEYWORDS = {"store_as": None, "overwrite": False, "expected_version": None,
+                    "in_place": False, "return_data": False, "update_id": None, "copy": None,
+                    "timeout": None}
+
+
+def _method_signature(builder):
     signature = inspect.signature(builder)
     parameters = list(signature.parameters.values())
     self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    timeout = inspect.Parameter("timeout", inspect.Parameter.KEYWORD_ONLY, default=None)
-    return signature.replace(parameters=[self_param, *parameters, timeout])
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
+             for name, default in _METHOD_KEYWORDS.items()]
+    return signature.replace(parameters=[self_param, *parameters, *added])
+
+
+_METHOD_DOC = """
+
+Returns the result as a read-only ndarray (tensorops.bfloat16 for bfloat16), a writable one with
+copy=True (default: the client's copy=), a torch tensor when a tensor argument is one; raises
+tensorops.Error.
+store_as="name": store the result under that name (overwrite=True replaces a value;
+expected_version=N requires the name at version N). in_place=True: update the stored tensor
+that input (a tensorops.Ref) names. Either returns a tensorops.Ref to the result at its new
+version, with the values in .data when return_data=True. update_id: the id that makes a retry of
+this call apply once (default: a fresh uuid4 hex per call).
+timeout: seconds for this call (default: the client's)."""
 
 
 def _add_op_methods(cls, make):
@@ -139,10 +262,8 @@ def _add_op_methods(cls, make):
         method = make(name, builder)
         method.__name__ = name
         method.__qualname__ = f"{cls.__name__}.{name}"
-        method.__doc__ = inspect.cleandoc(builder.__doc__ or "") + (
-            "\n\nReturns the result as an ndarray (tensorops.bfloat16 for bfloat16); raises "
-            "tensorops.Error.\ntimeout: seconds for this call (default: the client's).")
-        method.__signature__ = _signature_with_timeout(builder)
+        method.__doc__ = inspect.cleandoc(builder.__doc__ or "") + _METHOD_DOC
+        method.__signature__ = _method_signature(builder)
         setattr(cls, name, method)
     return cls
 
@@ -158,9 +279,13 @@ class Client(_Base):
     tls: a TLS (or True for gRPC's default roots); None is plaintext. token: the bearer token, sent
     as "authorization: Bearer <token>" on every call. round_robin and max_attempts: how calls
     spread over the replicas and how often one that fails with UNAVAILABLE is tried (see
-    tensorops.service_config). Every op method takes the arguments of its
-    builder in tensorops.requests plus timeout=, returns an ndarray and raises tensorops.Error.
-    A Client may be used from many threads at once.
+    tensorops.service_config). copy: whether results are writable arrays of their own (one
+    copy) rather than read-only views over the response. Every op method takes the arguments of
+    its builder in tensorops.requests plus store_as=, overwrite=, expected_version=, in_place=,
+    return_data=, update_id=, copy= and timeout=, returns an ndarray (a torch tensor when a
+    tensor argument is one, a tensorops.Ref when stored) and raises tensorops.Error. put, get,
+    list, info, delete and ref use the tensor store. A Client may be used from many threads at
+    once.
     """
 
     def __init__(self, target, **kwargs):
@@ -187,19 +312,88 @@ class Client(_Base):
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
 
-    def run(self, op, *args, timeout=None, **kwargs):
-        """Runs any op through the generic Run RPC: op is an OpRequest or a builder's name."""
-        request = requests.build(op, *args, **kwargs)
-        return from_tensor(self._call("Run", request, timeout).result)
+    def run(self, op, *args, copy=None, timeout=None, **kwargs):
+        """Runs any op through the generic Run RPC: op is an OpRequest or a builder's name.
 
-    def backward(self, op, grad_output, *args, timeout=None, **kwargs):
+        Takes the op methods' store_as=, in_place=, ... too and returns what they return.
+        """
+        request, decoding = self._run_call(op, args, kwargs, copy)
+        return self._decode(self._call("Run", request, timeout).result, decoding)
+
+    def backward(self, op, grad_output, *args, copy=None, timeout=None, **kwargs):
         """The gradients of op's differentiable inputs for grad_output, by argument name.
 
         op is a builder's name followed by the forward call's arguments, or an OpRequest:
             client.backward("gather", g, x, 1, index)  ->  {"input": ndarray}
         """
-        request = self._backward_request(op, grad_output, args, kwargs)
-        return self._gradients(self._call("Backward", request, timeout))
+        request, decoding = self._backward_call(op, grad_output, args, kwargs, copy)
+        return self._gradients(self._call("Backward", request, timeout), decoding)
+
+    def put(self, name, array, *, overwrite=False, expected_version=None,
+            chunk_bytes=DEFAULT_CHUNK_BYTES, progress=None, timeout=None):
+        """Stores `array` (an ndarray, array-like, bfloat16 or torch tensor) under `name`.
+
+        The bytes go in chunks of chunk_bytes over one PutTensor stream, so any size fits; the
+        tensor becomes visible when the upload completes, all at once. A name that exists is
+        replaced only with overwrite=True or when expected_version is its current version
+        (tensorops.FailedPrecondition otherwise). progress(bytes_done, bytes_total) is called
+        after each chunk, on gRPC's thread; an exception it raises cancels the upload, nothing is
+        stored, and put raises that exception. Never
+        retried automatically (see tensorops.service_config): on tensorops.Unavailable, call
+        it again. Returns a tensorops.Ref to the stored tensor at its new version.
+        """
+        upload = self._upload(name, array, overwrite, expected_version, chunk_bytes, progress)
+        try:
+            response = self._call("PutTensor", iter(upload), timeout)
+        except Error:
+            upload.reraise_progress_error()
+            raise
+        return self._put_result(response)
+
+    def get(self, name, version=None, *, chunk_bytes=None, progress=None, timeout=None):
+        """The stored tensor `name` (a str or a tensorops.Ref) as a writable ndarray of its own
+        (tensorops.bfloat16 for bfloat16).
+
+        version: the version it must be at (tensorops.FailedPrecondition otherwise); for a Ref,
+        default its version. The bytes arrive in chunks of chunk_bytes (default: the server's,
+        4 MiB), all of one version; progress(bytes_done, bytes_total) is called after each.
+        """
+        name, request = self._get_request(name, version, chunk_bytes)
+        download = Download(name, progress)
+        responses = self._stub.GetTensor(request, timeout=self._timeout(timeout),
+                                         metadata=self._metadata)
+        try:
+            for response in responses:
+                download.add(response)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        finally:
+            responses.cancel()
+        return download.result()
+
+    def list(self, *, timeout=None):
+        """Every stored tensor of this client's namespace as a tensorops.TensorInfo, by name."""
+        response = self._call("ListTensors", store_pb2.ListTensorsRequest(), timeout)
+        return [TensorInfo.from_proto(info) for info in response.tensors]
+
+    def info(self, name, *, timeout=None):
+        """The tensorops.TensorInfo of the stored tensor `name` (tensorops.NotFound if none)."""
+        return TensorInfo.from_proto(self._call("TensorInfo", self._info_request(name),
+                                                timeout).info)
+
+    def delete(self, name, expected_version=None, *, timeout=None):
+        """Deletes the stored tensor `name` (a str or a tensorops.Ref); with expected_version
+        (for a Ref, default its version) only if it is at that version
+        (tensorops.FailedPrecondition otherwise). Never retried automatically."""
+        self._call("DeleteTensor", self._delete_request(name, expected_version), timeout)
+
+    def ref(self, name, version=None, *, timeout=None):
+        """A tensorops.Ref to the stored tensor `name`, with its dtype and shape from the server
+        (tensorops.NotFound if there is none). version: the version ops must find it at; None:
+        whatever version is current when each op runs. tensorops.Ref(name) makes one without
+        asking the server."""
+        info = self.info(name, timeout=timeout)
+        return Ref(info.name, version, info.dtype, info.shape)
 
     def server_info(self, *, timeout=None):
         """The server's tensorops.v1.ServerInfoResponse (version, devices, limits, ops...)."""
@@ -213,11 +407,12 @@ class Client(_Base):
         op that fails yields its Error and the stream goes on; if the stream itself fails, the
         iterator raises its Error. timeout bounds the whole stream.
         """
+        decoding = self._decoding(None, ())
         responses = self._stub.RunStream(self._stream_requests(items),
                                          timeout=self._timeout(timeout), metadata=self._metadata)
         try:
             for response in responses:
-                yield self._stream_outcome(response)
+                yield self._stream_outcome(response, decoding)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
         finally:
@@ -225,9 +420,9 @@ class Client(_Base):
 
 
 def _make_sync(name, builder):
-    def method(self, *args, timeout=None, **kwargs):
-        rpc, request = self._unary_parts(builder(*args, **kwargs))
-        return from_tensor(self._call(rpc, request, timeout).result)
+    def method(self, *args, copy=None, timeout=None, **kwargs):
+        rpc, request, decoding = self._op_call(builder, args, kwargs, copy)
+        return self._decode(self._call(rpc, request, timeout).result, decoding)
 
     return method
 

@@ -1,5 +1,7 @@
-"""numpy arrays <-> tensorops.v1.Tensor, scalars and reduction names."""
+"""numpy arrays, torch tensors and references <-> tensorops.v1.Tensor; scalars; reductions."""
+import dataclasses
 import numbers
+import sys
 
 import numpy as np
 
@@ -22,6 +24,63 @@ _WIRE_DTYPE = {
 # Little-endian numpy dtype of each wire dtype (bfloat16: its raw bits).
 _NUMPY_DTYPE = {wire: dtype.newbyteorder("<") for dtype, wire in _WIRE_DTYPE.items()}
 _NUMPY_DTYPE[_DT.DATA_TYPE_BFLOAT16] = np.dtype("<u2")
+# The name of each wire dtype, as numpy and torch spell it ("float32", "bfloat16").
+DTYPE_NAMES = {wire: dtype.name for dtype, wire in _WIRE_DTYPE.items()}
+DTYPE_NAMES[_DT.DATA_TYPE_BFLOAT16] = "bfloat16"
+_WIRE_BY_NAME = {name: wire for wire, name in DTYPE_NAMES.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class Ref:
+    """A tensor kept in the server's store, given by name: usable wherever an op takes an array.
+
+    name: the stored tensor's name. version: when set, the op requires the tensor to be at exactly
+    this version (tensorops.FailedPrecondition naming the current one otherwise); None uses
+    whatever version is current when the op runs. dtype ("float32", "bfloat16", ...) and shape
+    describe the tensor when known; they are never sent, and serve the client only (a list given
+    as `src` next to a Ref input takes the Ref's dtype). data: the result's array when an op was
+    called with return_data=True, else None.
+
+    client.put, client.ref and ops called with store_as= or in_place=True return Refs pinned to
+    the version they saw or made; ref.latest() is the same name at whatever version is current.
+    """
+    name: str
+    version: int = None
+    dtype: str = None
+    shape: tuple = None
+    data: object = dataclasses.field(default=None, compare=False, repr=False)
+
+    def latest(self):
+        """This Ref without its version: ops use whatever version is current when they run."""
+        return dataclasses.replace(self, version=None, data=None)
+
+    def proto(self):
+        """The tensor_pb2.Tensor that references this stored tensor."""
+        ref = tensor_pb2.TensorRef(name=self.name)
+        if self.version is not None:
+            ref.version = self.version
+        return tensor_pb2.Tensor(stored=ref)
+
+
+def _torch():
+    """The torch module if the program has imported it (a torch tensor can exist only then)."""
+    return sys.modules.get("torch")
+
+
+def is_torch_tensor(value):
+    torch = _torch()
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def torch_device(values):
+    """The device of the first torch tensor among `values`, or None when there is none."""
+    torch = _torch()
+    if torch is None:
+        return None
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            return value.device
+    return None
 
 
 class bfloat16:
@@ -61,10 +120,33 @@ class bfloat16:
         return f"tensorops.bfloat16({self.to_float32()!r})"
 
 
-def to_tensor(value, name="tensor"):
-    """A tensor_pb2.Tensor holding `value` (array-like, bfloat16, or ml_dtypes bfloat16)."""
+def _torch_to_numpy(tensor):
+    """A torch tensor's values as an ndarray (a view when it is on the CPU), detached from
+    autograd; bfloat16 as its raw uint16 bits."""
+    torch = _torch()
+    tensor = tensor.detach()
+    if tensor.device.type != "cpu":
+        tensor = tensor.cpu()
+    tensor = tensor.resolve_conj().resolve_neg()
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy().view(np.uint16)
+    return tensor.numpy()
+
+
+def wire_array(value, name="tensor"):
+    """(wire dtype, ndarray in little-endian byte order) of an array-like, bfloat16, ml_dtypes
+    bfloat16 array or torch tensor (detached, copied to the CPU, bfloat16 as its bits)."""
+    if isinstance(value, Ref):
+        raise TypeError(f"{name} is a reference to the stored tensor {value.name!r}, where the "
+                        "tensor's values are needed")
     if isinstance(value, bfloat16):
         array, wire = value.bits, _DT.DATA_TYPE_BFLOAT16
+    elif is_torch_tensor(value):
+        array = _torch_to_numpy(value)
+        wire = (_DT.DATA_TYPE_BFLOAT16 if value.dtype == _torch().bfloat16
+                else _WIRE_DTYPE.get(array.dtype))
+        if wire is None:
+            raise TypeError(f"{name}: torch dtype {value.dtype} is not supported by tensorops")
     else:
         array = np.asarray(value)
         if array.dtype.name == "bfloat16":  # ml_dtypes
@@ -75,19 +157,99 @@ def to_tensor(value, name="tensor"):
                 raise TypeError(f"{name}: dtype {array.dtype} is not supported by tensorops")
     if array.dtype.byteorder == ">":
         array = array.astype(array.dtype.newbyteorder("<"))
+    return wire, array
+
+
+def to_tensor(value, name="tensor"):
+    """A tensor_pb2.Tensor holding `value` (see wire_array), or referencing a Ref's tensor."""
+    if isinstance(value, Ref):
+        return value.proto()
+    wire, array = wire_array(value, name)
     # protobuf needs a bytes object: one copy, which tobytes() makes from any layout (C order).
     return tensor_pb2.Tensor(dtype=wire, shape=array.shape, data=array.tobytes())
 
 
-def from_tensor(tensor):
-    """A read-only ndarray over the tensor's bytes (no copy), or a bfloat16 for BFLOAT16."""
+def _is_array_like_only(value):
+    """Whether `value` is an array-like without a dtype of its own: a list, a tuple or a Python
+    number (numpy scalars, arrays, torch tensors, bfloat16 and Refs have one)."""
+    return (isinstance(value, (list, tuple, numbers.Number))
+            and not isinstance(value, np.generic))
+
+
+def wire_dtype_of(value, tensor):
+    """The wire dtype of an op's argument `value` whose message is `tensor`; None if unknown (a
+    Ref without dtype)."""
+    if tensor.dtype:
+        return tensor.dtype
+    if isinstance(value, Ref) and value.dtype is not None:
+        return _WIRE_BY_NAME.get(value.dtype)
+    return None
+
+
+def _convert(value, wire, name, like_name):
+    """`value` (a list, tuple or Python number) as an array of the wire dtype `wire`, as
+    torch.tensor(value, dtype=...) converts: floats to integers truncate, but an integer that
+    the dtype cannot hold and a complex value for a real dtype are errors."""
+    target_name = DTYPE_NAMES[wire]
+    natural = np.asarray(value)
+    if natural.dtype.kind not in "biufc":
+        raise TypeError(f"{name} = {value!r} is not numeric (its elements are {natural.dtype})")
+    if natural.dtype.kind == "c" and target_name not in ("complex64", "complex128"):
+        raise ValueError(f"{name} = {value!r} has complex values, which {like_name}.dtype = "
+                         f"{target_name} cannot hold")
+    if wire == _DT.DATA_TYPE_BFLOAT16:
+        return bfloat16.from_float32(natural.astype(np.float32))
+    target = _NUMPY_DTYPE[wire]
+    if natural.dtype.kind in "iu" and target.kind in "iu":
+        limits = np.iinfo(target)
+        outside = (natural < limits.min) | (natural > limits.max)
+        if outside.any():
+            bad = natural[outside].flat[0]
+            raise ValueError(f"{name}: {bad} does not fit {like_name}.dtype = {target_name} "
+                             f"(expected {limits.min} <= value <= {limits.max})")
+    return natural.astype(target)
+
+
+def to_tensor_like(value, like, like_tensor, name, like_name="input"):
+    """A tensor_pb2.Tensor for `value`, an op argument that must have the dtype of another one
+    (`like`, sent as `like_tensor`): a list, tuple or Python number takes that dtype, as
+    torch.tensor(value, dtype=like.dtype) would; arrays, tensors and Refs keep their own, which
+    the server checks."""
+    if _is_array_like_only(value):
+        wire = wire_dtype_of(like, like_tensor)
+        if wire is not None:
+            value = _convert(value, wire, name, like_name)
+    return to_tensor(value, name)
+
+
+def from_tensor(tensor, copy=False, device=None):
+    """The values of a result tensor message.
+
+    Default: a read-only ndarray over the message's bytes (no copy), or a bfloat16 for BFLOAT16.
+    copy=True: a writable ndarray of its own (one copy). device (a torch.device): a torch tensor
+    on it, which shares the writable copy's memory on the CPU (torch.bfloat16 for BFLOAT16).
+    """
     dtype = _NUMPY_DTYPE.get(tensor.dtype)
     if dtype is None:
         raise TypeError(f"server sent unknown dtype {tensor.dtype}")
     array = np.frombuffer(tensor.data, dtype=dtype).reshape(tuple(tensor.shape))
-    if tensor.dtype == _DT.DATA_TYPE_BFLOAT16:
-        return bfloat16(array)
-    return array
+    if copy or device is not None:
+        array = array.copy()
+    return wrap_array(array, tensor.dtype, device)
+
+
+def wrap_array(array, wire, device=None):
+    """`array` (little-endian, of wire dtype `wire`) as a client returns it: an ndarray, a
+    bfloat16, or with a torch device a torch tensor over the same memory (array must be
+    writable), moved to the device."""
+    if device is None:
+        return bfloat16(array) if wire == _DT.DATA_TYPE_BFLOAT16 else array
+    torch = _torch()
+    if wire == _DT.DATA_TYPE_BFLOAT16:
+        tensor = torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    else:
+        tensor = torch.from_numpy(array)
+    return tensor if device.type == "cpu" else tensor.to(device)
 
 
 def to_scalar(value):
@@ -108,6 +270,11 @@ def to_scalar(value):
 def is_scalar(value):
     """Whether `value` is a Python or numpy scalar (not an ndarray, not even 0-d)."""
     return isinstance(value, (numbers.Number, np.generic))
+
+
+def wire_dtype(name):
+    """The wire DataType of a dtype name ("float32", "bfloat16")."""
+    return _WIRE_BY_NAME[name]
 
 
 _R = ops_pb2.Reduction

@@ -8,11 +8,11 @@ Every method of tensorops.Client, as a coroutine (run_stream: an async iterator)
 import grpc
 import grpc.aio
 
-from tensorops import requests
 from tensorops._client import _add_op_methods, _Base
-from tensorops._errors import from_rpc_error
-from tensorops._tensor import from_tensor
-from tensorops.v1 import server_info_pb2, service_pb2_grpc
+from tensorops._errors import Error, from_rpc_error
+from tensorops._store import DEFAULT_CHUNK_BYTES, Download, TensorInfo
+from tensorops._tensor import Ref
+from tensorops.v1 import server_info_pb2, service_pb2_grpc, store_pb2
 
 
 class Client(_Base):
@@ -42,15 +42,60 @@ class Client(_Base):
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
 
-    async def run(self, op, *args, timeout=None, **kwargs):
+    async def run(self, op, *args, copy=None, timeout=None, **kwargs):
         """As tensorops.Client.run."""
-        request = requests.build(op, *args, **kwargs)
-        return from_tensor((await self._call("Run", request, timeout)).result)
+        request, decoding = self._run_call(op, args, kwargs, copy)
+        return self._decode((await self._call("Run", request, timeout)).result, decoding)
 
-    async def backward(self, op, grad_output, *args, timeout=None, **kwargs):
+    async def backward(self, op, grad_output, *args, copy=None, timeout=None, **kwargs):
         """As tensorops.Client.backward."""
-        request = self._backward_request(op, grad_output, args, kwargs)
-        return self._gradients(await self._call("Backward", request, timeout))
+        request, decoding = self._backward_call(op, grad_output, args, kwargs, copy)
+        return self._gradients(await self._call("Backward", request, timeout), decoding)
+
+    async def put(self, name, array, *, overwrite=False, expected_version=None,
+                  chunk_bytes=DEFAULT_CHUNK_BYTES, progress=None, timeout=None):
+        """As tensorops.Client.put (progress is called on the event loop's thread)."""
+        upload = self._upload(name, array, overwrite, expected_version, chunk_bytes, progress)
+        try:
+            response = await self._call("PutTensor", iter(upload), timeout)
+        except Error:
+            upload.reraise_progress_error()
+            raise
+        return self._put_result(response)
+
+    async def get(self, name, version=None, *, chunk_bytes=None, progress=None, timeout=None):
+        """As tensorops.Client.get."""
+        name, request = self._get_request(name, version, chunk_bytes)
+        download = Download(name, progress)
+        call = self._stub.GetTensor(request, timeout=self._timeout(timeout),
+                                    metadata=self._metadata)
+        try:
+            async for response in call:
+                download.add(response)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        finally:
+            call.cancel()
+        return download.result()
+
+    async def list(self, *, timeout=None):
+        """As tensorops.Client.list."""
+        response = await self._call("ListTensors", store_pb2.ListTensorsRequest(), timeout)
+        return [TensorInfo.from_proto(info) for info in response.tensors]
+
+    async def info(self, name, *, timeout=None):
+        """As tensorops.Client.info."""
+        response = await self._call("TensorInfo", self._info_request(name), timeout)
+        return TensorInfo.from_proto(response.info)
+
+    async def delete(self, name, expected_version=None, *, timeout=None):
+        """As tensorops.Client.delete."""
+        await self._call("DeleteTensor", self._delete_request(name, expected_version), timeout)
+
+    async def ref(self, name, version=None, *, timeout=None):
+        """As tensorops.Client.ref."""
+        info = await self.info(name, timeout=timeout)
+        return Ref(info.name, version, info.dtype, info.shape)
 
     async def server_info(self, *, timeout=None):
         """As tensorops.Client.server_info."""
@@ -68,11 +113,12 @@ class Client(_Base):
             request_iterator = stream_requests()
         else:
             request_iterator = self._stream_requests(items)
+        decoding = self._decoding(None, ())
         call = self._stub.RunStream(request_iterator, timeout=self._timeout(timeout),
                                     metadata=self._metadata)
         try:
             async for response in call:
-                yield self._stream_outcome(response)
+                yield self._stream_outcome(response, decoding)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
         finally:
@@ -80,9 +126,9 @@ class Client(_Base):
 
 
 def _make_async(name, builder):
-    async def method(self, *args, timeout=None, **kwargs):
-        rpc, request = self._unary_parts(builder(*args, **kwargs))
-        return from_tensor((await self._call(rpc, request, timeout)).result)
+    async def method(self, *args, copy=None, timeout=None, **kwargs):
+        rpc, request, decoding = self._op_call(builder, args, kwargs, copy)
+        return self._decode((await self._call(rpc, request, timeout)).result, decoding)
 
     return method
 

@@ -3,9 +3,17 @@
 run_stream and backward take these: e.g.
     client.run_stream([(1, requests.gather(x, 1, index)), (2, requests.index_select(x, 0, i))])
 Each builder checks nothing the server checks; it only converts arrays and names.
+
+Tensor arguments are numpy arrays, torch tensors (detached and copied to the CPU), array-likes
+(lists, tuples, Python numbers) or tensorops.Ref (a stored tensor). An argument that must have
+the input's dtype (src, source) keeps its dtype when it has one (arrays, tensors; the server
+rejects a mismatch) and takes the input's when it is a list, tuple or Python number, as
+torch.tensor(src, dtype=input.dtype) would.
 """
-from tensorops._tensor import is_scalar, to_reduction, to_scalar, to_tensor
-from tensorops.v1 import generic_pb2, ops_pb2
+import uuid
+
+from tensorops._tensor import is_scalar, to_reduction, to_scalar, to_tensor, to_tensor_like
+from tensorops.v1 import generic_pb2, ops_pb2, tensor_pb2
 
 # Every builder below, by name, and the unary RPC that runs it alone.
 OPS = {
@@ -46,12 +54,13 @@ def scatter(input, axis, index, src=None, *, value=None, reduce=None, include_se
     """
     if (src is None) == (value is None):
         raise ValueError("scatter: give exactly one of src and value")
-    request = ops_pb2.ScatterRequest(input=to_tensor(input, "input"),
+    input_tensor = to_tensor(input, "input")
+    request = ops_pb2.ScatterRequest(input=input_tensor,
                                      index=to_tensor(index, "index"), axis=axis,
                                      reduce=to_reduction(reduce), broadcast=broadcast,
                                      deterministic=deterministic)
     if src is not None and not is_scalar(src):
-        request.src.CopyFrom(to_tensor(src, "src"))
+        request.src.CopyFrom(to_tensor_like(src, input, input_tensor, "src"))
     else:
         request.value.CopyFrom(to_scalar(src if src is not None else value))
     if include_self is not None:
@@ -95,9 +104,11 @@ def index_reduce(input, axis, index, source, reduce, *, include_self=True, alpha
 
     reduce: 'prod', 'mean', 'amax', 'amin'; also 'sum' (with alpha) and 'assign' (index_copy).
     """
+    input_tensor = to_tensor(input, "input")
     request = ops_pb2.IndexReduceRequest(
-        input=to_tensor(input, "input"), index=to_tensor(index, "index"),
-        src=to_tensor(source, "source"), axis=axis, reduce=to_reduction(reduce))
+        input=input_tensor, index=to_tensor(index, "index"),
+        src=to_tensor_like(source, input, input_tensor, "source"), axis=axis,
+        reduce=to_reduction(reduce))
     if include_self is not None:
         request.include_self = include_self
     if alpha is not None:
@@ -118,14 +129,18 @@ def index_copy(input, axis, index, source):
 
 def select_scatter(input, src, axis, index):
     """torch.select_scatter(input, src, axis, index)."""
+    input_tensor = to_tensor(input, "input")
     return generic_pb2.OpRequest(select_scatter=ops_pb2.SelectScatterRequest(
-        input=to_tensor(input, "input"), src=to_tensor(src, "src"), axis=axis, index=index))
+        input=input_tensor, src=to_tensor_like(src, input, input_tensor, "src"), axis=axis,
+        index=index))
 
 
 def slice_scatter(input, src, axis=0, start=None, end=None, step=1):
     """torch.slice_scatter(input, src, axis=0, start=None, end=None, step=1)."""
-    request = ops_pb2.SliceScatterRequest(input=to_tensor(input, "input"),
-                                          src=to_tensor(src, "src"), axis=axis)
+    input_tensor = to_tensor(input, "input")
+    request = ops_pb2.SliceScatterRequest(input=input_tensor,
+                                          src=to_tensor_like(src, input, input_tensor, "src"),
+                                          axis=axis)
     if start is not None:
         request.start = start
     if end is not None:
@@ -137,8 +152,9 @@ def slice_scatter(input, src, axis=0, start=None, end=None, step=1):
 
 def diagonal_scatter(input, src, offset=0, axis1=None, axis2=None, *, dim1=None, dim2=None):
     """torch.diagonal_scatter(input, src, offset=0, dim1=0, dim2=1) (axis1/axis2 = dim1/dim2)."""
-    request = ops_pb2.DiagonalScatterRequest(input=to_tensor(input, "input"),
-                                             src=to_tensor(src, "src"), offset=offset)
+    input_tensor = to_tensor(input, "input")
+    request = ops_pb2.DiagonalScatterRequest(
+        input=input_tensor, src=to_tensor_like(src, input, input_tensor, "src"), offset=offset)
     axis1 = axis1 if axis1 is not None else dim1
     axis2 = axis2 if axis2 is not None else dim2
     if axis1 is not None:
@@ -165,12 +181,14 @@ def scatter_nd(input, index, src, *, reduce=None, include_self=None, axes=None, 
     """
     if reduce is None:
         reduce = "assign" if input is not None else "sum"
-    request = ops_pb2.ScatterNdRequest(index=to_tensor(index, "index"), src=to_tensor(src, "src"),
-                                       axes=axes or [], batch_dims=batch_dims,
-                                       reduce=to_reduction(reduce), shape=shape or [],
-                                       deterministic=deterministic)
+    request = ops_pb2.ScatterNdRequest(index=to_tensor(index, "index"), axes=axes or [],
+                                       batch_dims=batch_dims, reduce=to_reduction(reduce),
+                                       shape=shape or [], deterministic=deterministic)
     if input is not None:
         request.input.CopyFrom(to_tensor(input, "input"))
+        request.src.CopyFrom(to_tensor_like(src, input, request.input, "src"))
+    else:
+        request.src.CopyFrom(to_tensor(src, "src"))
     if include_self is not None:
         request.include_self = include_self
     return generic_pb2.OpRequest(scatter_nd=request)
@@ -178,8 +196,10 @@ def scatter_nd(input, index, src, *, reduce=None, include_self=None, axes=None, 
 
 def masked_scatter(input, mask, src):
     """torch.masked_scatter(input, mask, src)."""
+    input_tensor = to_tensor(input, "input")
     return generic_pb2.OpRequest(masked_scatter=ops_pb2.MaskedScatterRequest(
-        input=to_tensor(input, "input"), mask=to_tensor(mask, "mask"), src=to_tensor(src, "src")))
+        input=input_tensor, mask=to_tensor(mask, "mask"),
+        src=to_tensor_like(src, input, input_tensor, "src")))
 
 
 def build(op, *args, **kwargs):
@@ -192,3 +212,37 @@ def build(op, *args, **kwargs):
     if op not in OPS:
         raise ValueError(f"unknown op {op!r}; expected one of {', '.join(sorted(OPS))}")
     return globals()[op](*args, **kwargs)
+
+
+def result_options(*, store_as=None, overwrite=False, expected_version=None, in_place=False,
+                   return_data=False, update_id=None):
+    """The tensor_pb2.ResultOptions of an op's keyword arguments, or None when they ask for
+    nothing (the result comes back in the response).
+
+    store_as: store the result under this name (overwrite=True replaces a value; with
+    expected_version the name must be at that version). in_place=True: update the stored tensor
+    that `input` references. return_data=True: return the stored result's values too.
+    update_id: the id that makes a retried store_as/in_place call apply once; a call that
+    changes the store and has none gets a fresh one (uuid4 hex), which every retry of that call
+    reuses, since it is part of the request gRPC resends.
+    """
+    if not (store_as or in_place or overwrite or expected_version is not None or return_data
+            or update_id):
+        return None
+    options = tensor_pb2.ResultOptions(store_as=store_as or "", overwrite=overwrite,
+                                       in_place=in_place, return_data=return_data)
+    if expected_version is not None:
+        options.expected_version = expected_version
+    if update_id is None and (store_as or in_place):
+        update_id = uuid.uuid4().hex
+    if update_id:
+        options.update_id = update_id
+    return options
+
+
+def with_result_options(op, options):
+    """`op` (an OpRequest) with its op's result_options set to `options` (tensor_pb2.ResultOptions
+    or None: unchanged); the OpRequest is modified and returned."""
+    if options is not None:
+        getattr(op, op.WhichOneof("op")).result_options.CopyFrom(options)
+    return op

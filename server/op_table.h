@@ -48,9 +48,15 @@ namespace tensorops {
 // holds until the op has run.
 class ArgDecoder {
  public:
+  // `result_stays_in_store`: the call's result is stored and not returned (ResultOptions), so a
+  // shape the result is allocated from is not held to the message size limit.
   ArgDecoder(std::string_view op, const wire::DecodeLimits& limits,
-             std::shared_ptr<const StoredOperands> operands = nullptr)
-      : op_(op), limits_(limits), operands_(std::move(operands)) {}
+             std::shared_ptr<const StoredOperands> operands = nullptr,
+             bool result_stays_in_store = false)
+      : op_(op),
+        limits_(limits),
+        operands_(std::move(operands)),
+        result_stays_in_store_(result_stays_in_store) {}
 
   absl::StatusOr<TensorView> Tensor(const v1::Tensor& tensor, std::string_view arg) const {
     if (tensor.has_stored()) return StoredTensor(tensor, arg);
@@ -64,7 +70,12 @@ class ArgDecoder {
   }
   // ShapeField checks a shape sent as a field of its own (ScatterNdRequest.shape) as a tensor's.
   absl::Status ShapeField(DataType dtype, ShapeSpan shape, std::string_view arg) const {
-    return wire::CheckShapeField(dtype, shape, op_, arg, limits_).status();
+    if (!result_stays_in_store_) {
+      return wire::CheckShapeField(dtype, shape, op_, arg, limits_).status();
+    }
+    wire::DecodeLimits stored_limits = limits_;
+    stored_limits.max_bytes = std::numeric_limits<int64_t>::max();
+    return wire::CheckShapeField(dtype, shape, op_, arg, stored_limits).status();
   }
   std::string_view op() const { return op_; }
 
@@ -90,6 +101,7 @@ class ArgDecoder {
   std::string_view op_;
   const wire::DecodeLimits& limits_;
   std::shared_ptr<const StoredOperands> operands_;
+  const bool result_stays_in_store_;
 };
 
 // CpuKernel is the CPU kernel of a plan type: it writes the result into `result`.

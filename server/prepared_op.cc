@@ -162,7 +162,9 @@ absl::StatusOr<PreparedOp> PrepareFor(const typename Op::Request& request,
     operands.reset();
     return Remembered(op, std::move(change), options, stored, result);
   }
-  const ArgDecoder decoder(op, limits, operands);
+  const ArgDecoder decoder(
+      op, limits, operands,
+      /*result_stays_in_store=*/ChangesStore(options) && !options.return_data());
   TENSOROPS_ASSIGN_OR_RETURN(auto args, Serving::Decode(request, decoder));
   // The request is not a const object (see InputReuse), so writing through the pointer is
   // defined.

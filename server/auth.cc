@@ -2,10 +2,13 @@
 
 #include <cstddef>
 #include <utility>
+#include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "proto/credential_file.h"
 
@@ -40,23 +43,36 @@ absl::StatusOr<std::unique_ptr<TokenAuthenticator>> TokenAuthenticator::FromFile
     const std::string& path) {
   absl::StatusOr<std::string> contents = wire::ReadCredentialFile("auth_token_file", path);
   if (!contents.ok()) return contents.status();
-  const absl::string_view token = absl::StripAsciiWhitespace(*contents);
-  if (token.empty()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "auth_token_file: %s holds no token (it is empty or only whitespace)", path));
+  std::vector<std::string> tokens;
+  int line_number = 0;
+  for (const absl::string_view line : absl::StrSplit(*contents, '\n')) {
+    ++line_number;
+    const absl::string_view token = absl::StripAsciiWhitespace(line);
+    if (token.empty() || token.front() == '#') continue;
+    if (!IsMetadataSafe(token)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "auth_token_file: the token on line %d of %s has a character that gRPC metadata "
+          "cannot carry (expected printable ASCII without spaces)",
+          line_number, path));
+    }
+    if (absl::c_linear_search(tokens, token)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "auth_token_file: line %d of %s repeats an earlier token (each token is one tenant)",
+          line_number, path));
+    }
+    tokens.emplace_back(token);
   }
-  if (!IsMetadataSafe(token)) {
+  if (tokens.empty()) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "auth_token_file: the token in %s has a character that gRPC metadata cannot carry "
-        "(expected printable ASCII without spaces)",
-        path));
+        "auth_token_file: %s holds no token (it is empty, only whitespace or comments)", path));
   }
-  return std::unique_ptr<TokenAuthenticator>(new TokenAuthenticator(std::string(token)));
+  return std::unique_ptr<TokenAuthenticator>(new TokenAuthenticator(std::move(tokens)));
 }
 
-TokenAuthenticator::TokenAuthenticator(std::string token) : token_(std::move(token)) {}
+TokenAuthenticator::TokenAuthenticator(std::vector<std::string> tokens)
+    : tokens_(std::move(tokens)) {}
 
-absl::Status TokenAuthenticator::Check(
+absl::StatusOr<int> TokenAuthenticator::Identify(
     const std::multimap<grpc::string_ref, grpc::string_ref>& client_metadata) const {
   const auto entry = client_metadata.find(kMetadataKey);
   if (entry == client_metadata.end()) {
@@ -70,10 +86,14 @@ absl::Status TokenAuthenticator::Check(
         "authorization metadata is not a bearer token (expected \"authorization: Bearer "
         "<token>\")");
   }
-  if (!ConstantTimeEquals(value.substr(kScheme.size()), token_)) {
-    return absl::UnauthenticatedError("wrong bearer token");
+  // Every token is compared, whichever matches, so that the time says nothing about which.
+  const absl::string_view presented = value.substr(kScheme.size());
+  int match = 0;
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    if (ConstantTimeEquals(presented, tokens_[i])) match = static_cast<int>(i) + 1;
   }
-  return absl::OkStatus();
+  if (match == 0) return absl::UnauthenticatedError("wrong bearer token");
+  return match;
 }
 
 }  // namespace tensorops

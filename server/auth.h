@@ -2,7 +2,9 @@
 //
 //   authorization: Bearer <token>
 //
-// as call metadata; the token is the one in the server's --auth_token_file.
+// as call metadata; the token is one of those in the server's --auth_token_file, one per line.
+// Each token is a tenant of its own: its stored tensors are invisible to every other token
+// (StoreNamespace, server/op_call.h).
 //
 //   absl::StatusOr<std::unique_ptr<TokenAuthenticator>> authenticator =
 //       TokenAuthenticator::FromFile("/etc/tensorops/token");
@@ -19,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -26,18 +29,19 @@
 
 namespace tensorops {
 
-// TokenAuthenticator holds one expected bearer token and checks calls' metadata against it.
+// TokenAuthenticator holds the accepted bearer tokens and checks calls' metadata against them.
 // Immutable after construction, so any number of threads may call Check. Not copyable.
 class TokenAuthenticator {
  public:
   // kMetadataKey is the metadata key the token travels under (gRPC lower-cases keys).
   static constexpr char kMetadataKey[] = "authorization";
 
-  // FromFile reads the token from `path`, ignoring whitespace around it (a trailing newline,
-  // say). The file's error (NOT_FOUND, PERMISSION_DENIED, ...) naming the path when it cannot be
-  // read; INVALID_ARGUMENT naming the path for an empty token and for a token with characters
-  // that cannot travel in gRPC metadata (anything but printable ASCII other than space). Neither
-  // message contains the token.
+  // FromFile reads the tokens from `path`, one per line, ignoring whitespace around each, blank
+  // lines and lines starting with '#'. The file's error (NOT_FOUND, PERMISSION_DENIED, ...)
+  // naming the path when it cannot be read; INVALID_ARGUMENT naming the path (and the line) for
+  // a file without a token, a token with characters that cannot travel in gRPC metadata
+  // (anything but printable ASCII other than space) and a token given twice. No message
+  // contains a token.
   static absl::StatusOr<std::unique_ptr<TokenAuthenticator>> FromFile(const std::string& path);
 
   TokenAuthenticator(const TokenAuthenticator&) = delete;
@@ -50,12 +54,21 @@ class TokenAuthenticator {
   // for another token. No message repeats what the caller sent or the expected token. The
   // comparison takes the same time wherever the tokens differ.
   absl::Status Check(
+      const std::multimap<grpc::string_ref, grpc::string_ref>& client_metadata) const {
+    return Identify(client_metadata).status();
+  }
+
+  // Identify is Check that also says which token the call sent: its position among the file's
+  // tokens, from 1. The comparison takes the same time whichever token matches, if any.
+  absl::StatusOr<int> Identify(
       const std::multimap<grpc::string_ref, grpc::string_ref>& client_metadata) const;
 
- private:
-  explicit TokenAuthenticator(std::string token);
+  int token_count() const { return static_cast<int>(tokens_.size()); }
 
-  const std::string token_;
+ private:
+  explicit TokenAuthenticator(std::vector<std::string> tokens);
+
+  const std::vector<std::string> tokens_;
 };
 
 }  // namespace tensorops

@@ -64,8 +64,8 @@ ABSL_FLAG(int64_t, gpu_memory_limit, 0,
           "Most GPU memory in bytes that batches hold at once (>= 0; 0 = no limit but the "
           "device's); a batch that would exceed it runs on the CPU.");
 ABSL_FLAG(int64_t, store_memory_bytes, int64_t{1} << 30,
-          "Most bytes the tensor store (PutTensor, referenced by any op) holds in all (>= 0; 0 "
-          "turns the store off).");
+          "Most bytes the tensor store (PutTensor, results stored by any op, referenced by any "
+          "op) holds in all (>= 0; 0 turns the store off).");
 ABSL_FLAG(int, metrics_port, -1,
           "Port of the Prometheus endpoint (GET /metrics); -1 = none, 0 = any free port.");
 ABSL_FLAG(std::string, metrics_host, "",
@@ -84,8 +84,10 @@ ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA certificate(s) that clients' certificates must chain to: mutual TLS, clients "
           "without such a certificate cannot connect (needs --tls_cert).");
 ABSL_FLAG(std::string, auth_token_file, "",
-          "File holding the bearer token that every TensorOps call must send as 'authorization: "
-          "Bearer <token>' metadata (UNAUTHENTICATED otherwise); health and reflection stay open.");
+          "File of bearer tokens, one per line ('#' lines are comments): every TensorOps call "
+          "must send one as 'authorization: Bearer <token>' metadata (UNAUTHENTICATED "
+          "otherwise), and each token's stored tensors are its own. Health and reflection stay "
+          "open.");
 
 namespace {
 

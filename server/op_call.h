@@ -56,9 +56,10 @@ struct ServingContext {
   BlockingPool* blocking_pool = nullptr;
 };
 
-// StoreNamespace is the store namespace of `context`'s caller, the one place that decides it.
-// Every caller shares "" for now: with token auth the server has a single token, so there is
-// nothing to tell callers apart by; per-token namespaces need several tokens.
+// StoreNamespace is the store namespace of `context`'s caller, the one place that decides it:
+// without token auth every caller shares ""; with it, each token of --auth_token_file is a
+// namespace of its own ("token-N", N its position in the file), so that one tenant can neither
+// see, read, list, change nor delete another's tensors.
 std::string StoreNamespace(const ServingContext& serving,
                            const grpc::CallbackServerContext& context);
 

@@ -312,7 +312,8 @@ void Server::LogStartUp(const ServerOptions& options, const Placement& placement
       queue.max_batch, queue.max_batch_bytes, absl::FormatDuration(queue.max_queue_delay),
       queue.inline_max_bytes,
       options.store.memory_bytes > 0
-          ? absl::StrFormat("store_memory_bytes=%d", options.store.memory_bytes)
+          ? absl::StrFormat("store_memory_bytes=%d, device=%s", options.store.memory_bytes,
+                            kStoreCpuDevice)
           : std::string("off (--store_memory_bytes=0)"),
       metrics_->port() >= 0 ? absl::StrFormat("http://%s/metrics",
                                               ListenAddress(options.metrics.host, metrics_->port()))

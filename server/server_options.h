@@ -47,10 +47,11 @@ struct ServerOptions {
     // Largest gRPC message accepted and sent, in bytes (both directions); 1..2^31-1 because gRPC
     // takes an int. Default 1 GiB.
     int64_t max_message_bytes = int64_t{1} << 30;
-    // Largest element count of any one tensor, request or result. The default (2^32) lets SPEC's
-    // counts above 2^31 through; raise max_message_bytes to actually send such tensors.
+    // Largest element count of any one tensor, request or result. The default (2^32) lets the
+    // counts above 2^31 that docs/semantics.md allows through; raise max_message_bytes to actually
+    // send such tensors.
     int64_t max_elements = int64_t{1} << 32;
-    // Largest rank of any one tensor, 0..16 (SPEC's range).
+    // Largest rank of any one tensor, 0..16 (the range docs/semantics.md allows).
     int max_rank = kMaxRank;
     // Requests one RunStream may have read and not yet answered, >= 1; the server reads no more
     // of that stream until one is answered. Default 64.
@@ -77,10 +78,11 @@ struct ServerOptions {
     // PEM CA certificate(s) that client certificates must chain to: mutual TLS, where a client
     // without a certificate signed by one of them cannot connect. Needs tls_cert_file.
     std::string tls_client_ca_file;
-    // File holding the bearer token every TensorOps call must send as "authorization: Bearer
-    // <token>" metadata (UNAUTHENTICATED otherwise); surrounding whitespace is ignored and an
-    // empty token is rejected. Health and reflection stay open. Without TLS the token crosses the
-    // network in clear text.
+    // File of bearer tokens, one per line, every TensorOps call must send one of as
+    // "authorization: Bearer <token>" metadata (UNAUTHENTICATED otherwise); whitespace around a
+    // token, blank lines and '#' lines are ignored, and a file without a token is rejected. Each
+    // token is a tenant whose stored tensors no other token sees. Health and reflection stay
+    // open. Without TLS the tokens cross the network in clear text.
     std::string auth_token_file;
   };
 

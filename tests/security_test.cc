@@ -6,7 +6,8 @@
 // it) in a temporary directory: a CA, a server certificate for DNS:localhost and IP:127.0.0.1
 // signed by it, a client certificate signed by it, and a second, unrelated CA. EC P-256 keys keep
 // that quick. The command rather than OpenSSL's C API, because the tests then need no OpenSSL
-// headers or link flags, and the commands are the ones README gives for trying TLS by hand.
+// headers or link flags, and the commands are the ones docs/service.md gives for trying TLS by
+// hand.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -567,6 +568,22 @@ TEST_F(SecurityTest, AuthenticatorChecksTheBearerValue) {
               HasSubstr("missing authorization metadata"));
 }
 
+TEST_F(SecurityTest, AuthenticatorTellsTheTokensOfAFileApart) {
+  absl::StatusOr<std::unique_ptr<TokenAuthenticator>> authenticator =
+      TokenAuthenticator::FromFile(TokenFile("# tenants\n  first-token \n\nsecond-token\n# end\n"));
+  ASSERT_TRUE(authenticator.ok()) << authenticator.status();
+  EXPECT_EQ((*authenticator)->token_count(), 2);
+  auto identify = [&](const std::string& token) {
+    const std::string value = absl::StrCat("Bearer ", token);
+    const std::multimap<grpc::string_ref, grpc::string_ref> metadata = {{"authorization", value}};
+    return (*authenticator)->Identify(metadata);
+  };
+  EXPECT_EQ(identify("first-token").value_or(0), 1);
+  EXPECT_EQ(identify("second-token").value_or(0), 2);
+  EXPECT_EQ(identify("# tenants").status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(identify("first").status().code(), absl::StatusCode::kUnauthenticated);
+}
+
 TEST_F(SecurityTest, AuthenticatorRejectsBadTokenFiles) {
   for (const std::string contents : {"", " \n\t\n"}) {
     const std::string path = TokenFile(contents);
@@ -574,6 +591,14 @@ TEST_F(SecurityTest, AuthenticatorRejectsBadTokenFiles) {
     EXPECT_EQ(empty.code(), absl::StatusCode::kInvalidArgument) << empty;
     EXPECT_THAT(empty.message(), AllOf(HasSubstr(path), HasSubstr("no token")));
   }
+  const std::string comments = TokenFile("# no token here\n\n");
+  EXPECT_THAT(TokenAuthenticator::FromFile(comments).status().message(), HasSubstr("no token"));
+  const std::string twice = TokenFile(absl::StrCat(kToken, "\nother\n", kToken, "\n"));
+  const absl::Status twice_status = TokenAuthenticator::FromFile(twice).status();
+  EXPECT_EQ(twice_status.code(), absl::StatusCode::kInvalidArgument) << twice_status;
+  EXPECT_THAT(
+      twice_status.message(),
+      AllOf(HasSubstr("line 3"), HasSubstr("repeats an earlier token"), Not(HasSubstr(kToken))));
   const std::string spaced = TokenFile("two words\n");
   const absl::Status spaced_status = TokenAuthenticator::FromFile(spaced).status();
   EXPECT_EQ(spaced_status.code(), absl::StatusCode::kInvalidArgument) << spaced_status;

@@ -1063,6 +1063,29 @@ TEST_F(StoreServiceTest, TheCppClientRunsStoredCallsWithAnUpdateId) {
   EXPECT_EQ(client_->RunStored(plain).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(StoreServiceTest, AShutdownWithAnUploadOpenStoresNothing) {
+  grpc::ClientContext context;
+  v1::PutTensorResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::PutTensorRequest>> writer =
+      stub_->PutTensor(&context, &response);
+  v1::PutTensorRequest header;
+  header.mutable_header()->set_name("half");
+  header.mutable_header()->set_dtype(v1::DATA_TYPE_FLOAT32);
+  header.mutable_header()->add_shape(1024);
+  ASSERT_TRUE(writer->Write(header));
+  v1::PutTensorRequest chunk;
+  chunk.set_data(std::string(1000, '\0'));
+  ASSERT_TRUE(writer->Write(chunk));
+  // The header has reserved the tensor's bytes: the upload is open on the server.
+  ASSERT_TRUE(WaitFor([&] { return server_->store().used_bytes() == 4096; }));
+  server_->Shutdown(absl::Milliseconds(200));
+  writer->WritesDone();
+  const grpc::Status status = writer->Finish();
+  EXPECT_FALSE(status.ok());
+  EXPECT_EQ(server_->store().tensor_count(), 0);
+  EXPECT_EQ(server_->store().used_bytes(), 0);
+}
+
 TEST(StoreAuthTest, UnauthenticatedStoreCallsAreRefused) {
   const std::string token_file = ::testing::TempDir() + "/store_service_test_token";
   {
@@ -1088,6 +1111,60 @@ TEST(StoreAuthTest, UnauthenticatedStoreCallsAreRefused) {
   EXPECT_EQ(anonymous->DeleteTensor("w").code(), absl::StatusCode::kUnauthenticated);
   EXPECT_TRUE(client->GetTensor("w").ok());
   EXPECT_TRUE(client->DeleteTensor("w").ok());
+}
+
+TEST(StoreAuthTest, EachTokenIsATenantThatSeesOnlyItsOwnTensors) {
+  const std::string token_file = ::testing::TempDir() + "/store_service_test_tokens";
+  {
+    std::FILE* file = std::fopen(token_file.c_str(), "w");
+    ASSERT_NE(file, nullptr);
+    std::fputs("# one line per tenant\nalice-token\nbob-token\n", file);
+    std::fclose(file);
+  }
+  ServerOptions options;
+  options.security.auth_token_file = token_file;
+  std::unique_ptr<Server> server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<Client> alice = ConnectClient(server->port(), {.auth_token = "alice-token"});
+  std::unique_ptr<Client> bob = ConnectClient(server->port(), {.auth_token = "bob-token"});
+  const std::vector<float> values = Floats(4);
+  const TensorView view(DataType::kFloat32, {4}, values.data());
+  ASSERT_TRUE(alice->PutTensor("w", view).ok());
+
+  // Bob can neither read, list, describe, delete nor use Alice's "w".
+  EXPECT_EQ(bob->GetTensor("w").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(bob->TensorInfo("w").status().code(), absl::StatusCode::kNotFound);
+  absl::StatusOr<std::vector<v1::TensorInfo>> bobs = bob->ListTensors();
+  ASSERT_TRUE(bobs.ok());
+  EXPECT_TRUE(bobs->empty());
+  EXPECT_EQ(bob->DeleteTensor("w").code(), absl::StatusCode::kNotFound);
+  v1::OpRequest read;
+  read.mutable_index_select()->mutable_input()->mutable_stored()->set_name("w");
+  *read.mutable_index_select()->mutable_index() = MakeTensor<int64_t>({1}, {0});
+  EXPECT_EQ(bob->Run(read).status().code(), absl::StatusCode::kNotFound);
+  v1::OpRequest update;
+  update.mutable_scatter()->mutable_input()->mutable_stored()->set_name("w");
+  *update.mutable_scatter()->mutable_index() = MakeTensor<int64_t>({1}, {0});
+  *update.mutable_scatter()->mutable_src() = MakeTensor<float>({1}, {100.f});
+  update.mutable_scatter()->mutable_result_options()->set_in_place(true);
+  update.mutable_scatter()->mutable_result_options()->set_update_id("same-id");
+  EXPECT_EQ(bob->RunStored(update).status().code(), absl::StatusCode::kNotFound);
+
+  // Bob's own "w" is another tensor; update ids are per tenant too.
+  ASSERT_TRUE(bob->PutTensor("w", TensorView(DataType::kFloat32, {1}, values.data())).ok());
+  absl::StatusOr<StoredResult> alices_update = alice->RunStored(update);
+  ASSERT_TRUE(alices_update.ok()) << alices_update.status();
+  EXPECT_EQ(alices_update->version, 2);
+  absl::StatusOr<StoredResult> bobs_update = bob->RunStored(update);
+  ASSERT_TRUE(bobs_update.ok()) << bobs_update.status();
+  EXPECT_EQ(bobs_update->version, 2);
+  EXPECT_EQ(bobs_update->shape, (Shape{1}));
+  absl::StatusOr<Tensor> alices = alice->GetTensor("w");
+  ASSERT_TRUE(alices.ok());
+  EXPECT_EQ(alices->shape(), (Shape{4}));
+  EXPECT_EQ(static_cast<const float*>(alices->data())[0], 100.f);
+  EXPECT_EQ(static_cast<const float*>(alices->data())[1], values[1]);
+  EXPECT_EQ(server->store().tensor_count(), 2);
 }
 
 }  // namespace

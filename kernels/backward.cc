@@ -64,8 +64,8 @@ absl::Status CheckGradOutput(std::string_view op, const TensorView& grad_output,
 // ---------------------------------------------------------------------------------------------
 // Tensors in the compute dtype.
 
-// ComputeDtype is the dtype the backward does arithmetic in: float32 for the 16-bit floats (SPEC:
-// accumulate in float32, round once), the dtype itself otherwise.
+// ComputeDtype is the dtype the backward does arithmetic in: float32 for the 16-bit floats
+// (docs/semantics.md: accumulate in float32, round once), the dtype itself otherwise.
 DataType ComputeDtype(DataType dtype) {
   return dtype == DataType::kFloat16 || dtype == DataType::kBFloat16 ? DataType::kFloat32 : dtype;
 }
@@ -286,8 +286,8 @@ struct FamilyGradients {
 };
 
 // ScatterFamilyBackward computes both gradients in the compute type T with the formulas of
-// seeds/000 section 五 (PyTorch's scatter_reduce_backward). `source_scale` (SUM only) is
-// index_add's alpha: the source gradient is scaled by its conjugate.
+// PyTorch's scatter_reduce_backward (as Paddle's put_along_axis design adopts them). `source_scale`
+// (SUM only) is index_add's alpha: the source gradient is scaled by its conjugate.
 template <typename T>
 absl::StatusOr<FamilyGradients> ScatterFamilyBackward(const ScatterFamily& family,
                                                       const Tensor& input, const Tensor& source,
@@ -315,7 +315,8 @@ absl::StatusOr<FamilyGradients> ScatterFamilyBackward(const ScatterFamily& famil
     case Reduction::kSum: {
       // PyTorch's `scatter` and `index_copy` backward gather the gradient for every source
       // element, duplicates included (grad_src = grad.gather(dim, index)), although only the last
-      // writer reaches the result; we follow PyTorch, as SPEC asks for its autograd's values.
+      // writer reaches the result; we follow PyTorch, as docs/semantics.md asks for its autograd's
+      // values.
       if (reduce == Reduction::kAssign || !include_self) {
         TENSOROPS_ASSIGN_OR_RETURN(out.input, zero_written(grad));
       } else {

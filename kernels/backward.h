@@ -1,5 +1,5 @@
-// Backward (SPEC, "Backward"): the gradient of every op with respect to each of its differentiable
-// inputs, equal to what PyTorch autograd gives for the same call.
+// Backward (docs/semantics.md, Backward): the gradient of every op with respect to each of its
+// differentiable inputs, equal to what PyTorch autograd gives for the same call.
 //
 //   ScatterArgs forward{.input = x, .index = idx, .source = src, .axis = 1,
 //                       .reduce = Reduction::kProd, .include_self = true};
@@ -10,8 +10,9 @@
 // Every gradient is itself a scatter or a gather, so the backward runs the forward kernels: the
 // gather-family ops' gradients are scatter-adds of grad_output into zeros, the scatter-family ops'
 // are gathers (select, slice, diagonal, masked_select) of grad_output plus elementwise factors for
-// PROD, MEAN, AMAX and AMIN (seeds/000 section 五, PyTorch's `scatter_reduce_backward`). Where
-// arithmetic happens, float16 and bfloat16 are computed in float32 and rounded once.
+// PROD, MEAN, AMAX and AMIN (PyTorch's `scatter_reduce_backward`, as Paddle's put_along_axis design
+// adopts it). Where arithmetic happens, float16 and bfloat16 are computed in float32 and rounded
+// once.
 //
 // Choices where PyTorch leaves room, all as PyTorch autograd does unless said otherwise:
 //   - ASSIGN (scatter, index_copy, scatter_nd update) with duplicate destinations: every source
@@ -21,7 +22,8 @@
 //   - AMAX/AMIN: the gradient is shared equally by every element equal to the result; the
 //     destination's own value counts only when include_self (PyTorch counts it even without
 //     include_self, giving the sources a smaller share when the input happens to equal the
-//     result; we follow the derivative of the function and SPEC's include_self rule instead).
+//     result; we follow the derivative of the function and the include_self rule of
+//     docs/semantics.md instead).
 //   - PROD with complex dtypes: the conjugate-Wirtinger convention PyTorch uses for products,
 //     grad * conj(d result / d element).
 #ifndef TENSOROPS_KERNELS_BACKWARD_H_

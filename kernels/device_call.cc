@@ -237,7 +237,7 @@ std::unique_ptr<DeviceCall> MakeDeviceCall(const ViewScatterPlan& plan) {
 }
 
 std::unique_ptr<DeviceCall> MakeDeviceCall(const MaskedScatterPlan& plan) {
-  // The kernel reads the source as the flat run of elements SPEC numbers.
+  // The kernel reads the source as the flat run of elements docs/semantics.md numbers.
   if (NumElements(plan.result_shape) == 0 || !plan.source.is_contiguous()) return nullptr;
   return std::make_unique<MaskedScatterCall>(plan);
 }

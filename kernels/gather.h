@@ -1,4 +1,5 @@
-// Gather: `torch.gather(input, axis, index)` and Paddle's `take_along_axis` (SPEC, operation 1).
+// Gather: `torch.gather(input, axis, index)` and Paddle's `take_along_axis` (docs/semantics.md,
+// Gather).
 //
 //   GatherArgs args{.input = x, .index = idx, .axis = 1};
 //   absl::StatusOr<GatherPlan> plan = PlanGather(args);   // validates shapes, dtypes, axis
@@ -49,9 +50,9 @@ struct GatherPlan {
   TensorView original_index;
 };
 
-// PlanGather validates `args` against SPEC (dtypes, ranks, sizes, axis) and returns the plan, or
-// INVALID_ARGUMENT with the argument, value and rule. Index values are checked when the kernel
-// runs.
+// PlanGather validates `args` against docs/semantics.md (dtypes, ranks, sizes, axis) and returns
+// the plan, or INVALID_ARGUMENT with the argument, value and rule. Index values are checked when
+// the kernel runs.
 absl::StatusOr<GatherPlan> PlanGather(const GatherArgs& args);
 
 namespace cpu {

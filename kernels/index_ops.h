@@ -1,6 +1,7 @@
-// IndexSelect and IndexReduce (SPEC, operations 5 and 6): the 1-D-index relatives of Gather and
-// Scatter. They plan onto the Gather and Scatter kernels, viewing the 1-D index broadcast over
-// every other dimension, so they share those kernels' loops, parallelism and error reporting.
+// IndexSelect and IndexReduce (docs/semantics.md, IndexSelect and IndexReduce): the 1-D-index
+// relatives of Gather and Scatter. They plan onto the Gather and Scatter kernels, viewing the 1-D
+// index broadcast over every other dimension, so they share those kernels' loops, parallelism and
+// error reporting.
 //
 //   absl::StatusOr<GatherPlan> plan = PlanIndexSelect({.input = x, .index = idx, .axis = 0});
 //   Tensor out(plan->result_dtype, plan->result_shape);

@@ -1,4 +1,4 @@
-// MaskedScatter (SPEC, operation 7): `torch.masked_scatter(input, mask, source)`,
+// MaskedScatter (docs/semantics.md, MaskedScatter): `torch.masked_scatter(input, mask, source)`,
 // `paddle.masked_scatter`. The k-th true position of the broadcast mask, in row-major order, takes
 // `source.flat[k]`; every other position keeps the input's value.
 //
@@ -9,8 +9,9 @@
 //
 // Like PyTorch's out-of-place masked_scatter, input and mask broadcast against each other
 // (NumPy rules); the result has the broadcast shape. The kernel follows the prefix-sum design of
-// seeds/003 so that the GPU kernel can run the same algorithm: count the true positions per block,
-// scan the block counts, then every block writes its positions independently.
+// Paddle's masked_scatter design (after PyTorch's CUDA kernel) so that the GPU kernel can run the
+// same algorithm: count the true positions per block, scan the block counts, then every block
+// writes its positions independently.
 #ifndef TENSOROPS_KERNELS_MASKED_SCATTER_H_
 #define TENSOROPS_KERNELS_MASKED_SCATTER_H_
 

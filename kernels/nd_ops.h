@@ -1,11 +1,11 @@
-// GatherNd and ScatterNd (SPEC, operations 3 and 4): ops whose index tensor carries a vector of
-// coordinates per position in its last dimension, `index.shape = B + [k]`.
+// GatherNd and ScatterNd (docs/semantics.md, GatherNd and ScatterNd): ops whose index tensor
+// carries a vector of coordinates per position in its last dimension, `index.shape = B + [k]`.
 //
 // Two forms, chosen by `axes`:
 //   - `axes` empty: TensorFlow / Paddle / ONNX gather_nd and tensor_scatter_nd_*. Index row b
 //     addresses the slice `input[b[:batch_dims], index[b, 0], ..., index[b, k-1], ...]`; the
 //     gathered (or scattered) tensor has shape `B + input.shape[batch_dims + k:]`.
-//   - `axes = [d_0, .., d_{k-1}]`: the compiler form of seeds/002 (`gather_nd(dims=...)`).
+//   - `axes = [d_0, .., d_{k-1}]`: the compiler design's form, `gather_nd(dims=axes)`.
 //     `index.rank == input.rank + 1` and position i addresses the single element
 //     `input[i with i_{d_j} := index[i, j]]`; the gathered (or scattered) tensor has shape B.
 //
@@ -34,7 +34,7 @@
 namespace tensorops {
 
 // GatherNdArgs: `tf.gather_nd(params, indices, batch_dims)`, `paddle.gather_nd(x, index)`, ONNX
-// GatherND; or, with `axes`, the `gather_nd(x, index, dims)` of seeds/002.
+// GatherND; or, with `axes`, the compiler design's `gather_nd(x, index, dims)`.
 struct GatherNdArgs {
   TensorView input;
   // int32 or int64, rank >= 1; the last dimension holds the coordinates (k of them). Values in
@@ -48,7 +48,7 @@ struct GatherNdArgs {
 
 // ScatterNdArgs: `tf.tensor_scatter_nd_update/add/min/max`, `paddle.scatter_nd_add`,
 // `paddle.scatter_nd(index, updates, shape)` (input absent: zeros of `shape`); with `axes`, the
-// `scatter_nd(y, src, index, dims)` of seeds/002.
+// the compiler design's `scatter_nd(y, src, index, dims)`.
 struct ScatterNdArgs {
   // The tensor to update. Absent: zeros of `shape` in the source's dtype.
   std::optional<TensorView> input;
@@ -101,15 +101,17 @@ struct NdPlan {
   TensorView original_index;
   // Set when the call is a Gather or Scatter along one axis: the axes form with one axis (and,
   // for ScatterNd, an input). The kernels then run that op's kernel, whose axis walk keeps the
-  // rows it reads in cache: SPEC's `Gather(x, ax, idx) == GatherNd(x, idx[..., None], axes=[ax])`
-  // read backwards. Errors still name the op and the index as sent.
+  // rows it reads in cache: the identity `Gather(x, ax, idx) == GatherNd(x, idx[..., None],
+  // axes=[ax])` of docs/semantics.md read backwards. Errors still name the op and the index as
+  // sent.
   std::optional<GatherPlan> single_axis_gather;
   std::optional<ScatterPlan> single_axis_scatter;
 };
 
-// PlanGatherNd / PlanScatterNd validate the args against SPEC (dtypes, ranks, shapes, axes,
-// batch_dims, reductions) and return the plan, or INVALID_ARGUMENT naming the op ("gather_nd",
-// "scatter_nd"), the argument, its value and the rule. Index values are checked by the kernels.
+// PlanGatherNd / PlanScatterNd validate the args against docs/semantics.md (dtypes, ranks, shapes,
+// axes, batch_dims, reductions) and return the plan, or INVALID_ARGUMENT naming the op
+// ("gather_nd", "scatter_nd"), the argument, its value and the rule. Index values are checked by
+// the kernels.
 absl::StatusOr<NdPlan> PlanGatherNd(const GatherNdArgs& args);
 absl::StatusOr<NdPlan> PlanScatterNd(const ScatterNdArgs& args);
 
@@ -118,8 +120,8 @@ namespace cpu {
 // ScatterNd disjoint from the operands or, to run in place, the input itself). An out-of-range
 // index gives INVALID_ARGUMENT naming the first one in row-major order of the index, e.g.
 // "gather_nd: index[1, 0] = 7 is out of range for axis 0 of input with size 4 (expected -4 <= index
-// < 4)"; `result` is then unspecified. ScatterNd's duplicates follow SPEC: ASSIGN keeps the last
-// position in row-major order of B.
+// < 4)"; `result` is then unspecified. ScatterNd's duplicates follow docs/semantics.md: ASSIGN
+// keeps the last position in row-major order of B.
 absl::Status GatherNd(const NdPlan& plan, const MutableTensorView& result);
 absl::Status ScatterNd(const NdPlan& plan, const MutableTensorView& result);
 }  // namespace cpu

@@ -33,8 +33,8 @@ absl::Status CheckIndexDtype(std::string_view op, const TensorView& index);
 // (no implicit casts)" unless the two are equal.
 absl::Status CheckSourceDtype(std::string_view op, DataType source_dtype, DataType input_dtype);
 
-// CheckReductionDefined rejects the reductions SPEC leaves undefined: AMAX/AMIN on complex input
-// and MEAN on bool input.
+// CheckReductionDefined rejects the reductions docs/semantics.md leaves undefined: AMAX/AMIN on
+// complex input and MEAN on bool input.
 absl::Status CheckReductionDefined(std::string_view op, Reduction reduce, DataType dtype);
 
 // RunIntoNewTensor runs a planned op on the CPU into a new tensor: the body of every `Op(args)`

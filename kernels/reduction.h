@@ -22,14 +22,14 @@
 
 namespace tensorops {
 
-// Reduction is the `reduce` argument of SPEC.
+// Reduction is the `reduce` argument of the ops (docs/semantics.md, Reductions).
 enum class Reduction { kAssign, kSum, kProd, kMean, kAmax, kAmin };
 
-// ReductionName returns the SPEC's upper-case name ("SUM").
+// ReductionName returns the upper-case name docs/semantics.md uses ("SUM").
 std::string_view ReductionName(Reduction reduction);
 
-// ParseReduction accepts SPEC names and client aliases (case-insensitive): assign/update,
-// sum/add, prod/mul/multiply, mean, amax/max, amin/min. nullopt for anything else.
+// ParseReduction accepts the names of docs/semantics.md and client aliases (case-insensitive):
+// assign/update, sum/add, prod/mul/multiply, mean, amax/max, amin/min. nullopt for anything else.
 std::optional<Reduction> ParseReduction(std::string_view name);
 
 namespace internal {
@@ -57,8 +57,8 @@ TENSOROPS_HOST_DEVICE inline T Pick(bool take, T a, T b) {
   }
 }
 
-// RawBits returns the storage bits of a floating value as an unsigned integer: what SPEC's "the
-// NaN with the greatest bit pattern" compares.
+// RawBits returns the storage bits of a floating value as an unsigned integer: what "the NaN with
+// the greatest bit pattern" of docs/semantics.md (Reductions) compares.
 template <typename T>
 TENSOROPS_HOST_DEVICE inline auto RawBits(T value) {
   if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
@@ -70,11 +70,11 @@ TENSOROPS_HOST_DEVICE inline auto RawBits(T value) {
   }
 }
 
-// Replaces says whether `value` takes the place of `dest` in AMAX (kMax) or AMIN, by SPEC's rule,
-// which makes the result independent of the order of the updates: a NaN beats every number, and
-// of two NaNs the one with the greater bit pattern wins; otherwise the larger (smaller) value wins,
-// with -0.0 < +0.0. Every case selects one of the two operands by a total order, so the reduction
-// is commutative and associative bit for bit.
+// Replaces says whether `value` takes the place of `dest` in AMAX (kMax) or AMIN, by the rule of
+// docs/semantics.md (Reductions), which makes the result independent of the order of the updates: a
+// NaN beats every number, and of two NaNs the one with the greater bit pattern wins; otherwise the
+// larger (smaller) value wins, with -0.0 < +0.0. Every case selects one of the two operands by a
+// total order, so the reduction is commutative and associative bit for bit.
 template <bool kMax, typename T>
 TENSOROPS_HOST_DEVICE inline bool Replaces(T dest, T value) {
   const auto comparable_value = Comparable(value);

@@ -1,5 +1,5 @@
-// Scatter: `torch.scatter / scatter_add / scatter_reduce` and Paddle's `put_along_axis` (SPEC,
-// operation 2), with reductions ASSIGN, SUM, PROD, MEAN, AMAX and AMIN.
+// Scatter: `torch.scatter / scatter_add / scatter_reduce` and Paddle's `put_along_axis`
+// (docs/semantics.md, Scatter), with reductions ASSIGN, SUM, PROD, MEAN, AMAX and AMIN.
 //
 //   ScatterArgs args{.input = x, .index = idx, .source = src, .axis = 0,
 //                    .reduce = Reduction::kSum, .include_self = true};
@@ -7,9 +7,10 @@
 //   Tensor out(plan->result_dtype, plan->result_shape);
 //   absl::Status status = cpu::Scatter(*plan, out.mutable_view());
 //
-// Semantics beyond PyTorch's, fixed by SPEC: negative indices count from the end; ASSIGN with
-// duplicate destinations keeps the source element that comes last in row-major order of the index;
-// float16/bfloat16 SUM/PROD/MEAN accumulate in float32 and round once; integer MEAN floors.
+// Semantics beyond PyTorch's, fixed by docs/semantics.md: negative indices count from the end;
+// ASSIGN with duplicate destinations keeps the source element that comes last in row-major order of
+// the index; float16/bfloat16 SUM/PROD/MEAN accumulate in float32 and round once; integer MEAN
+// floors.
 #ifndef TENSOROPS_KERNELS_SCATTER_H_
 #define TENSOROPS_KERNELS_SCATTER_H_
 
@@ -36,7 +37,7 @@ struct ScatterArgs {
   int64_t axis = 0;
   Reduction reduce = Reduction::kAssign;
   bool include_self = true;
-  // Paddle's put_along_axis broadcast (SPEC, operation 2).
+  // Paddle's put_along_axis broadcast (docs/semantics.md, Scatter).
   bool broadcast = false;
 };
 
@@ -63,8 +64,8 @@ struct ScatterPlan {
   std::optional<Tensor> source_storage;
 };
 
-// PlanScatter validates `args` against SPEC and returns the plan, or INVALID_ARGUMENT with the
-// argument, value and rule. Index values are checked when the kernel runs.
+// PlanScatter validates `args` against docs/semantics.md and returns the plan, or INVALID_ARGUMENT
+// with the argument, value and rule. Index values are checked when the kernel runs.
 absl::StatusOr<ScatterPlan> PlanScatter(const ScatterArgs& args);
 
 namespace cpu {

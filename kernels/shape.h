@@ -7,7 +7,8 @@
 //   BroadcastShapes({3, 1}, {1, 4});           // {3, 4}
 //   NormalizeAxis("gather", "axis", -1, 3);    // 2
 //
-// Errors are INVALID_ARGUMENT in the SPEC's format: "<op>: <argument> = <value> <rule>".
+// Errors are INVALID_ARGUMENT in the format of docs/semantics.md (Errors):
+// "<op>: <argument> = <value> <rule>".
 #ifndef TENSOROPS_KERNELS_SHAPE_H_
 #define TENSOROPS_KERNELS_SHAPE_H_
 
@@ -22,7 +23,7 @@
 
 namespace tensorops {
 
-// kMaxRank is the largest rank the service accepts (SPEC: rank 0..16).
+// kMaxRank is the largest rank the service accepts (docs/semantics.md, Tensors: rank 0..16).
 inline constexpr int kMaxRank = 16;
 
 // Shape holds sizes, or strides counted in elements, one per dimension.

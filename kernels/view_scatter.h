@@ -1,4 +1,4 @@
-// SelectScatter, SliceScatter and DiagonalScatter (SPEC, operations 8-10): each returns the input
+// SelectScatter, SliceScatter and DiagonalScatter (docs/semantics.md): each returns the input
 // with one strided window replaced by `src`. The window is a view of the result (a selected slice,
 // a stepped slice, a diagonal), so all three plan to the same ViewScatterPlan and share one kernel.
 //
@@ -78,8 +78,8 @@ struct ViewScatterPlan {
   std::optional<SlabWindow> slabs;
 };
 
-// Plan* validate the arguments against SPEC and PyTorch (INVALID_ARGUMENT naming the op,
-// argument, value and rule: "select_scatter", "slice_scatter", "diagonal_scatter").
+// Plan* validate the arguments against docs/semantics.md and PyTorch (INVALID_ARGUMENT naming the
+// op, argument, value and rule: "select_scatter", "slice_scatter", "diagonal_scatter").
 absl::StatusOr<ViewScatterPlan> PlanSelectScatter(const SelectScatterArgs& args);
 absl::StatusOr<ViewScatterPlan> PlanSliceScatter(const SliceScatterArgs& args);
 absl::StatusOr<ViewScatterPlan> PlanDiagonalScatter(const DiagonalScatterArgs& args);

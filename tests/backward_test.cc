@@ -1,8 +1,9 @@
-// Backward (SPEC, "Backward"): every op's gradient against central finite differences of the
-// forward op in float64 (and complex128 for the conjugate-Wirtinger convention), on small random
-// calls with duplicate-heavy indices, zeros for PROD and tie-free values for AMAX/AMIN; hand-worked
-// cases from the formulas of seeds/000 section 五 (PyTorch's scatter_reduce_backward) where finite
-// differences say nothing (ties, duplicate ASSIGN); every floating dtype; and the errors.
+// Backward (docs/semantics.md, Backward): every op's gradient against central finite differences of
+// the forward op in float64 (and complex128 for the conjugate-Wirtinger convention), on small
+// random calls with duplicate-heavy indices, zeros for PROD and tie-free values for AMAX/AMIN;
+// hand-worked cases from the formulas of PyTorch's scatter_reduce_backward (as Paddle's
+// put_along_axis design adopts them) where finite differences say nothing (ties, duplicate ASSIGN);
+// every floating dtype; and the errors.
 #include "kernels/backward.h"
 
 #include <algorithm>
@@ -439,7 +440,7 @@ TEST_P(ScatterFamilyGradientTest, ScatterNdMatchesFiniteDifferences) {
 // loss Re(sum(conj(grad) * out)) check (AMAX/AMIN are undefined for complex).
 TEST_P(ScatterFamilyGradientTest, ComplexScatterMatchesFiniteDifferences) {
   if (reduce() == Reduction::kAmax || reduce() == Reduction::kAmin) {
-    // Undefined for complex (SPEC): the forward's own error.
+    // Undefined for complex (docs/semantics.md): the forward's own error.
     absl::BitGen gen = SeededGen(Seed(0) + 20, kBackwardSeedSalt);
     Call call = RandomScatterCall(DataType::kComplex128, reduce(), include_self(), false, gen);
     const Tensor grad = Tensor::Zeros(DataType::kComplex128, call.input.shape());
@@ -679,8 +680,8 @@ TEST(ScatterGradientTest, BroadcastAndScalarValueMatchFiniteDifferences) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Hand-worked cases: the formulas of seeds/000 section 五 (PyTorch's scatter_reduce_backward),
-// worked out on paper for 1-D calls.
+// Hand-worked cases: the formulas of PyTorch's scatter_reduce_backward (as Paddle's
+// put_along_axis design adopts them), worked out on paper for 1-D calls.
 
 struct HandCase {
   std::vector<double> input;

@@ -119,8 +119,9 @@ Tensor BoolTensor(const Shape& shape, const std::vector<double>& values) {
   return ref::TensorFromValues(DataType::kBool, shape, values);
 }
 
-// WithTrailingOne copies `index` with a dimension of size 1 appended: SPEC's `idx[..., None]`,
-// which turns a Gather/Scatter index into the GatherNd/ScatterNd one of the axes form.
+// WithTrailingOne copies `index` with a dimension of size 1 appended: the `idx[..., None]` of
+// docs/semantics.md, which turns a Gather/Scatter index into the GatherNd/ScatterNd one of the axes
+// form.
 Tensor WithTrailingOne(const Tensor& index) {
   Shape shape = index.shape();
   shape.push_back(1);
@@ -425,8 +426,8 @@ TEST_F(E2eTest, ScatterNdTensorFlowAndPaddleDocExamples) {
 }
 
 TEST_F(E2eTest, NdOpsMatchGatherAndScatterInTheAxesForm) {
-  // SPEC: Gather(x, ax, idx) == GatherNd(x, idx[..., None], axes=[ax]), and Scatter with ASSIGN
-  // and unique idx == ScatterNd(x, idx[..., None], src, axes=[ax]).
+  // docs/semantics.md: Gather(x, ax, idx) == GatherNd(x, idx[..., None], axes=[ax]), and Scatter
+  // with ASSIGN and unique idx == ScatterNd(x, idx[..., None], src, axes=[ax]).
   absl::BitGen gen;
   for (int trial = 0; trial < 20; ++trial) {
     const Shape input_shape = {absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, 4),
@@ -760,7 +761,7 @@ TEST_F(E2eTest, LargeTensorsUseTheRaisedMessageLimit) {
   EXPECT_EQ(result->data_as<float>()[columns * (rows - 1) + 5], 5.0f);
 }
 
-// Bad requests: INVALID_ARGUMENT in SPEC's form, and the server keeps serving.
+// Bad requests: INVALID_ARGUMENT in the form of docs/semantics.md, and the server keeps serving.
 
 TEST_F(E2eTest, BadRequestsAreRejectedAndTheServerKeepsServing) {
   const Tensor input = Int64Tensor({2, 2}, {1, 2, 3, 4});

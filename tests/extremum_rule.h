@@ -1,7 +1,7 @@
-// SPEC's order-independent AMAX/AMIN rule (Reductions) for the Scatter-like suites: sets of
-// floating values whose extremum depends on the order of the updates unless NaNs and signed zeros
-// follow the rule, every order of each set, and the bits the rule selects, computed here from the
-// values' bits alone (no kernel code).
+// The order-independent AMAX/AMIN rule of docs/semantics.md (Reductions) for the Scatter-like
+// suites: sets of floating values whose extremum depends on the order of the updates unless NaNs
+// and signed zeros follow the rule, every order of each set, and the bits the rule selects,
+// computed here from the values' bits alone (no kernel code).
 //
 //   for (const ExtremumCase& c : ExtremumCases(DataType::kFloat16)) {
 //     const std::vector<std::vector<uint64_t>> orders = AllOrders(c.sources);
@@ -128,9 +128,9 @@ inline std::vector<std::vector<uint64_t>> AllOrders(const std::vector<uint64_t>&
   return orders;
 }
 
-// SpecExtremum is the bits SPEC's AMAX or AMIN selects from the sources (and the input, with
-// include_self): the NaN with the greatest bit pattern when there is one, else the largest
-// (smallest) value, -0.0 ordered below +0.0.
+// SpecExtremum is the bits the AMAX or AMIN of docs/semantics.md selects from the sources (and the
+// input, with include_self): the NaN with the greatest bit pattern when there is one, else the
+// largest (smallest) value, -0.0 ordered below +0.0.
 inline uint64_t SpecExtremum(DataType dtype, Reduction reduce, uint64_t input,
                              const std::vector<uint64_t>& sources, bool include_self) {
   std::vector<uint64_t> values = sources;

@@ -1,8 +1,9 @@
-// Gather (SPEC operation 1) against the independent reference in reference.h: randomized over
-// dtypes, ranks, axes, index dtypes and index patterns, on the CPU and on CUDA
+// Gather (docs/semantics.md, Gather) against the independent reference in reference.h: randomized
+// over dtypes, ranks, axes, index dtypes and index patterns, on the CPU and on CUDA
 // (tests/device_runner.h; skipped where no GPU is usable), plus the PyTorch/Paddle doc examples and
-// every error SPEC names. On a GPU also: every dtype in one batch of the CUDA executor, byte for
-// byte the CPU's, and an out-of-range index flagged by the device without spoiling the next batch.
+// every error docs/semantics.md names. On a GPU also: every dtype in one batch of the CUDA
+// executor, byte for byte the CPU's, and an out-of-range index flagged by the device without
+// spoiling the next batch.
 #include "kernels/gather.h"
 
 #include <cstdint>
@@ -384,7 +385,8 @@ TEST(GatherTest, TwoPhasePlanAndRun) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Errors: the kernel and the reference reject the same inputs, with SPEC-style messages.
+// Errors: the kernel and the reference reject the same inputs, with messages in the form of
+// docs/semantics.md.
 
 absl::Status GatherError(const Tensor& input, const Tensor& index, int64_t axis,
                          bool broadcast = false) {

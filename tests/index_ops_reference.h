@@ -1,8 +1,9 @@
-// An independent reference for IndexSelect and IndexReduce (SPEC operations 5 and 6), written from
-// SPEC and PyTorch's documentation alone. It shares no code with kernels/ (not the Gather/Scatter
-// plans, not their kernels): it loops over every output position (IndexSelect) or every source
-// position (IndexReduce), reads the 1-D index directly, and accumulates in float64 /
-// complex<double> / wrapping 64-bit integers with the element helpers of tests/reference.h.
+// An independent reference for IndexSelect and IndexReduce (docs/semantics.md, IndexSelect and
+// IndexReduce), written from docs/semantics.md and PyTorch's documentation alone. It shares no code
+// with kernels/ (not the Gather/Scatter plans, not their kernels): it loops over every output
+// position (IndexSelect) or every source position (IndexReduce), reads the 1-D index directly, and
+// accumulates in float64 / complex<double> / wrapping 64-bit integers with the element helpers of
+// tests/reference.h.
 //
 //   absl::StatusOr<Tensor> expected = testing::ReferenceIndexReduce(
 //       x.view(), 0, idx.view(), src.view(), Reduction::kSum, /*include_self=*/true,
@@ -83,7 +84,7 @@ inline absl::StatusOr<Tensor> ReferenceIndexSelect(const TensorView& input, int6
 }
 
 // ReferenceIndexReduce: out = x, then for every position j of src (row-major),
-// out[j with j_ax := idx[j_ax]] (+)= alpha * src[j], with SPEC's include_self, MEAN, bool and
+// out[j with j_ax := idx[j_ax]] (+)= alpha * src[j], with the include_self, MEAN, bool and
 // ASSIGN (last in row-major order wins) rules. `alpha` must be 1 unless reduce is SUM; integer
 // dtypes take its real part truncated, bool "alpha != 0".
 inline absl::StatusOr<Tensor> ReferenceIndexReduce(const TensorView& input, int64_t axis,

@@ -1,9 +1,10 @@
-// IndexSelect and IndexReduce (SPEC operations 5 and 6) against the independent reference in
-// index_ops_reference.h: randomized over dtype x reduction x include_self, ranks 0-5, every axis
-// (negative too), int32/int64 and strided indices, duplicate-heavy/negative/empty indices,
-// zero-size dimensions, alpha, and one ~300k-element case per reduction, on the CPU and on CUDA
-// (tests/device_runner.h; skipped where no GPU is usable); plus the PyTorch doc examples, every
-// error with its message, and IndexSelect == Gather of the broadcast index on both devices.
+// IndexSelect and IndexReduce (docs/semantics.md, IndexSelect and IndexReduce) against the
+// independent reference in index_ops_reference.h: randomized over dtype x reduction x include_self,
+// ranks 0-5, every axis (negative too), int32/int64 and strided indices,
+// duplicate-heavy/negative/empty indices, zero-size dimensions, alpha, and one ~300k-element case
+// per reduction, on the CPU and on CUDA (tests/device_runner.h; skipped where no GPU is usable);
+// plus the PyTorch doc examples, every error with its message, and IndexSelect == Gather of the
+// broadcast index on both devices.
 #include "kernels/index_ops.h"
 
 #include <complex>
@@ -128,8 +129,9 @@ TEST_P(IndexSelectRandomTest, MatchesReference) {
   }
 }
 
-// SPEC: IndexSelect(x, ax, idx) == Gather(x, ax, idx broadcast), with the broadcast index
-// materialized as a real tensor (no stride tricks on the Gather side).
+// IndexSelect(x, ax, idx) == Gather(x, ax, idx broadcast), as the definitions in docs/semantics.md
+// imply, with the broadcast index materialized as a real tensor (no stride tricks on the Gather
+// side).
 TEST_P(IndexSelectRandomTest, EqualsGatherOfMaterializedIndex) {
   const DataType dtype = leading_param();
   for (uint64_t seed = 0; seed < 40; ++seed) {
@@ -301,9 +303,9 @@ TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(IndexReduceRandomTest, testing::AllDtypeRe
 
 // ~300k source elements per reduction, so the multi-threaded Scatter walk runs; duplicate-heavy
 // indices check that ASSIGN keeps the last occurrence in index order and that nothing races.
-// SPEC's AMAX/AMIN rule for NaNs and signed zeros (tests/extremum_rule.h) through IndexReduce:
-// column p of the source holds order p of a case's values, all reduced into element p of the
-// input's one row, so every order must give the bits the rule selects.
+// The AMAX/AMIN rule of docs/semantics.md for NaNs and signed zeros (tests/extremum_rule.h) through
+// IndexReduce: column p of the source holds order p of a case's values, all reduced into element p
+// of the input's one row, so every order must give the bits the rule selects.
 class IndexReduceExtremumRuleTest : public testing::DeviceTest<DataType> {
  protected:
   DataType dtype() const { return leading_param(); }

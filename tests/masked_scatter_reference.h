@@ -1,14 +1,14 @@
-// An independent reference for MaskedScatter (SPEC operation 7), `torch.masked_scatter(input,
-// mask, source)` out of place.
+// An independent reference for MaskedScatter (docs/semantics.md, MaskedScatter),
+// `torch.masked_scatter(input, mask, source)` out of place.
 //
 //   absl::StatusOr<Tensor> expected =
 //       testing::ReferenceMaskedScatter(x.view(), mask.view(), src.view());
 //
-// Written from SPEC and PyTorch's documented semantics alone, sharing no code with kernels/ beyond
-// the container types: its own broadcasting of input and mask, no prefix sums, no blocks. It
-// visits every result position in row-major order with plain loops, keeps a running count of the
-// true positions seen so far, and reads the source's k-th element by unravelling k in the
-// source's own shape and going through the source view's strides. Elements move as raw bytes.
+// Written from docs/semantics.md and PyTorch's documented semantics alone, sharing no code with
+// kernels/ beyond the container types: its own broadcasting of input and mask, no prefix sums, no
+// blocks. It visits every result position in row-major order with plain loops, keeps a running
+// count of the true positions seen so far, and reads the source's k-th element by unravelling k in
+// the source's own shape and going through the source view's strides. Elements move as raw bytes.
 // Sizes are kept to a few hundred thousand elements.
 #ifndef TENSOROPS_TESTS_MASKED_SCATTER_REFERENCE_H_
 #define TENSOROPS_TESTS_MASKED_SCATTER_REFERENCE_H_
@@ -70,9 +70,10 @@ inline int64_t ReferenceMaskedCount(const TensorView& mask, const Shape& shape) 
   return true_count;
 }
 
-// ReferenceMaskedScatter computes SPEC operation 7: input and mask broadcast against each other,
-// the k-th true position (row-major in the result) takes source.flat[k], every other position
-// input's value. Returns INVALID_ARGUMENT for any input SPEC rejects (message wording is its own).
+// ReferenceMaskedScatter computes MaskedScatter (docs/semantics.md): input and mask broadcast
+// against each other, the k-th true position (row-major in the result) takes source.flat[k], every
+// other position input's value. Returns INVALID_ARGUMENT for any input docs/semantics.md rejects
+// (message wording is its own).
 inline absl::StatusOr<Tensor> ReferenceMaskedScatter(const TensorView& input,
                                                      const TensorView& mask,
                                                      const TensorView& source) {

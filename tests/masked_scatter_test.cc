@@ -1,4 +1,4 @@
-// MaskedScatter (SPEC operation 7) against the independent reference in
+// MaskedScatter (docs/semantics.md, MaskedScatter) against the independent reference in
 // masked_scatter_reference.h: randomized over dtype x rank with every broadcasting pattern
 // (mask of lower rank, mask or input with size-1 dimensions, both broadcast), source sizes
 // (exact, larger, another shape and rank), empty, all-true and all-false masks and strided views;

@@ -1,5 +1,6 @@
-// An independent reference for GatherNd and ScatterNd (SPEC operations 3 and 4), in both forms:
-// TensorFlow's (`batch_dims`, whole slices when k < rank) and the `axes` form of seeds/002.
+// An independent reference for GatherNd and ScatterNd (docs/semantics.md, GatherNd and ScatterNd),
+// in both forms: TensorFlow's (`batch_dims`, whole slices when k < rank) and the `axes` form of the
+// compiler design's gather_nd(dims=axes).
 //
 //   absl::StatusOr<Tensor> expected = testing::ReferenceGatherNd(x.view(), idx.view(),
 //                                                               /*axes=*/{}, /*batch_dims=*/1);
@@ -7,14 +8,14 @@
 //       x.view(), /*shape=*/{}, idx.view(), src.view(), /*axes=*/{2, -1}, /*batch_dims=*/0,
 //       Reduction::kSum, /*include_self=*/true);
 //
-// Written from SPEC alone; it shares no code with kernels/ (not NdPlan, not its offset formula):
-// for every position b of B = index.shape[:-1] it reads the k coordinates of index row b, builds
-// the addressed coordinates of the input (TensorFlow form: b[:batch_dims] + the k coordinates,
-// followed by every coordinate of the trailing slice; axes form: b with b_{d_j} replaced by
-// coordinate j) and goes through the views' own strides. Reductions reuse tests/reference.h
-// (float64 / complex<double> / wrapping int64 accumulators, one rounding at the end). Inputs SPEC
-// rejects give INVALID_ARGUMENT with the reference's own wording; tests check the kernels' wording
-// separately.
+// Written from docs/semantics.md alone; it shares no code with kernels/ (not NdPlan, not its offset
+// formula): for every position b of B = index.shape[:-1] it reads the k coordinates of index row b,
+// builds the addressed coordinates of the input (TensorFlow form: b[:batch_dims] + the k
+// coordinates, followed by every coordinate of the trailing slice; axes form: b with b_{d_j}
+// replaced by coordinate j) and goes through the views' own strides. Reductions reuse
+// tests/reference.h (float64 / complex<double> / wrapping int64 accumulators, one rounding at the
+// end). Inputs docs/semantics.md rejects give INVALID_ARGUMENT with the reference's own wording;
+// tests check the kernels' wording separately.
 #ifndef TENSOROPS_TESTS_ND_REFERENCE_H_
 #define TENSOROPS_TESTS_ND_REFERENCE_H_
 
@@ -168,11 +169,11 @@ inline int64_t StridedOffset(const Shape& coordinates, const Shape& strides) {
 
 }  // namespace nd_reference_internal
 
-// ReferenceGatherNd computes SPEC operation 3. `axes` empty: out.shape = B + x.shape[batch_dims +
-// k:], out[b, s] = x[b[:batch_dims], idx[b, 0..k-1], s]. `axes` given (batch_dims must be 0):
-// idx.rank == x.rank + 1, out.shape = B, out[i] = x[i with i_{axes[j]} := idx[i, j]]. Index values
-// are checked for every row (also when the slice is empty); the first bad one in row-major order
-// of the index is reported.
+// ReferenceGatherNd computes GatherNd (docs/semantics.md). `axes` empty: out.shape = B +
+// x.shape[batch_dims + k:], out[b, s] = x[b[:batch_dims], idx[b, 0..k-1], s]. `axes` given
+// (batch_dims must be 0): idx.rank == x.rank + 1, out.shape = B, out[i] = x[i with i_{axes[j]} :=
+// idx[i, j]]. Index values are checked for every row (also when the slice is empty); the first bad
+// one in row-major order of the index is reported.
 inline absl::StatusOr<Tensor> ReferenceGatherNd(const TensorView& input, const TensorView& index,
                                                 const std::vector<int64_t>& axes,
                                                 int64_t batch_dims) {
@@ -205,11 +206,11 @@ inline absl::StatusOr<Tensor> ReferenceGatherNd(const TensorView& input, const T
   return result;
 }
 
-// ReferenceScatterNd computes SPEC operation 4: out = input (or zeros of `shape` in the source's
-// dtype when `input` is absent; `shape` must then be the only one given), then for every position
-// b of B in row-major order, out[addressed by b] (+)= src[b, ...], with SPEC's reduction rules.
-// TensorFlow form: src.shape == B + out.shape[batch_dims + k:]. Axes form: src.rank == out.rank
-// and B[d] <= src.shape[d]; src's leading block B is read.
+// ReferenceScatterNd computes ScatterNd (docs/semantics.md): out = input (or zeros of `shape` in
+// the source's dtype when `input` is absent; `shape` must then be the only one given), then for
+// every position b of B in row-major order, out[addressed by b] (+)= src[b, ...], with the
+// reduction rules of docs/semantics.md. TensorFlow form: src.shape == B + out.shape[batch_dims +
+// k:]. Axes form: src.rank == out.rank and B[d] <= src.shape[d]; src's leading block B is read.
 inline absl::StatusOr<Tensor> ReferenceScatterNd(const std::optional<TensorView>& input,
                                                  const Shape& shape, const TensorView& index,
                                                  const TensorView& source,

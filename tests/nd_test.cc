@@ -1,14 +1,15 @@
-// GatherNd and ScatterNd (SPEC operations 3 and 4) against the independent reference in
-// nd_reference.h: randomized over dtype (x reduction x include_self for ScatterNd), both forms
-// (TensorFlow's with batch_dims and k from 0 to rank, and the axes form with negative and unsorted
-// axes), input ranks 0-5, int32/int64 and strided indices, duplicate-heavy and negative index
-// values, empty B, zero-size dimensions and ScatterNd's shape-only zeros; ~1M-element cases for
-// the parallel paths (ASSIGN last-writer-wins, SUM under heavy duplicates, slice sizes 1 and
-// large); the TensorFlow, Paddle and seeds/002 examples; SPEC's reference equalities with Gather
-// and Scatter; and every error these ops give, with its message. The randomized suites, the large
-// ScatterNd calls and the equalities run on the CPU and on CUDA (tests/device_runner.h; skipped
-// where no GPU is usable, and call by call where CUDA has no form for a call, e.g. ScatterNd's
-// general form); on a GPU also: GatherNd's TensorFlow form of every dtype byte for byte the CPU's.
+// GatherNd and ScatterNd (docs/semantics.md, GatherNd and ScatterNd) against the independent
+// reference in nd_reference.h: randomized over dtype (x reduction x include_self for ScatterNd),
+// both forms (TensorFlow's with batch_dims and k from 0 to rank, and the axes form with negative
+// and unsorted axes), input ranks 0-5, int32/int64 and strided indices, duplicate-heavy and
+// negative index values, empty B, zero-size dimensions and ScatterNd's shape-only zeros;
+// ~1M-element cases for the parallel paths (ASSIGN last-writer-wins, SUM under heavy duplicates,
+// slice sizes 1 and large); the TensorFlow, Paddle and compiler-design examples; the identities of
+// docs/semantics.md with Gather and Scatter; and every error these ops give, with its message. The
+// randomized suites, the large ScatterNd calls and the equalities run on the CPU and on CUDA
+// (tests/device_runner.h; skipped where no GPU is usable, and call by call where CUDA has no form
+// for a call, e.g. ScatterNd's general form); on a GPU also: GatherNd's TensorFlow form of every
+// dtype byte for byte the CPU's.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -535,10 +536,10 @@ void ExpectLargeScatterNdMatchesReference(const ScatterNdCase& c, DeviceRunner& 
 }
 
 // Over reduction x device (on CUDA only the single-axis layout has a GPU form).
-// SPEC's AMAX/AMIN rule for NaNs and signed zeros (tests/extremum_rule.h) through ScatterNd, in
-// the TensorFlow form with k = 1 (planned as a Scatter along one axis) and k = 2 (the general
-// form, CPU only): column p of the updates holds order p of a case's values, all reduced into
-// element p of the input's last dimension.
+// The AMAX/AMIN rule of docs/semantics.md for NaNs and signed zeros (tests/extremum_rule.h) through
+// ScatterNd, in the TensorFlow form with k = 1 (planned as a Scatter along one axis) and k = 2 (the
+// general form, CPU only): column p of the updates holds order p of a case's values, all reduced
+// into element p of the input's last dimension.
 class ScatterNdExtremumRuleTest : public testing::DeviceTest<DataType> {
  protected:
   DataType dtype() const { return leading_param(); }
@@ -638,7 +639,7 @@ TEST(ScatterNdArenaTest, SixteenSlotArenaMatchesReference) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// SPEC's reference equalities.
+// The identities of docs/semantics.md.
 
 // idx[..., None]: the same data with a trailing dimension of size 1.
 TensorView WithTrailingOne(const TensorView& index) {
@@ -752,8 +753,8 @@ TEST_P(NdEqualityTest, ScatterAssignEqualsScatterNdWithOneAxis) {
 TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(NdEqualityTest, ::testing::ValuesIn(kAllDataTypes),
                                       testing::DataTypeParamName);
 
-// Beyond SPEC's list, the same equality holds for every reduction and for duplicate indices,
-// since both ops define ASSIGN's duplicates as last-in-row-major-order.
+// Beyond the list of docs/semantics.md, the same equality holds for every reduction and for
+// duplicate indices, since both ops define ASSIGN's duplicates as last-in-row-major-order.
 class NdScatterEqualityTest : public testing::DeviceDtypeReductionTest {};
 
 TEST_P(NdScatterEqualityTest, ScatterEqualsScatterNdWithOneAxis) {
@@ -791,7 +792,7 @@ TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(NdScatterEqualityTest, testing::AllDtypeRe
                                       testing::DtypeReductionParamName);
 
 // ---------------------------------------------------------------------------------------------
-// Hand cases from the TensorFlow, Paddle and seeds/002 documentation.
+// Hand cases from the TensorFlow and Paddle documentation and the compiler design's gather_nd.
 
 Shape ShapeOf(const absl::StatusOr<Tensor>& tensor) {
   return tensor.ok() ? tensor->shape() : Shape{-1};
@@ -948,8 +949,8 @@ TEST(GatherNdTest, EmptyPositionsAndEmptySlices) {
   EXPECT_EQ(ShapeOf(out), Shape({0, 3}));
 }
 
-// seeds/002: A = range(12).reshape([4, 3]), index = [[0, 1, 1], [3, 2, 0]];
-// gather_nd(dims=[d], input=A, index=index.unsqueeze(-1)) is gather(A, dim=d, index).
+// The compiler design's gather_nd(dims=axes): A = range(12).reshape([4, 3]), index = [[0, 1, 1],
+// [3, 2, 0]]; gather_nd(dims=[d], input=A, index=index.unsqueeze(-1)) is gather(A, dim=d, index).
 TEST(GatherNdTest, SeedGatherNdWithDims) {
   const Tensor a =
       TensorFromValues(DataType::kFloat32, {4, 3}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});

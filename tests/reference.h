@@ -1,19 +1,19 @@
-// An independent reference for Gather and Scatter (SPEC operations 1 and 2), plus the random
-// inputs, the dtype-aware comparison and the small helpers (seeded generators, strided copies,
-// error checks, parameter names) the kernel tests share.
+// An independent reference for Gather and Scatter (docs/semantics.md, Gather and Scatter), plus the
+// random inputs, the dtype-aware comparison and the small helpers (seeded generators, strided
+// copies, error checks, parameter names) the kernel tests share.
 //
 //   absl::StatusOr<Tensor> expected =
 //       testing::ReferenceScatter(x.view(), 1, idx.view(), src.view(), Reduction::kSum,
 //                                 /*include_self=*/true, /*broadcast=*/false);
 //   ExpectTensorsNear(*actual, *expected, ToleranceFor(DataType::kFloat32, Reduction::kSum, 4));
 //
-// The reference is written from SPEC alone and shares no code with kernels/ beyond the container
-// types (Tensor, TensorView, DataType, Shape, the Reduction enum): its own dtype table, its own
-// float16/bfloat16 conversion (frexp/ldexp rounding, not bit twiddling), its own broadcasting. It
-// walks every position with plain loops (unravel the row-major position into coordinates, compute
-// the other tensor's coordinates, then its offset through the view's strides), accumulates in
-// float64 / complex<double> / wrapping 64-bit integers, and rounds once to the dtype at the end.
-// It is slow on purpose; callers keep inputs to a few hundred thousand elements.
+// The reference is written from docs/semantics.md alone and shares no code with kernels/ beyond the
+// container types (Tensor, TensorView, DataType, Shape, the Reduction enum): its own dtype table,
+// its own float16/bfloat16 conversion (frexp/ldexp rounding, not bit twiddling), its own
+// broadcasting. It walks every position with plain loops (unravel the row-major position into
+// coordinates, compute the other tensor's coordinates, then its offset through the view's strides),
+// accumulates in float64 / complex<double> / wrapping 64-bit integers, and rounds once to the dtype
+// at the end. It is slow on purpose; callers keep inputs to a few hundred thousand elements.
 #ifndef TENSOROPS_TESTS_REFERENCE_H_
 #define TENSOROPS_TESTS_REFERENCE_H_
 
@@ -486,9 +486,10 @@ inline Tensor FinishReduction(DataType dtype, const Shape& shape, Reduction redu
 
 }  // namespace reference_internal
 
-// ReferenceGather computes SPEC operation 1: out[i] = x[i with i_ax := idx[i]], out.shape =
-// idx.shape (with broadcast, x and idx are first broadcast NumPy-style on every dimension but
-// `axis`). Returns INVALID_ARGUMENT for any input SPEC rejects (message wording is its own).
+// ReferenceGather computes Gather (docs/semantics.md): out[i] = x[i with i_ax := idx[i]], out.shape
+// = idx.shape (with broadcast, x and idx are first broadcast NumPy-style on every dimension but
+// `axis`). Returns INVALID_ARGUMENT for any input docs/semantics.md rejects (message wording is its
+// own).
 inline absl::StatusOr<Tensor> ReferenceGather(const TensorView& input, int64_t axis,
                                               const TensorView& index, bool broadcast) {
   using namespace reference_internal;  // NOLINT
@@ -555,11 +556,11 @@ inline Tensor ReferenceScatterCopy(const TensorView& input) {
 }
 }  // namespace reference_internal
 
-// ReferenceScatter computes SPEC operation 2: out = x, then for every position i of the (possibly
-// broadcast) index, out[i with i_ax := idx[i]] (+)= src[i]; `include_self` and MEAN/integer/bool
-// rules as SPEC's "Reductions". A scalar `value` is passed as `src`: a rank-0 view with broadcast,
-// or a view of idx's shape with zero strides without. Returns INVALID_ARGUMENT for any input SPEC
-// rejects (message wording is its own).
+// ReferenceScatter computes Scatter (docs/semantics.md): out = x, then for every position i of the
+// (possibly broadcast) index, out[i with i_ax := idx[i]] (+)= src[i]; `include_self` and
+// MEAN/integer/bool rules as in "Reductions" of docs/semantics.md. A scalar `value` is passed as
+// `src`: a rank-0 view with broadcast, or a view of idx's shape with zero strides without. Returns
+// INVALID_ARGUMENT for any input docs/semantics.md rejects (message wording is its own).
 inline absl::StatusOr<Tensor> ReferenceScatter(const TensorView& input, int64_t axis,
                                                const TensorView& index, const TensorView& src,
                                                Reduction reduce, bool include_self,
@@ -1006,9 +1007,10 @@ struct Tolerance {
 // ToleranceFor returns the tolerance for a result of `dtype` reduced with `reduce` over at most
 // `terms` values per element: exact for integers, bool, ASSIGN, AMAX and AMIN; otherwise relative
 // 1e-5 (float32, complex64), 1e-12 (float64, complex128), 1e-2 (float16), 2e-2 (bfloat16), plus
-// 1e-6 per term for the dtypes SPEC accumulates in float32 (all but float64/complex128, which get
-// 1e-14 per term). The per-term share is deliberately the accumulator's, not the output's: a
-// float16 sum over 300 terms must still be right to float16 precision, not to 300 x 1e-2.
+// 1e-6 per term for the dtypes whose sums run in float32 (all but float64/complex128, which get
+// 1e-14 per term). The per-term share is deliberately the
+// accumulator's, not the output's: a float16 sum over 300 terms must still be right to float16
+// precision, not to 300 x 1e-2.
 inline Tolerance ToleranceFor(DataType dtype, Reduction reduce = Reduction::kAssign,
                               int64_t terms = 1) {
   using reference_internal::Kind;
@@ -1188,8 +1190,8 @@ inline std::string DtypeReductionParamName(
                       std::get<2>(info.param) ? "self" : "noself");
 }
 
-// ReductionDefined is false for the (dtype, reduction) pairs SPEC rejects: AMAX/AMIN on complex
-// and MEAN on bool.
+// ReductionDefined is false for the (dtype, reduction) pairs docs/semantics.md rejects: AMAX/AMIN
+// on complex and MEAN on bool.
 inline bool ReductionDefined(DataType dtype, Reduction reduce) {
   const bool complex = dtype == DataType::kComplex64 || dtype == DataType::kComplex128;
   if (complex && (reduce == Reduction::kAmax || reduce == Reduction::kAmin)) return false;

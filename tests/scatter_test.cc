@@ -1,10 +1,10 @@
-// Scatter (SPEC operation 2) against the independent reference in reference.h: randomized over
-// dtype x reduction x include_self, ranks, axes, index dtypes and patterns, tensor and scalar
+// Scatter (docs/semantics.md, Scatter) against the independent reference in reference.h: randomized
+// over dtype x reduction x include_self, ranks, axes, index dtypes and patterns, tensor and scalar
 // sources, with and without Paddle's broadcast, on the CPU and on CUDA (tests/device_runner.h;
-// skipped where no GPU is usable); plus the PyTorch/Paddle doc examples, SPEC's reduction rules one
-// by one, every error SPEC names, and Gather(Scatter(...)) == src on both devices. On a GPU also:
-// every dtype and reduction byte for byte the CPU's on exact values, and deterministic float sums
-// that repeat bit for bit.
+// skipped where no GPU is usable); plus the PyTorch/Paddle doc examples, the reduction rules of
+// docs/semantics.md one by one, every error it names, and Gather(Scatter(...)) == src on both
+// devices. On a GPU also: every dtype and reduction byte for byte the CPU's on exact values, and
+// deterministic float sums that repeat bit for bit.
 #include "kernels/scatter.h"
 
 #include <algorithm>
@@ -314,8 +314,8 @@ TEST(ScatterTest, HalfAccumulationThroughAPaddedShadowMatchesReference) {
   }
 }
 
-// Gather(Scatter(zeros, ax, idx, src, ASSIGN), ax, idx) == src for idx unique along ax (SPEC),
-// both ops on the instance's device.
+// Gather(Scatter(zeros, ax, idx, src, ASSIGN), ax, idx) == src for idx unique along ax
+// (docs/semantics.md), both ops on the instance's device.
 class ScatterGatherRoundTripTest : public testing::DeviceTest<DataType> {
  protected:
   DataType dtype() const { return leading_param(); }
@@ -355,11 +355,11 @@ TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(ScatterGatherRoundTripTest,
                                       ::testing::ValuesIn(kAllDataTypes),
                                       testing::DataTypeParamName);
 
-// SPEC's AMAX/AMIN rule for NaNs and signed zeros (tests/extremum_rule.h): every order of each
-// case's sources, one order per destination, must give the bits the rule selects, with and
-// without the input. On the CPU the updates of one destination arrive in row-major order; on CUDA
-// in whatever order the atomics land, so the instance there also checks the kernels against the
-// rule (and so against the CPU) byte for byte.
+// The AMAX/AMIN rule of docs/semantics.md for NaNs and signed zeros (tests/extremum_rule.h): every
+// order of each case's sources, one order per destination, must give the bits the rule selects,
+// with and without the input. On the CPU the updates of one destination arrive in row-major order;
+// on CUDA in whatever order the atomics land, so the instance there also checks the kernels against
+// the rule (and so against the CPU) byte for byte.
 class ScatterExtremumRuleTest : public testing::DeviceTest<DataType> {
  protected:
   DataType dtype() const { return leading_param(); }
@@ -406,7 +406,7 @@ TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(ScatterExtremumRuleTest,
                                       testing::DataTypeParamName);
 
 // ---------------------------------------------------------------------------------------------
-// Hand cases from the PyTorch and Paddle docs and SPEC's reduction rules.
+// Hand cases from the PyTorch and Paddle docs and the reduction rules of docs/semantics.md.
 
 // Runs Scatter and the reference; expects both to succeed and agree, returns the kernel's result.
 Tensor ScatterOk(const ScatterArgs& args) {
@@ -942,7 +942,8 @@ TEST(ScatterTest, RunsTurningNegativeOrBadAtAnyPositionAreHandled) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Errors: the kernel and the reference reject the same inputs, with SPEC-style messages.
+// Errors: the kernel and the reference reject the same inputs, with messages in the form of
+// docs/semantics.md.
 
 absl::Status ScatterError(const ScatterArgs& args) {
   if (const TensorView* source = std::get_if<TensorView>(&args.source)) {
@@ -1320,9 +1321,9 @@ TEST_F(ScatterCudaTest, DeterministicFloatSumsRepeatBitForBitAndMatchTheCpu) {
 
 // AMAX/AMIN under contention: 200,000 updates drawn from NaNs of several signs and payloads,
 // zeros of both signs and a few numbers, into 8 destinations, so that thousands of
-// compare-and-swaps race on each. The GPU must give the CPU's bytes (SPEC's rule leaves no choice),
-// and the 16-bit floats must keep the bits of the destinations no update reaches (no float shadow
-// rewrites their NaNs).
+// compare-and-swaps race on each. The GPU must give the CPU's bytes (the rule of docs/semantics.md
+// leaves no choice), and the 16-bit floats must keep the bits of the destinations no update reaches
+// (no float shadow rewrites their NaNs).
 TEST_F(ScatterCudaTest, AmaxAminUnderContentionGiveTheCpusBytes) {
   absl::BitGen gen = SeededGen(47, kScatterSeedSalt);
   for (DataType dtype : testing::kExtremumDtypes) {

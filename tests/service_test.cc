@@ -193,7 +193,7 @@ TEST_F(ServiceTest, ScatterScalarValue) {
 }
 
 // GatherNd, ScatterNd and MaskedScatter: the examples of TensorFlow's, Paddle's and PyTorch's
-// documentation, and SPEC's equalities with Gather and Scatter.
+// documentation, and the identities of docs/semantics.md with Gather and Scatter.
 
 TEST_F(ServiceTest, GatherNdTensorFlowForm) {
   // tf.gather_nd([[1, 2], [3, 4]], [[0, 0], [1, 1]]) -> [1, 4]: whole coordinates, elements.
@@ -510,7 +510,7 @@ TEST_F(ServiceTest, LargeScatterAndSliceScatterComputeInTheirInputs) {
   }
 }
 
-// --- Bad requests: INVALID_ARGUMENT with SPEC's message, and the server keeps serving ----------
+// --- Bad requests: INVALID_ARGUMENT as docs/semantics.md words it; the server keeps serving ----
 
 TEST_F(ServiceTest, OutOfRangeIndex) {
   v1::GatherRequest request;

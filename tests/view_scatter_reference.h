@@ -1,14 +1,14 @@
-// An independent reference for SelectScatter, SliceScatter and DiagonalScatter (SPEC operations
-// 8-10), and for the diagonal extraction the reference equality needs.
+// An independent reference for SelectScatter, SliceScatter and DiagonalScatter (docs/semantics.md),
+// and for the diagonal extraction the reference equality needs.
 //
 //   Tensor expected = testing::ReferenceSliceScatter(x.view(), s.view(), 1, -3, std::nullopt, 2);
 //
-// Written from SPEC and PyTorch's documented semantics alone, sharing no code with kernels/: no
-// strides of the result, no window. Every result coordinate is visited with plain loops and the
-// reference decides from the coordinates themselves whether it lies in the selected slice, the
-// stepped slice or the diagonal, and which src coordinate lands there; elements move as raw bytes
-// through each view's own strides. Arguments must be valid (the kernels' error paths are tested
-// separately); sizes are kept to a few million elements.
+// Written from docs/semantics.md and PyTorch's documented semantics alone, sharing no code with
+// kernels/: no strides of the result, no window. Every result coordinate is visited with plain
+// loops and the reference decides from the coordinates themselves whether it lies in the selected
+// slice, the stepped slice or the diagonal, and which src coordinate lands there; elements move as
+// raw bytes through each view's own strides. Arguments must be valid (the kernels' error paths are
+// tested separately); sizes are kept to a few million elements.
 #ifndef TENSOROPS_TESTS_VIEW_SCATTER_REFERENCE_H_
 #define TENSOROPS_TESTS_VIEW_SCATTER_REFERENCE_H_
 

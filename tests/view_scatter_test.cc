@@ -1,9 +1,9 @@
-// SelectScatter, SliceScatter and DiagonalScatter (SPEC operations 8-10) against the independent
+// SelectScatter, SliceScatter and DiagonalScatter (docs/semantics.md) against the independent
 // reference in view_scatter_reference.h: randomized over dtype x op, ranks, axes (negative too),
 // Python slice bounds, diagonal offsets (past the edge too), zero-size dimensions and strided
 // input/src views, one large case per op for the parallel copies; plus the PyTorch doc examples,
-// SPEC's reference equalities and every error. These ops only copy, so results must match byte
-// for byte. The randomized suite and the equalities run on the CPU and on CUDA
+// the identities of docs/semantics.md and every error. These ops only copy, so results must match
+// byte for byte. The randomized suite and the equalities run on the CPU and on CUDA
 // (tests/device_runner.h; skipped where no GPU is usable); on a GPU also: each op of every dtype
 // byte for byte the CPU's.
 #include "kernels/view_scatter.h"
@@ -414,7 +414,7 @@ TEST(ViewScatterDocTest, EmptyInputsAndWindows) {
 }
 
 // --------------------------------------------------------------------------------------------
-// SPEC's reference equalities.
+// The identities of docs/semantics.md.
 
 // Over dtype x device: both sides of each equality on the instance's device.
 class ViewScatterEqualityTest : public testing::DeviceTest<DataType> {};

@@ -78,7 +78,7 @@ ABSL_FLAG(std::string, index, "",
           "Index tensor, a .npy file or @NAME, of int32 or int64 (required).");
 ABSL_FLAG(int64_t, axis, 0, "Axis the op works along, -rank <= axis < rank.");
 ABSL_FLAG(bool, broadcast, false,
-          "Broadcast as Paddle's take_along_axis / put_along_axis do (README.md, Operations).");
+          "Broadcast as Paddle's take_along_axis / put_along_axis do (docs/semantics.md).");
 ABSL_FLAG(std::string, src, "", "Source tensor, a .npy file or @NAME, of input's dtype.");
 ABSL_FLAG(std::string, value, "",
           "scatter: scalar source instead of --src: true/false, an integer, or a float.");

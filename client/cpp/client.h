@@ -107,7 +107,7 @@ std::string ServiceConfigJson(const ClientOptions& options);
 // GatherOptions are the optional arguments of Client::Gather.
 struct GatherOptions {
   // Paddle's take_along_axis broadcast: input and index are broadcast against each other on every
-  // dimension but the axis (README.md, Operations).
+  // dimension but the axis (docs/semantics.md).
   bool broadcast = false;
   // The call's deadline, counted from when the call starts (encoding the request included);
   // nullopt uses ClientOptions::default_timeout. A deadline that passes gives DEADLINE_EXCEEDED;
@@ -117,11 +117,11 @@ struct GatherOptions {
 
 // ScatterOptions are the optional arguments of Client::Scatter.
 struct ScatterOptions {
-  // How a source element combines with its destination (README.md, Operations).
+  // How a source element combines with its destination (docs/semantics.md).
   Reduction reduce = Reduction::kAssign;
   // Whether the destination's original value takes part in the reduction.
   bool include_self = true;
-  // Paddle's put_along_axis broadcast (README.md, Operations).
+  // Paddle's put_along_axis broadcast (docs/semantics.md).
   bool broadcast = false;
   // Ask for bitwise reproducible floating SUM/MEAN/PROD results.
   bool deterministic = false;
@@ -197,7 +197,7 @@ struct DiagonalOptions {
   std::optional<absl::Duration> timeout;
 };
 
-// GatherNdOptions are the optional arguments of Client::GatherNd (README.md, Operations).
+// GatherNdOptions are the optional arguments of Client::GatherNd (docs/semantics.md).
 struct GatherNdOptions {
   // Empty: the TensorFlow / Paddle form (tf.gather_nd). Otherwise one distinct axis of input per
   // coordinate in the index's last dimension, each in [-rank, rank): the compiler form.
@@ -208,7 +208,7 @@ struct GatherNdOptions {
   std::optional<absl::Duration> timeout;
 };
 
-// ScatterNdOptions are the optional arguments of Client::ScatterNd (README.md, Operations).
+// ScatterNdOptions are the optional arguments of Client::ScatterNd (docs/semantics.md).
 struct ScatterNdOptions {
   // As GatherNdOptions::axes.
   std::vector<int64_t> axes;
@@ -344,7 +344,7 @@ class Client {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
-  // Gather returns `torch.gather(input, axis, index)` (README.md, Operations) computed by the
+  // Gather returns `torch.gather(input, axis, index)` (docs/semantics.md) computed by the
   // server. Returns the server's status on error: INVALID_ARGUMENT naming the argument, value and
   // rule for a bad request, RESOURCE_EXHAUSTED for tensors over the limits, DEADLINE_EXCEEDED when
   // the timeout passes, UNAVAILABLE when the server cannot be reached.
@@ -352,7 +352,7 @@ class Client {
                                 const GatherOptions& options = {});
 
   // Scatter returns `input` with `src` scattered into it along `axis` at `index`, combined by
-  // options.reduce (README.md, Operations). `input` itself is not modified. Errors as Gather.
+  // options.reduce (docs/semantics.md). `input` itself is not modified. Errors as Gather.
   absl::StatusOr<Tensor> Scatter(const TensorView& input, int64_t axis, const TensorView& index,
                                  const TensorView& src, const ScatterOptions& options = {});
 
@@ -361,39 +361,39 @@ class Client {
   absl::StatusOr<Tensor> Scatter(const TensorView& input, int64_t axis, const TensorView& index,
                                  const Scalar& value, const ScatterOptions& options = {});
 
-  // IndexSelect returns `torch.index_select(input, axis, index)` (README.md, Operations). Errors as
+  // IndexSelect returns `torch.index_select(input, axis, index)` (docs/semantics.md). Errors as
   // Gather.
   absl::StatusOr<Tensor> IndexSelect(const TensorView& input, int64_t axis, const TensorView& index,
                                      const CallOptions& options = {});
 
   // IndexReduce returns `input` with the slices of `src` along `axis` combined into the slices
-  // `index` names: index_add (SUM, alpha), index_copy (ASSIGN) or index_reduce (README.md,
-  // Operations). Errors as Gather.
+  // `index` names: index_add (SUM, alpha), index_copy (ASSIGN) or index_reduce
+  // (docs/semantics.md). Errors as Gather.
   absl::StatusOr<Tensor> IndexReduce(const TensorView& input, int64_t axis, const TensorView& index,
                                      const TensorView& src, const IndexReduceOptions& options = {});
 
-  // SelectScatter returns `torch.select_scatter(input, src, axis, index)` (README.md, Operations).
+  // SelectScatter returns `torch.select_scatter(input, src, axis, index)` (docs/semantics.md).
   // Errors as Gather.
   absl::StatusOr<Tensor> SelectScatter(const TensorView& input, const TensorView& src, int64_t axis,
                                        int64_t index, const CallOptions& options = {});
 
-  // SliceScatter returns `torch.slice_scatter(input, src, axis, start, end, step)` (README.md,
-  // Operations). Errors as Gather.
+  // SliceScatter returns `torch.slice_scatter(input, src, axis, start, end, step)`
+  // (docs/semantics.md). Errors as Gather.
   absl::StatusOr<Tensor> SliceScatter(const TensorView& input, const TensorView& src, int64_t axis,
                                       const SliceOptions& options = {});
 
-  // DiagonalScatter returns `torch.diagonal_scatter(input, src, offset, axis1, axis2)` (README.md,
-  // Operations). Errors as Gather.
+  // DiagonalScatter returns `torch.diagonal_scatter(input, src, offset, axis1, axis2)`
+  // (docs/semantics.md). Errors as Gather.
   absl::StatusOr<Tensor> DiagonalScatter(const TensorView& input, const TensorView& src,
                                          const DiagonalOptions& options = {});
 
   // GatherNd returns `tf.gather_nd(input, index, batch_dims)` or, with options.axes, the
-  // compiler form `gather_nd(input, index, dims=axes)` (README.md, Operations). Errors as Gather.
+  // compiler form `gather_nd(input, index, dims=axes)` (docs/semantics.md). Errors as Gather.
   absl::StatusOr<Tensor> GatherNd(const TensorView& input, const TensorView& index,
                                   const GatherNdOptions& options = {});
 
   // ScatterNd returns `input` with `src` scattered into it at the coordinates in `index`, combined
-  // by options.reduce (README.md, Operations): tf.tensor_scatter_nd_update/add/min/max,
+  // by options.reduce (docs/semantics.md): tf.tensor_scatter_nd_update/add/min/max,
   // paddle.scatter_nd_add. Without an input it is paddle.scatter_nd: zeros of options.shape.
   // Errors as Gather.
   absl::StatusOr<Tensor> ScatterNd(const std::optional<TensorView>& input, const TensorView& index,
@@ -408,7 +408,7 @@ class Client {
                                       const TensorView& index, const TensorView& src,
                                       const ScatterNdOptions& options = {});
 
-  // MaskedScatter returns `torch.masked_scatter(input, mask, src)` (README.md, Operations): the
+  // MaskedScatter returns `torch.masked_scatter(input, mask, src)` (docs/semantics.md): the
   // k-th true position of `mask` (BOOL, broadcast with input) takes src's k-th element. Errors as
   // Gather; a src with fewer elements than the mask has true positions is INVALID_ARGUMENT.
   absl::StatusOr<Tensor> MaskedScatter(const TensorView& input, const TensorView& mask,
@@ -435,9 +435,9 @@ class Client {
 
   // Backward returns the gradients of the op in `forward` (as sent to Run) for `grad_output`, the
   // gradient of its result: one per differentiable input, by argument name ("input", "src"), as
-  // PyTorch autograd gives them (README.md, Operations). INVALID_ARGUMENT for a dtype that is not
-  // floating or complex and for a grad_output whose shape or dtype is not the result's; otherwise
-  // errors as Gather.
+  // PyTorch autograd gives them (docs/semantics.md, Backward). INVALID_ARGUMENT for a dtype that is
+  // not floating or complex and for a grad_output whose shape or dtype is not the result's;
+  // otherwise errors as Gather.
   absl::StatusOr<std::map<std::string, Tensor>> Backward(const v1::OpRequest& forward,
                                                          const TensorView& grad_output,
                                                          const CallOptions& options = {});
@@ -445,8 +445,8 @@ class Client {
   // ServerInfo returns what the server is: version, build, devices, limits, ops, dtypes.
   absl::StatusOr<v1::ServerInfoResponse> ServerInfo(const CallOptions& options = {});
 
-  // The tensor store (store.proto). An op's tensor argument references a stored tensor by setting
-  // Tensor.stored in a request built by hand (Run, or the generated stub).
+  // The tensor store (store.proto). An op's tensor argument references a stored tensor through
+  // StoredArgument in a request built with the Make*Request functions (Run, RunStored).
   //
   // PutTensor stores `value` under `name` (its bytes streamed in options.chunk_bytes chunks) and
   // returns the stored tensor's info, at its new version. FAILED_PRECONDITION for an existing name

@@ -1,6 +1,6 @@
-// The CPU kernel of MaskedScatter. The kernel is the prefix-sum design of seeds/003
-// (PyTorch's CUDA masked_scatter) rather than PyTorch's serial CPU loop, so that the CPU and the
-// GPU run one algorithm and agree by construction:
+// The CPU kernel of MaskedScatter. The kernel is the prefix-sum design of Paddle's
+// masked_scatter (PyTorch's CUDA masked_scatter) rather than PyTorch's serial CPU loop, so that the
+// CPU and the GPU run one algorithm and agree by construction:
 //   1. the mask is viewed contiguous at the result shape (materialized when broadcast or strided);
 //   2. the true positions are counted per block of the mask, in parallel;
 //   3. an exclusive scan of the block counts gives each block's first source element, and the

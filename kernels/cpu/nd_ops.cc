@@ -8,10 +8,10 @@
 // across threads.
 //
 // ScatterNd cannot split positions freely: two index rows may address the same slice (duplicates
-// are the point of SUM and the hazard of ASSIGN), and SPEC wants the last row to win. It resolves
-// every position's destination once, then orders the updates by destination with a stable
-// counting sort into buckets of disjoint destination blocks. Each bucket is applied by one thread
-// in the original row order, so no two threads touch one element and duplicates keep their
+// are the point of SUM and the hazard of ASSIGN), and docs/semantics.md wants the last row to win.
+// It resolves every position's destination once, then orders the updates by destination with a
+// stable counting sort into buckets of disjoint destination blocks. Each bucket is applied by one
+// thread in the original row order, so no two threads touch one element and duplicates keep their
 // row-major order: the ordering contract of ReducingScatter, which does the reduction itself.
 #include "kernels/nd_ops.h"
 

@@ -1,6 +1,6 @@
 // ReducingScatter: the reduction steps every scatter-like CPU kernel shares (Scatter, IndexReduce,
-// ScatterNd). A kernel supplies only how its updates are enumerated; this class owns what SPEC's
-// "Reductions" section asks of every one of them:
+// ScatterNd). A kernel supplies only how its updates are enumerated; this class owns what the
+// "Reductions" section of docs/semantics.md asks of every one of them:
 //   1. when accumulating float16/bfloat16 (SUM, PROD, MEAN), a float32 shadow of the result, so
 //      every destination rounds once at the end (its rows padded where their length would make
 //      them alias in the caches, for enumerations that address it by dest_strides());
@@ -50,7 +50,7 @@ class ReducingScatter {
   using Acc = Accumulator<T, Op>;
 
   // `result` (contiguous, of `shape`) holds the initial values and receives the reduced ones.
-  // `reduce` is the SPEC reduction that `Op` implements (MEAN runs with SumOp). `updates` is the
+  // `reduce` is the reduction that `Op` implements (MEAN runs with SumOp). `updates` is the
   // most updates one enumeration makes (it bounds MEAN's counts). With `may_pad_rows`, a float32
   // shadow may get padded rows (see kRowPadding); the enumeration then addresses its
   // destinations with dest_strides(), not with the result's own strides.

@@ -1,7 +1,8 @@
-// CUDA kernel of MaskedScatter (seeds/003): an exclusive prefix sum of the mask with CUB gives
-// each true position its source element, then one pass writes every result element: the source
-// element at a true position, the input elsewhere. A source too small for the mask raises the
-// error flag instead of reading past its end; the CPU re-run then names both counts.
+// CUDA kernel of MaskedScatter (the prefix-sum design of Paddle's masked_scatter, after PyTorch's):
+// an exclusive prefix sum of the mask with CUB gives each true position its source element, then
+// one pass writes every result element: the source element at a true position, the input elsewhere.
+// A source too small for the mask raises the error flag instead of reading past its end; the CPU
+// re-run then names both counts.
 #include <cuda_runtime.h>
 
 #include <cstdint>

@@ -9,11 +9,12 @@
 //   4. assign:    ... and the update at that position writes: last writer in row-major order, as
 //                 on the CPU, whatever order the threads run in;
 //   5. finalize:  MEAN divides by the counts; the shadow rounds into the result.
-// Integer, ASSIGN, AMAX and AMIN results equal the CPU's exactly (AMAX/AMIN by SPEC's rule for NaNs
-// and signed zeros, which does not depend on the order); float sums and products differ only by
-// the order of rounding (SPEC, "Reference equalities"). A `deterministic` float SUM, MEAN or PROD
-// replaces steps 2, 3 and 5 with a sort of the updates by destination and a reduction of each
-// destination's run (below), whose order is fixed, so that its results repeat bit for bit.
+// Integer, ASSIGN, AMAX and AMIN results equal the CPU's exactly (AMAX/AMIN by the rule of
+// docs/semantics.md for NaNs and signed zeros, which does not depend on the order); float sums and
+// products differ only by the order of rounding (docs/semantics.md, Identities). A `deterministic`
+// float SUM, MEAN or PROD replaces steps 2, 3 and 5 with a sort of the updates by destination and a
+// reduction of each destination's run (below), whose order is fixed, so that its results repeat bit
+// for bit.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -153,8 +154,8 @@ __device__ __forceinline__ Complex<Real> Multiply(Complex<Real> a, Complex<Real>
   return {a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re};
 }
 
-// AtomicReduce combines `value` into *dest with `Op` as SPEC defines it for element type T; `dest`
-// holds an Acc<T, Op>.
+// AtomicReduce combines `value` into *dest with `Op` as docs/semantics.md defines it for element
+// type T; `dest` holds an Acc<T, Op>.
 template <typename T, typename Op>
 __device__ __forceinline__ void AtomicReduce(Acc<T, Op>* dest, Acc<T, Op> value) {
   using A = Acc<T, Op>;

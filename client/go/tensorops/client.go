@@ -389,7 +389,8 @@ func (c *Client) DiagonalScatter(ctx context.Context, input Tensor, src Tensor, 
 	return unary(response, err)
 }
 
-// GatherNd returns tf.gather_nd(input, index, batch_dims), or the axes form (SPEC, operation 3).
+// GatherNd returns tf.gather_nd(input, index, batch_dims), or the axes form (docs/semantics.md,
+// GatherNd).
 func (c *Client) GatherNd(ctx context.Context, input Tensor, index Tensor, opts ...GatherNdOptions) (Tensor, error) {
 	op := withUpdateID(GatherNdOp(input, index, opts...), true)
 	response, err := c.stub.GatherNd(ctx, op.message.GetGatherNd(), c.callOpts...)

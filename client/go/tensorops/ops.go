@@ -6,8 +6,8 @@ import (
 	tensoropsv1 "tensorops/client/go/tensorops/v1"
 )
 
-// Reduction says how Scatter-like ops combine a source element with its destination (SPEC,
-// Reductions). The zero value is Assign.
+// Reduction says how Scatter-like ops combine a source element with its destination
+// (docs/semantics.md, Reductions). The zero value is Assign.
 type Reduction int32
 
 // The reductions of the wire's tensorops.v1.Reduction.
@@ -118,7 +118,7 @@ type DiagonalScatterOptions struct {
 	Result ResultOptions
 }
 
-// GatherNdOptions are the optional arguments of GatherNd (SPEC, operation 3).
+// GatherNdOptions are the optional arguments of GatherNd (docs/semantics.md, GatherNd).
 type GatherNdOptions struct {
 	// Empty: the TensorFlow form. Otherwise the k distinct axes of input the index coordinates
 	// address.

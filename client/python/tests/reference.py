@@ -1,7 +1,7 @@
 """Reference implementations of the ops with plain loops over numpy arrays.
 
 They share no code with the client or the server: each walks the index element by element, in
-row-major order, the way SPEC.md and PyTorch define the op.
+row-major order, the way docs/semantics.md and PyTorch define the op.
 """
 import numpy as np
 

@@ -471,8 +471,8 @@ func (*RunStreamResponse_Result) isRunStreamResponse_Outcome() {}
 
 func (*RunStreamResponse_Error) isRunStreamResponse_Outcome() {}
 
-// Backward: the gradients of an op's differentiable inputs for the gradient of its result (SPEC,
-// "Backward"), as PyTorch autograd computes them.
+// Backward: the gradients of an op's differentiable inputs for the gradient of its result
+// (docs/semantics.md, Backward), as PyTorch autograd computes them.
 type BackwardRequest struct {
 	state         protoimpl.MessageState
 	sizeCache     protoimpl.SizeCache

@@ -5,6 +5,7 @@
 #   make image  build the cpu container image with podman (deploy/README.md)
 #   make container-test   build, run and stop the cpu image; podman kube play (as root)
 #   make bench  build, run the kernel and service benchmarks, print their tables (bench/README.md)
+#   make bench-store  build, run the tensor store benchmark (C++ and Python; bench/README.md)
 #
 # BUILD_DIR, BUILD_TYPE, JOBS and CMAKE_ARGS can be overridden: make test CMAKE_ARGS=-DTENSOROPS_ENABLE_CUDA=OFF
 BUILD_DIR ?= build/release
@@ -13,7 +14,7 @@ JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 SERVER_ARGS ?= --host=127.0.0.1 --port=50051
 
-.PHONY: all deps configure build run test test-kernels-cpu bench format clean image container-test
+.PHONY: all deps configure build run test test-kernels-cpu bench bench-store format clean image container-test
 
 all: build
 
@@ -49,6 +50,16 @@ bench: build
 	    --benchmark_out_format=json $(KERNELS_BENCH_ARGS)
 	bench/kernels_table.py < $(BUILD_DIR)/bench/kernels.json
 	$(BUILD_DIR)/bench/service/service_bench $(SERVICE_BENCH_ARGS)
+
+# The tensor store's workloads (issue 24), stored vs inline, from C++ and from Python (against
+# PyTorch in-process; Debian's python3-torch is in /usr/bin/python3's path). About 3-4 minutes;
+# STORE_BENCH_ARGS=--quick for a smoke run (passed to both).
+STORE_BENCH_ARGS ?=
+STORE_BENCH_PYTHON ?= /usr/bin/python3
+bench-store: build
+	$(BUILD_DIR)/bench/store/store_bench $(STORE_BENCH_ARGS)
+	TENSOROPS_PYTHON_STUBS=$(BUILD_DIR)/python $(STORE_BENCH_PYTHON) bench/store/store_bench.py \
+	    --server=$(BUILD_DIR)/server/tensorops-server $(STORE_BENCH_ARGS)
 
 format:
 	find kernels proto server client/cpp tests bench \( -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.proto' \) -print0 | xargs -0 clang-format -i

@@ -1774,7 +1774,8 @@ TEST_F(CliTest, InfoPrintsServerInfoAsJson) {
   ASSERT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
   EXPECT_THAT(run.stdout_text,
               AllOf(HasSubstr("\"version\""), HasSubstr("\"MaskedScatter\""),
-                    HasSubstr("\"maxQueuedCalls\": 1024"), HasSubstr("\"DATA_TYPE_COMPLEX128\"")));
+                    HasSubstr("\"maxQueuedCalls\": 1024"), HasSubstr("\"DATA_TYPE_COMPLEX128\""),
+                    HasSubstr("\"inlineMaxBytes\": \"65536\""), HasSubstr("\"store\": {")));
   // Still one JSON object, now with the RPCs other than the ops (from reflection).
   google::protobuf::Struct json;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(run.stdout_text, &json).ok())

@@ -138,6 +138,10 @@ void OpCall::End(const absl::Status& status) {
   if (!why.has_value() && code_ == absl::StatusCode::kResourceExhausted) why = Rejection::kLimit;
   if (why.has_value()) serving_.metrics->Rejected(RejectionLabel(*why));
   LogFinishedCall(LogName(), Peer(), *timeline_.finished - timeline_.start, status);
+  // The op has run (or never will): let go of its plan now, and with it the stored tensors it
+  // held, rather than when the transport is done with the call. A RunStream response may wait
+  // long for a client that does not read, and must not hold off updates of those tensors.
+  op_ = PreparedOp{};
   Deliver(status);
 }
 

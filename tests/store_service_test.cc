@@ -2,6 +2,7 @@
 // stored tensors referenced by every op's tensor arguments, against a real Server in-process.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -1084,6 +1085,49 @@ TEST_F(StoreServiceTest, AShutdownWithAnUploadOpenStoresNothing) {
   EXPECT_FALSE(status.ok());
   EXPECT_EQ(server_->store().tensor_count(), 0);
   EXPECT_EQ(server_->store().used_bytes(), 0);
+}
+
+TEST_F(StoreServiceTest, AStreamWhoseClientDoesNotReadHoldsNoStoredTensor) {
+  // A 4 MiB table; each stream request gathers all of it, to a client whose flow-control window
+  // stays at 64 KiB (no BDP probing) and which reads nothing: the responses cannot all be sent.
+  constexpr int64_t kRows = 1024;
+  constexpr int64_t kCols = 1024;
+  const std::vector<float> values(kRows * kCols, 1.0f);
+  ASSERT_TRUE(
+      client_->PutTensor("held", TensorView(DataType::kFloat32, {kRows, kCols}, values.data()))
+          .ok());
+  grpc::ChannelArguments arguments;
+  arguments.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  std::unique_ptr<v1::TensorOps::Stub> slow_stub = v1::TensorOps::NewStub(
+      grpc::CreateCustomChannel(absl::StrFormat("127.0.0.1:%d", server_->port()),
+                                grpc::InsecureChannelCredentials(), arguments));
+  grpc::ClientContext stream_context;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::RunStreamRequest, v1::RunStreamResponse>> stream =
+      slow_stub->RunStream(&stream_context);
+  std::vector<int64_t> all_rows(kRows);
+  for (int64_t i = 0; i < kRows; ++i) all_rows[i] = i;
+  for (uint64_t id = 1; id <= 4; ++id) {
+    v1::RunStreamRequest request;
+    request.set_request_id(id);
+    v1::IndexSelectRequest* select = request.mutable_op()->mutable_index_select();
+    select->mutable_input()->mutable_stored()->set_name("held");
+    *select->mutable_index() = MakeTensor<int64_t>({kRows}, all_rows);
+    ASSERT_TRUE(stream->Write(request));
+  }
+  // Give the server time to run them all; their answers wait for the client.
+  absl::SleepFor(absl::Milliseconds(300));
+  // An update of the table goes ahead all the same.
+  v1::OpRequest update;
+  update.mutable_select_scatter()->mutable_input()->mutable_stored()->set_name("held");
+  *update.mutable_select_scatter()->mutable_src() =
+      MakeTensor<float>({kCols}, std::vector<float>(kCols, 2.0f));
+  update.mutable_select_scatter()->mutable_result_options()->set_in_place(true);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::OpResponse response;
+  const grpc::Status updated = stub_->Run(&context, update, &response);
+  EXPECT_TRUE(updated.ok()) << updated.error_message();
+  stream_context.TryCancel();
 }
 
 TEST(StoreAuthTest, UnauthenticatedStoreCallsAreRefused) {

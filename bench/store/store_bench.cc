@@ -1,0 +1,569 @@
+// store_bench: the tensor store's two workloads (issue 24), each against the same work sent inline,
+// from the C++ client (tensorops::Client) at concurrency 1.
+//
+//   1. Embedding lookup: a float32 table of --rows x --cols (default 4 Mi x 64, 1 GiB) is stored
+//      once with PutTensor; each call is an IndexSelect of --batch_rows random rows (default 4096)
+//      with the table referenced by name. Inline, the call sends a --inline_rows table (default
+//      1 Mi rows, 256 MiB: 1 GiB does not fit one message) and gets the rows back.
+//   2. Gradient push: IndexReduce SUM of --batch_rows x --cols updates into the stored table in
+//      place (result_options.in_place, nothing returned), against the same IndexReduce inline:
+//      the 256 MiB table sent, the updated table returned.
+//
+// From C++ the peer a user would otherwise write is the inline call, so the ratio is stored /
+// inline calls/s. The uploads report GB/s (10^9 bytes per second) over loopback: the table
+// through Client::PutTensor, and --upload_bytes (default 4 GiB) streamed through the generated
+// stub from a 64 MiB pattern buffer, so that the client never holds the whole tensor (the server
+// holds it once).
+//
+// Two floors are measured in the same run: a raw gRPC echo (bench/service's EchoService) of the
+// lookup's result bytes, sent both ways, for the latency; and the large upload's bytes over a bare
+// loopback TCP socket, for the upload's GB/s.
+//
+// The server runs in this process (as in bench/service) unless --target names one; it needs
+// --store_memory_bytes above the largest upload (default 6e9). Repetitions alternate stored and
+// inline, and the tables report medians over repetitions (ratios are the median of
+// per-repetition ratios).
+//
+//   build/release/bench/store/store_bench            # full run, about 2-4 minutes
+//   build/release/bench/store/store_bench --quick    # smoke run, a few seconds
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "bench/service/echo_service.h"
+#include "client/cpp/client.h"
+#include "grpcpp/grpcpp.h"
+#include "server/server.h"
+#include "spdlog/spdlog.h"
+#include "tensorops/v1/service.grpc.pb.h"
+
+ABSL_FLAG(bool, quick, false,
+          "Smoke run: a 64 Ki-row table, a 16 Ki-row inline table, a 64 MiB upload, one "
+          "repetition of 0.2 s per cell.");
+ABSL_FLAG(std::string, target, "",
+          "host:port of a running tensorops-server (started with a large enough "
+          "--store_memory_bytes); empty: start one in this process.");
+ABSL_FLAG(int64_t, store_memory_bytes, 6000000000, "The in-process server's --store_memory_bytes.");
+ABSL_FLAG(int64_t, rows, int64_t{4} << 20, "Rows of the stored table.");
+ABSL_FLAG(int64_t, inline_rows, int64_t{1} << 20, "Rows of the table sent inline.");
+ABSL_FLAG(int64_t, cols, 64, "Columns (float32) of both tables.");
+ABSL_FLAG(int64_t, batch_rows, 4096, "Rows each lookup selects and each push updates.");
+ABSL_FLAG(int64_t, upload_bytes, int64_t{4} << 30,
+          "Bytes of the large upload (a multiple of 4); 0 skips it.");
+ABSL_FLAG(int64_t, chunk_bytes, int64_t{4} << 20, "Bytes per PutTensor data message.");
+ABSL_FLAG(int, upload_repetitions, 3, "Repetitions of the large upload.");
+ABSL_FLAG(double, seconds_per_cell, 2.0, "How long each cell calls, one call after another.");
+ABSL_FLAG(int64_t, max_calls_per_cell, 20000, "Most calls one cell makes (besides warm-up).");
+ABSL_FLAG(int, max_attempts, tensorops::ClientOptions{}.max_attempts,
+          "The client's ClientOptions::max_attempts (1: gRPC retries off).");
+ABSL_FLAG(int, repetitions, 3, "Repetitions of every cell; the tables report medians.");
+
+namespace tensorops::store_bench {
+namespace {
+
+constexpr char kTableName[] = "bench/store/table";
+constexpr char kUploadName[] = "bench/store/upload";
+// Index batches cycled through by the calls, each of fresh random rows.
+constexpr int kIndexBatches = 64;
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// TableValue is the table's element at (row, col): exact in float32, cheap to check.
+float TableValue(int64_t row, int64_t col) { return static_cast<float>((row * 7 + col) % 4096); }
+
+Tensor MakeTable(int64_t rows, int64_t cols) {
+  Tensor table(DataType::kFloat32, Shape{rows, cols});
+  float* values = table.data_as<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) values[r * cols + c] = TableValue(r, c);
+  }
+  return table;
+}
+
+std::vector<Tensor> MakeIndexBatches(int64_t rows, int64_t batch_rows, uint64_t seed) {
+  std::mt19937_64 random(seed);
+  std::uniform_int_distribution<int64_t> row(0, rows - 1);
+  std::vector<Tensor> batches;
+  for (int b = 0; b < kIndexBatches; ++b) {
+    Tensor index(DataType::kInt64, Shape{batch_rows});
+    for (int64_t i = 0; i < batch_rows; ++i) index.data_as<int64_t>()[i] = row(random);
+    batches.push_back(std::move(index));
+  }
+  return batches;
+}
+
+// CellResult is one timed cell: calls one after another (concurrency 1).
+struct CellResult {
+  double p50_ms = 0;
+  double p99_ms = 0;
+  double calls_per_s = 0;
+  int64_t calls = 0;
+  std::string error;  // Non-empty when a call failed.
+};
+
+// Drive calls `call(i)` for i = 0, 1, ... until `max_calls` have completed or `duration` has
+// passed, one at a time.
+CellResult Drive(const std::function<absl::Status(int64_t)>& call, absl::Duration duration,
+                 int64_t max_calls) {
+  std::vector<double> latencies;
+  const absl::Time start = absl::Now();
+  absl::Time now = start;
+  while (now - start < duration && static_cast<int64_t>(latencies.size()) < max_calls) {
+    const absl::Time sent = now;
+    absl::Status status = call(static_cast<int64_t>(latencies.size()));
+    now = absl::Now();
+    if (!status.ok()) return {.error = status.ToString()};
+    latencies.push_back(absl::ToDoubleMilliseconds(now - sent));
+  }
+  CellResult result;
+  std::sort(latencies.begin(), latencies.end());
+  result.calls = static_cast<int64_t>(latencies.size());
+  // Nearest rank; with fewer than 100 calls p99 is the slowest call.
+  auto rank = [&](double q) {
+    return latencies[std::min(latencies.size() - 1, static_cast<size_t>(q * latencies.size()))];
+  };
+  result.p50_ms = rank(0.50);
+  result.p99_ms = rank(0.99);
+  result.calls_per_s = latencies.size() / absl::ToDoubleSeconds(now - start);
+  return result;
+}
+
+struct RunSettings {
+  int repetitions;
+  absl::Duration seconds_per_cell;
+  int64_t max_calls_per_cell;
+};
+
+// Measure warms `call` up (two calls, or 0.3 s) and then runs one timed cell.
+CellResult Measure(const std::function<absl::Status(int64_t)>& call, const RunSettings& settings) {
+  CellResult warm = Drive(call, std::min(settings.seconds_per_cell, absl::Milliseconds(300)), 2);
+  if (!warm.error.empty()) return warm;
+  return Drive(call, settings.seconds_per_cell, settings.max_calls_per_cell);
+}
+
+// Comparison is one workload's stored and inline cells over the repetitions.
+struct Comparison {
+  std::string workload;
+  std::vector<CellResult> stored, inline_calls;
+  std::vector<double> ratios;  // stored / inline calls/s, per repetition.
+  std::string error;
+};
+
+Comparison Compare(std::string workload, const std::function<absl::Status(int64_t)>& stored,
+                   const std::function<absl::Status(int64_t)>& inline_call,
+                   const RunSettings& settings) {
+  Comparison comparison{.workload = std::move(workload)};
+  for (int rep = 0; rep < settings.repetitions && comparison.error.empty(); ++rep) {
+    // Alternate which goes first, so that neither always runs on a cooler machine.
+    CellResult s, i;
+    if (rep % 2 == 0) {
+      s = Measure(stored, settings);
+      i = Measure(inline_call, settings);
+    } else {
+      i = Measure(inline_call, settings);
+      s = Measure(stored, settings);
+    }
+    if (!s.error.empty()) comparison.error = "stored: " + s.error;
+    if (!i.error.empty()) comparison.error = "inline: " + i.error;
+    comparison.stored.push_back(s);
+    comparison.inline_calls.push_back(i);
+    comparison.ratios.push_back(s.calls_per_s / i.calls_per_s);
+  }
+  return comparison;
+}
+
+struct Summary {
+  double p50_ms, p99_ms, calls_per_s;
+  int64_t calls;
+};
+
+Summary Summarize(const std::vector<CellResult>& reps) {
+  std::vector<double> p50, p99, cps, calls;
+  for (const CellResult& r : reps) {
+    p50.push_back(r.p50_ms);
+    p99.push_back(r.p99_ms);
+    cps.push_back(r.calls_per_s);
+    calls.push_back(r.calls);
+  }
+  return {Median(p50), Median(p99), Median(cps), static_cast<int64_t>(Median(calls))};
+}
+
+std::string SizeName(int64_t bytes) {
+  if (bytes >= (int64_t{1} << 30) && bytes % (int64_t{1} << 30) == 0) {
+    return absl::StrFormat("%d GiB", bytes >> 30);
+  }
+  if (bytes >= (1 << 20)) return absl::StrFormat("%d MiB", bytes >> 20);
+  return absl::StrFormat("%d KiB", bytes >> 10);
+}
+
+std::unique_ptr<Server> StartServer() {
+  ServerOptions options;
+  options.port = 0;
+  options.store.memory_bytes = absl::GetFlag(FLAGS_store_memory_bytes);
+  absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
+  if (!server.ok()) {
+    absl::FPrintF(stderr, "tensorops server: %s\n", server.status().ToString());
+    std::exit(1);
+  }
+  return *std::move(server);
+}
+
+// PatternBuffer is 64 MiB of random bytes the uploads send from.
+const std::vector<char>& PatternBuffer() {
+  static const std::vector<char>* const pattern = [] {
+    auto* bytes = new std::vector<char>(int64_t{64} << 20);
+    std::mt19937 random(7);
+    for (char& b : *bytes) b = static_cast<char>(random());
+    return bytes;
+  }();
+  return *pattern;
+}
+
+// TcpLoopbackSeconds sends `total_bytes` from the pattern buffer in `chunk_bytes` writes over one
+// loopback TCP connection to a thread that reads and discards them: the transport's floor for an
+// upload, without gRPC, HTTP/2 or protobuf. Returns the seconds until the reader has every byte.
+absl::StatusOr<double> TcpLoopbackSeconds(int64_t total_bytes, int64_t chunk_bytes) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  if (listener < 0 || bind(listener, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
+      listen(listener, 1) != 0 ||
+      getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    return absl::InternalError("loopback listener failed");
+  }
+  const int sender = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(sender, reinterpret_cast<sockaddr*>(&address), length) != 0) {
+    return absl::InternalError("loopback connect failed");
+  }
+  const int receiver = accept(listener, nullptr, nullptr);
+  close(listener);
+  const absl::Time start = absl::Now();
+  std::thread reader([receiver, total_bytes] {
+    std::vector<char> buffer(int64_t{4} << 20);
+    for (int64_t received = 0; received < total_bytes;) {
+      const ssize_t n = read(receiver, buffer.data(), buffer.size());
+      if (n <= 0) break;
+      received += n;
+    }
+  });
+  const std::vector<char>& pattern = PatternBuffer();
+  const int64_t pattern_bytes = static_cast<int64_t>(pattern.size());
+  for (int64_t done = 0; done < total_bytes;) {
+    const int64_t offset = done % pattern_bytes;
+    const int64_t n = std::min({chunk_bytes, total_bytes - done, pattern_bytes - offset});
+    const ssize_t written = write(sender, pattern.data() + offset, n);
+    if (written <= 0) break;
+    done += written;
+  }
+  reader.join();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  close(sender);
+  close(receiver);
+  return seconds;
+}
+
+// EchoServer serves bench/service's raw gRPC EchoService on a free loopback port.
+class EchoServer {
+ public:
+  EchoServer() {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.SetMaxReceiveMessageSize(1 << 30);
+    builder.SetMaxSendMessageSize(1 << 30);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+  }
+  ~EchoServer() { server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1))); }
+  int port() const { return port_; }
+
+ private:
+  bench::EchoService service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+// UploadStream stores `total_bytes` of pattern bytes (as float32) under `name` over one PutTensor
+// stream of the generated stub, each chunk copied from a 64 MiB pattern buffer (as
+// Client::PutTensor copies from the caller's tensor), and returns the seconds it took.
+absl::StatusOr<double> UploadStream(v1::TensorOps::Stub& stub, const std::string& name,
+                                    int64_t total_bytes, int64_t chunk_bytes) {
+  const std::vector<char>* const pattern = &PatternBuffer();
+  const absl::Time start = absl::Now();
+  grpc::ClientContext context;
+  v1::PutTensorResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::PutTensorRequest>> writer =
+      stub.PutTensor(&context, &response);
+  v1::PutTensorRequest request;
+  v1::PutTensorHeader* header = request.mutable_header();
+  header->set_name(name);
+  header->set_dtype(v1::DATA_TYPE_FLOAT32);
+  header->add_shape(total_bytes / 4);
+  header->set_overwrite(true);
+  bool ok = writer->Write(request);
+  const int64_t pattern_bytes = static_cast<int64_t>(pattern->size());
+  for (int64_t done = 0; ok && done < total_bytes;) {
+    const int64_t offset = done % pattern_bytes;
+    const int64_t n = std::min({chunk_bytes, total_bytes - done, pattern_bytes - offset});
+    request.mutable_data()->assign(pattern->data() + offset, n);
+    ok = writer->Write(request);
+    done += n;
+  }
+  writer->WritesDone();
+  grpc::Status status = writer->Finish();
+  if (!status.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                        "PutTensor: " + status.error_message());
+  }
+  if (response.info().bytes() != total_bytes) {
+    return absl::InternalError(absl::StrFormat("PutTensor stored %d bytes, sent %d",
+                                               response.info().bytes(), total_bytes));
+  }
+  return absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+[[noreturn]] void Fail(const std::string& what, const absl::Status& status) {
+  absl::FPrintF(stderr, "store_bench: %s: %s\n", what, status.ToString());
+  std::exit(1);
+}
+
+int Run() {
+  const bool quick = absl::GetFlag(FLAGS_quick);
+  const RunSettings settings{
+      .repetitions = quick ? 1 : absl::GetFlag(FLAGS_repetitions),
+      .seconds_per_cell = absl::Seconds(quick ? 0.2 : absl::GetFlag(FLAGS_seconds_per_cell)),
+      .max_calls_per_cell = absl::GetFlag(FLAGS_max_calls_per_cell)};
+  const int64_t rows = quick ? int64_t{64} << 10 : absl::GetFlag(FLAGS_rows);
+  const int64_t inline_rows = quick ? int64_t{16} << 10 : absl::GetFlag(FLAGS_inline_rows);
+  const int64_t cols = absl::GetFlag(FLAGS_cols);
+  const int64_t batch_rows = absl::GetFlag(FLAGS_batch_rows);
+  const int64_t upload_bytes = quick ? int64_t{64} << 20 : absl::GetFlag(FLAGS_upload_bytes);
+  const int upload_repetitions = quick ? 1 : absl::GetFlag(FLAGS_upload_repetitions);
+  const int64_t chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  const int64_t table_bytes = rows * cols * 4, inline_table_bytes = inline_rows * cols * 4;
+
+  std::unique_ptr<Server> server;
+  std::string target = absl::GetFlag(FLAGS_target);
+  if (target.empty()) {
+    server = StartServer();
+    target = absl::StrFormat("127.0.0.1:%d", server->port());
+  }
+  ClientOptions client_options;
+  client_options.default_timeout = absl::Minutes(5);
+  client_options.max_attempts = absl::GetFlag(FLAGS_max_attempts);
+  absl::StatusOr<std::unique_ptr<Client>> created = Client::Create(target, client_options);
+  if (!created.ok()) Fail("Client::Create", created.status());
+  Client& client = **created;
+  // A stub of its own for the streamed upload, on the client's channel.
+  std::unique_ptr<v1::TensorOps::Stub> stub = v1::TensorOps::NewStub(client.channel());
+  // Leftovers of an interrupted run against an external server; NOT_FOUND is expected.
+  (void)client.DeleteTensor(kTableName);
+  (void)client.DeleteTensor(kUploadName);
+
+  const std::string date = absl::FormatTime("%Y-%m-%d %H:%M UTC", absl::Now(), absl::UTCTimeZone());
+  absl::PrintF("\n## Store: uploads over loopback, C++ client, %s\n\n", date);
+  absl::PrintF("GB/s = 10^9 bytes per second, from the first byte sent to the stored answer\n\n");
+  absl::PrintF("| upload | bytes | chunk | seconds (median) | GB/s (median) | runs |\n");
+  absl::PrintF("|---|---|---|---|---|---|\n");
+  std::fflush(stdout);
+
+  // The large upload first, while the store is empty, and gone before the table arrives;
+  // alternating with the same bytes over a bare loopback TCP connection, the transport's floor.
+  double upload_gbps = 0, tcp_gbps = 0;
+  if (upload_bytes > 0) {
+    std::vector<double> seconds, tcp_seconds;
+    for (int rep = 0; rep < upload_repetitions; ++rep) {
+      absl::StatusOr<double> tcp = TcpLoopbackSeconds(upload_bytes, chunk_bytes);
+      if (!tcp.ok()) Fail("loopback TCP", tcp.status());
+      tcp_seconds.push_back(*tcp);
+      absl::StatusOr<double> s = UploadStream(*stub, kUploadName, upload_bytes, chunk_bytes);
+      if (!s.ok()) Fail(absl::StrFormat("%s upload", SizeName(upload_bytes)), s.status());
+      seconds.push_back(*s);
+      absl::Status deleted = client.DeleteTensor(kUploadName);
+      if (!deleted.ok()) Fail("DeleteTensor", deleted);
+    }
+    upload_gbps = upload_bytes / Median(seconds) / 1e9;
+    tcp_gbps = upload_bytes / Median(tcp_seconds) / 1e9;
+    absl::PrintF(
+        "| %s PutTensor stream (generated stub, 64 MiB pattern buffer) | %d | %s | %.2f | "
+        "%.2f | %d |\n",
+        SizeName(upload_bytes), upload_bytes, SizeName(chunk_bytes), Median(seconds), upload_gbps,
+        upload_repetitions);
+    absl::PrintF(
+        "| %s over a bare loopback TCP socket (no gRPC; the floor) | %d | %s | %.2f | "
+        "%.2f | %d |\n",
+        SizeName(upload_bytes), upload_bytes, SizeName(chunk_bytes), Median(tcp_seconds), tcp_gbps,
+        upload_repetitions);
+    std::fflush(stdout);
+  }
+
+  // The table: built here, uploaded once through Client::PutTensor, then freed on this side.
+  {
+    Tensor table = MakeTable(rows, cols);
+    PutTensorOptions put_options;
+    put_options.chunk_bytes = chunk_bytes;
+    const absl::Time start = absl::Now();
+    absl::StatusOr<v1::TensorInfo> info = client.PutTensor(kTableName, table.view(), put_options);
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    if (!info.ok()) Fail("PutTensor of the table", info.status());
+    absl::PrintF("| %d x %d float32 table (Client::PutTensor) | %d | %s | %.2f | %.2f | 1 |\n",
+                 rows, cols, table_bytes, SizeName(chunk_bytes), seconds,
+                 table_bytes / seconds / 1e9);
+    std::fflush(stdout);
+  }
+
+  const std::vector<Tensor> stored_index = MakeIndexBatches(rows, batch_rows, 1);
+  const std::vector<Tensor> inline_index = MakeIndexBatches(inline_rows, batch_rows, 2);
+  const Tensor inline_table = MakeTable(inline_rows, cols);
+  Tensor updates(DataType::kFloat32, Shape{batch_rows, cols});
+  std::fill_n(updates.data_as<float>(), batch_rows * cols, 0.5f);
+  const Tensor no_rows(DataType::kFloat32, Shape{0, cols});  // Stands in for the stored input.
+
+  // Check the stored table answers with the rows it was given, before any push changes them.
+  {
+    v1::OpRequest request;
+    *request.mutable_index_select() =
+        MakeIndexSelectRequest(no_rows.view(), 0, stored_index[0].view());
+    *request.mutable_index_select()->mutable_input() = StoredArgument(kTableName);
+    absl::StatusOr<Tensor> selected = client.Run(request);
+    if (!selected.ok()) Fail("IndexSelect of the stored table", selected.status());
+    for (int64_t i = 0; i < batch_rows; ++i) {
+      const int64_t row = stored_index[0].data_as<int64_t>()[i];
+      for (int64_t c = 0; c < cols; ++c) {
+        if (selected->data_as<float>()[i * cols + c] != TableValue(row, c)) {
+          Fail("IndexSelect of the stored table",
+               absl::InternalError(absl::StrFormat("row %d col %d differs", row, c)));
+        }
+      }
+    }
+  }
+
+  auto stored_lookup = [&](int64_t i) -> absl::Status {
+    v1::OpRequest request;
+    *request.mutable_index_select() =
+        MakeIndexSelectRequest(no_rows.view(), 0, stored_index[i % kIndexBatches].view());
+    *request.mutable_index_select()->mutable_input() = StoredArgument(kTableName);
+    absl::StatusOr<Tensor> selected = client.Run(request);
+    return selected.status();
+  };
+  auto inline_lookup = [&](int64_t i) -> absl::Status {
+    return client.IndexSelect(inline_table.view(), 0, inline_index[i % kIndexBatches].view())
+        .status();
+  };
+  auto stored_push = [&](int64_t i) -> absl::Status {
+    v1::OpRequest request;
+    *request.mutable_index_reduce() =
+        MakeIndexReduceRequest(no_rows.view(), 0, stored_index[i % kIndexBatches].view(),
+                               updates.view(), IndexReduceOptions{.reduce = Reduction::kSum});
+    *request.mutable_index_reduce()->mutable_input() = StoredArgument(kTableName);
+    request.mutable_index_reduce()->mutable_result_options()->set_in_place(true);
+    return client.RunStored(std::move(request)).status();
+  };
+  auto inline_push = [&](int64_t i) -> absl::Status {
+    return client
+        .IndexReduce(inline_table.view(), 0, inline_index[i % kIndexBatches].view(), updates.view(),
+                     IndexReduceOptions{.reduce = Reduction::kSum})
+        .status();
+  };
+
+  // The transport's floor at this size: a raw gRPC echo of the lookup's result bytes (sent both
+  // ways, so an upper bound on the bytes a lookup moves), same process, same gRPC build.
+  EchoServer echo_server;
+  std::unique_ptr<bench::v1::Echo::Stub> echo_stub = bench::v1::Echo::NewStub(grpc::CreateChannel(
+      absl::StrFormat("127.0.0.1:%d", echo_server.port()), grpc::InsecureChannelCredentials()));
+  bench::v1::EchoMessage echo_request;
+  echo_request.mutable_data()->assign(batch_rows * cols * 4, '\x3f');
+  auto echo = [&](int64_t) -> absl::Status {
+    grpc::ClientContext context;
+    bench::v1::EchoMessage response;
+    grpc::Status status = echo_stub->Echo(&context, echo_request, &response);
+    return status.ok() ? absl::OkStatus() : absl::UnavailableError(status.error_message());
+  };
+  std::vector<CellResult> echo_reps;
+  for (int rep = 0; rep < settings.repetitions; ++rep) echo_reps.push_back(Measure(echo, settings));
+
+  std::vector<Comparison> comparisons;
+  comparisons.push_back(
+      Compare("embedding lookup (IndexSelect)", stored_lookup, inline_lookup, settings));
+  comparisons.push_back(
+      Compare("gradient push (IndexReduce SUM)", stored_push, inline_push, settings));
+
+  absl::PrintF(
+      "\n## Store: stored vs inline, C++ client, concurrency 1, %s\n\n"
+      "stored: the %d x %d float32 table (%s) referenced by name; inline: a %d x %d table (%s) "
+      "sent in every request (and, for the push, returned). %d random rows per call. Median of %d "
+      "repetition(s), %.1f s per cell; ratio = stored / inline calls/s (higher is better)\n\n",
+      date, rows, cols, SizeName(table_bytes), inline_rows, cols, SizeName(inline_table_bytes),
+      batch_rows, settings.repetitions, absl::ToDoubleSeconds(settings.seconds_per_cell));
+  absl::PrintF(
+      "| workload | stored p50 ms | stored p99 ms | stored calls/s | inline p50 ms | inline p99 ms "
+      "| inline calls/s | ratio stored/inline |\n|---|---|---|---|---|---|---|---|\n");
+  std::vector<std::string> verdicts;
+  const Summary echo_summary = Summarize(echo_reps);
+  for (const Comparison& c : comparisons) {
+    if (!c.error.empty()) {
+      absl::PrintF("| %s | failed: %s |||||||\n", c.workload, c.error);
+      verdicts.push_back(absl::StrFormat("- %s: failed", c.workload));
+      continue;
+    }
+    const Summary s = Summarize(c.stored), i = Summarize(c.inline_calls);
+    const double ratio = Median(c.ratios);
+    absl::PrintF("| %s | %.3f | %.3f | %.0f | %.1f | %.1f | %.2f | %.0fx |\n", c.workload, s.p50_ms,
+                 s.p99_ms, s.calls_per_s, i.p50_ms, i.p99_ms, i.calls_per_s, ratio);
+    verdicts.push_back(absl::StrFormat("- %s: %.0fx inline calls/s, target >= 100x: %s", c.workload,
+                                       ratio, ratio >= 100 ? "met" : "NOT met"));
+    verdicts.push_back(absl::StrFormat("- %s: stored p50 %.3f ms, target < 1 ms: %s", c.workload,
+                                       s.p50_ms, s.p50_ms < 1 ? "met" : "NOT met"));
+  }
+  absl::PrintF(
+      "| floor: raw gRPC echo of %s (the lookup's result, sent both ways) | %.3f | %.3f | %.0f "
+      "||||\n",
+      SizeName(echo_request.data().size()), echo_summary.p50_ms, echo_summary.p99_ms,
+      echo_summary.calls_per_s);
+  if (upload_bytes > 0) {
+    verdicts.push_back(absl::StrFormat(
+        "- %s upload: %.2f GB/s (bare TCP: %.2f GB/s), target >= 1 GB/s (4 GiB): %s",
+        SizeName(upload_bytes), upload_gbps, tcp_gbps, upload_gbps >= 1 ? "met" : "NOT met"));
+  }
+  absl::PrintF("\n### Store targets%s\n\n%s\n", quick ? " (--quick: sizes too small to judge)" : "",
+               absl::StrJoin(verdicts, "\n"));
+  std::fflush(stdout);
+
+  (void)client.DeleteTensor(kTableName);
+  return 0;
+}
+
+}  // namespace
+}  // namespace tensorops::store_bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  // The server's start-up and shutdown lines would interleave with the tables.
+  spdlog::set_level(spdlog::level::warn);
+  return tensorops::store_bench::Run();
+}

@@ -6,11 +6,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -236,10 +238,13 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   const std::string log_level = absl::GetFlag(FLAGS_log_level);
-  // from_str maps every unknown name to "off"; only a name that round-trips is a level.
+  // spdlog's from_str maps every unknown name to "off", so the names are checked here: spdlog's
+  // own, and the short forms the help lists and from_str also takes.
+  constexpr std::string_view kLevelNames[] = {"trace", "debug", "info",     "warn", "warning",
+                                              "err",   "error", "critical", "off"};
   const spdlog::level::level_enum level = spdlog::level::from_str(log_level);
-  if (spdlog::level::to_string_view(level) != log_level && log_level != "warning" &&
-      log_level != "err") {
+  if (std::find(std::begin(kLevelNames), std::end(kLevelNames), log_level) ==
+      std::end(kLevelNames)) {
     std::fprintf(stderr,
                  "tensorops-server: --log_level=%s is not a level (expected trace, debug, info, "
                  "warn, error, critical or off)\n",

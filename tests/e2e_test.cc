@@ -1289,6 +1289,25 @@ TEST(ServerProcessTest, BadLimitAndLoggingFlagsAreUsageErrors) {
   }
 }
 
+// Every level name the help lists starts the server, the short forms included.
+TEST(ServerProcessTest, EveryListedLogLevelIsAccepted) {
+  std::vector<std::unique_ptr<ChildProcess>> servers;
+  for (const char* level :
+       {"trace", "debug", "info", "warn", "warning", "err", "error", "critical", "off"}) {
+    absl::StatusOr<std::unique_ptr<ChildProcess>> process = ChildProcess::Spawn(
+        {TENSOROPS_SERVER_PATH, "--port=0", absl::StrCat("--log_level=", level)});
+    ASSERT_TRUE(process.ok()) << process.status();
+    servers.push_back(*std::move(process));
+  }
+  // A rejected level exits 2 at once; an accepted one serves until stopped, then exits 0.
+  absl::SleepFor(absl::Seconds(1));
+  for (std::unique_ptr<ChildProcess>& server : servers) {
+    const int exit_status = server->Terminate(kShutdownTimeout);
+    EXPECT_TRUE(ExitedWith(exit_status, 0))
+        << DescribeExit(exit_status) << ": " << server->stderr_text();
+  }
+}
+
 // Without a usable GPU, --device=cuda fails at start-up naming the flag and why; auto serves on
 // the CPU. (On a GPU machine both would use the GPU: placement_test covers that.)
 TEST(ServerProcessTest, DeviceCudaFailsAtStartUpAndAutoServesOnTheCpu) {

@@ -6,6 +6,7 @@
 #include "absl/time/clock.h"
 #include "kernels/status_macros.h"
 #include "proto/grpc_status.h"
+#include "server/call_log.h"
 #include "server/rejection.h"
 #include "spdlog/spdlog.h"
 
@@ -38,13 +39,7 @@ std::string StoreNamespace(const ServingContext& serving,
 
 void LogFinishedCall(std::string_view method, std::string_view peer, absl::Duration elapsed,
                      const absl::Status& status) {
-  if (status.ok()) {
-    spdlog::debug("{} from {}: OK in {}", method, peer, absl::FormatDuration(elapsed));
-  } else {
-    // Code and message only: a status's payloads (the rejection reason) are for the metrics.
-    spdlog::info("{} from {} failed in {}: {}: {}", method, peer, absl::FormatDuration(elapsed),
-                 absl::StatusCodeToString(status.code()), std::string(status.message()));
-  }
+  CallLog::Global().Finished(method, peer, elapsed, status, absl::Now());
 }
 
 OpCall::OpCall(const ServingContext& serving, absl::Time deadline, int64_t request_bytes,

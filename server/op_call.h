@@ -83,7 +83,8 @@ struct CallTimeline {
 absl::Status Authenticate(const ServingContext& serving,
                           const grpc::CallbackServerContext& context);
 
-// LogFinishedCall writes the one line of a failed call (info) or of a successful one (debug).
+// LogFinishedCall writes the one line of a failed call (info, rate-limited per client: see
+// server/call_log.h) or of a successful one (debug).
 void LogFinishedCall(std::string_view method, std::string_view peer, absl::Duration elapsed,
                      const absl::Status& status);
 

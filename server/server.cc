@@ -18,6 +18,7 @@
 #include "proto/codec.h"
 #include "proto/op_list.h"
 #include "server/build_info.h"
+#include "server/call_log.h"
 #include "server/credentials.h"
 #include "spdlog/spdlog.h"
 
@@ -311,10 +312,9 @@ void Server::LogStartUp(const ServerOptions& options, const Placement& placement
       queue.max_concurrent_calls, queue.max_queued_calls, limits.max_stream_in_flight,
       queue.max_batch, queue.max_batch_bytes, absl::FormatDuration(queue.max_queue_delay),
       queue.inline_max_bytes,
-      options.store.memory_bytes > 0
-          ? absl::StrFormat("store_memory_bytes=%d, device=%s", options.store.memory_bytes,
-                            kStoreCpuDevice)
-          : std::string("off (--store_memory_bytes=0)"),
+      options.store.memory_bytes > 0 ? absl::StrFormat("store_memory_bytes=%d, device=%s",
+                                                       options.store.memory_bytes, kStoreCpuDevice)
+                                     : std::string("off (--store_memory_bytes=0)"),
       metrics_->port() >= 0 ? absl::StrFormat("http://%s/metrics",
                                               ListenAddress(options.metrics.host, metrics_->port()))
                             : std::string("no endpoint (--metrics_port=-1)"));
@@ -365,6 +365,8 @@ void Server::Shutdown(absl::Duration grace) {
   // Every call has ended by now (gRPC cancelled those the grace cut off, which takes them out of
   // the queue); what a worker still runs finishes before Stop returns.
   scheduler_->Stop();
+  // The failed calls held back from the log are summed up before the last line.
+  CallLog::Global().Flush(absl::Now());
   const absl::Time end = absl::Now();
   if (end >= deadline) {
     spdlog::warn(

@@ -99,17 +99,15 @@ absl::StatusOr<PreparedOp> Prepare(std::string_view op, Plan plan, Kernel kernel
   return prepared;
 }
 
-// Remembered is the op that answers a retried change from the store's memory of it: nothing
-// runs, the response says what the first attempt did.
-PreparedOp Remembered(std::string_view op, TensorStore::Change change,
-                      const v1::ResultOptions& options, const StoredTensors& stored,
-                      v1::Tensor* result) {
-  return PreparedOp{.op = op,
-                    .run = [op, change = std::move(change), &options, store = stored.store,
-                            ns = std::string(stored.ns), result]() -> absl::Status {
-                      return AnswerRemembered(op, change, options,
-                                              StoredTensors{.store = store, .ns = ns}, result);
-                    }};
+// Remembered is the op that answers a retried change from the store's memory of it: the answer
+// (a reference and, with return_data, the bytes) is filled in here, while preparing, and nothing
+// runs. Reading the bytes may wait for an update of the tensor, which the preparing thread may
+// do and a scheduler worker must not: the update may be waiting in the queue for that worker.
+absl::StatusOr<PreparedOp> Remembered(std::string_view op, const TensorStore::Change& change,
+                                      const v1::ResultOptions& options, const StoredTensors& stored,
+                                      v1::Tensor* result) {
+  TENSOROPS_RETURN_IF_ERROR(AnswerRemembered(op, change, options, stored, result));
+  return PreparedOp{.op = op, .run = [] { return absl::OkStatus(); }};
 }
 
 // CheckInPlacePlan checks that a plan may run on its stored input, `update`, in place: the
@@ -147,7 +145,7 @@ absl::StatusOr<PreparedOp> PrepareFor(const typename Op::Request& request,
   if (ChangesStore(options) && !options.update_id().empty()) {
     if (std::optional<TensorStore::Change> change =
             stored.store->FindChange(stored.ns, options.update_id())) {
-      return Remembered(op, *std::move(change), options, stored, result);
+      return Remembered(op, *change, options, stored, result);
     }
   }
   TENSOROPS_ASSIGN_OR_RETURN(
@@ -160,7 +158,7 @@ absl::StatusOr<PreparedOp> PrepareFor(const typename Op::Request& request,
       update != nullptr && update->already_applied().has_value()) {
     TensorStore::Change change{.name = update->name(), .version = *update->already_applied()};
     operands.reset();
-    return Remembered(op, std::move(change), options, stored, result);
+    return Remembered(op, change, options, stored, result);
   }
   const ArgDecoder decoder(
       op, limits, operands,

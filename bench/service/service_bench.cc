@@ -28,6 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/latency_stats.h"
 #include "bench/service/echo_service.h"
 #include "grpcpp/grpcpp.h"
 #include "server/server.h"
@@ -100,14 +101,6 @@ class UnarySlot final : public Slot {
 
 using SlotFactory = std::function<std::unique_ptr<Slot>()>;
 
-struct CellResult {
-  double p50_ms = 0;
-  double p99_ms = 0;
-  double calls_per_s = 0;
-  int64_t calls = 0;
-  std::string error;  // Non-empty when a call failed.
-};
-
 // Drive keeps `slots` calls in flight until `max_calls` have completed or `duration` has passed,
 // and returns latency percentiles and throughput.
 CellResult Drive(const SlotFactory& factory, int concurrency, int64_t max_calls,
@@ -158,31 +151,13 @@ CellResult Drive(const SlotFactory& factory, int concurrency, int64_t max_calls,
         +[](int* outstanding) { return *outstanding == 0; }, &outstanding));
   }
 
-  CellResult result;
-  result.error = error;
   std::vector<double> all;
   for (const auto& slot_latencies : latencies) {
     all.insert(all.end(), slot_latencies.begin(), slot_latencies.end());
   }
-  std::sort(all.begin(), all.end());
-  result.calls = static_cast<int64_t>(all.size());
-  if (!all.empty()) {
-    // Nearest rank; with fewer than 100 calls p99 is the slowest call.
-    auto rank = [&](double q) {
-      return all[std::min(all.size() - 1, static_cast<size_t>(q * all.size()))];
-    };
-    result.p50_ms = rank(0.50);
-    result.p99_ms = rank(0.99);
-    result.calls_per_s = all.size() / absl::ToDoubleSeconds(end_time - start_time);
-  }
+  CellResult result = CellFromLatencies(std::move(all), end_time - start_time);
+  result.error = error;
   return result;
-}
-
-double Median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
 std::shared_ptr<grpc::Channel> Connect(int port) {
@@ -302,23 +277,6 @@ CellResult Measure(const SlotFactory& factory, int concurrency, int64_t payload_
   if (!warm.error.empty()) return warm;
   return Drive(factory, concurrency, settings.max_calls_per_cell, settings.seconds_per_cell,
                payload_bytes);
-}
-
-// Summary holds one row's medians over repetitions.
-struct Summary {
-  double p50_ms, p99_ms, calls_per_s;
-  int64_t calls;
-};
-
-Summary Summarize(const std::vector<CellResult>& reps) {
-  std::vector<double> p50, p99, cps, calls;
-  for (const CellResult& r : reps) {
-    p50.push_back(r.p50_ms);
-    p99.push_back(r.p99_ms);
-    cps.push_back(r.calls_per_s);
-    calls.push_back(r.calls);
-  }
-  return {Median(p50), Median(p99), Median(cps), static_cast<int64_t>(Median(calls))};
 }
 
 std::string SizeName(int64_t bytes) {

@@ -49,6 +49,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/latency_stats.h"
 #include "bench/service/echo_service.h"
 #include "client/cpp/client.h"
 #include "grpcpp/grpcpp.h"
@@ -80,17 +81,16 @@ ABSL_FLAG(int, repetitions, 3, "Repetitions of every cell; the tables report med
 namespace tensorops::store_bench {
 namespace {
 
+using ::tensorops::bench::CellFromLatencies;
+using ::tensorops::bench::CellResult;
+using ::tensorops::bench::Median;
+using ::tensorops::bench::Summarize;
+using ::tensorops::bench::Summary;
+
 constexpr char kTableName[] = "bench/store/table";
 constexpr char kUploadName[] = "bench/store/upload";
 // Index batches cycled through by the calls, each of fresh random rows.
 constexpr int kIndexBatches = 64;
-
-double Median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
 
 // TableValue is the table's element at (row, col): exact in float32, cheap to check.
 float TableValue(int64_t row, int64_t col) { return static_cast<float>((row * 7 + col) % 4096); }
@@ -117,14 +117,6 @@ std::vector<Tensor> MakeIndexBatches(int64_t rows, int64_t batch_rows, uint64_t 
 }
 
 // CellResult is one timed cell: calls one after another (concurrency 1).
-struct CellResult {
-  double p50_ms = 0;
-  double p99_ms = 0;
-  double calls_per_s = 0;
-  int64_t calls = 0;
-  std::string error;  // Non-empty when a call failed.
-};
-
 // Drive calls `call(i)` for i = 0, 1, ... until `max_calls` have completed or `duration` has
 // passed, one at a time.
 CellResult Drive(const std::function<absl::Status(int64_t)>& call, absl::Duration duration,
@@ -139,17 +131,7 @@ CellResult Drive(const std::function<absl::Status(int64_t)>& call, absl::Duratio
     if (!status.ok()) return {.error = status.ToString()};
     latencies.push_back(absl::ToDoubleMilliseconds(now - sent));
   }
-  CellResult result;
-  std::sort(latencies.begin(), latencies.end());
-  result.calls = static_cast<int64_t>(latencies.size());
-  // Nearest rank; with fewer than 100 calls p99 is the slowest call.
-  auto rank = [&](double q) {
-    return latencies[std::min(latencies.size() - 1, static_cast<size_t>(q * latencies.size()))];
-  };
-  result.p50_ms = rank(0.50);
-  result.p99_ms = rank(0.99);
-  result.calls_per_s = latencies.size() / absl::ToDoubleSeconds(now - start);
-  return result;
+  return CellFromLatencies(std::move(latencies), now - start);
 }
 
 struct RunSettings {
@@ -194,22 +176,6 @@ Comparison Compare(std::string workload, const std::function<absl::Status(int64_
     comparison.ratios.push_back(s.calls_per_s / i.calls_per_s);
   }
   return comparison;
-}
-
-struct Summary {
-  double p50_ms, p99_ms, calls_per_s;
-  int64_t calls;
-};
-
-Summary Summarize(const std::vector<CellResult>& reps) {
-  std::vector<double> p50, p99, cps, calls;
-  for (const CellResult& r : reps) {
-    p50.push_back(r.p50_ms);
-    p99.push_back(r.p99_ms);
-    cps.push_back(r.calls_per_s);
-    calls.push_back(r.calls);
-  }
-  return {Median(p50), Median(p99), Median(cps), static_cast<int64_t>(Median(calls))};
 }
 
 std::string SizeName(int64_t bytes) {

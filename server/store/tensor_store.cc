@@ -576,8 +576,7 @@ absl::StatusOr<int64_t> TensorStore::Upload::Commit(std::string_view update_id) 
   // Ops read stored bools as they read inline ones, which the codec checks: so does the store.
   if (dtype_ == DataType::kBool) {
     const auto* bytes = static_cast<const uint8_t*>(entry_->data);
-    const auto* bad =
-        std::find_if(bytes, bytes + bytes_, [](uint8_t byte) { return byte > 1; });
+    const auto* bad = std::find_if(bytes, bytes + bytes_, [](uint8_t byte) { return byte > 1; });
     if (bad != bytes + bytes_) {
       return absl::InvalidArgumentError(
           absl::StrFormat("upload of tensor %s: data[%d] = %d is not a valid bool (0 or 1)",

@@ -1,10 +1,12 @@
-// RunStreamReactor: one RunStream call, a pipeline of op requests over one bidirectional stream;
-// StreamRegistry: the open streams, so that shutdown can close them.
+// OpStreamReactor<Protocol>: one bidirectional stream of op requests, a pipeline over one call;
+// StreamRegistry: the open streams, so that shutdown can close them. tensorops.v1's RunStream
+// (RunStreamProtocol below) and KServe's ModelStreamInfer (server/kserve/) are two protocols of
+// the same reactor: what a request and a response look like differs, the pipeline does not.
 //
 // Each request read is prepared on the gRPC thread and admitted to the scheduler like a unary
-// call; its response (result or error, with the request's id) is written when it completes, in
-// completion order. A failed request, including one refused by a full queue, gets an error
-// response and the stream goes on. The reactor reads ahead at most
+// call (OpCall); its response (result or error, with the request's id) is written when it
+// completes, in completion order. A failed request, including one refused by a full queue, gets
+// an error response and the stream goes on. The reactor reads ahead at most
 // ServingContext::max_stream_in_flight requests that are not yet answered, so a client that sends
 // faster than it reads is slowed by HTTP/2 flow control instead of growing the server's memory.
 //
@@ -12,6 +14,16 @@
 // client cancels (queued requests leave the queue at once), when a request does not parse
 // (INVALID_ARGUMENT, once the requests read before it are answered), or, once shutdown begins, as
 // soon as every request already read is answered (UNAVAILABLE: reconnect to another replica).
+//
+// A Protocol provides
+//   RequestMessage, ResponseMessage          the stream's messages
+//   Call(RequestMessage)                     one request, movable into the reactor's OpCall:
+//     std::string_view op_name() const       the op for metrics, before preparation
+//     std::string LogName() const            the request in a log line
+//     bool MayBlock() const                  whether preparing may wait for a stored tensor
+//     absl::StatusOr<PreparedOp> Prepare(const ServingContext&, const StoredTensors&)
+//     void SetError(const absl::Status&)     turns the response into the request's error
+//     const ResponseMessage& response() const
 #ifndef TENSOROPS_SERVER_RUN_STREAM_H_
 #define TENSOROPS_SERVER_RUN_STREAM_H_
 
@@ -20,19 +32,44 @@
 #include <deque>
 #include <memory>
 #include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/grpc_status.h"
 #include "server/op_call.h"
 #include "server/parsed_request.h"
+#include "server/prepared_op.h"
+#include "server/stored_operands.h"
 #include "tensorops/v1/generic.pb.h"
 
 namespace tensorops {
 
-class RunStreamReactor;
+// StreamBase is what the registry needs of a stream, whatever its protocol.
+class StreamBase {
+ public:
+  // Ref and Unref keep the stream alive across a call from StreamRegistry::CloseAll, which may
+  // race with the stream's own end.
+  void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
+  void Unref() {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+  // CloseForShutdown stops reading and ends the stream once what was read is answered.
+  virtual void CloseForShutdown() = 0;
+
+ protected:
+  virtual ~StreamBase() = default;
+
+ private:
+  std::atomic<int> refs_{1};
+};
 
 // StreamRegistry tracks the open streams. Thread-safe.
 class StreamRegistry {
@@ -47,38 +84,55 @@ class StreamRegistry {
   // shutdown up.
   bool AwaitClosed(absl::Time deadline);
 
- private:
-  friend class RunStreamReactor;
   // Add registers `stream` and returns whether CloseAll has already happened.
-  bool Add(RunStreamReactor* stream);
-  void Remove(RunStreamReactor* stream);
+  bool Add(StreamBase* stream);
+  void Remove(StreamBase* stream);
 
+ private:
   absl::Mutex mu_;
-  std::set<RunStreamReactor*> streams_ ABSL_GUARDED_BY(mu_);
+  std::set<StreamBase*> streams_ ABSL_GUARDED_BY(mu_);
   // The streams CloseAll closed that have not ended yet.
-  std::set<RunStreamReactor*> closing_ ABSL_GUARDED_BY(mu_);
+  std::set<StreamBase*> closing_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// RunStreamReactor serves one RunStream. It owns itself: created by the handler, deleted once
-// gRPC is done with it and nobody else holds a reference (see Ref).
-class RunStreamReactor final
-    : public grpc::ServerBidiReactor<Parsed<v1::RunStreamRequest>, v1::RunStreamResponse> {
+// RunStreamProtocol is tensorops.v1's RunStream: requests carry an OpRequest and a request_id,
+// responses the result or a Status, with the id.
+struct RunStreamProtocol {
+  using RequestMessage = v1::RunStreamRequest;
+  using ResponseMessage = v1::RunStreamResponse;
+
+  class Call {
+   public:
+    explicit Call(v1::RunStreamRequest message);
+    std::string_view op_name() const;
+    std::string LogName() const;
+    bool MayBlock() const;
+    absl::StatusOr<PreparedOp> Prepare(const ServingContext& serving, const StoredTensors& stored);
+    void SetError(const absl::Status& status);
+    const v1::RunStreamResponse& response() const { return response_; }
+
+   private:
+    v1::RunStreamRequest message_;
+    v1::RunStreamResponse response_;
+  };
+};
+
+// OpStreamReactor serves one stream. It owns itself: created by the handler, deleted once gRPC is
+// done with it and nobody else holds a reference (StreamBase::Ref).
+template <typename Protocol>
+class OpStreamReactor final
+    : public grpc::ServerBidiReactor<Parsed<typename Protocol::RequestMessage>,
+                                     typename Protocol::ResponseMessage>,
+      public StreamBase {
  public:
-  RunStreamReactor(const ServingContext& serving, grpc::CallbackServerContext* context,
-                   StreamRegistry* registry);
+  OpStreamReactor(const ServingContext& serving, grpc::CallbackServerContext* context,
+                  StreamRegistry* registry);
 
  private:
-  friend class StreamRegistry;
   class Request;
 
-  // Ref and Unref keep the reactor alive across a call from StreamRegistry::CloseAll, which may
-  // race with the stream's own end.
-  void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
-  void Unref();
-
-  // CloseForShutdown stops reading and ends the stream once what was read is answered.
-  void CloseForShutdown();
+  void CloseForShutdown() override;
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -97,11 +151,10 @@ class RunStreamReactor final
   const ServingContext& serving_;
   grpc::CallbackServerContext* const context_;
   StreamRegistry* const registry_;
-  std::atomic<int> refs_{1};
 
   absl::Mutex mu_;
   // The message the outstanding read fills.
-  Parsed<v1::RunStreamRequest> incoming_ ABSL_GUARDED_BY(mu_);
+  Parsed<typename Protocol::RequestMessage> incoming_ ABSL_GUARDED_BY(mu_);
   // Not OK once a request did not parse: the stream reads no more and ends with this status
   // after answering what it read (no request id can be trusted to answer it by).
   absl::Status malformed_ ABSL_GUARDED_BY(mu_);
@@ -121,6 +174,206 @@ class RunStreamReactor final
   std::deque<Request*> write_queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
 };
+
+using RunStreamReactor = OpStreamReactor<RunStreamProtocol>;
+
+// Request is one request read from the stream, from preparation to its written response.
+template <typename Protocol>
+class OpStreamReactor<Protocol>::Request final : public OpCall {
+ public:
+  Request(OpStreamReactor* stream, int64_t request_bytes, typename Protocol::Call call)
+      : OpCall(stream->serving_, absl::FromChrono(stream->context_->deadline()), request_bytes,
+               call.op_name()),
+        stream_(stream),
+        call_(std::move(call)) {}
+
+  // Start prepares the op and admits it to the scheduler, or answers with the error at once.
+  void Start() {
+    OpCall::Start(
+        [this] {
+          const std::string ns = StoreNamespace(serving(), *stream_->context_);
+          return call_.Prepare(serving(), StoredTensors{.store = serving().store, .ns = ns});
+        },
+        call_.MayBlock());
+  }
+
+  const typename Protocol::ResponseMessage& response() const { return call_.response(); }
+
+  // Retire deletes the request once its response is written or dropped.
+  void Retire() { delete this; }
+
+ private:
+  bool ClientGone() const override { return stream_->context_->IsCancelled(); }
+  std::string LogName() const override { return call_.LogName(); }
+  std::string Peer() const override { return stream_->context_->peer(); }
+  // Deliver puts the outcome in the response and hands it to the stream; `this` may be deleted
+  // as soon as Complete has queued it.
+  void Deliver(const absl::Status& status) override {
+    if (!status.ok()) call_.SetError(status);
+    // Counted before the response is queued: once the client reads it, the metrics include it.
+    CountFinished(static_cast<int64_t>(call_.response().ByteSizeLong()));
+    stream_->Complete(this);
+  }
+
+  OpStreamReactor* const stream_;
+  typename Protocol::Call call_;
+};
+
+template <typename Protocol>
+OpStreamReactor<Protocol>::OpStreamReactor(const ServingContext& serving,
+                                           grpc::CallbackServerContext* context,
+                                           StreamRegistry* registry)
+    : serving_(serving), context_(context), registry_(registry) {
+  serving_.metrics->StreamOpened();
+  absl::MutexLock lock(&mu_);
+  closing_ = registry_->Add(this);
+  if (const absl::Status auth = Authenticate(serving_, *context_); !auth.ok()) {
+    finished_ = true;
+    this->Finish(wire::ToGrpcStatus(auth));
+  } else if (closing_) {
+    MaybeFinishLocked();
+  } else {
+    StartReadLocked();
+  }
+}
+
+template <typename Protocol>
+void OpStreamReactor<Protocol>::CloseForShutdown() {
+  absl::MutexLock lock(&mu_);
+  closing_ = true;
+  MaybeFinishLocked();
+}
+
+template <typename Protocol>
+void OpStreamReactor<Protocol>::StartReadLocked() {
+  if (reading_ || reads_done_ || closing_ || cancelled_ || finished_) return;
+  if (static_cast<int>(unanswered_.size()) >= serving_.max_stream_in_flight) return;
+  reading_ = true;
+  incoming_.message.Clear();
+  this->StartRead(&incoming_);
+}
+
+template <typename Protocol>
+void OpStreamReactor<Protocol>::OnReadDone(bool ok) {
+  Request* request = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    reading_ = false;
+    if (!ok) reads_done_ = true;
+    // A read that was outstanding when the stream finished (shutdown) may still bring a message;
+    // nothing can answer it any more.
+    if (!ok || finished_) {
+      MaybeFinishLocked();
+      return;
+    }
+    if (!incoming_.ok) {
+      malformed_ = MalformedRequestError(incoming_);
+      reads_done_ = true;
+      MaybeFinishLocked();
+      return;
+    }
+    const auto request_bytes = static_cast<int64_t>(incoming_.bytes);
+    request =
+        new Request(this, request_bytes, typename Protocol::Call(std::move(incoming_.message)));
+    unanswered_.insert(request);
+  }
+  // Preparation decodes the request; it runs outside the lock so that completions (writes) of
+  // earlier requests go on meanwhile. The request may be answered, and deleted, inside Start.
+  request->Start();
+  absl::MutexLock lock(&mu_);
+  StartReadLocked();
+}
+
+template <typename Protocol>
+void OpStreamReactor<Protocol>::Complete(Request* request) {
+  // Complete may run on a worker thread after every reaction has returned; the reference keeps
+  // the reactor alive until this function is done, even if the stream finishes meanwhile.
+  Ref();
+  {
+    absl::MutexLock lock(&mu_);
+    write_queue_.push_back(request);
+    StartNextWriteLocked();
+  }
+  Unref();
+}
+
+template <typename Protocol>
+void OpStreamReactor<Protocol>::StartNextWriteLocked() {
+  // Responses nobody can receive any more are dropped rather than written.
+  while (!writing_ && !write_queue_.empty() && (broken_ || cancelled_)) {
+    Request* request = write_queue_.front();
+    write_queue_.pop_front();
+    unanswered_.erase(request);
+    request->Retire();
+  }
+  if (!writing_ && !write_queue_.empty()) {
+    writing_ = true;
+    this->StartWrite(&write_queue_.front()->response());
+  }
+  StartReadLocked();
+  MaybeFinishLocked();
+}
+
+template <typename Protocol>
+void OpStreamReactor<Protocol>::OnWriteDone(bool ok) {
+  absl::MutexLock lock(&mu_);
+  writing_ = false;
+  if (!ok) broken_ = true;
+  Request* request = write_queue_.front();
+  write_queue_.pop_front();
+  unanswered_.erase(request);
+  request->Retire();
+  StartNextWriteLocked();
+}
+
+template <typename Protocol>
+void OpStreamReactor<Protocol>::OnCancel() {
+  std::vector<Request*> dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    // Requests still waiting in the scheduler's queue leave it now; lock order is stream, then
+    // scheduler (the scheduler never calls back into a stream under its lock).
+    for (Request* request : unanswered_) {
+      if (serving_.scheduler->Cancel(request)) dropped.push_back(request);
+    }
+  }
+  for (Request* request : dropped) {
+    request->EndCancelledInQueue("the stream's client");
+  }
+  absl::MutexLock lock(&mu_);
+  MaybeFinishLocked();
+}
+
+template <typename Protocol>
+void OpStreamReactor<Protocol>::MaybeFinishLocked() {
+  if (finished_ || writing_ || !unanswered_.empty()) return;
+  if (cancelled_) {
+    finished_ = true;
+    this->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the stream was cancelled"));
+  } else if (broken_) {
+    finished_ = true;
+    this->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "a response could not be sent"));
+  } else if (!malformed_.ok()) {
+    finished_ = true;
+    this->Finish(wire::ToGrpcStatus(malformed_));
+  } else if (reads_done_) {
+    finished_ = true;
+    this->Finish(grpc::Status::OK);
+  } else if (closing_) {
+    finished_ = true;
+    this->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                              "the server is shutting down; every request it read was answered, "
+                              "send the rest to another replica"));
+  }
+}
+
+template <typename Protocol>
+void OpStreamReactor<Protocol>::OnDone() {
+  serving_.metrics->StreamClosed();
+  registry_->Remove(this);
+  Unref();
+}
 
 }  // namespace tensorops
 

@@ -18,6 +18,7 @@
 #include "proto/op_list.h"
 #include "server/parsed_request.h"
 #include "server/prepared_op.h"
+#include "server/quick_unary_call.h"
 #include "server/store/tensor_store.h"
 #include "server/stored_operands.h"
 #include "tensorops/v1/store.pb.h"
@@ -25,16 +26,12 @@
 namespace tensorops {
 namespace {
 
-// MethodIndex is `method`'s index in TensorOps, the index gRPC's generated service registers its
-// handler under (the methods in the order service.proto declares them).
+// MethodIndex is `method`'s index in TensorOps.
 int MethodIndex(std::string_view method) {
   static const google::protobuf::ServiceDescriptor* const service =
       google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
           v1::TensorOps::service_full_name());
-  const google::protobuf::MethodDescriptor* found = service->FindMethodByName(std::string(method));
-  // A name that is not a method is a bug of this file, caught by every test that starts a server.
-  GPR_ASSERT(found != nullptr);
-  return found->index();
+  return tensorops::MethodIndex(service, method);
 }
 
 // GetTensor's data chunks: kDefaultChunkBytes when the client leaves chunk_bytes 0, and never more
@@ -61,16 +58,6 @@ template <typename Message, typename Has, typename Get>
 std::optional<int64_t> OptionalVersion(const Message& message, Has has, Get get) {
   if (!(message.*has)()) return std::nullopt;
   return (message.*get)();
-}
-
-// FinishStoreCall logs a finished store call and counts it in the metrics (op `op`, on no
-// device: the store RPCs run no kernel).
-void FinishStoreCall(const ServingContext& serving, const grpc::CallbackServerContext& context,
-                     std::string_view method, std::string_view op, absl::Time start,
-                     const absl::Status& status, int64_t request_bytes, int64_t response_bytes) {
-  LogFinishedCall(method, context.peer(), absl::Now() - start, status);
-  serving.metrics->CallFinished(op, status.code(), "none", CallStages(), request_bytes,
-                                status.ok() ? response_bytes : 0);
 }
 
 // PutTensorReactor receives one PutTensor stream: the header begins an upload in the store, each
@@ -194,7 +181,7 @@ class PutTensorReactor final : public grpc::ServerReadReactor<Parsed<v1::PutTens
     upload_.reset();
     if (!status.ok()) response_->Clear();
     // Counted before Finish: once the client has its answer, the metrics include the call.
-    FinishStoreCall(serving_, *context_, "PutTensor", "put_tensor", start_, status, request_bytes_,
+    FinishQuickCall(serving_, *context_, "PutTensor", "put_tensor", start_, status, request_bytes_,
                     static_cast<int64_t>(response_->ByteSizeLong()));
     Finish(wire::ToGrpcStatus(status));
   }
@@ -304,7 +291,7 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
   // End finishes the call once.
   void End(const absl::Status& status) {
     // Counted before Finish: once the client has its answer, the metrics include the call.
-    FinishStoreCall(serving_, *context_, "GetTensor", "get_tensor", start_, status, request_bytes_,
+    FinishQuickCall(serving_, *context_, "GetTensor", "get_tensor", start_, status, request_bytes_,
                     response_bytes_);
     Finish(wire::ToGrpcStatus(status));
   }
@@ -393,32 +380,21 @@ void TensorOpsService::HandleOpCall(std::string_view method, std::string_view op
 }
 
 void TensorOpsService::HandleServerInfo() {
-  MarkMethodCallback(
-      MethodIndex("ServerInfo"),
-      new grpc::internal::CallbackUnaryHandler<Parsed<v1::ServerInfoRequest>,
-                                               v1::ServerInfoResponse>(
-          [this](grpc::CallbackServerContext* context, const Parsed<v1::ServerInfoRequest>* request,
-                 v1::ServerInfoResponse* response) {
-            const absl::Time start = absl::Now();
-            absl::Status status = Authenticate(serving_, *context);
-            if (status.ok() && !request->ok) status = MalformedRequestError(*request);
-            if (status.ok()) {
-              *response = server_info_;
-              // The store's figures change with every call; the rest was fixed at start-up.
-              v1::StoreInfo* store = response->mutable_store();
-              store->set_memory_bytes(serving_.store->limit_bytes());
-              store->set_used_bytes(serving_.store->used_bytes());
-              store->set_tensors(serving_.store->tensor_count());
-              store->set_device(kStoreCpuDevice);
-            }
-            LogFinishedCall("ServerInfo", context->peer(), absl::Now() - start, status);
-            serving_.metrics->CallFinished("server_info", status.code(), "none", CallStages(),
-                                           static_cast<int64_t>(request->bytes),
-                                           static_cast<int64_t>(response->ByteSizeLong()));
-            grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-            reactor->Finish(wire::ToGrpcStatus(status));
-            return reactor;
-          }));
+  MarkMethodCallback(MethodIndex("ServerInfo"),
+                     NewQuickUnaryHandler<v1::ServerInfoRequest, v1::ServerInfoResponse>(
+                         serving_, "ServerInfo", "server_info",
+                         [this](grpc::CallbackServerContext&, const v1::ServerInfoRequest&,
+                                v1::ServerInfoResponse* response) {
+                           *response = server_info_;
+                           // The store's figures change with every call; the rest was fixed at
+                           // start-up.
+                           v1::StoreInfo* store = response->mutable_store();
+                           store->set_memory_bytes(serving_.store->limit_bytes());
+                           store->set_used_bytes(serving_.store->used_bytes());
+                           store->set_tensors(serving_.store->tensor_count());
+                           store->set_device(kStoreCpuDevice);
+                           return absl::OkStatus();
+                         }));
 }
 
 void TensorOpsService::HandleRunStream() {
@@ -476,28 +452,14 @@ void TensorOpsService::HandleStoreRpcs() {
 template <typename Request, typename Response, typename Handle>
 void TensorOpsService::HandleStoreCall(std::string_view method, std::string_view op,
                                        Handle handle) {
-  MarkMethodCallback(
-      MethodIndex(method),
-      new grpc::internal::CallbackUnaryHandler<Parsed<Request>, Response>(
-          [this, method, op, handle](grpc::CallbackServerContext* context,
-                                     const Parsed<Request>* request, Response* response) {
-            const absl::Time start = absl::Now();
-            absl::Status status = Authenticate(serving_, *context);
-            if (status.ok() && !request->ok) status = MalformedRequestError(*request);
-            if (status.ok()) {
-              status = GuardExceptions(op, [&] {
-                return handle(*serving_.store, StoreNamespace(serving_, *context), request->message,
-                              response);
-              });
-            }
-            if (!status.ok()) response->Clear();
-            FinishStoreCall(serving_, *context, method, op, start, status,
-                            static_cast<int64_t>(request->bytes),
-                            static_cast<int64_t>(response->ByteSizeLong()));
-            grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-            reactor->Finish(wire::ToGrpcStatus(status));
-            return reactor;
-          }));
+  MarkMethodCallback(MethodIndex(method),
+                     NewQuickUnaryHandler<Request, Response>(
+                         serving_, method, op,
+                         [this, handle](grpc::CallbackServerContext& context,
+                                        const Request& request, Response* response) {
+                           return handle(*serving_.store, StoreNamespace(serving_, context),
+                                         request, response);
+                         }));
 }
 
 }  // namespace tensorops

@@ -29,6 +29,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
@@ -161,6 +162,9 @@ struct CallSeries {
   std::array<prometheus::Histogram*, kStageCount> stage_seconds;
   prometheus::Counter* received_bytes;
   prometheus::Counter* sent_bytes;
+  // The call's total time, under its outcome (ok or failed), and when the op last finished one.
+  prometheus::Counter* call_seconds;
+  prometheus::Gauge* last_call;
 };
 
 // ReadFile returns the whole of a (/proc) file; empty when it cannot be read.
@@ -343,6 +347,15 @@ class Metrics::Impl {
                         .Name("tensorops_sent_bytes_total")
                         .Help("Response message bytes of finished calls, by op.")
                         .Register(*registry_)),
+        call_seconds_(prometheus::BuildCounter()
+                          .Name("tensorops_call_seconds_total")
+                          .Help("Total time of finished calls (the sum of their stages), by op "
+                                "and outcome (ok, failed).")
+                          .Register(*registry_)),
+        last_call_(prometheus::BuildGauge()
+                       .Name("tensorops_last_call_timestamp_seconds")
+                       .Help("Unix time the op last finished a call.")
+                       .Register(*registry_)),
         rejected_(prometheus::BuildCounter()
                       .Name("tensorops_rejected_total")
                       .Help("Calls refused before execution, by reason.")
@@ -443,6 +456,59 @@ class Metrics::Impl {
     }
     if (request_bytes > 0) series.received_bytes->Increment(static_cast<double>(request_bytes));
     if (response_bytes > 0) series.sent_bytes->Increment(static_cast<double>(response_bytes));
+    double total = 0;
+    for (const std::optional<absl::Duration>* duration : durations) {
+      if (!duration->has_value()) continue;
+      const double seconds = absl::ToDoubleSeconds(**duration);
+      if (std::isfinite(seconds) && seconds > 0) total += seconds;
+    }
+    series.call_seconds->Increment(total);
+    series.last_call->Set(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+  }
+
+  OpStatistics Statistics(std::string_view op) const {
+    const std::string label = LabelValue(op);
+    const auto value_of = [](const prometheus::ClientMetric& metric, std::string_view name) {
+      for (const prometheus::ClientMetric::Label& pair : metric.label) {
+        if (pair.name == name) return std::string_view(pair.value);
+      }
+      return std::string_view();
+    };
+    OpStatistics statistics;
+    for (const prometheus::MetricFamily& family : requests_.Collect()) {
+      for (const prometheus::ClientMetric& metric : family.metric) {
+        if (value_of(metric, "op") != label) continue;
+        const auto calls = static_cast<int64_t>(metric.counter.value);
+        (value_of(metric, "code") == "OK" ? statistics.ok.count : statistics.failed.count) += calls;
+      }
+    }
+    for (const prometheus::MetricFamily& family : call_seconds_.Collect()) {
+      for (const prometheus::ClientMetric& metric : family.metric) {
+        if (value_of(metric, "op") != label) continue;
+        const absl::Duration total = absl::Seconds(metric.counter.value);
+        (value_of(metric, "outcome") == "ok" ? statistics.ok.total : statistics.failed.total) +=
+            total;
+      }
+    }
+    OpStatistics::Totals* const stages[kStageCount] = {&statistics.decode, &statistics.queue,
+                                                       &statistics.execute, &statistics.encode};
+    for (const prometheus::MetricFamily& family : stage_seconds_.Collect()) {
+      for (const prometheus::ClientMetric& metric : family.metric) {
+        if (value_of(metric, "op") != label) continue;
+        for (int stage = 0; stage < kStageCount; ++stage) {
+          if (value_of(metric, "stage") != kStageNames[stage]) continue;
+          stages[stage]->count += static_cast<int64_t>(metric.histogram.sample_count);
+          stages[stage]->total += absl::Seconds(metric.histogram.sample_sum);
+        }
+      }
+    }
+    for (const prometheus::MetricFamily& family : last_call_.Collect()) {
+      for (const prometheus::ClientMetric& metric : family.metric) {
+        if (value_of(metric, "op") != label) continue;
+        statistics.last_call = absl::UnixEpoch() + absl::Seconds(metric.gauge.value);
+      }
+    }
+    return statistics;
   }
 
   void Rejected(std::string_view reason) {
@@ -506,6 +572,9 @@ class Metrics::Impl {
     }
     series.received_bytes = &received_bytes_.Add({{"op", op}});
     series.sent_bytes = &sent_bytes_.Add({{"op", op}});
+    series.call_seconds = &call_seconds_.Add(
+        {{"op", op}, {"outcome", key.code == absl::StatusCode::kOk ? "ok" : "failed"}});
+    series.last_call = &last_call_.Add({{"op", op}});
     absl::MutexLock lock(&series_mu_);
     series_.try_emplace(CallKey{std::string(key.op), key.code, std::string(key.device)}, series);
     return series;
@@ -516,6 +585,8 @@ class Metrics::Impl {
   prometheus::Family<prometheus::Histogram>& stage_seconds_;
   prometheus::Family<prometheus::Counter>& received_bytes_;
   prometheus::Family<prometheus::Counter>& sent_bytes_;
+  prometheus::Family<prometheus::Counter>& call_seconds_;
+  prometheus::Family<prometheus::Gauge>& last_call_;
   prometheus::Family<prometheus::Counter>& rejected_;
   prometheus::Gauge& in_flight_;
   prometheus::Gauge& queued_;
@@ -622,6 +693,8 @@ void Metrics::SetDeviceMemory(int64_t pinned_allocated, int64_t pinned_in_use,
 }
 
 std::string Metrics::Scrape() const { return impl_->Scrape(); }
+
+OpStatistics Metrics::Statistics(std::string_view op) const { return impl_->Statistics(op); }
 
 void Metrics::WatchStore(std::function<StoreFigures()> figures) {
   impl_->WatchStore(std::move(figures));

@@ -74,6 +74,9 @@ struct CallStages {
 //                                                      10 µs to 100 s, then +Inf
 //   tensorops_received_bytes_total{op}                counter, request message bytes
 //   tensorops_sent_bytes_total{op}                    counter, response message bytes
+//   tensorops_call_seconds_total{op,outcome}          counter, the calls' total time (the sum of
+//                                                     their stages), outcome = ok|failed
+//   tensorops_last_call_timestamp_seconds{op}         gauge, Unix time of the op's last call
 //   tensorops_rejected_total{reason}                  counter, one per Rejected
 //   tensorops_calls_in_flight                         gauge, as last set
 //   tensorops_calls_queued                            gauge, as last set
@@ -113,6 +116,25 @@ struct StoreFigures {
   int64_t used_bytes = 0;
   int64_t limit_bytes = 0;
   std::string device;
+};
+
+// OpStatistics is what the metrics hold of one op's finished calls, summed over status codes and
+// devices (KServe's ModelStatistics reports it).
+struct OpStatistics {
+  struct Totals {
+    int64_t count = 0;
+    absl::Duration total;
+  };
+  // Calls that ended OK and the others, with their total time.
+  Totals ok;
+  Totals failed;
+  // Each stage the calls reached, as tensorops_stage_duration_seconds counts it.
+  Totals decode;
+  Totals queue;
+  Totals execute;
+  Totals encode;
+  // When the op last finished a call; absent before the first.
+  std::optional<absl::Time> last_call;
 };
 
 class Metrics {
@@ -168,6 +190,8 @@ class Metrics {
   // function reads goes away).
   void WatchStore(std::function<StoreFigures()> figures);
 
+  // Statistics reads `op`'s series back (all zero for an op with no finished call).
+  OpStatistics Statistics(std::string_view op) const;
   // Scrape returns this object's metrics in the Prometheus text format 0.0.4, for tests and logs.
   // The HTTP endpoint serves the same families plus prometheus-cpp's own exposer_* families
   // (scrape count, bytes, latency) that it adds to every /metrics.

@@ -180,6 +180,8 @@ TEST(MetricsTest, FamiliesHaveTheirTypes) {
   EXPECT_EQ(TypeOf(text, "tensorops_stage_duration_seconds"), "histogram");
   EXPECT_EQ(TypeOf(text, "tensorops_received_bytes_total"), "counter");
   EXPECT_EQ(TypeOf(text, "tensorops_sent_bytes_total"), "counter");
+  EXPECT_EQ(TypeOf(text, "tensorops_call_seconds_total"), "counter");
+  EXPECT_EQ(TypeOf(text, "tensorops_last_call_timestamp_seconds"), "gauge");
   EXPECT_EQ(TypeOf(text, "tensorops_rejected_total"), "counter");
   EXPECT_EQ(TypeOf(text, "tensorops_calls_in_flight"), "gauge");
   EXPECT_EQ(TypeOf(text, "tensorops_calls_queued"), "gauge");
@@ -289,6 +291,40 @@ TEST(MetricsTest, RequestsCountedByOpCodeAndDevice) {
   EXPECT_EQ(Value(text, "tensorops_requests_total",
                   {{"op", "scatter"}, {"code", "OK"}, {"device", "none"}}),
             std::nullopt);
+}
+
+// Statistics reads back what the series hold: calls by outcome over every code and device, their
+// total time (the sum of the stages each reached), each stage's count and sum, the last call.
+TEST(MetricsTest, StatisticsSumAnOpsSeries) {
+  std::unique_ptr<Metrics> metrics = CreateOrDie();
+  ASSERT_NE(metrics, nullptr);
+  const OpStatistics none = metrics->Statistics("gather");
+  EXPECT_EQ(none.ok.count, 0);
+  EXPECT_EQ(none.failed.count, 0);
+  EXPECT_FALSE(none.last_call.has_value());
+
+  const absl::Time before = absl::Now();
+  metrics->CallFinished("gather", absl::StatusCode::kOk, "cpu", AllStages(absl::Milliseconds(1)), 0,
+                        0);
+  metrics->CallFinished("gather", absl::StatusCode::kOk, "cuda", AllStages(absl::Milliseconds(2)),
+                        0, 0);
+  metrics->CallFinished("gather", absl::StatusCode::kInvalidArgument, "none",
+                        {.decode = absl::Milliseconds(3)}, 0, 0);
+  metrics->CallFinished("scatter", absl::StatusCode::kOk, "cpu", AllStages(absl::Seconds(1)), 0, 0);
+  const OpStatistics gather = metrics->Statistics("gather");
+  EXPECT_EQ(gather.ok.count, 2);
+  EXPECT_EQ(gather.failed.count, 1);
+  // Four stages of 1 ms and four of 2 ms.
+  EXPECT_NEAR(absl::ToDoubleMilliseconds(gather.ok.total), 12.0, 1e-6);
+  EXPECT_NEAR(absl::ToDoubleMilliseconds(gather.failed.total), 3.0, 1e-6);
+  EXPECT_EQ(gather.decode.count, 3);
+  EXPECT_NEAR(absl::ToDoubleMilliseconds(gather.decode.total), 6.0, 1e-6);
+  EXPECT_EQ(gather.execute.count, 2);
+  EXPECT_NEAR(absl::ToDoubleMilliseconds(gather.execute.total), 3.0, 1e-6);
+  ASSERT_TRUE(gather.last_call.has_value());
+  EXPECT_GE(*gather.last_call, before - absl::Seconds(1));
+  EXPECT_LE(*gather.last_call, absl::Now() + absl::Seconds(1));
+  EXPECT_EQ(metrics->Statistics("scatter").ok.count, 1);
 }
 
 TEST(MetricsTest, EveryStatusCodeHasItsUpperSnakeName) {

@@ -261,6 +261,7 @@ void Server::BuildService(const ServerOptions& options, const Placement& placeme
                                 scheduler_->options().queue.max_concurrent_calls,
                                 TlsModeName(options.security) != "off", authenticator_ != nullptr,
                                 placement.description));
+  inference_service_ = std::make_unique<kserve::InferenceService>(serving_);
 }
 
 absl::Status Server::Bind(const ServerOptions& options,
@@ -281,6 +282,7 @@ absl::Status Server::Bind(const ServerOptions& options,
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.limits.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.limits.max_message_bytes));
   builder.RegisterService(service_.get());
+  builder.RegisterService(inference_service_.get());
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || selected_port == 0) {
     return absl::UnavailableError(
@@ -292,6 +294,8 @@ absl::Status Server::Bind(const ServerOptions& options,
   port_ = selected_port;
   // The default health service starts with "" SERVING and knows no other service.
   grpc_server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
+  grpc_server_->GetHealthCheckService()->SetServingStatus(
+      inference::GRPCInferenceService::service_full_name(), true);
   return absl::OkStatus();
 }
 
@@ -354,6 +358,7 @@ void Server::Shutdown(absl::Duration grace) {
   // answered, within the grace.
   scheduler_->Close();
   service_->BeginShutdown();
+  inference_service_->BeginShutdown();
   // gRPC's Shutdown sends GOAWAY, and from then on closes a connection the moment its last call
   // ends, without reading what the client still sends: a client whose frames (a window update,
   // the reset of its half of a stream) arrive after the close gets a connection reset, and can
@@ -361,6 +366,7 @@ void Server::Shutdown(absl::Duration grace) {
   // the streams end first; their clients' last frames are then read before the GOAWAY's ping is
   // answered, and the connection closes cleanly.
   service_->AwaitStreamsEnded(deadline);
+  inference_service_->AwaitStreamsEnded(deadline);
   grpc_server_->Shutdown(absl::ToChronoTime(deadline));
   // Every call has ended by now (gRPC cancelled those the grace cut off, which takes them out of
   // the queue); what a worker still runs finishes before Stop returns.

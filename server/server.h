@@ -29,6 +29,7 @@
 #include "oneapi/tbb/global_control.h"
 #include "server/auth.h"
 #include "server/blocking_pool.h"
+#include "server/kserve/inference_service.h"
 #include "server/op_call.h"
 #include "server/scheduler.h"
 #include "server/server_options.h"
@@ -123,6 +124,8 @@ class Server {
   std::unique_ptr<BlockingPool> blocking_pool_;
   ServingContext serving_;
   std::unique_ptr<TensorOpsService> service_;
+  // KServe's v2 protocol on the same port (server/kserve/).
+  std::unique_ptr<kserve::InferenceService> inference_service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   int port_ = 0;
   absl::Duration shutdown_grace_;

@@ -17,6 +17,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "inference/grpc_service.grpc.pb.h"
 #include "proto/op_list.h"
 #include "server/server.h"
 #include "tests/blocking_work.h"
@@ -226,37 +227,45 @@ grpc::ByteBuffer GarbageBuffer() {
 }
 
 // Every method whose client sends one message (unary and server-streaming: GetTensor's garbage
-// request ends the stream before any response).
+// request ends the stream before any response), of both services the server speaks.
 TEST(MalformedRequestTest, EveryUnaryRpcAnswersInvalidArgumentNamingTheMessage) {
   std::unique_ptr<Server> server = StartServer(/*max_elements=*/1000);
   ASSERT_NE(server, nullptr);
   grpc::GenericStub stub(grpc::CreateChannel(absl::StrFormat("127.0.0.1:%d", server->port()),
                                              grpc::InsecureChannelCredentials()));
-  const google::protobuf::ServiceDescriptor* service =
-      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
-          v1::TensorOps::service_full_name());
-  int unary = 0;
-  for (int i = 0; i < service->method_count(); ++i) {
-    const google::protobuf::MethodDescriptor* method = service->method(i);
-    if (method->client_streaming()) continue;
-    ++unary;
-    SCOPED_TRACE(method->name());
-    grpc::ClientContext context;
-    const grpc::ByteBuffer request = GarbageBuffer();
-    grpc::ByteBuffer response;
-    absl::Notification done;
-    grpc::Status status;
-    stub.UnaryCall(&context, absl::StrFormat("/%s/%s", service->full_name(), method->name()),
-                   grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
-                     status = std::move(s);
-                     done.Notify();
-                   });
-    done.WaitForNotification();
-    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
-    EXPECT_THAT(status.error_message(), HasSubstr("(3 bytes) is not a valid " +
-                                                  method->input_type()->full_name() + " message"));
+  // Each service with its number of methods whose client streams (RunStream and PutTensor;
+  // ModelStreamInfer).
+  const std::pair<std::string, int> services[] = {
+      {v1::TensorOps::service_full_name(), 2},
+      {inference::GRPCInferenceService::service_full_name(), 1}};
+  for (const auto& [name, client_streaming] : services) {
+    const google::protobuf::ServiceDescriptor* service =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(name);
+    ASSERT_NE(service, nullptr) << name;
+    int unary = 0;
+    for (int i = 0; i < service->method_count(); ++i) {
+      const google::protobuf::MethodDescriptor* method = service->method(i);
+      if (method->client_streaming()) continue;
+      ++unary;
+      SCOPED_TRACE(method->full_name());
+      grpc::ClientContext context;
+      const grpc::ByteBuffer request = GarbageBuffer();
+      grpc::ByteBuffer response;
+      absl::Notification done;
+      grpc::Status status;
+      stub.UnaryCall(&context, absl::StrFormat("/%s/%s", service->full_name(), method->name()),
+                     grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+                       status = std::move(s);
+                       done.Notify();
+                     });
+      done.WaitForNotification();
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+      EXPECT_THAT(
+          status.error_message(),
+          HasSubstr("(3 bytes) is not a valid " + method->input_type()->full_name() + " message"));
+    }
+    EXPECT_EQ(unary, service->method_count() - client_streaming) << name;
   }
-  EXPECT_EQ(unary, service->method_count() - 2);  // all but RunStream and PutTensor
 }
 
 // RawCall is a streaming call of `method` through gRPC's generic stub, so that a test can send

@@ -983,8 +983,9 @@ TEST_F(E2eTest, ReflectionDescribesTheServiceWithoutTheProtoFiles) {
   for (const reflection::ServiceResponse& service : response.list_services_response().service()) {
     services.push_back(service.name());
   }
-  EXPECT_THAT(services, ::testing::IsSupersetOf({"tensorops.v1.TensorOps", "grpc.health.v1.Health",
-                                                 "grpc.reflection.v1alpha.ServerReflection"}));
+  EXPECT_THAT(services, ::testing::IsSupersetOf(
+                            {"tensorops.v1.TensorOps", "inference.GRPCInferenceService",
+                             "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"}));
 
   // The file defining the service comes with every file it imports.
   reflection::ServerReflectionRequest file_request;
@@ -1820,6 +1821,10 @@ TEST_F(CliTest, HealthListAndDescribeThroughTheStandardServices) {
   run = RunCli({"health", "tensorops.v1.TensorOps"});
   EXPECT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
   EXPECT_EQ(run.stdout_text, "SERVING\n");
+  // KServe's service on the same port (docs/kserve.md) is SERVING too.
+  run = RunCli({"health", "inference.GRPCInferenceService"});
+  EXPECT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  EXPECT_EQ(run.stdout_text, "SERVING\n");
   run = RunCli({"health", "no.such.Service"});
   EXPECT_TRUE(ExitedWith(run.status, 1)) << DescribeExit(run.status);
   EXPECT_EQ(run.stderr_text,
@@ -1830,7 +1835,7 @@ TEST_F(CliTest, HealthListAndDescribeThroughTheStandardServices) {
   EXPECT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
   EXPECT_EQ(run.stdout_text,
             "grpc.health.v1.Health\ngrpc.reflection.v1alpha.ServerReflection\n"
-            "tensorops.v1.TensorOps\n");
+            "inference.GRPCInferenceService\ntensorops.v1.TensorOps\n");
   run = RunCli({"list", "tensorops.v1.TensorOps"});
   EXPECT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
   EXPECT_THAT(run.stdout_text, AllOf(::testing::StartsWith("tensorops.v1.TensorOps.Gather\n"),

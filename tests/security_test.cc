@@ -39,6 +39,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "inference/grpc_service.grpc.pb.h"
 #include "server/auth.h"
 #include "server/server.h"
 #include "tests/generic_stream.h"
@@ -501,6 +502,57 @@ TEST_F(SecurityTest, TokenGuardsRunRunStreamAndServerInfo) {
   ASSERT_TRUE(answer.has_value());
   EXPECT_TRUE(answer->result.ok()) << answer->result.status();
   EXPECT_TRUE((*stream)->Finish().ok());
+}
+
+// KServe's protocol on the same port keeps the same token: every RPC, health and metadata too
+// (as ServerInfo does; Kubernetes probes use grpc.health.v1, which needs none).
+TEST_F(SecurityTest, TokenGuardsTheKServeProtocol) {
+  absl::StatusOr<std::unique_ptr<Server>> server = Start({.auth_token_file = TokenFile(kToken)});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+      absl::StrFormat("127.0.0.1:%d", (*server)->port()), grpc::InsecureChannelCredentials()));
+  inference::ModelInferRequest request;
+  request.set_model_name("gather");
+  for (const char* name : {"input", "index"}) {
+    inference::ModelInferRequest::InferInputTensor* input = request.add_inputs();
+    input->set_name(name);
+    input->set_datatype("INT64");
+    input->add_shape(1);
+    request.add_raw_input_contents(std::string(sizeof(int64_t), '\0'));
+  }
+  for (const bool with_token : {false, true}) {
+    SCOPED_TRACE(with_token ? "with the token" : "without a token");
+    const auto set_token = [&](grpc::ClientContext* context) {
+      if (with_token) context->AddMetadata("authorization", std::string("Bearer ") + kToken);
+    };
+    grpc::ClientContext infer_context;
+    set_token(&infer_context);
+    inference::ModelInferResponse response;
+    const grpc::Status infer = stub->ModelInfer(&infer_context, request, &response);
+    grpc::ClientContext live_context;
+    set_token(&live_context);
+    inference::ServerLiveResponse live;
+    const grpc::Status live_status = stub->ServerLive(&live_context, {}, &live);
+    grpc::ClientContext stream_context;
+    set_token(&stream_context);
+    auto stream = stub->ModelStreamInfer(&stream_context);
+    stream->Write(request);  // May fail at once without the token: the server ends the stream.
+    stream->WritesDone();
+    inference::ModelStreamInferResponse answer;
+    while (stream->Read(&answer)) {
+    }
+    const grpc::Status stream_status = stream->Finish();
+    if (with_token) {
+      EXPECT_TRUE(infer.ok()) << infer.error_message();
+      EXPECT_TRUE(live_status.ok()) << live_status.error_message();
+      EXPECT_TRUE(stream_status.ok()) << stream_status.error_message();
+      EXPECT_EQ(answer.error_message(), "");
+    } else {
+      EXPECT_EQ(infer.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+      EXPECT_EQ(live_status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+      EXPECT_EQ(stream_status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    }
+  }
 }
 
 TEST_F(SecurityTest, HealthNeedsNoToken) {

@@ -1,0 +1,486 @@
+#include "server/kserve/infer_call.h"
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/numeric/int128.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "kernels/status_macros.h"
+#include "proto/op_list.h"
+#include "tensorops/v1/tensor.pb.h"
+
+namespace tensorops::kserve {
+namespace {
+
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+using inference::InferParameter;
+using inference::ModelInferRequest;
+
+std::string Escaped(std::string_view text) {
+  return absl::CHexEscape(absl::string_view(text.data(), text.size()));
+}
+
+// The request parameters Triton reserves: `priority` and `timeout` are scheduling hints, accepted
+// and ignored (a gRPC deadline bounds a call); the sequence ones ask for a stateful model.
+bool IsIgnoredReservedParameter(std::string_view name) {
+  return name == "priority" || name == "timeout";
+}
+constexpr std::string_view kSequenceParameters[] = {"sequence_id", "sequence_start",
+                                                    "sequence_end"};
+
+// KindOf names an InferParameter's kind for messages.
+std::string_view KindOf(const InferParameter& parameter) {
+  switch (parameter.parameter_choice_case()) {
+    case InferParameter::kBoolParam:
+      return "bool";
+    case InferParameter::kInt64Param:
+      return "int64";
+    case InferParameter::kStringParam:
+      return "string";
+    case InferParameter::kDoubleParam:
+      return "double";
+    case InferParameter::kUint64Param:
+      return "uint64";
+    case InferParameter::PARAMETER_CHOICE_NOT_SET:
+      break;
+  }
+  return "empty";
+}
+
+// ParameterInt is an integer parameter's value (int64, or uint64 that fits).
+std::optional<int64_t> ParameterInt(const InferParameter& parameter) {
+  if (parameter.has_int64_param()) return parameter.int64_param();
+  if (parameter.has_uint64_param() &&
+      parameter.uint64_param() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return static_cast<int64_t>(parameter.uint64_param());
+  }
+  return std::nullopt;
+}
+
+// ParseIntegers reads a list parameter: "0,2", "[0, 2]", "" (empty).
+std::optional<std::vector<int64_t>> ParseIntegers(std::string_view text) {
+  absl::string_view body = absl::StripAsciiWhitespace(absl::string_view(text.data(), text.size()));
+  if (absl::ConsumePrefix(&body, "[") != absl::ConsumeSuffix(&body, "]")) return std::nullopt;
+  std::vector<int64_t> values;
+  if (absl::StripAsciiWhitespace(body).empty()) return values;
+  for (absl::string_view item : absl::StrSplit(body, ',')) {
+    int64_t value = 0;
+    if (!absl::SimpleAtoi(item, &value)) return std::nullopt;
+    values.push_back(value);
+  }
+  return values;
+}
+
+// SetParameter sets `field` of `message` from the request parameter of the same name.
+absl::Status SetParameter(const Model& model, const FieldDescriptor* field,
+                          const InferParameter& parameter, Message* message) {
+  const Reflection* reflection = message->GetReflection();
+  const auto wrong_kind = [&](std::string_view expected) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: parameter \"%s\" is a %s; expected %s",
+                                                      model.name, field->name(), KindOf(parameter),
+                                                      expected));
+  };
+  if (field->message_type() == v1::Scalar::descriptor()) {
+    v1::Scalar scalar;
+    if (parameter.has_bool_param()) {
+      scalar.set_bool_value(parameter.bool_param());
+    } else if (parameter.has_double_param()) {
+      scalar.set_float_value(parameter.double_param());
+    } else if (std::optional<int64_t> value = ParameterInt(parameter)) {
+      scalar.set_int_value(*value);
+    } else {
+      return wrong_kind("a bool, an int64 or a double");
+    }
+    reflection->MutableMessage(message, field)->CopyFrom(scalar);
+    return absl::OkStatus();
+  }
+  if (field->is_repeated()) {
+    std::optional<std::vector<int64_t>> values;
+    if (parameter.has_string_param()) {
+      values = ParseIntegers(parameter.string_param());
+      if (!values.has_value()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: parameter \"%s\" = \"%s\" is not a list of integers (write \"0,2\" or \"[0, 2]\")",
+            model.name, field->name(), Escaped(parameter.string_param())));
+      }
+    } else if (std::optional<int64_t> value = ParameterInt(parameter)) {
+      values = std::vector<int64_t>{*value};
+    } else {
+      return wrong_kind("a string of integers, such as \"0,2\"");
+    }
+    reflection->ClearField(message, field);
+    for (const int64_t value : *values) reflection->AddInt64(message, field, value);
+    return absl::OkStatus();
+  }
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_BOOL:
+      if (!parameter.has_bool_param()) return wrong_kind("a bool");
+      reflection->SetBool(message, field, parameter.bool_param());
+      return absl::OkStatus();
+    case FieldDescriptor::CPPTYPE_INT64: {
+      std::optional<int64_t> value = ParameterInt(parameter);
+      if (!value.has_value()) return wrong_kind("an int64");
+      reflection->SetInt64(message, field, *value);
+      return absl::OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_STRING:
+      if (!parameter.has_string_param()) return wrong_kind("a string");
+      reflection->SetString(message, field, parameter.string_param());
+      return absl::OkStatus();
+    case FieldDescriptor::CPPTYPE_ENUM: {
+      if (!parameter.has_string_param()) return wrong_kind("a string");
+      const std::string wanted = absl::AsciiStrToLower(parameter.string_param());
+      std::vector<std::string> names;
+      for (int i = 0; i < field->enum_type()->value_count(); ++i) {
+        const google::protobuf::EnumValueDescriptor* value = field->enum_type()->value(i);
+        names.push_back(EnumParameterName(value));
+        if (names.back() == wanted) {
+          reflection->SetEnum(message, field, value);
+          return absl::OkStatus();
+        }
+      }
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: parameter \"%s\" = \"%s\" is not one of %s", model.name, field->name(),
+          Escaped(parameter.string_param()), absl::StrJoin(names, ", ")));
+    }
+    default:
+      // Every field of the op requests is one of the kinds above (tests/kserve_test.cc walks them
+      // all); a new kind needs a case here.
+      return absl::InternalError(
+          absl::StrFormat("%s: parameter \"%s\" has a field type the "
+                          "KServe translation does not handle",
+                          model.name, field->name()));
+  }
+}
+
+// ElementCount is the product of `shape`, or nullopt when a size is negative or it overflows
+// (the v1 decoder names those; typed contents cannot be checked against it).
+std::optional<int64_t> ElementCount(const google::protobuf::RepeatedField<int64_t>& shape) {
+  absl::int128 count = 1;
+  for (const int64_t size : shape) {
+    if (size < 0) return std::nullopt;
+    count *= size;
+    if (count > std::numeric_limits<int64_t>::max()) return std::nullopt;
+  }
+  return static_cast<int64_t>(count);
+}
+
+// AppendAs appends `values` to `bytes` as elements of type T, failing for a value T cannot hold.
+template <typename T, typename Values>
+bool AppendAs(const Values& values, std::string* bytes) {
+  bytes->reserve(bytes->size() + values.size() * sizeof(T));
+  for (const auto value : values) {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      if (value < std::numeric_limits<T>::min() || value > std::numeric_limits<T>::max()) {
+        return false;
+      }
+    }
+    const T element = static_cast<T>(value);
+    bytes->append(reinterpret_cast<const char*>(&element), sizeof(T));
+  }
+  return true;
+}
+
+// TypedContents turns an input's typed `contents` into raw little-endian bytes.
+absl::Status TypedContents(const Model& model, const ModelInferRequest::InferInputTensor& input,
+                           DataType dtype, std::string* bytes) {
+  const inference::InferTensorContents& contents = input.contents();
+  const auto count_of = [&](int count, std::string_view field) -> absl::Status {
+    std::optional<int64_t> expected = ElementCount(input.shape());
+    if (expected.has_value() && *expected != count) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: input \"%s\" has %d elements in contents.%s, but its shape [%s] "
+          "holds %d",
+          model.name, input.name(), count, field, absl::StrJoin(input.shape(), ", "), *expected));
+    }
+    return absl::OkStatus();
+  };
+  bool fits = true;
+  std::string_view field;
+  switch (dtype) {
+    case DataType::kBool:
+      field = "bool_contents";
+      TENSOROPS_RETURN_IF_ERROR(count_of(contents.bool_contents_size(), field));
+      fits = AppendAs<bool>(contents.bool_contents(), bytes);
+      break;
+    case DataType::kUInt8:
+      field = "uint_contents";
+      TENSOROPS_RETURN_IF_ERROR(count_of(contents.uint_contents_size(), field));
+      fits = AppendAs<uint8_t>(contents.uint_contents(), bytes);
+      break;
+    case DataType::kInt8:
+      field = "int_contents";
+      TENSOROPS_RETURN_IF_ERROR(count_of(contents.int_contents_size(), field));
+      fits = AppendAs<int8_t>(contents.int_contents(), bytes);
+      break;
+    case DataType::kInt16:
+      field = "int_contents";
+      TENSOROPS_RETURN_IF_ERROR(count_of(contents.int_contents_size(), field));
+      fits = AppendAs<int16_t>(contents.int_contents(), bytes);
+      break;
+    case DataType::kInt32:
+      field = "int_contents";
+      TENSOROPS_RETURN_IF_ERROR(count_of(contents.int_contents_size(), field));
+      fits = AppendAs<int32_t>(contents.int_contents(), bytes);
+      break;
+    case DataType::kInt64:
+      field = "int64_contents";
+      TENSOROPS_RETURN_IF_ERROR(count_of(contents.int64_contents_size(), field));
+      fits = AppendAs<int64_t>(contents.int64_contents(), bytes);
+      break;
+    case DataType::kFloat32:
+      field = "fp32_contents";
+      TENSOROPS_RETURN_IF_ERROR(count_of(contents.fp32_contents_size(), field));
+      fits = AppendAs<float>(contents.fp32_contents(), bytes);
+      break;
+    case DataType::kFloat64:
+      field = "fp64_contents";
+      TENSOROPS_RETURN_IF_ERROR(count_of(contents.fp64_contents_size(), field));
+      fits = AppendAs<double>(contents.fp64_contents(), bytes);
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: input \"%s\" is %s, which has no typed contents; send it in raw_input_contents",
+          model.name, input.name(), input.datatype()));
+  }
+  if (!fits) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: input \"%s\" has a value in contents.%s that %s cannot hold",
+                        model.name, input.name(), field, input.datatype()));
+  }
+  return absl::OkStatus();
+}
+
+// InputTensor translates one input into `tensor`, taking the next raw content (`raw`, advanced)
+// when the input has neither typed contents nor a stored tensor.
+absl::Status InputTensor(const Model& model, ModelInferRequest::InferInputTensor* input,
+                         ModelInferRequest* request, int* raw, v1::Tensor* tensor) {
+  std::optional<std::string> stored;
+  for (const auto& [name, parameter] : input->parameters()) {
+    if (name == "stored" && parameter.has_string_param()) {
+      tensor->mutable_stored()->set_name(parameter.string_param());
+      stored = parameter.string_param();
+    } else if (name == "stored_version" && ParameterInt(parameter).has_value()) {
+      tensor->mutable_stored()->set_version(*ParameterInt(parameter));
+    } else {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: input \"%s\" has parameter \"%s\" (%s); an input takes only \"stored\" (a string, "
+          "the name of a stored tensor) and \"stored_version\" (an int64)",
+          model.name, input->name(), Escaped(name), KindOf(parameter)));
+    }
+  }
+  if (tensor->has_stored() && !stored.has_value()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: input \"%s\" has stored_version but no \"stored\" name", model.name, input->name()));
+  }
+  if (stored.has_value()) {
+    if (input->has_contents()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: input \"%s\" names stored tensor \"%s\" and also sends contents; send one",
+          model.name, input->name(), Escaped(*stored)));
+    }
+    // A reference may state the stored tensor's dtype and shape; the store checks they match.
+    if (!input->datatype().empty()) {
+      TENSOROPS_ASSIGN_OR_RETURN(DataType dtype,
+                                 DatatypeFromName(input->datatype(), model.name, input->name()));
+      tensor->set_dtype(wire::DataTypeToProto(dtype));
+      tensor->mutable_shape()->Assign(input->shape().begin(), input->shape().end());
+    }
+    return absl::OkStatus();
+  }
+  TENSOROPS_ASSIGN_OR_RETURN(DataType dtype,
+                             DatatypeFromName(input->datatype(), model.name, input->name()));
+  tensor->set_dtype(wire::DataTypeToProto(dtype));
+  tensor->mutable_shape()->Assign(input->shape().begin(), input->shape().end());
+  if (input->has_contents()) return TypedContents(model, *input, dtype, tensor->mutable_data());
+  if (*raw >= request->raw_input_contents_size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: input \"%s\" has no contents: raw_input_contents has %d entries, one per input "
+        "without typed contents or a stored tensor, in the order of inputs",
+        model.name, input->name(), request->raw_input_contents_size()));
+  }
+  tensor->mutable_data()->swap(*request->mutable_raw_input_contents(*raw));
+  ++*raw;
+  return absl::OkStatus();
+}
+
+// OutputTensor puts `result` into `response` as output `name`, moving its bytes.
+absl::Status OutputTensor(const Model& model, std::string_view name, v1::Tensor* result,
+                          inference::ModelInferResponse* response) {
+  inference::ModelInferResponse::InferOutputTensor* output = response->add_outputs();
+  output->set_name(std::string(name));
+  if (result->dtype() != v1::DATA_TYPE_UNSPECIFIED) {
+    TENSOROPS_ASSIGN_OR_RETURN(DataType dtype,
+                               wire::DataTypeFromProto(result->dtype(), model.name, name));
+    std::optional<std::string_view> datatype = DatatypeName(dtype);
+    if (!datatype.has_value()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: output \"%s\" is %s, which the KServe v2 protocol cannot carry (it has no complex "
+          "datatypes); call tensorops.v1 for complex tensors",
+          model.name, name, DataTypeName(dtype)));
+    }
+    output->set_datatype(std::string(*datatype));
+    output->mutable_shape()->Assign(result->shape().begin(), result->shape().end());
+  }
+  if (result->has_stored()) {
+    // A stored result: where it is, and its bytes only when return_data asked for them.
+    (*output->mutable_parameters())["stored"].set_string_param(result->stored().name());
+    (*output->mutable_parameters())["stored_version"].set_int64_param(result->stored().version());
+  }
+  response->add_raw_output_contents()->swap(*result->mutable_data());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string_view InferCall::ModelName(const ModelInferRequest& request) {
+  absl::StatusOr<const Model*> model = FindModel(request.model_name(), "");
+  return model.ok() ? std::string_view((*model)->name) : std::string_view("model_infer");
+}
+
+absl::StatusOr<std::unique_ptr<InferCall>> InferCall::Translate(ModelInferRequest* request) {
+  TENSOROPS_ASSIGN_OR_RETURN(const Model* model,
+                             FindModel(request->model_name(), request->model_version()));
+  std::unique_ptr<InferCall> call(new InferCall(*model));
+  call->request_id_ = request->id();
+  // The op's request inside the v1 call.
+  v1::OpRequest* forward = model->backward ? call->backward_.mutable_op() : &call->op_;
+  Message* op_request = nullptr;
+  ops::VisitCase(
+      model->op, [&]<typename Op>(Op) { op_request = ops::Mutable<Op>(forward); }, [] {});
+
+  // Checked in a fixed order (a map's is not), so the message names the same one every time.
+  for (const std::string_view name : kSequenceParameters) {
+    if (request->parameters().contains(std::string(name))) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: parameter \"%s\" asks for a sequence, but tensorops' models are stateless: send "
+          "each call on its own",
+          model->name, name));
+    }
+  }
+  for (const auto& [name, parameter] : request->parameters()) {
+    if (IsIgnoredReservedParameter(name)) continue;
+    const FieldDescriptor* field = model->FindParameter(name);
+    if (field == nullptr) {
+      const bool is_input = model->FindInput(name) != nullptr;
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: \"%s\" is not a parameter of this model%s (parameters: %s)", model->name,
+          Escaped(name), is_input ? "; it is an input, sent as a tensor" : "",
+          model->ParameterNames()));
+    }
+    Message* target = op_request;
+    if (field->containing_type() == v1::ResultOptions::descriptor()) {
+      target = op_request->GetReflection()->MutableMessage(
+          op_request, op_request->GetDescriptor()->FindFieldByName("result_options"));
+    }
+    TENSOROPS_RETURN_IF_ERROR(SetParameter(*model, field, parameter, target));
+  }
+
+  std::vector<bool> given(model->inputs.size(), false);
+  int raw = 0;
+  for (ModelInferRequest::InferInputTensor& input : *request->mutable_inputs()) {
+    const ModelInput* model_input = model->FindInput(input.name());
+    if (model_input == nullptr) {
+      std::vector<std::string> names;
+      for (const ModelInput& candidate : model->inputs) names.push_back(candidate.name);
+      const bool is_parameter = model->FindParameter(input.name()) != nullptr;
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: \"%s\" is not an input of this model%s (inputs: %s)", model->name,
+          Escaped(input.name()), is_parameter ? "; it is a parameter, sent in parameters" : "",
+          absl::StrJoin(names, ", ")));
+    }
+    const size_t position = model_input - model->inputs.data();
+    if (given[position]) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: input \"%s\" is given twice", model->name, input.name()));
+    }
+    given[position] = true;
+    v1::Tensor* tensor = model_input->field == nullptr
+                             ? call->backward_.mutable_grad_output()
+                             : static_cast<v1::Tensor*>(op_request->GetReflection()->MutableMessage(
+                                   op_request, model_input->field));
+    TENSOROPS_RETURN_IF_ERROR(InputTensor(*model, &input, request, &raw, tensor));
+  }
+  if (raw != request->raw_input_contents_size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: raw_input_contents has %d entries, but %d inputs take theirs from it (one entry per "
+        "input without typed contents or a stored tensor, in the order of inputs)",
+        model->name, request->raw_input_contents_size(), raw));
+  }
+  for (size_t i = 0; i < model->inputs.size(); ++i) {
+    const ModelInput& input = model->inputs[i];
+    if (!given[i] && !input.optional) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: input \"%s\" is missing", model->name, input.name));
+    }
+  }
+  for (const ModelInferRequest::InferRequestedOutputTensor& output : request->outputs()) {
+    if (std::find(model->outputs.begin(), model->outputs.end(), output.name()) ==
+        model->outputs.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: \"%s\" is not an output of this model (outputs: %s)", model->name,
+                          Escaped(output.name()), absl::StrJoin(model->outputs, ", ")));
+    }
+    call->requested_outputs_.push_back(output.name());
+  }
+  return call;
+}
+
+bool InferCall::ReferencesStoredTensors() const {
+  return model_->backward ? tensorops::ReferencesStoredTensors(backward_)
+                          : tensorops::ReferencesStoredTensors(op_);
+}
+
+absl::StatusOr<PreparedOp> InferCall::Prepare(const wire::DecodeLimits& limits,
+                                              const StoredTensors& stored,
+                                              inference::ModelInferResponse* response) {
+  // The v1 request is this call's own and nothing reads it after the op has run, so the op may
+  // take its input bytes as the result.
+  TENSOROPS_ASSIGN_OR_RETURN(
+      PreparedOp prepared,
+      model_->backward ? PrepareBackward(backward_, limits, &gradients_, stored)
+                       : PrepareOp(op_, limits, &result_, InputReuse::kMayTakeInput, stored));
+  prepared.finish = [this, response, finish = std::move(prepared.finish)]() -> absl::Status {
+    if (finish) TENSOROPS_RETURN_IF_ERROR(finish());
+    return Respond(response);
+  };
+  return prepared;
+}
+
+absl::Status InferCall::Respond(inference::ModelInferResponse* response) {
+  response->set_model_name(model_->name);
+  response->set_model_version(std::string(kModelVersion));
+  response->set_id(request_id_);
+  const auto wanted = [&](std::string_view output) {
+    return requested_outputs_.empty() ||
+           std::find(requested_outputs_.begin(), requested_outputs_.end(), output) !=
+               requested_outputs_.end();
+  };
+  if (!model_->backward) {
+    if (wanted("output"))
+      TENSOROPS_RETURN_IF_ERROR(OutputTensor(*model_, "output", &result_, response));
+    return absl::OkStatus();
+  }
+  // The gradients come keyed by argument ("input", "src"); outputs keep the model's order.
+  for (const std::string& output : model_->outputs) {
+    auto gradient =
+        gradients_.mutable_gradients()->find(output.substr(std::string("grad_").size()));
+    if (gradient == gradients_.mutable_gradients()->end() || !wanted(output)) continue;
+    TENSOROPS_RETURN_IF_ERROR(OutputTensor(*model_, output, &gradient->second, response));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tensorops::kserve

@@ -1,0 +1,249 @@
+#include "server/kserve/inference_service.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "google/protobuf/descriptor.h"
+#include "kernels/status_macros.h"
+#include "server/build_info.h"
+#include "server/kserve/infer_call.h"
+#include "server/kserve/models.h"
+#include "server/parsed_request.h"
+#include "server/quick_unary_call.h"
+
+namespace tensorops::kserve {
+namespace {
+
+using inference::ModelInferRequest;
+
+int MethodIndex(std::string_view method) {
+  static const google::protobuf::ServiceDescriptor* const service =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+          inference::GRPCInferenceService::service_full_name());
+  return tensorops::MethodIndex(service, method);
+}
+
+// The extensions of the protocol this server serves (ServerMetadata.extensions).
+constexpr std::string_view kExtensions[] = {"model_configuration", "statistics"};
+
+uint64_t Nanos(absl::Duration duration) {
+  return static_cast<uint64_t>(std::max<int64_t>(0, absl::ToInt64Nanoseconds(duration)));
+}
+
+void SetDuration(const OpStatistics::Totals& totals, inference::StatisticDuration* duration) {
+  duration->set_count(static_cast<uint64_t>(totals.count));
+  duration->set_ns(Nanos(totals.total));
+}
+
+// Describe fills one model's statistics from the metrics.
+void Describe(const Model& model, const Metrics& metrics, inference::ModelStatistics* out) {
+  const OpStatistics statistics = metrics.Statistics(model.name);
+  out->set_name(model.name);
+  out->set_version(std::string(kModelVersion));
+  if (statistics.last_call.has_value()) {
+    out->set_last_inference(
+        static_cast<uint64_t>(std::max<int64_t>(0, absl::ToUnixMillis(*statistics.last_call))));
+  }
+  // Every call is one inference and one execution: tensorops has no batch dimension.
+  out->set_inference_count(static_cast<uint64_t>(statistics.ok.count));
+  out->set_execution_count(static_cast<uint64_t>(statistics.ok.count));
+  inference::InferStatistics* infer = out->mutable_inference_stats();
+  SetDuration(statistics.ok, infer->mutable_success());
+  SetDuration(statistics.failed, infer->mutable_fail());
+  SetDuration(statistics.queue, infer->mutable_queue());
+  SetDuration(statistics.decode, infer->mutable_compute_input());
+  SetDuration(statistics.execute, infer->mutable_compute_infer());
+  SetDuration(statistics.encode, infer->mutable_compute_output());
+}
+
+// NamesStoredTensor: whether an input of `request` names a stored tensor, so that preparing the
+// call may wait for that tensor's lock (and must run on the blocking pool).
+bool NamesStoredTensor(const ModelInferRequest& request) {
+  for (const ModelInferRequest::InferInputTensor& input : request.inputs()) {
+    if (input.parameters().contains("stored")) return true;
+  }
+  return false;
+}
+
+// StreamProtocol is ModelStreamInfer for OpStreamReactor: each request a ModelInferRequest, each
+// response its ModelInferResponse or its error_message.
+struct StreamProtocol {
+  using RequestMessage = ModelInferRequest;
+  using ResponseMessage = inference::ModelStreamInferResponse;
+
+  class Call {
+   public:
+    explicit Call(ModelInferRequest message)
+        : message_(std::move(message)), op_name_(InferCall::ModelName(message_)) {}
+    std::string_view op_name() const { return op_name_; }
+    std::string LogName() const {
+      return absl::StrFormat("ModelStreamInfer request \"%s\"", absl::CHexEscape(message_.id()));
+    }
+    bool MayBlock() const { return NamesStoredTensor(message_); }
+    absl::StatusOr<PreparedOp> Prepare(const ServingContext& serving, const StoredTensors& stored) {
+      TENSOROPS_ASSIGN_OR_RETURN(call_, InferCall::Translate(&message_));
+      return call_->Prepare(serving.limits, stored, response_.mutable_infer_response());
+    }
+    void SetError(const absl::Status& status) {
+      response_.Clear();
+      response_.set_error_message(std::string(status.message()));
+      // The id (and model) let a client match the error to its request.
+      response_.mutable_infer_response()->set_id(message_.id());
+      response_.mutable_infer_response()->set_model_name(message_.model_name());
+    }
+    const inference::ModelStreamInferResponse& response() const { return response_; }
+
+   private:
+    ModelInferRequest message_;
+    std::string_view op_name_;
+    std::unique_ptr<InferCall> call_;
+    inference::ModelStreamInferResponse response_;
+  };
+};
+
+}  // namespace
+
+InferenceService::InferenceService(const ServingContext& serving) : serving_(serving) {
+  HandleHealthAndMetadata();
+  HandleModelInfer();
+  HandleModelStreamInfer();
+}
+
+void InferenceService::BeginShutdown() {
+  shutting_down_.store(true);
+  streams_.CloseAll();
+}
+
+void InferenceService::HandleHealthAndMetadata() {
+  MarkMethodCallback(
+      MethodIndex("ServerLive"),
+      NewQuickUnaryHandler<inference::ServerLiveRequest, inference::ServerLiveResponse>(
+          serving_, "ServerLive", "server_live",
+          [](grpc::CallbackServerContext&, const inference::ServerLiveRequest&,
+             inference::ServerLiveResponse* response) {
+            response->set_live(true);
+            return absl::OkStatus();
+          }));
+  MarkMethodCallback(
+      MethodIndex("ServerReady"),
+      NewQuickUnaryHandler<inference::ServerReadyRequest, inference::ServerReadyResponse>(
+          serving_, "ServerReady", "server_ready",
+          [this](grpc::CallbackServerContext&, const inference::ServerReadyRequest&,
+                 inference::ServerReadyResponse* response) {
+            response->set_ready(!shutting_down_.load());
+            return absl::OkStatus();
+          }));
+  MarkMethodCallback(
+      MethodIndex("ServerMetadata"),
+      NewQuickUnaryHandler<inference::ServerMetadataRequest, inference::ServerMetadataResponse>(
+          serving_, "ServerMetadata", "server_metadata",
+          [](grpc::CallbackServerContext&, const inference::ServerMetadataRequest&,
+             inference::ServerMetadataResponse* response) {
+            response->set_name("tensorops");
+            response->set_version(ThisBuild().version);
+            for (const std::string_view extension : kExtensions) {
+              response->add_extensions(std::string(extension));
+            }
+            return absl::OkStatus();
+          }));
+  MarkMethodCallback(
+      MethodIndex("ModelReady"),
+      NewQuickUnaryHandler<inference::ModelReadyRequest, inference::ModelReadyResponse>(
+          serving_, "ModelReady", "model_ready",
+          [this](grpc::CallbackServerContext&, const inference::ModelReadyRequest& request,
+                 inference::ModelReadyResponse* response) -> absl::Status {
+            TENSOROPS_RETURN_IF_ERROR(FindModel(request.name(), request.version()).status());
+            response->set_ready(!shutting_down_.load());
+            return absl::OkStatus();
+          }));
+  MarkMethodCallback(
+      MethodIndex("ModelMetadata"),
+      NewQuickUnaryHandler<inference::ModelMetadataRequest, inference::ModelMetadataResponse>(
+          serving_, "ModelMetadata", "model_metadata",
+          [](grpc::CallbackServerContext&, const inference::ModelMetadataRequest& request,
+             inference::ModelMetadataResponse* response) -> absl::Status {
+            TENSOROPS_ASSIGN_OR_RETURN(const Model* model,
+                                       FindModel(request.name(), request.version()));
+            DescribeMetadata(*model, response);
+            return absl::OkStatus();
+          }));
+  MarkMethodCallback(
+      MethodIndex("ModelConfig"),
+      NewQuickUnaryHandler<inference::ModelConfigRequest, inference::ModelConfigResponse>(
+          serving_, "ModelConfig", "model_config",
+          [](grpc::CallbackServerContext&, const inference::ModelConfigRequest& request,
+             inference::ModelConfigResponse* response) -> absl::Status {
+            TENSOROPS_ASSIGN_OR_RETURN(const Model* model,
+                                       FindModel(request.name(), request.version()));
+            DescribeConfig(*model, response->mutable_config());
+            return absl::OkStatus();
+          }));
+  MarkMethodCallback(
+      MethodIndex("ModelStatistics"),
+      NewQuickUnaryHandler<inference::ModelStatisticsRequest, inference::ModelStatisticsResponse>(
+          serving_, "ModelStatistics", "model_statistics",
+          [this](grpc::CallbackServerContext&, const inference::ModelStatisticsRequest& request,
+                 inference::ModelStatisticsResponse* response) -> absl::Status {
+            // No name: every model.
+            if (request.name().empty()) {
+              for (const Model& model : AllModels()) {
+                Describe(model, *serving_.metrics, response->add_model_stats());
+              }
+              return absl::OkStatus();
+            }
+            TENSOROPS_ASSIGN_OR_RETURN(const Model* model,
+                                       FindModel(request.name(), request.version()));
+            Describe(*model, *serving_.metrics, response->add_model_stats());
+            return absl::OkStatus();
+          }));
+}
+
+void InferenceService::HandleModelInfer() {
+  MarkMethodCallback(
+      MethodIndex("ModelInfer"),
+      new grpc::internal::CallbackUnaryHandler<Parsed<ModelInferRequest>,
+                                               inference::ModelInferResponse>(
+          [this](grpc::CallbackServerContext* context, const Parsed<ModelInferRequest>* parsed,
+                 inference::ModelInferResponse* response) {
+            // gRPC's request message belongs to this call until it is finished, and nothing but
+            // the translation reads it: the translation takes its raw contents, without a copy.
+            auto* request = const_cast<Parsed<ModelInferRequest>*>(parsed);
+            const bool may_block = parsed->ok && NamesStoredTensor(parsed->message);
+            return UnaryOpCall::Start(
+                serving_, context, "ModelInfer",
+                parsed->ok ? InferCall::ModelName(parsed->message) : "model_infer",
+                [this, context, request, response]() -> absl::StatusOr<PreparedOp> {
+                  if (!request->ok) return MalformedRequestError(*request);
+                  TENSOROPS_ASSIGN_OR_RETURN(std::shared_ptr<InferCall> call,
+                                             InferCall::Translate(&request->message));
+                  const std::string ns = StoreNamespace(serving_, *context);
+                  TENSOROPS_ASSIGN_OR_RETURN(
+                      PreparedOp prepared,
+                      call->Prepare(serving_.limits,
+                                    StoredTensors{.store = serving_.store, .ns = ns}, response));
+                  // The op reads the call's bytes: it keeps the call for as long as it lives.
+                  prepared.run = [call, run = std::move(prepared.run)] { return run(); };
+                  return prepared;
+                },
+                may_block, static_cast<int64_t>(parsed->bytes), response);
+          }));
+}
+
+void InferenceService::HandleModelStreamInfer() {
+  MarkMethodCallback(MethodIndex("ModelStreamInfer"),
+                     new grpc::internal::CallbackBidiHandler<Parsed<ModelInferRequest>,
+                                                             inference::ModelStreamInferResponse>(
+                         [this](grpc::CallbackServerContext* context) {
+                           return new OpStreamReactor<StreamProtocol>(serving_, context, &streams_);
+                         }));
+}
+
+}  // namespace tensorops::kserve

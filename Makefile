@@ -6,6 +6,7 @@
 #   make container-test   build, run and stop the cpu image; podman kube play (as root)
 #   make bench  build, run the kernel and service benchmarks, print their tables (bench/README.md)
 #   make bench-store  build, run the tensor store benchmark (C++ and Python; bench/README.md)
+#   make bench-kserve  build, run the KServe v2 vs tensorops.v1 benchmark (bench/README.md)
 #
 # BUILD_DIR, BUILD_TYPE, JOBS and CMAKE_ARGS can be overridden: make test CMAKE_ARGS=-DTENSOROPS_ENABLE_CUDA=OFF
 BUILD_DIR ?= build/release
@@ -14,7 +15,7 @@ JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 SERVER_ARGS ?= --host=127.0.0.1 --port=50051
 
-.PHONY: all deps configure build run test test-kernels-cpu bench bench-store format clean image container-test
+.PHONY: all deps configure build run test test-kernels-cpu bench bench-store bench-kserve format clean image container-test
 
 all: build
 
@@ -60,6 +61,12 @@ bench-store: build
 	$(BUILD_DIR)/bench/store/store_bench $(STORE_BENCH_ARGS)
 	TENSOROPS_PYTHON_STUBS=$(BUILD_DIR)/python $(STORE_BENCH_PYTHON) bench/store/store_bench.py \
 	    --server=$(BUILD_DIR)/server/tensorops-server $(STORE_BENCH_ARGS)
+
+# The same Gather through KServe v2 (ModelInfer) and tensorops.v1, one in-process server (docs/
+# kserve.md). About 30 s; KSERVE_BENCH_ARGS=--quick for a smoke run.
+KSERVE_BENCH_ARGS ?=
+bench-kserve: build
+	$(BUILD_DIR)/bench/kserve/kserve_bench $(KSERVE_BENCH_ARGS)
 
 format:
 	find kernels proto server client/cpp tests bench \( -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.proto' \) -print0 | xargs -0 clang-format -i

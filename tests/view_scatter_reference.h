@@ -158,7 +158,11 @@ inline Tensor ReferenceDiagonalScatter(const TensorView& input, const TensorView
   const int64_t rank = input.rank();
   axis1 = view_scatter_internal::Wrapped(axis1, rank);
   axis2 = view_scatter_internal::Wrapped(axis2, rank);
-  const auto [row, column] = view_scatter_internal::DiagonalStart(offset);
+  // Named copies, not a structured binding: lambdas capture bindings only from clang 16 on, and
+  // the sanitizer build uses Debian's clang 14.
+  const auto start = view_scatter_internal::DiagonalStart(offset);
+  const int64_t row = start.first;
+  const int64_t column = start.second;
   return view_scatter_internal::ScatterByCoordinates(
       input, src, [&](const Shape& coords) -> std::optional<Shape> {
         const int64_t along = coords[axis1] - row;

@@ -117,7 +117,11 @@ std::optional<int64_t> RandomBound(absl::BitGen& gen, int64_t size) {
 class ViewScatterRandomTest : public testing::DeviceTest<std::tuple<DataType, Op>> {};
 
 TEST_P(ViewScatterRandomTest, MatchesReference) {
-  const auto [dtype, op] = leading_param();
+  // Copies, not a structured binding: the lambdas below capture them (clang 14 cannot capture
+  // bindings).
+  const auto param = leading_param();
+  const DataType dtype = std::get<0>(param);
+  const Op op = std::get<1>(param);
   absl::BitGen gen =
       SeededGen(static_cast<uint64_t>(dtype) * 7 + static_cast<uint64_t>(op), kViewScatterSeedSalt);
   for (int trial = 0; trial < 150; ++trial) {

@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "server/build_info.h"
 #include "server/command_line.h"
+#include "server/memory_trimmer.h"
 #include "server/server.h"
 #include "server/server_options.h"
 #include "spdlog/cfg/env.h"
@@ -42,6 +43,13 @@ ABSL_FLAG(int, max_concurrent_calls, 0,
           "Calls executing at once (>= 0; 0 = one per CPU thread the kernels may use).");
 ABSL_FLAG(int, max_queued_calls, 1024,
           "Calls admitted and waiting to execute (>= 0); more get RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, max_memory_bytes, 0,
+          "Most bytes that calls in flight (their requests and results) and the tensor store hold "
+          "together (>= 0; 0 = no limit); a call that would take the total past it gets "
+          "RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, memory_trim_idle_ms, 1000,
+          "Milliseconds the server must be idle after calls before it gives freed heap memory "
+          "back to the system (>= 0; 0 = never).");
 ABSL_FLAG(int, max_stream_in_flight, 64,
           "Requests one RunStream may have read and not yet answered (>= 1).");
 ABSL_FLAG(int, max_batch, 8,
@@ -113,6 +121,8 @@ tensorops::ServerOptions FlagsToOptions() {
   options.limits.max_elements = absl::GetFlag(FLAGS_max_elements);
   options.limits.max_rank = absl::GetFlag(FLAGS_max_rank);
   options.limits.max_stream_in_flight = absl::GetFlag(FLAGS_max_stream_in_flight);
+  options.limits.max_memory_bytes = absl::GetFlag(FLAGS_max_memory_bytes);
+  options.memory_trim.idle_after = absl::Milliseconds(absl::GetFlag(FLAGS_memory_trim_idle_ms));
   options.queue.max_concurrent_calls = absl::GetFlag(FLAGS_max_concurrent_calls);
   options.queue.max_queued_calls = absl::GetFlag(FLAGS_max_queued_calls);
   options.queue.max_batch = absl::GetFlag(FLAGS_max_batch);
@@ -164,6 +174,7 @@ const std::vector<tensorops::FlagGroup> kFlagGroups = {
     {"Limits",
      {"max_message_bytes", "max_elements", "max_rank", "max_concurrent_calls", "max_queued_calls",
       "max_stream_in_flight", "threads"}},
+    {"Memory", {"max_memory_bytes", "memory_trim_idle_ms"}},
     {"Batching", {"max_batch", "max_batch_bytes", "max_queue_delay_us", "inline_max_bytes"}},
     {"GPU", {"device", "streams", "gpu_min_bytes", "gpu_memory_limit"}},
     {"TLS and authentication", {"tls_cert", "tls_key", "tls_client_ca", "auth_token_file"}},
@@ -208,6 +219,8 @@ bool PortInUse(const std::string& host, int port) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before any thread exists (memory_trimmer.h says why).
+  tensorops::LimitMallocArenas();
   const std::vector<std::string> args(argv + 1, argv + argc);
   const absl::StatusOr<tensorops::ParsedCommandLine> command_line =
       tensorops::ParseCommandLine(args, kFlagGroups);

@@ -63,6 +63,16 @@ void OpCall::StartNow(const std::function<absl::StatusOr<PreparedOp>()>& prepare
     return absl::OkStatus();
   });
   timeline_.prepared = absl::Now();
+  // Admission: the call's bytes first (--max_memory_bytes), then a place in the queue.
+  if (status.ok() && serving_.memory != nullptr) {
+    absl::StatusOr<MemoryBudget::Reservation> held =
+        serving_.memory->Reserve(op_name_, request_bytes_, op_.result_bytes);
+    if (held.ok()) {
+      memory_ = *std::move(held);
+    } else {
+      status = held.status();
+    }
+  }
   // From Submit on, a worker (or Submit itself, inline) may run and end the call.
   if (status.ok()) status = serving_.scheduler->Submit(this);
   if (!status.ok()) End(status);

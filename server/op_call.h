@@ -31,6 +31,7 @@
 #include "proto/codec.h"
 #include "server/auth.h"
 #include "server/blocking_pool.h"
+#include "server/memory_budget.h"
 #include "server/metrics.h"
 #include "server/prepared_op.h"
 #include "server/scheduler.h"
@@ -54,6 +55,9 @@ struct ServingContext {
   // Where calls that may wait for a stored tensor's lock are prepared (blocking_pool.h). Null
   // (in some tests): on the calling thread.
   BlockingPool* blocking_pool = nullptr;
+  // Holds each op call's bytes from admission until the call is done, against
+  // --max_memory_bytes (memory_budget.h). Null (in some tests): nothing is counted.
+  MemoryBudget* memory = nullptr;
 };
 
 // StoreNamespace is the store namespace of `context`'s caller, the one place that decides it:
@@ -92,11 +96,12 @@ void LogFinishedCall(std::string_view method, std::string_view peer, absl::Durat
 // from it and says how the outcome leaves (Deliver) and whether the client is still there.
 class OpCall : public Scheduler::Work {
  public:
-  // Start prepares the call with `prepare` (exceptions become statuses) and admits it to the
-  // scheduler, or ends it with the error at once. The call may end, and be deleted, inside.
-  // With `may_block` (the request references stored tensors, whose locks preparing takes), all
-  // of that happens later on serving.blocking_pool instead, so `prepare` must own or point to
-  // what it reads (nothing of the caller's stack).
+  // Start prepares the call with `prepare` (exceptions become statuses) and admits it: its
+  // request and planned result bytes into serving.memory (RESOURCE_EXHAUSTED past
+  // --max_memory_bytes), then into the scheduler; or it ends the call with the error at once. The
+  // call may end, and be deleted, inside. With `may_block` (the request references stored tensors,
+  // whose locks preparing takes), all of that happens later on serving.blocking_pool instead, so
+  // `prepare` must own or point to what it reads (nothing of the caller's stack).
   void Start(std::function<absl::StatusOr<PreparedOp>()> prepare, bool may_block = false);
 
   // CancelIfQueued takes the call out of the scheduler's queue and ends it with CANCELLED (or
@@ -147,6 +152,9 @@ class OpCall : public Scheduler::Work {
   const ServingContext& serving_;
   const std::string_view op_name_;
   const int64_t request_bytes_;
+  // The call's bytes in serving.memory, held from admission until the transport is done with
+  // the call (this object's end): the request and the response live until then.
+  MemoryBudget::Reservation memory_;
   CallTimeline timeline_;
   absl::StatusCode code_ = absl::StatusCode::kOk;
   PreparedOp op_;

@@ -1,5 +1,7 @@
 #include "server/prepared_op.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <new>
@@ -14,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "kernels/backward.h"
 #include "kernels/device_call.h"
+#include "kernels/dtype.h"
 #include "kernels/in_place_checks.h"
 #include "kernels/shape.h"
 #include "kernels/status_macros.h"
@@ -52,6 +55,21 @@ std::optional<MutableTensorView> TakeInput(const Plan& plan, std::string* input_
     return std::nullopt;
   }
   return MutableTensorView(plan.result_dtype, plan.result_shape, static_cast<void*>(data->data()));
+}
+
+// PlannedResultBytes is what the result of `plan` will take in the response (PreparedOp::
+// result_bytes): its bytes, at most the message limit (a larger result fails in `run` before it
+// is allocated), or 0 when the response will not carry it.
+template <typename Plan>
+int64_t PlannedResultBytes(const Plan& plan, const ResultTarget& target,
+                           const wire::DecodeLimits& limits) {
+  if (!target.response_carries_data()) return 0;
+  const absl::StatusOr<int64_t> numel = CheckedNumElements(plan.result_shape, "result");
+  int64_t bytes = 0;
+  if (!numel.ok() || __builtin_mul_overflow(*numel, ItemSize(plan.result_dtype), &bytes)) {
+    return limits.max_bytes;
+  }
+  return std::min(bytes, limits.max_bytes);
 }
 
 // Prepare is the common tail of every PrepareOp: take the plan and return the op that allocates
@@ -181,8 +199,12 @@ absl::StatusOr<PreparedOp> PrepareFor(const typename Op::Request& request,
   }
   std::shared_ptr<ResultTarget> target =
       ResultTarget::Make(op, options, stored, operands, limits, result);
-  return Prepare(op, std::move(plan), Serving::kCpu, input_data, result, std::move(target),
-                 std::move(operands));
+  const int64_t result_bytes = PlannedResultBytes(plan, *target, limits);
+  TENSOROPS_ASSIGN_OR_RETURN(PreparedOp prepared,
+                             Prepare(op, std::move(plan), Serving::kCpu, input_data, result,
+                                     std::move(target), std::move(operands)));
+  prepared.result_bytes = result_bytes;
+  return prepared;
 }
 
 // BackwardNames holds "<op>_backward" for every op, built once from the op table.
@@ -267,7 +289,8 @@ absl::StatusOr<PreparedOp> PrepareBackward(const v1::BackwardRequest& request,
                              decoder.Tensor(request.grad_output(), "grad_output"));
   auto shared_args = std::make_shared<const BackwardArgs>(std::move(args));
   return PreparedOp{
-      .op = op, .run = [shared_args, grad_output, response, operands]() -> absl::Status {
+      .op = op,
+      .run = [shared_args, grad_output, response, operands]() -> absl::Status {
         TENSOROPS_ASSIGN_OR_RETURN(Gradients gradients, Backward(*shared_args, grad_output));
         // The gradients are computed into tensors of their own and copied into the response
         // once; they are each the size of an input, which the request already carried.
@@ -275,7 +298,10 @@ absl::StatusOr<PreparedOp> PrepareBackward(const v1::BackwardRequest& request,
           wire::EncodeTensor(gradient.view(), &(*response->mutable_gradients())[argument]);
         }
         return absl::OkStatus();
-      }};
+      },
+      // The gradients are each the size of an input, which the request carries (or the store
+      // holds, whose bytes count on their own).
+      .result_bytes = std::min(static_cast<int64_t>(request.ByteSizeLong()), limits.max_bytes)};
 }
 
 std::string_view BackwardOpName(const v1::OpRequest& request) {

@@ -13,6 +13,7 @@
 #ifndef TENSOROPS_SERVER_PREPARED_OP_H_
 #define TENSOROPS_SERVER_PREPARED_OP_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string_view>
@@ -53,6 +54,13 @@ struct PreparedOp {
   // reference to it in the response. Errors are the store's (an in-place tensor overwritten
   // meanwhile: ABORTED). Null when there is nothing to do.
   std::function<absl::Status()> finish;
+  // result_bytes is what the call will allocate for its result in the response, as planned
+  // (never more than the message limit, past which `run` fails instead of allocating): the
+  // result's bytes when the response carries them, 0 for a result that goes into the store
+  // (the store counts it) or a call answered from the store's memory. A backward counts its
+  // request's bytes again (each gradient is the size of an input the request carries).
+  // Admission (server/memory_budget.h) holds it against --max_memory_bytes.
+  int64_t result_bytes = 0;
 };
 
 // InputReuse says whether `run` may take the request's input bytes for the result.

@@ -1,6 +1,7 @@
 #include "server/rejection.h"
 
 #include <array>
+#include <iterator>
 #include <string>
 
 #include "absl/strings/cord.h"
@@ -16,8 +17,10 @@ constexpr absl::string_view kRejectionUrl = "type.googleapis.com/tensorops.inter
 
 absl::string_view ToAbsl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
-constexpr std::array<std::string_view, 6> kLabels = {
-    "queue_full", "shutting_down", "limit", "deadline_exceeded", "cancelled", "unauthenticated"};
+constexpr std::array<std::string_view, 7> kLabels = {
+    "queue_full", "shutting_down",   "limit", "deadline_exceeded",
+    "cancelled",  "unauthenticated", "memory"};
+static_assert(kLabels.size() == std::size(kAllRejections), "a label for every Rejection");
 
 }  // namespace
 

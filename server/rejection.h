@@ -24,6 +24,7 @@ enum class Rejection {
   kDeadlineExceeded,  // the deadline passed before the call ran
   kCancelled,         // the client cancelled before the call ran
   kUnauthenticated,   // no valid bearer token
+  kMemory,            // the call's bytes would take the server past --max_memory_bytes
 };
 
 // MarkRejected returns `status` carrying `why`; `status` must not be OK.
@@ -36,10 +37,11 @@ std::optional<Rejection> RejectionOf(const absl::Status& status);
 // series at 0).
 inline constexpr Rejection kAllRejections[] = {Rejection::kQueueFull, Rejection::kShuttingDown,
                                                Rejection::kLimit,     Rejection::kDeadlineExceeded,
-                                               Rejection::kCancelled, Rejection::kUnauthenticated};
+                                               Rejection::kCancelled, Rejection::kUnauthenticated,
+                                               Rejection::kMemory};
 
 // RejectionLabel is `why`'s label in the rejected-calls metric: "queue_full", "shutting_down",
-// "limit", "deadline_exceeded", "cancelled", "unauthenticated".
+// "limit", "deadline_exceeded", "cancelled", "unauthenticated", "memory".
 std::string_view RejectionLabel(Rejection why);
 
 }  // namespace tensorops

@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <string_view>
@@ -8,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/descriptor.h"
@@ -152,6 +154,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   TENSOROPS_RETURN_IF_ERROR(server->StartScheduler(options, placement));
   server->BuildService(options, placement);
   TENSOROPS_RETURN_IF_ERROR(server->Bind(options, std::move(credentials)));
+  server->StartTrimmer(options);
   server->LogStartUp(options, placement);
   return server;
 }
@@ -241,6 +244,8 @@ void Server::BuildService(const ServerOptions& options, const Placement& placeme
   // different tensors seldom queue behind each other's waits.
   constexpr int kBlockingPoolThreads = 16;
   blocking_pool_ = std::make_unique<BlockingPool>(kBlockingPoolThreads);
+  memory_ = std::make_unique<MemoryBudget>(limits.max_memory_bytes,
+                                           [store = store_.get()] { return store->used_bytes(); });
   metrics_->WatchStore([store = store_.get()] {
     return StoreFigures{.tensors = store->tensor_count(),
                         .used_bytes = store->used_bytes(),
@@ -255,7 +260,8 @@ void Server::BuildService(const ServerOptions& options, const Placement& placeme
                             .authenticator = authenticator_.get(),
                             .max_stream_in_flight = limits.max_stream_in_flight,
                             .store = store_.get(),
-                            .blocking_pool = blocking_pool_.get()};
+                            .blocking_pool = blocking_pool_.get(),
+                            .memory = memory_.get()};
   service_ = std::make_unique<TensorOpsService>(
       serving_, BuildServerInfo(options, placement.inventory, cpu_threads_,
                                 scheduler_->options().queue.max_concurrent_calls,
@@ -299,6 +305,21 @@ absl::Status Server::Bind(const ServerOptions& options,
   return absl::OkStatus();
 }
 
+void Server::StartTrimmer(const ServerOptions& options) {
+  if (options.memory_trim.idle_after <= absl::ZeroDuration()) return;
+  trimmer_ = std::make_unique<MemoryTrimmer>(MemoryTrimmerOptions{
+      .idle_after = options.memory_trim.idle_after,
+      // A quarter of the idle period, at most 250 ms: the trim comes at most that late, and a
+      // sample (a few locks) 4 times a second costs nothing.
+      .poll = std::min(options.memory_trim.idle_after / 4, absl::Milliseconds(250)),
+      .sample = [this] {
+        return IdleTrimPolicy::Sample{
+            .busy = memory_->calls() + scheduler_->InFlightCount() + scheduler_->QueuedCount(),
+            .calls_admitted = memory_->reservations(),
+            .store_bytes = store_->used_bytes()};
+      }});
+}
+
 void Server::LogStartUp(const ServerOptions& options, const Placement& placement) const {
   const std::string_view tls_mode = TlsModeName(options.security);
   const bool token_auth = authenticator_ != nullptr;
@@ -308,14 +329,23 @@ void Server::LogStartUp(const ServerOptions& options, const Placement& placement
       "tensorops-server {} (rev {}) listening on {}; tls: {}, auth: {}; devices: {}; placement: "
       "{}; limits: max_message_bytes={}, max_elements={}, max_rank={}, "
       "max_concurrent_calls={}, max_queued_calls={}, max_stream_in_flight={}; batching: "
-      "max_batch={}, max_batch_bytes={}, max_queue_delay={}, inline_max_bytes={}; store: {}; "
-      "metrics: {}",
+      "max_batch={}, max_batch_bytes={}, max_queue_delay={}, inline_max_bytes={}; memory: {}; "
+      "store: {}; metrics: {}",
       ThisBuild().version, ThisBuild().revision, ListenAddress(options.host, port_), tls_mode,
       token_auth ? "token" : "off", DevicesSummary(placement.inventory, cpu_threads_),
       placement.description, limits.max_message_bytes, limits.max_elements, limits.max_rank,
       queue.max_concurrent_calls, queue.max_queued_calls, limits.max_stream_in_flight,
       queue.max_batch, queue.max_batch_bytes, absl::FormatDuration(queue.max_queue_delay),
       queue.inline_max_bytes,
+      absl::StrFormat(
+          "max_memory_bytes=%s, heap trim %s, malloc arenas: %s",
+          limits.max_memory_bytes > 0 ? absl::StrCat(limits.max_memory_bytes)
+                                      : std::string("0 (no limit)"),
+          trimmer_ != nullptr
+              ? absl::StrCat("after ", absl::FormatDuration(options.memory_trim.idle_after),
+                             " idle")
+              : std::string("off (--memory_trim_idle_ms=0)"),
+          MallocArenas()),
       options.store.memory_bytes > 0 ? absl::StrFormat("store_memory_bytes=%d, device=%s",
                                                        options.store.memory_bytes, kStoreCpuDevice)
                                      : std::string("off (--store_memory_bytes=0)"),
@@ -371,6 +401,7 @@ void Server::Shutdown(absl::Duration grace) {
   // Every call has ended by now (gRPC cancelled those the grace cut off, which takes them out of
   // the queue); what a worker still runs finishes before Stop returns.
   scheduler_->Stop();
+  if (trimmer_ != nullptr) trimmer_->Stop();
   // The failed calls held back from the log are summed up before the last line.
   CallLog::Global().Flush(absl::Now());
   const absl::Time end = absl::Now();

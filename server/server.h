@@ -30,6 +30,8 @@
 #include "server/auth.h"
 #include "server/blocking_pool.h"
 #include "server/kserve/inference_service.h"
+#include "server/memory_budget.h"
+#include "server/memory_trimmer.h"
 #include "server/op_call.h"
 #include "server/scheduler.h"
 #include "server/server_options.h"
@@ -71,6 +73,9 @@ class Server {
   // metrics counts every call (Scrape() for tests; the endpoint when options.metrics.port >= 0).
   Metrics& metrics() { return *metrics_; }
 
+  // memory holds the bytes of the op calls in flight against --max_memory_bytes (for tests).
+  MemoryBudget& memory() { return *memory_; }
+
   // port returns the port actually bound (the chosen one when options.port was 0).
   int port() const { return port_; }
 
@@ -104,6 +109,8 @@ class Server {
   // Bind builds and starts grpc_server_ on options' address, and sets port_.
   absl::Status Bind(const ServerOptions& options,
                     std::shared_ptr<grpc::ServerCredentials> credentials);
+  // StartTrimmer starts trimmer_ (memory_trimmer.h) unless options turn it off.
+  void StartTrimmer(const ServerOptions& options);
   // LogStartUp writes the start-up line (and a warning for a token on a plaintext port).
   void LogStartUp(const ServerOptions& options, const Placement& placement) const;
 
@@ -120,6 +127,8 @@ class Server {
   std::unique_ptr<Scheduler> scheduler_;
   // Before the service, whose calls read it; handles outliving it keep what they hold alive.
   std::unique_ptr<TensorStore> store_;
+  // The bytes of op calls in flight, with the store's, against --max_memory_bytes.
+  std::unique_ptr<MemoryBudget> memory_;
   // Prepares the calls that wait for a stored tensor's lock; its tasks submit to the scheduler.
   std::unique_ptr<BlockingPool> blocking_pool_;
   ServingContext serving_;
@@ -127,6 +136,10 @@ class Server {
   // KServe's v2 protocol on the same port (server/kserve/).
   std::unique_ptr<kserve::InferenceService> inference_service_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  // Gives the heap's free memory back after bursts (null with options.memory_trim.idle_after 0);
+  // it samples the scheduler, memory_ and the store, so it is declared after them and stopped
+  // first.
+  std::unique_ptr<MemoryTrimmer> trimmer_;
   int port_ = 0;
   absl::Duration shutdown_grace_;
 

@@ -139,6 +139,8 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
   TENSOROPS_RETURN_IF_ERROR(Between("--max_rank", limits.max_rank, 0, kMaxRank));
   TENSOROPS_RETURN_IF_ERROR(AtLeast("--max_stream_in_flight", limits.max_stream_in_flight, 1));
   TENSOROPS_RETURN_IF_ERROR(
+      AtLeast("--max_memory_bytes", limits.max_memory_bytes, 0, " (0 = no limit)"));
+  TENSOROPS_RETURN_IF_ERROR(
       ValidateQueue(options.queue, /*min_concurrent_calls=*/0, " (0 = one per CPU thread)"));
 
   const auto device = static_cast<int>(options.device);
@@ -155,6 +157,8 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
       AtLeast("--store_memory_bytes", options.store.memory_bytes, 0, " (0 = no store)"));
   TENSOROPS_RETURN_IF_ERROR(Between("--metrics_port", options.metrics.port, -1, 65535,
                                     " (-1 = no endpoint, 0 = any free port)"));
+  TENSOROPS_RETURN_IF_ERROR(NotNegative("--memory_trim_idle_ms", options.memory_trim.idle_after,
+                                        absl::Milliseconds(1), " (0 = never trim)"));
   TENSOROPS_RETURN_IF_ERROR(NotNegative("--shutdown_grace_s", options.shutdown.grace,
                                         absl::Seconds(1), " (0 cancels calls in flight at once)"));
   return ValidateSecurity(options.security);

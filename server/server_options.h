@@ -56,6 +56,11 @@ struct ServerOptions {
     // Requests one RunStream may have read and not yet answered, >= 1; the server reads no more
     // of that stream until one is answered. Default 64.
     int max_stream_in_flight = 64;
+    // Most bytes that op calls admitted and not yet done (their requests and planned results)
+    // and the tensor store hold together, >= 0; a call that would take the total past it is
+    // refused with RESOURCE_EXHAUSTED naming --max_memory_bytes (server/memory_budget.h).
+    // 0 (default) = no limit.
+    int64_t max_memory_bytes = 0;
   };
 
   // What Server::Shutdown does with calls already in flight.
@@ -133,6 +138,13 @@ struct ServerOptions {
     int64_t memory_bytes = int64_t{1} << 30;
   };
   Store store;
+  // Giving freed heap memory back to the system after a burst (server/memory_trimmer.h).
+  struct MemoryTrim {
+    // How long the server must be idle after calls before it trims the heap, >= 0; 0 = never.
+    // Default 1 s.
+    absl::Duration idle_after = absl::Seconds(1);
+  };
+  MemoryTrim memory_trim;
 };
 
 // ValidateServerOptions checks every range and combination Start needs, in one place for both

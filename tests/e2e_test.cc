@@ -242,8 +242,8 @@ TEST_F(E2eTest, ScatterReduceTorchDocExamples) {
       {&input2, Reduction::kAmax, false, {3, 6, 5, 2}},
   };
   for (const Case& test_case : cases) {
-    SCOPED_TRACE(absl::StrFormat("%s include_self=%v", ReductionName(test_case.reduce),
-                                 test_case.include_self));
+    SCOPED_TRACE(absl::StrFormat("%s include_self=%s", std::string(ReductionName(test_case.reduce)),
+                                 test_case.include_self ? "true" : "false"));
     ScatterOptions options;
     options.reduce = test_case.reduce;
     options.include_self = test_case.include_self;
@@ -602,10 +602,10 @@ TEST_P(E2eRandomTest, ScatterMatchesKernelAndReference) {
       const bool include_self = trial % 3 != 2;
       const bool use_value = trial % 3 == 1;
       const DataType index_dtype = trial % 2 == 0 ? DataType::kInt32 : DataType::kInt64;
-      SCOPED_TRACE(absl::StrFormat("%s input %s axis %d index %s %s include_self=%v",
-                                   ReductionName(reduce), ShapeToString(input_shape), axis,
-                                   ShapeToString(index_shape), use_value ? "value" : "src",
-                                   include_self));
+      SCOPED_TRACE(absl::StrFormat("%s input %s axis %d index %s %s include_self=%s",
+                                   std::string(ReductionName(reduce)), ShapeToString(input_shape),
+                                   axis, ShapeToString(index_shape), use_value ? "value" : "src",
+                                   include_self ? "true" : "false"));
       ref::ValueOptions values;
       values.product_friendly = reduce == Reduction::kProd;
       const Tensor input = ref::RandomTensor(dtype, input_shape, gen, values);
@@ -1279,6 +1279,8 @@ TEST(ServerProcessTest, BadLimitAndLoggingFlagsAreUsageErrors) {
       {"--max_batch_bytes=0", "--max_batch_bytes=0 is out of range"},
       {"--max_queue_delay_us=-1", "--max_queue_delay_us=-1 is out of range: must be >= 0"},
       {"--inline_max_bytes=-1", "--inline_max_bytes=-1 is out of range: must be >= 0"},
+      {"--max_memory_bytes=-1", "--max_memory_bytes=-1 is out of range: must be >= 0"},
+      {"--memory_trim_idle_ms=-1", "--memory_trim_idle_ms=-1 is out of range: must be >= 0"},
   };
   for (const auto& [flag, message] : cases) {
     absl::StatusOr<std::unique_ptr<ChildProcess>> process =
@@ -1367,6 +1369,8 @@ constexpr const char* kServerFlags[] = {"host",
                                         "max_queued_calls",
                                         "max_stream_in_flight",
                                         "threads",
+                                        "max_memory_bytes",
+                                        "memory_trim_idle_ms",
                                         "max_batch",
                                         "max_batch_bytes",
                                         "max_queue_delay_us",
@@ -1390,8 +1394,8 @@ TEST(ServerProcessTest, HelpExitsZeroListingTheFlagsInGroups) {
   const std::string& help = run.stdout_text;
   size_t previous = 0;
   for (const char* group :
-       {"\nNetwork:\n", "\nLimits:\n", "\nBatching:\n", "\nGPU:\n", "\nTLS and authentication:\n",
-        "\nMetrics:\n", "\nLogging:\n", "\nStore:\n"}) {
+       {"\nNetwork:\n", "\nLimits:\n", "\nMemory:\n", "\nBatching:\n", "\nGPU:\n",
+        "\nTLS and authentication:\n", "\nMetrics:\n", "\nLogging:\n", "\nStore:\n"}) {
     const size_t at = help.find(group);
     EXPECT_NE(at, std::string::npos) << group << " in:\n" << help;
     EXPECT_GT(at, previous) << group << " out of order";

@@ -82,6 +82,10 @@ TEST(ValidateServerOptionsTest, EachValueOutOfRangeNamesTheFlagTheValueAndTheRul
        "--store_memory_bytes=-1 is out of range: must be >= 0 (0 = no store)"},
       {[](ServerOptions& o) { o.limits.max_stream_in_flight = 0; },
        "--max_stream_in_flight=0 is out of range: must be >= 1"},
+      {[](ServerOptions& o) { o.limits.max_memory_bytes = -1; },
+       "--max_memory_bytes=-1 is out of range: must be >= 0 (0 = no limit)"},
+      {[](ServerOptions& o) { o.memory_trim.idle_after = absl::Milliseconds(-1); },
+       "--memory_trim_idle_ms=-1 is out of range: must be >= 0 (0 = never trim)"},
       {[](ServerOptions& o) { o.queue.max_concurrent_calls = -1; },
        "--max_concurrent_calls=-1 is out of range: must be >= 0 (0 = one per CPU thread)"},
       {[](ServerOptions& o) { o.queue.max_queued_calls = -5; },
@@ -142,6 +146,9 @@ TEST(ValidateServerOptionsTest, TheEndsOfEachRangeAreValid) {
       [](ServerOptions& o) { o.queue.max_queued_calls = 0; },
       [](ServerOptions& o) { o.queue.inline_max_bytes = 0; },
       [](ServerOptions& o) { o.gpu.min_bytes = 0; },
+      [](ServerOptions& o) { o.limits.max_memory_bytes = 0; },
+      [](ServerOptions& o) { o.limits.max_memory_bytes = 1; },
+      [](ServerOptions& o) { o.memory_trim.idle_after = absl::ZeroDuration(); },
       [](ServerOptions& o) { o.metrics.port = -1; },
       [](ServerOptions& o) { o.metrics.port = 65535; },
       [](ServerOptions& o) { o.shutdown.grace = absl::ZeroDuration(); },
@@ -173,6 +180,12 @@ TEST(ServerOptionsTest, QueueDefaultsAreTheServers) {
   EXPECT_EQ(scheduler.queue.max_concurrent_calls, 1);
   EXPECT_EQ(scheduler.queue.max_batch, 1);
   EXPECT_EQ(scheduler.queue.inline_max_bytes, 0);
+}
+
+TEST(ServerOptionsTest, MemoryDefaultsAreNoLimitAndATrimAfterOneIdleSecond) {
+  const ServerOptions options;
+  EXPECT_EQ(options.limits.max_memory_bytes, 0);
+  EXPECT_EQ(options.memory_trim.idle_after, absl::Seconds(1));
 }
 
 // Start refuses what ValidateServerOptions refuses, in the same words, before it starts anything.

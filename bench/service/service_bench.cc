@@ -32,6 +32,7 @@
 #include "bench/service/closed_loop.h"
 #include "bench/service/echo_service.h"
 #include "grpcpp/grpcpp.h"
+#include "server/memory_trimmer.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 #include "tensorops/v1/service.grpc.pb.h"
@@ -307,6 +308,8 @@ int Run() {
 }  // namespace tensorops::bench
 
 int main(int argc, char** argv) {
+  // As tensorops-server's main does, so that the servers here allocate as that binary's do.
+  tensorops::LimitMallocArenas();
   absl::ParseCommandLine(argc, argv);
   // The servers' start-up and shutdown lines would interleave with the tables.
   spdlog::set_level(spdlog::level::warn);

@@ -1,7 +1,10 @@
 # The two commands of the README, and a few more for development.
 #
 #   make run    install dependencies if missing, build, start tensorops-server on 127.0.0.1:50051
-#   make test   install dependencies if missing, build, run every test
+#   make test   install dependencies if missing, build, run every test; then test-sanitize
+#   make test-sanitize  the second tree (clang, ASan + UBSan): the unit, service and end-to-end
+#               suites, and every fuzzer for FUZZ_SECONDS each (fuzz/README.md)
+#   make fuzz   every fuzzer for FUZZ_LONG_SECONDS each, in the sanitize tree (fuzz/README.md)
 #   make image  build the cpu container image with podman (deploy/README.md)
 #   make container-test   build, run and stop the cpu image; podman kube play (as root)
 #   make bench  build, run the kernel and service benchmarks, print their tables (bench/README.md)
@@ -15,7 +18,7 @@ JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 SERVER_ARGS ?= --host=127.0.0.1 --port=50051
 
-.PHONY: all deps configure build run test test-kernels-cpu bench bench-store bench-kserve format clean image container-test
+.PHONY: all deps configure build run test test-sanitize fuzz test-kernels-cpu bench bench-store bench-kserve format clean image container-test
 
 all: build
 
@@ -33,6 +36,40 @@ run: build
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+	$(MAKE) test-sanitize
+
+# The sanitize tree (CMakePresets.json: clang, -O1, ASan + UBSan, libFuzzer's coverage) builds only
+# what it runs: the suites below (the kernels' own suites, the wire codec, the service over both
+# protocols, the store, the scheduler, end to end through the sanitized server and CLI) and the
+# fuzzers (fuzz/). A sanitizer report fails the suite that caused it; a fuzzer's finding fails
+# its test.
+SANITIZE_DIR ?= build/sanitize
+SANITIZE_SUITES ?= core_test gather_test scatter_test index_ops_test view_scatter_test nd_test \
+    masked_scatter_test backward_test codec_test op_list_test npy_test tensor_store_test \
+    scheduler_test service_test generic_rpc_test call_core_test store_service_test kserve_test \
+    call_log_test e2e_test
+FUZZERS = op_fuzzer backward_fuzzer kserve_fuzzer codec_fuzzer npy_fuzzer store_fuzzer \
+    stream_fuzzer
+FUZZ_SECONDS ?= 20
+empty :=
+space := $(empty) $(empty)
+test-sanitize: deps
+	cmake --preset sanitize -DTENSOROPS_FUZZ_SECONDS=$(FUZZ_SECONDS) > /dev/null
+	cmake --build $(SANITIZE_DIR) -j $(JOBS) --target tensorops-server tensorops-cli \
+	    $(SANITIZE_SUITES) $(FUZZERS)
+	ctest --test-dir $(SANITIZE_DIR) --output-on-failure -j $(JOBS) \
+	    -L '^($(subst $(space),|,$(strip $(SANITIZE_SUITES) $(empty)))|fuzz)$$'
+
+# Every fuzzer for FUZZ_LONG_SECONDS (default 10 minutes) each, one after another, in the sanitize
+# tree; the corpora grow in build/sanitize/fuzz/<fuzzer>.run/corpus. Figures: fuzz/README.md.
+FUZZ_LONG_SECONDS ?= 600
+fuzz: deps
+	cmake --preset sanitize > /dev/null
+	cmake --build $(SANITIZE_DIR) -j $(JOBS) --target $(FUZZERS)
+	for fuzzer in $(FUZZERS); do \
+	  fuzz/run-fuzzer $(SANITIZE_DIR)/fuzz/$$fuzzer fuzz/corpus/$$fuzzer \
+	      $(SANITIZE_DIR)/fuzz/$$fuzzer.run $(FUZZ_LONG_SECONDS) || exit 1; \
+	done
 
 image:
 	podman build --format docker --target cpu --build-arg BUILD_JOBS=$(JOBS) -t tensorops:cpu .

@@ -8,6 +8,9 @@
 namespace tensorops {
 
 int64_t NumElements(ShapeSpan shape) {
+  // A zero anywhere makes the count 0, even where the sizes before it overflow int64 together: a
+  // valid shape such as (2^40, 2^40, 0) (found by fuzz/npy_fuzzer).
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
   int64_t count = 1;
   for (int64_t size : shape) count *= size;
   return count;
@@ -36,7 +39,9 @@ Shape ContiguousStrides(ShapeSpan shape) {
   int64_t stride = 1;
   for (size_t d = shape.size(); d-- > 0;) {
     strides[d] = stride;
-    stride *= shape[d];
+    // A valid shape's element count fits int64, so the product overflows only when another size
+    // is zero: such a tensor has no element to address, and any stride serves.
+    if (__builtin_mul_overflow(stride, shape[d], &stride)) stride = 0;
   }
   return strides;
 }

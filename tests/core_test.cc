@@ -210,6 +210,9 @@ TEST(ShapeTest, NumElements) {
   EXPECT_EQ(NumElements({0}), 0);
   EXPECT_EQ(NumElements({2, 3, 4}), 24);
   EXPECT_EQ(NumElements({5, 0, 7}), 0);
+  // Sizes whose product overflows before a zero (fuzz/npy_fuzzer's finding; the sanitize tree's
+  // UBSan fails on the overflow itself).
+  EXPECT_EQ(NumElements({int64_t{1} << 40, int64_t{1} << 40, 0}), 0);
 }
 
 TEST(ShapeTest, CheckedNumElements) {
@@ -247,6 +250,10 @@ TEST(ShapeTest, ContiguousStrides) {
   EXPECT_EQ(ContiguousStrides({2, 3, 4}), Shape({12, 4, 1}));
   EXPECT_EQ(ContiguousStrides({2, 0, 4}), Shape({0, 4, 1}));
   EXPECT_EQ(ContiguousStrides({1, 1}), Shape({1, 1}));
+  // An empty tensor whose other sizes overflow together: no element is addressed, so the strides
+  // past the overflow are 0 instead of the overflow's undefined value.
+  EXPECT_EQ(ContiguousStrides({0, int64_t{1} << 40, int64_t{1} << 40}),
+            Shape({0, int64_t{1} << 40, 1}));
 }
 
 TEST(ShapeTest, ShapeToString) {

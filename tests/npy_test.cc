@@ -175,6 +175,23 @@ TEST(NpyParseTest, ReadsOlderAndOtherWriters) {
   }
 }
 
+// fuzz/npy_fuzzer's first finding: an empty array whose other sizes overflow int64 together. It is
+// a valid, empty tensor; counting its elements overflowed before the zero (undefined behaviour,
+// which the sanitize tree's UBSan reports).
+TEST(NpyParseTest, EmptyShapeWhoseOtherSizesOverflowTogetherIsEmpty) {
+  for (const std::string_view dict :
+       {"{'descr': '<f4', 'fortran_order': False, 'shape': (555, 55555, 5550, 1110, 5053, 5552, "
+        "0), }",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 1099511627776, 1099511627776), "
+        "}"}) {
+    absl::StatusOr<Tensor> parsed = ParseNpy(NpyFile(dict, "", 1));
+    ASSERT_TRUE(parsed.ok()) << dict << ": " << parsed.status();
+    EXPECT_EQ(parsed->numel(), 0);
+    EXPECT_EQ(parsed->nbytes(), 0);
+    EXPECT_EQ(SerializeNpy(parsed->view()).size() % 64, 0u);
+  }
+}
+
 TEST(NpyParseTest, NonZeroBoolBytesReadAsTrue) {
   absl::StatusOr<Tensor> parsed = ParseNpy(NpyFile(
       "{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }", std::string("\x00\x02\x01", 3)));

@@ -1,0 +1,29 @@
+// backward_fuzzer: any Backward request (a forward op request and grad_output) through
+// PrepareBackward and the backward kernels; every gradient must decode within the limits.
+#include <cstddef>
+#include <cstdint>
+
+#include "fuzz/fuzz_checks.h"
+#include "server/prepared_op.h"
+#include "tensorops/v1/generic.pb.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  tensorops::v1::BackwardRequest request;
+  if (!request.ParseFromArray(data, static_cast<int>(size))) return -1;
+  tensorops::v1::BackwardResponse response;
+  absl::StatusOr<tensorops::PreparedOp> op =
+      tensorops::PrepareBackward(request, tensorops::fuzz::kLimits, &response);
+  if (!op.ok()) {
+    tensorops::fuzz::CheckError(op.status());
+    return 0;
+  }
+  const absl::Status status = tensorops::GuardExceptions(op->op, op->run);
+  if (!status.ok()) {
+    tensorops::fuzz::CheckError(status);
+    return 0;
+  }
+  for (const auto& [name, gradient] : response.gradients()) {
+    tensorops::fuzz::CheckTensor(gradient, tensorops::fuzz::kLimits);
+  }
+  return 0;
+}

@@ -11,15 +11,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tensorops::v1::BackwardRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return -1;
   tensorops::v1::BackwardResponse response;
-  absl::StatusOr<tensorops::PreparedOp> op =
-      tensorops::PrepareBackward(request, tensorops::fuzz::kLimits, &response);
-  if (!op.ok()) {
-    tensorops::fuzz::CheckError(op.status());
-    return 0;
-  }
-  const absl::Status status = tensorops::GuardExceptions(op->op, op->run);
-  if (!status.ok()) {
-    tensorops::fuzz::CheckError(status);
+  if (!tensorops::fuzz::RunPrepared(
+          tensorops::PrepareBackward(request, tensorops::fuzz::kLimits, &response))) {
     return 0;
   }
   for (const auto& [name, gradient] : response.gradients()) {

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "google/protobuf/stubs/logging.h"
 #include "proto/codec.h"
+#include "server/prepared_op.h"
 #include "spdlog/spdlog.h"
 #include "tensorops/v1/tensor.pb.h"
 
@@ -43,6 +44,22 @@ inline void CheckError(const absl::Status& status) {
 inline void CheckTensor(const v1::Tensor& tensor, const wire::DecodeLimits& limits) {
   absl::StatusOr<TensorView> view = wire::DecodeTensor(tensor, "fuzz", "result", limits);
   if (!view.ok()) Fail("a result that does not decode:", view.status());
+}
+
+// RunPrepared runs a prepared call as a worker does (its kernel, then its finish step), checking
+// the error of a refused preparation or a failed run; true when the call succeeded.
+inline bool RunPrepared(const absl::StatusOr<PreparedOp>& op) {
+  if (!op.ok()) {
+    CheckError(op.status());
+    return false;
+  }
+  absl::Status status = GuardExceptions(op->op, op->run);
+  if (status.ok() && op->finish) status = GuardExceptions(op->op, op->finish);
+  if (!status.ok()) {
+    CheckError(status);
+    return false;
+  }
+  return true;
 }
 
 }  // namespace tensorops::fuzz

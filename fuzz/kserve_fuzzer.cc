@@ -22,16 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   inference::ModelInferResponse response;
-  absl::StatusOr<tensorops::PreparedOp> op =
-      (*call)->Prepare(tensorops::fuzz::kLimits, {}, &response);
-  if (!op.ok()) {
-    CheckError(op.status());
-    return 0;
-  }
-  absl::Status status = tensorops::GuardExceptions(op->op, op->run);
-  if (status.ok()) status = tensorops::GuardExceptions(op->op, op->finish);
-  if (!status.ok()) {
-    CheckError(status);
+  if (!tensorops::fuzz::RunPrepared((*call)->Prepare(tensorops::fuzz::kLimits, {}, &response))) {
     return 0;
   }
   if (response.outputs_size() != response.raw_output_contents_size()) {

@@ -13,15 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tensorops::v1::OpRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return -1;  // not kept in the corpus
   tensorops::v1::Tensor result;
-  absl::StatusOr<tensorops::PreparedOp> op =
-      tensorops::PrepareOp(request, tensorops::fuzz::kLimits, &result);
-  if (!op.ok()) {
-    tensorops::fuzz::CheckError(op.status());
-    return 0;
-  }
-  const absl::Status status = tensorops::GuardExceptions(op->op, op->run);
-  if (!status.ok()) {
-    tensorops::fuzz::CheckError(status);
+  if (!tensorops::fuzz::RunPrepared(
+          tensorops::PrepareOp(request, tensorops::fuzz::kLimits, &result))) {
     return 0;
   }
   tensorops::fuzz::CheckTensor(result, tensorops::fuzz::kLimits);

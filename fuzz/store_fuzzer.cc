@@ -121,16 +121,9 @@ void StoredOp(FuzzedDataProvider& input, TensorStore& store, const char* ns, con
   if (input.ConsumeBool()) options->set_update_id(input.ConsumeBool() ? "u1" : "u4");
 
   tensorops::v1::Tensor result;
-  absl::StatusOr<tensorops::PreparedOp> op =
+  tensorops::fuzz::RunPrepared(
       tensorops::PrepareOp(request, tensorops::fuzz::kLimits, &result, tensorops::InputReuse::kNo,
-                           tensorops::StoredTensors{.store = &store, .ns = ns});
-  if (!op.ok()) {
-    tensorops::fuzz::CheckError(op.status());
-    return;
-  }
-  absl::Status status = tensorops::GuardExceptions(op->op, op->run);
-  if (status.ok() && op->finish) status = tensorops::GuardExceptions(op->op, op->finish);
-  if (!status.ok()) tensorops::fuzz::CheckError(status);
+                           tensorops::StoredTensors{.store = &store, .ns = ns}));
 }
 
 // CheckAccounting: with no handle or upload alive, the store holds exactly its tensors' bytes.

@@ -36,13 +36,9 @@ import tensorops  # noqa: E402
 import tritonclient.grpc as grpcclient  # noqa: E402
 
 
-@pytest.fixture(scope="session")
-def server():
-    process = ServerProcess()
-    yield process
-    process.stop()
-    # A crash or an unclean shutdown after the v2 calls fails the session, with the server's log.
-    assert process.process.returncode == 0, "".join(process.log)
+# The same session fixture as the Python client's suite: one server; a crash or an unclean
+# shutdown after the calls fails the session, with the server's log.
+server = _python_client_conftest.server
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@
 #   make bench  build, run the kernel and service benchmarks, print their tables (bench/README.md)
 #   make bench-store  build, run the tensor store benchmark (C++ and Python; bench/README.md)
 #   make bench-kserve  build, run the KServe v2 vs tensorops.v1 benchmark (bench/README.md)
+#   make soak   build, run the soak test (64 clients, 10 minutes; bench/README.md)
 #
 # BUILD_DIR, BUILD_TYPE, JOBS and CMAKE_ARGS can be overridden: make test CMAKE_ARGS=-DTENSOROPS_ENABLE_CUDA=OFF
 BUILD_DIR ?= build/release
@@ -18,7 +19,7 @@ JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 SERVER_ARGS ?= --host=127.0.0.1 --port=50051
 
-.PHONY: all deps configure build run test test-sanitize fuzz test-kernels-cpu bench bench-store bench-kserve format clean image container-test
+.PHONY: all deps configure build run test test-sanitize fuzz test-kernels-cpu bench bench-store bench-kserve soak format clean image container-test
 
 all: build
 
@@ -104,6 +105,16 @@ bench-store: build
 KSERVE_BENCH_ARGS ?=
 bench-kserve: build
 	$(BUILD_DIR)/bench/kserve/kserve_bench $(KSERVE_BENCH_ARGS)
+
+# The soak run (bench/soak/soak.py, not in make test): a server of its own, 64 clients for 10
+# minutes mixing every op, bad requests, cancellations, expiring deadlines, dropped streams and
+# store updates; prints calls by code, p50/p99 and the server's RSS each minute and a verdict (exit
+# 1 when a target is missed). SOAK_ARGS="--minutes=3 --clients=32"; after "--", server flags.
+SOAK_ARGS ?=
+SOAK_PYTHON ?= /usr/bin/python3
+soak: build
+	$(SOAK_PYTHON) bench/soak/soak.py --server=$(BUILD_DIR)/server/tensorops-server \
+	    --stubs=$(BUILD_DIR)/python $(SOAK_ARGS)
 
 format:
 	find kernels proto server client/cpp tests bench \( -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.proto' \) -print0 | xargs -0 clang-format -i

@@ -15,8 +15,18 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cuda/context_lost.h"
 
 namespace tensorops {
+
+bool cuda::ContextLost(cudaError_t error, cudaStream_t stream) {
+  cudaGetLastError();
+  if (error == cudaErrorMemoryAllocation || error == cudaErrorLaunchOutOfResources) return false;
+  const cudaError_t probe = cudaStreamSynchronize(stream);
+  cudaGetLastError();
+  return probe != cudaSuccess;
+}
+
 namespace {
 
 int64_t AlignUp(int64_t bytes) {
@@ -25,20 +35,6 @@ int64_t AlignUp(int64_t bytes) {
 
 std::string CudaError(std::string_view what, cudaError_t error) {
   return absl::StrFormat("cuda: %s: %s", what, cudaGetErrorString(error));
-}
-
-// ContextLost says whether `error`, just returned by a call on `stream`, left the CUDA context
-// unusable, and clears it otherwise. Out-of-memory and launch-resource errors never do. Of the
-// rest, a sticky error (an illegal address, a trap, a failed launch) poisons the context: the
-// runtime then returns it from every later call, while an error that only failed its own call (an
-// invalid argument at enqueue time, say) is gone once read. So a trivial call after clearing it
-// tells the two apart, whatever the code.
-bool ContextLost(cudaError_t error, cudaStream_t stream) {
-  cudaGetLastError();
-  if (error == cudaErrorMemoryAllocation || error == cudaErrorLaunchOutOfResources) return false;
-  const cudaError_t probe = cudaStreamSynchronize(stream);
-  cudaGetLastError();
-  return probe != cudaSuccess;
 }
 
 // PinnedPool hands out page-locked host buffers and keeps released ones for reuse, binned by
@@ -277,7 +273,7 @@ std::vector<DeviceOutcome> CudaExecutor::RunBatch(absl::Span<const DeviceCall* c
     }
     if (error != cudaSuccess) {
       batch_error = absl::UnavailableError(CudaError("copying the batch to the device", error));
-      poisoned = ContextLost(error, stream);
+      poisoned = cuda::ContextLost(error, stream);
     } else {
       std::vector<void*> copies;
       for (size_t c = 0; c < calls.size(); ++c) {
@@ -291,6 +287,9 @@ std::vector<DeviceOutcome> CudaExecutor::RunBatch(absl::Span<const DeviceCall* c
             .workspace_bytes = workspace_bytes[c],
             .error_flag = reinterpret_cast<int32_t*>(device + layout.flags) + c};
         outcomes[c].device_error = calls[c]->Enqueue(buffers, stream);
+        // A launch error stays in the thread's last error until read: a call that failed without
+        // reading it would have the next call of the batch report it as its own.
+        if (!outcomes[c].device_error.ok()) cudaGetLastError();
       }
       error =
           cudaMemcpyAsync(host + layout.inputs_end, device + layout.inputs_end,
@@ -298,7 +297,7 @@ std::vector<DeviceOutcome> CudaExecutor::RunBatch(absl::Span<const DeviceCall* c
       if (error == cudaSuccess) error = cudaStreamSynchronize(stream);
       if (error != cudaSuccess) {
         batch_error = absl::UnavailableError(CudaError("running the batch", error));
-        poisoned = ContextLost(error, stream);
+        poisoned = cuda::ContextLost(error, stream);
       }
     }
     cudaFreeAsync(block, stream);

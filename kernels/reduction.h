@@ -116,26 +116,44 @@ struct AssignOp {
   }
 };
 
-// SumOp adds; on bool it is logical or (as PyTorch).
+namespace internal {
+
+// Wrapping is the type integer sums and products are computed in: the unsigned form of T's
+// promoted type, so that they wrap around modulo 2^bits as PyTorch's do. In a signed type an
+// overflow would be undefined behaviour. Other types compute in T.
+template <typename T, typename = void>
+struct Wrapping {
+  using type = T;
+};
+template <typename T>
+struct Wrapping<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>>> {
+  using type = std::make_unsigned_t<decltype(+T{})>;
+};
+
+}  // namespace internal
+
+// SumOp adds; on bool it is logical or (as PyTorch). Integers wrap around on overflow.
 struct SumOp {
   template <typename T>
   TENSOROPS_HOST_DEVICE void operator()(T& dest, T value) const {
     if constexpr (std::is_same_v<T, bool>) {
       dest = dest || value;
     } else {
-      dest = static_cast<T>(dest + value);
+      using Wide = typename internal::Wrapping<T>::type;
+      dest = static_cast<T>(static_cast<Wide>(dest) + static_cast<Wide>(value));
     }
   }
 };
 
-// ProdOp multiplies; on bool it is logical and.
+// ProdOp multiplies; on bool it is logical and. Integers wrap around on overflow.
 struct ProdOp {
   template <typename T>
   TENSOROPS_HOST_DEVICE void operator()(T& dest, T value) const {
     if constexpr (std::is_same_v<T, bool>) {
       dest = dest && value;
     } else {
-      dest = static_cast<T>(dest * value);
+      using Wide = typename internal::Wrapping<T>::type;
+      dest = static_cast<T>(static_cast<Wide>(dest) * static_cast<Wide>(value));
     }
   }
 };

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <complex>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -660,6 +661,46 @@ TEST(ScatterTest, IntegerMeanFloors) {
                               .reduce = Reduction::kMean,
                               .include_self = false});
   EXPECT_EQ(ToDoubles(out), (std::vector<double>{1}));
+}
+
+// Integer sums and products wrap around modulo 2^bits, as PyTorch's do. Computed in the signed type
+// they would overflow, which is undefined behaviour: found by store_fuzzer as an int32 SUM past
+// 2^31 - 1.
+TEST(ScatterTest, IntegerSumAndProdWrapAroundOnOverflow) {
+  Tensor index = IndexTensor({2}, {0, 0});
+  Tensor int32_max = TensorFromValues(DataType::kInt32, {1}, {2147483647});
+  Tensor int32_ones = TensorFromValues(DataType::kInt32, {2}, {1, 1});
+  Tensor out = ScatterOk(ScatterArgs{.input = int32_max.view(),
+                                     .index = index.view(),
+                                     .source = int32_ones.view(),
+                                     .reduce = Reduction::kSum});
+  EXPECT_EQ(ToDoubles(out), (std::vector<double>{-2147483647.0}));
+
+  Tensor int32_big = TensorFromValues(DataType::kInt32, {2}, {65536, 65537});
+  Tensor int32_one = TensorFromValues(DataType::kInt32, {1}, {1});
+  out = ScatterOk(ScatterArgs{.input = int32_one.view(),
+                              .index = index.view(),
+                              .source = int32_big.view(),
+                              .reduce = Reduction::kProd});
+  EXPECT_EQ(ToDoubles(out), (std::vector<double>{65536}));  // 2^32 + 2^16 mod 2^32
+
+  Tensor int16_max = TensorFromValues(DataType::kInt16, {1}, {32767});
+  Tensor int16_source = TensorFromValues(DataType::kInt16, {2}, {2, 1});
+  out = ScatterOk(ScatterArgs{.input = int16_max.view(),
+                              .index = index.view(),
+                              .source = int16_source.view(),
+                              .reduce = Reduction::kProd});
+  EXPECT_EQ(ToDoubles(out), (std::vector<double>{-2}));  // 65534 - 2^16
+
+  Tensor int64_max = IndexTensor({1}, {std::numeric_limits<int64_t>::max()});
+  Tensor int64_source = IndexTensor({2}, {1, 1});
+  out = ScatterOk(ScatterArgs{.input = int64_max.view(),
+                              .index = index.view(),
+                              .source = int64_source.view(),
+                              .reduce = Reduction::kSum});
+  int64_t sum = 0;
+  std::memcpy(&sum, out.data(), sizeof(sum));
+  EXPECT_EQ(sum, std::numeric_limits<int64_t>::min() + 1);
 }
 
 TEST(ScatterTest, IncludeSelfFalseKeepsUntouchedDestinations) {

@@ -46,7 +46,8 @@ ABSL_FLAG(int, max_queued_calls, 1024,
 ABSL_FLAG(int64_t, max_memory_bytes, 0,
           "Most bytes that calls in flight (their requests and results) and the tensor store hold "
           "together (>= 0; 0 = no limit); a call that would take the total past it gets "
-          "RESOURCE_EXHAUSTED.");
+          "RESOURCE_EXHAUSTED. When set, gRPC's buffers of requests still arriving are held to a "
+          "quota of at most twice this (this plus the smaller of this and --max_message_bytes).");
 ABSL_FLAG(int64_t, memory_trim_idle_ms, 1000,
           "Milliseconds the server must be idle after calls before it gives freed heap memory "
           "back to the system (>= 0; 0 = never).");

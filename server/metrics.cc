@@ -279,47 +279,52 @@ class ProcessCollector final : public prometheus::Collectable {
   std::optional<double> start_time_seconds_;
 };
 
-// StoreCollector serves the tensor store's gauges, read at each scrape from the function the
-// server gave WatchStore (none: the families are left out).
-class StoreCollector final : public prometheus::Collectable {
+// OneGauge is a gauge family of one series, with `labels`.
+prometheus::MetricFamily OneGauge(std::string name, std::string help,
+                                  const std::map<std::string, std::string>& labels, int64_t value) {
+  prometheus::ClientMetric metric;
+  for (const auto& [label, label_value] : labels) metric.label.push_back({label, label_value});
+  metric.gauge.value = static_cast<double>(value);
+  return {std::move(name), std::move(help), prometheus::MetricType::Gauge, {metric}};
+}
+
+// StoreFamilies are the tensor store's gauges at the moment `figures` describes.
+std::vector<prometheus::MetricFamily> StoreFamilies(const StoreFigures& figures) {
+  const std::map<std::string, std::string> device = {{"device", LabelValue(figures.device)}};
+  return {OneGauge("tensorops_store_tensors", "Tensors in the tensor store, by device.", device,
+                   figures.tensors),
+          OneGauge("tensorops_store_bytes",
+                   "Bytes the tensor store holds (stored tensors, uploads in flight, replaced "
+                   "values still read), by device.",
+                   device, figures.used_bytes),
+          OneGauge("tensorops_store_limit_bytes",
+                   "The tensor store's limit (--store_memory_bytes).", {}, figures.limit_bytes)};
+}
+
+// WatchedCollector serves families made at each scrape by the function the server gave Watch,
+// from figures of objects the metrics do not own (the tensor store, the calls' memory budget);
+// without one, they are left out.
+class WatchedCollector final : public prometheus::Collectable {
  public:
-  void Watch(std::function<StoreFigures()> figures) {
+  using Families = std::function<std::vector<prometheus::MetricFamily>()>;
+
+  // Watch(nullptr) returns once no scrape is still calling the old function.
+  void Watch(Families families) {
     absl::MutexLock lock(&mu_);
-    figures_ = std::move(figures);
+    families_ = std::move(families);
   }
 
   std::vector<prometheus::MetricFamily> Collect() const override {
-    StoreFigures figures;
-    {
-      // Held while the function runs, so that Watch(nullptr) returns only once no scrape can
-      // still be reading the store.
-      absl::MutexLock lock(&mu_);
-      if (!figures_) return {};
-      figures = figures_();
-    }
-    const std::map<std::string, std::string> device = {{"device", LabelValue(figures.device)}};
-    return {Gauge("tensorops_store_tensors", "Tensors in the tensor store, by device.", device,
-                  figures.tensors),
-            Gauge("tensorops_store_bytes",
-                  "Bytes the tensor store holds (stored tensors, uploads in flight, replaced "
-                  "values still read), by device.",
-                  device, figures.used_bytes),
-            Gauge("tensorops_store_limit_bytes", "The tensor store's limit (--store_memory_bytes).",
-                  {}, figures.limit_bytes)};
+    // Held while the function runs, so that Watch(nullptr) returns only once no scrape can still
+    // be reading what the function reads.
+    absl::MutexLock lock(&mu_);
+    if (!families_) return {};
+    return families_();
   }
 
  private:
-  static prometheus::MetricFamily Gauge(std::string name, std::string help,
-                                        const std::map<std::string, std::string>& labels,
-                                        int64_t value) {
-    prometheus::ClientMetric metric;
-    for (const auto& [label, label_value] : labels) metric.label.push_back({label, label_value});
-    metric.gauge.value = static_cast<double>(value);
-    return {std::move(name), std::move(help), prometheus::MetricType::Gauge, {metric}};
-  }
-
   mutable absl::Mutex mu_;
-  std::function<StoreFigures()> figures_ ABSL_GUARDED_BY(mu_);
+  Families families_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
@@ -396,7 +401,8 @@ class Metrics::Impl {
         device_in_use_(device_memory_.Add({{"kind", "device_in_use"}})),
         stage_buckets_(StageBuckets()),
         process_(std::make_shared<ProcessCollector>()),
-        store_(std::make_shared<StoreCollector>()) {
+        store_(std::make_shared<WatchedCollector>()),
+        call_bytes_(std::make_shared<WatchedCollector>()) {
     const BuildInfo& build = ThisBuild();
     prometheus::BuildGauge()
         .Name("tensorops_build_info")
@@ -430,6 +436,7 @@ class Metrics::Impl {
     exposer_->RegisterCollectable(registry_);
     exposer_->RegisterCollectable(process_);
     exposer_->RegisterCollectable(store_);
+    exposer_->RegisterCollectable(call_bytes_);
     const std::vector<int> ports = exposer_->GetListeningPorts();
     if (ports.size() != 1) {
       return absl::InternalError(absl::StrFormat(
@@ -541,13 +548,35 @@ class Metrics::Impl {
     for (prometheus::MetricFamily& family : process_->Collect()) {
       families.push_back(std::move(family));
     }
-    for (prometheus::MetricFamily& family : store_->Collect()) {
-      families.push_back(std::move(family));
+    for (const auto& watched : {store_, call_bytes_}) {
+      for (prometheus::MetricFamily& family : watched->Collect()) {
+        families.push_back(std::move(family));
+      }
     }
     return prometheus::TextSerializer().Serialize(families);
   }
 
-  void WatchStore(std::function<StoreFigures()> figures) { store_->Watch(std::move(figures)); }
+  void WatchStore(std::function<StoreFigures()> figures) {
+    if (!figures) {
+      store_->Watch(nullptr);
+      return;
+    }
+    store_->Watch([figures = std::move(figures)] { return StoreFamilies(figures()); });
+  }
+
+  void WatchCallBytes(std::function<int64_t()> call_bytes) {
+    if (!call_bytes) {
+      call_bytes_->Watch(nullptr);
+      return;
+    }
+    call_bytes_->Watch([call_bytes = std::move(call_bytes)] {
+      return std::vector<prometheus::MetricFamily>{OneGauge(
+          "tensorops_call_bytes_in_flight",
+          "Bytes the op calls in flight hold from admission until they are done: their requests "
+          "and planned results, as --max_memory_bytes counts them (counted without a limit too).",
+          {}, call_bytes())};
+    });
+  }
 
  private:
   // SeriesFor returns the cached series of `key`, creating them on the first call with it: one
@@ -600,7 +629,8 @@ class Metrics::Impl {
   const prometheus::Histogram::BucketBoundaries stage_buckets_;
   // Shared with the endpoint, which holds collectables by weak_ptr.
   const std::shared_ptr<ProcessCollector> process_;
-  const std::shared_ptr<StoreCollector> store_;
+  const std::shared_ptr<WatchedCollector> store_;
+  const std::shared_ptr<WatchedCollector> call_bytes_;
 
   absl::Mutex series_mu_;
   absl::flat_hash_map<CallKey, CallSeries, CallKeyHash, CallKeyEq> series_
@@ -698,6 +728,10 @@ OpStatistics Metrics::Statistics(std::string_view op) const { return impl_->Stat
 
 void Metrics::WatchStore(std::function<StoreFigures()> figures) {
   impl_->WatchStore(std::move(figures));
+}
+
+void Metrics::WatchCallBytes(std::function<int64_t()> call_bytes) {
+  impl_->WatchCallBytes(std::move(call_bytes));
 }
 
 }  // namespace tensorops

@@ -90,6 +90,10 @@ struct CallStages {
 //   tensorops_store_limit_bytes                       gauge, --store_memory_bytes
 //                                                     (the three read at each scrape through
 //                                                     WatchStore; absent without it)
+//   tensorops_call_bytes_in_flight                    gauge, request and planned result bytes
+//                                                     of the op calls in flight (read at each
+//                                                     scrape through WatchCallBytes; absent
+//                                                     without it)
 //   tensorops_build_info{version,revision,build_type,compiler}
 //                                                     gauge, always 1 (server/build_info.h)
 //   process_cpu_seconds_total                         counter, user + system CPU seconds
@@ -189,6 +193,10 @@ class Metrics {
   // it, returning once no scrape is still calling the old function (so call it before what that
   // function reads goes away).
   void WatchStore(std::function<StoreFigures()> figures);
+
+  // WatchCallBytes makes every scrape call `call_bytes` for tensorops_call_bytes_in_flight (what
+  // MemoryBudget::call_bytes counts); nullptr stops it, as WatchStore's does.
+  void WatchCallBytes(std::function<int64_t()> call_bytes);
 
   // Statistics reads `op`'s series back (all zero for an op with no finished call).
   OpStatistics Statistics(std::string_view op) const;

@@ -180,7 +180,8 @@ UnaryOpCall::UnaryOpCall(const ServingContext& serving, grpc::CallbackServerCont
     : OpCall(serving, absl::FromChrono(context->deadline()), request_bytes, op),
       context_(context),
       method_(method),
-      response_(response) {}
+      response_(response),
+      counted_(serving.calls) {}
 
 void UnaryOpCall::Deliver(const absl::Status& status) {
   // A failed call sends no response; drop a half-written result now rather than with the call.

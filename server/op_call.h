@@ -31,6 +31,7 @@
 #include "proto/codec.h"
 #include "server/auth.h"
 #include "server/blocking_pool.h"
+#include "server/in_flight_calls.h"
 #include "server/memory_budget.h"
 #include "server/metrics.h"
 #include "server/prepared_op.h"
@@ -58,6 +59,10 @@ struct ServingContext {
   // Holds each op call's bytes from admission until the call is done, against
   // --max_memory_bytes (memory_budget.h). Null (in some tests): nothing is counted.
   MemoryBudget* memory = nullptr;
+  // The server's calls in flight, which shutdown waits for: each unary op call and each stream of
+  // op requests counts itself here (UnaryOpCall, OpStreamReactor). Null (in some tests): nothing
+  // is counted.
+  InFlightCalls* calls = nullptr;
 };
 
 // StoreNamespace is the store namespace of `context`'s caller, the one place that decides it:
@@ -199,6 +204,8 @@ class UnaryOpCall final : public grpc::ServerUnaryReactor, private OpCall {
   grpc::CallbackServerContext* const context_;
   const std::string_view method_;
   google::protobuf::Message* const response_;
+  // In serving.calls from the handler until gRPC is done with the call (OnDone deletes it).
+  const InFlightCalls::Counted counted_;
 };
 
 }  // namespace tensorops

@@ -40,6 +40,13 @@ inline int MethodIndex(const google::protobuf::ServiceDescriptor* service,
   return found->index();
 }
 
+// FullMethodName is `method` of `service` as gRPC names it in a call:
+// "/tensorops.v1.TensorOps/Gather".
+inline std::string FullMethodName(const google::protobuf::ServiceDescriptor* service,
+                                  std::string_view method) {
+  return "/" + service->full_name() + "/" + std::string(method);
+}
+
 // FinishQuickCall logs a call that ran no op and counts it in the metrics as `op` on no device.
 inline void FinishQuickCall(const ServingContext& serving,
                             const grpc::CallbackServerContext& context, std::string_view method,

@@ -44,6 +44,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/grpc_status.h"
+#include "server/in_flight_calls.h"
 #include "server/op_call.h"
 #include "server/parsed_request.h"
 #include "server/prepared_op.h"
@@ -151,6 +152,11 @@ class OpStreamReactor final
   const ServingContext& serving_;
   grpc::CallbackServerContext* const context_;
   StreamRegistry* const registry_;
+  // The client, for the requests' log lines: taken as the stream opens, since gRPC forgets it
+  // once a send on the call fails (a response to a client that cancelled) and says "unknown".
+  const std::string peer_;
+  // In serving.calls until the stream is deleted, after gRPC is done with it.
+  const InFlightCalls::Counted counted_;
 
   absl::Mutex mu_;
   // The message the outstanding read fills.
@@ -205,7 +211,7 @@ class OpStreamReactor<Protocol>::Request final : public OpCall {
  private:
   bool ClientGone() const override { return stream_->context_->IsCancelled(); }
   std::string LogName() const override { return call_.LogName(); }
-  std::string Peer() const override { return stream_->context_->peer(); }
+  std::string Peer() const override { return stream_->peer_; }
   // Deliver puts the outcome in the response and hands it to the stream; `this` may be deleted
   // as soon as Complete has queued it.
   void Deliver(const absl::Status& status) override {
@@ -223,7 +229,11 @@ template <typename Protocol>
 OpStreamReactor<Protocol>::OpStreamReactor(const ServingContext& serving,
                                            grpc::CallbackServerContext* context,
                                            StreamRegistry* registry)
-    : serving_(serving), context_(context), registry_(registry) {
+    : serving_(serving),
+      context_(context),
+      registry_(registry),
+      peer_(context->peer()),
+      counted_(serving.calls) {
   serving_.metrics->StreamOpened();
   absl::MutexLock lock(&mu_);
   closing_ = registry_->Add(this);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -13,8 +15,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/descriptor.h"
+#include "grpc/grpc.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
+#include "grpcpp/support/time.h"
 #include "kernels/device.h"
 #include "kernels/status_macros.h"
 #include "proto/codec.h"
@@ -115,6 +120,62 @@ absl::StatusOr<std::unique_ptr<TokenAuthenticator>> LoadAuthenticator(
     const ServerOptions::Security& security) {
   if (security.auth_token_file.empty()) return std::unique_ptr<TokenAuthenticator>();
   return TokenAuthenticator::FromFile(security.auth_token_file);
+}
+
+// DrainOutcome is what became of a server's calls and connections after its GOAWAY (Drain).
+struct DrainOutcome {
+  // Every call ended within the grace, the last of them at calls_end.
+  bool calls_ended = false;
+  absl::Time calls_end;
+  // Every connection closed on its own (its client answered the GOAWAY, or hung up) before the
+  // server would have closed it; the last of them at connections_end.
+  bool connections_closed = false;
+  absl::Time connections_end;
+};
+
+// Drain shuts `server` down: GOAWAY on every connection, a wait (until `deadline`) for every call
+// in `calls` to end, then up to `answer_wait` for the connections to close; those still open after
+// that are closed, and calls still running at `deadline` are cancelled.
+//
+// gRPC's Shutdown(deadline) alone waits for the connections as long as for the calls: after a
+// GOAWAY a connection closes once its client has answered the GOAWAY's ping, and a client that is
+// not reading its connection answers seconds later or never (an idle C++ or Python channel is read
+// only by its backup poller, every 5 s), which held shutdown up for as long, or for the whole
+// grace. A client that is reading answers within a round trip. gRPC cannot close some connections
+// only, but once no call is in flight, closing all of them takes nothing from anyone.
+DrainOutcome Drain(grpc::Server& server, const InFlightCalls& calls, absl::Time deadline,
+                   absl::Duration answer_wait) {
+  // The core call with which gRPC's C++ Shutdown begins (c_server() is marked for internal use; a
+  // gRPC that drops it fails to compile here). It sends the GOAWAY, may be made again, and
+  // notifies every tag once the calls and the connections are gone.
+  grpc_server* const core = server.c_server();
+  grpc_completion_queue* const stopped = grpc_completion_queue_create_for_next(nullptr);
+  int stopped_tag = 0;
+  grpc_server_shutdown_and_notify(core, stopped, &stopped_tag);
+  DrainOutcome outcome;
+  while (true) {
+    outcome.calls_ended = calls.AwaitNone(deadline);
+    if (!outcome.calls_ended) break;
+    outcome.calls_end = absl::Now();
+    const absl::Time answered_by = std::min(deadline, outcome.calls_end + answer_wait);
+    const gpr_timespec until =
+        grpc::TimePoint<std::chrono::system_clock::time_point>(absl::ToChronoTime(answered_by))
+            .raw_time();
+    outcome.connections_closed =
+        grpc_completion_queue_next(stopped, until, nullptr).type == GRPC_OP_COMPLETE;
+    outcome.connections_end = absl::Now();
+    // Calls that clients started before they read the GOAWAY are waited for too.
+    if (outcome.connections_closed || calls.count() == 0) break;
+  }
+  if (outcome.calls_ended && !outcome.connections_closed) grpc_server_cancel_all_calls(core);
+  // Returns at once now, unless the grace ran out: then it cancels the calls still running.
+  server.Shutdown(absl::ToChronoTime(deadline));
+  grpc_completion_queue_shutdown(stopped);
+  while (grpc_completion_queue_next(stopped, gpr_inf_future(GPR_CLOCK_REALTIME), nullptr).type !=
+         GRPC_QUEUE_SHUTDOWN) {
+  }
+  grpc_completion_queue_destroy(stopped);
+  return outcome;
 }
 
 }  // namespace
@@ -252,6 +313,7 @@ void Server::BuildService(const ServerOptions& options, const Placement& placeme
                         .limit_bytes = store->limit_bytes(),
                         .device = kStoreCpuDevice};
   });
+  metrics_->WatchCallBytes([memory = memory_.get()] { return memory->call_bytes(); });
   serving_ = ServingContext{.limits = wire::DecodeLimits{.max_rank = limits.max_rank,
                                                          .max_elements = limits.max_elements,
                                                          .max_bytes = limits.max_message_bytes},
@@ -261,7 +323,8 @@ void Server::BuildService(const ServerOptions& options, const Placement& placeme
                             .max_stream_in_flight = limits.max_stream_in_flight,
                             .store = store_.get(),
                             .blocking_pool = blocking_pool_.get(),
-                            .memory = memory_.get()};
+                            .memory = memory_.get(),
+                            .calls = &in_flight_calls_};
   service_ = std::make_unique<TensorOpsService>(
       serving_, BuildServerInfo(options, placement.inventory, cpu_threads_,
                                 scheduler_->options().queue.max_concurrent_calls,
@@ -287,8 +350,24 @@ absl::Status Server::Bind(const ServerOptions& options,
   // ValidateServerOptions keeps the size within gRPC's int.
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.limits.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.limits.max_message_bytes));
+  // Under --max_memory_bytes gRPC's own buffers are bounded too (GrpcMemoryQuotaBytes): without a
+  // quota gRPC sees no memory pressure and reads 4 MiB or more ahead per stream, bytes that the
+  // budget never sees when a call is abandoned while its request arrives. The builder keeps its
+  // own reference to the quota.
+  if (const int64_t quota_bytes = GrpcMemoryQuotaBytes(options.limits); quota_bytes > 0) {
+    grpc::ResourceQuota quota("tensorops-server");
+    builder.SetResourceQuota(
+        quota.Resize(static_cast<size_t>(std::min<uint64_t>(quota_bytes, SIZE_MAX))));
+  }
   builder.RegisterService(service_.get());
   builder.RegisterService(inference_service_.get());
+  // The op calls count themselves; an interceptor counts the calls of every other method.
+  std::vector<std::string> op_call_methods = service_->op_call_methods();
+  op_call_methods.insert(op_call_methods.end(), inference_service_->op_call_methods().begin(),
+                         inference_service_->op_call_methods().end());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(in_flight_calls_.NewInterceptorFactory(op_call_methods));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || selected_port == 0) {
     return absl::UnavailableError(
@@ -339,8 +418,10 @@ void Server::LogStartUp(const ServerOptions& options, const Placement& placement
       queue.inline_max_bytes,
       absl::StrFormat(
           "max_memory_bytes=%s, heap trim %s, malloc arenas: %s",
-          limits.max_memory_bytes > 0 ? absl::StrCat(limits.max_memory_bytes)
-                                      : std::string("0 (no limit)"),
+          limits.max_memory_bytes > 0
+              ? absl::StrCat(limits.max_memory_bytes, " (gRPC's buffers: a resource quota of ",
+                             GrpcMemoryQuotaBytes(limits), ")")
+              : std::string("0 (no limit)"),
           trimmer_ != nullptr
               ? absl::StrCat("after ", absl::FormatDuration(options.memory_trim.idle_after),
                              " idle")
@@ -362,8 +443,11 @@ void Server::LogStartUp(const ServerOptions& options, const Placement& placement
 Server::~Server() {
   Shutdown();
   if (grpc_server_ != nullptr) grpc_server_->Wait();
-  // The store goes before the metrics that read it.
-  if (metrics_ != nullptr) metrics_->WatchStore(nullptr);
+  // The store and the memory budget go before the metrics that read them.
+  if (metrics_ != nullptr) {
+    metrics_->WatchStore(nullptr);
+    metrics_->WatchCallBytes(nullptr);
+  }
 }
 
 void Server::Shutdown() { Shutdown(shutdown_grace_); }
@@ -378,10 +462,11 @@ void Server::Shutdown(absl::Duration grace) {
   if (grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService()) {
     health->Shutdown();
   }
+  const int64_t calls_at_start = in_flight_calls_.count();
   spdlog::info(
-      "shutdown: health is NOT_SERVING; refusing new calls, letting in-flight calls finish "
-      "for up to {}",
-      absl::FormatDuration(grace));
+      "shutdown: health is NOT_SERVING; refusing new calls, letting the calls in flight ({} now) "
+      "finish for up to {}",
+      calls_at_start, absl::FormatDuration(grace));
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + grace;
   // New op calls are refused from now on. Streams stop reading; they end once what they read is
@@ -397,7 +482,7 @@ void Server::Shutdown(absl::Duration grace) {
   // answered, and the connection closes cleanly.
   service_->AwaitStreamsEnded(deadline);
   inference_service_->AwaitStreamsEnded(deadline);
-  grpc_server_->Shutdown(absl::ToChronoTime(deadline));
+  const DrainOutcome drained = Drain(*grpc_server_, in_flight_calls_, deadline, kGoawayAnswerWait);
   // Every call has ended by now (gRPC cancelled those the grace cut off, which takes them out of
   // the queue); what a worker still runs finishes before Stop returns.
   scheduler_->Stop();
@@ -405,15 +490,25 @@ void Server::Shutdown(absl::Duration grace) {
   // The failed calls held back from the log are summed up before the last line.
   CallLog::Global().Flush(absl::Now());
   const absl::Time end = absl::Now();
-  if (end >= deadline) {
+  if (!drained.calls_ended) {
     spdlog::warn(
         "shutdown: grace period of {} ended; calls still running were cancelled; server stopped "
         "after {}",
         absl::FormatDuration(grace), absl::FormatDuration(end - start));
-  } else {
-    spdlog::info("shutdown: in-flight calls finished after {}; server stopped",
-                 absl::FormatDuration(end - start));
+    return;
   }
+  spdlog::info(
+      "shutdown: {}; {}; server stopped after {}",
+      calls_at_start == 0 ? std::string("no calls were in flight")
+                          : absl::StrFormat("in-flight calls finished after %s",
+                                            absl::FormatDuration(drained.calls_end - start)),
+      drained.connections_closed
+          ? absl::StrFormat("every connection closed %s later",
+                            absl::FormatDuration(drained.connections_end - drained.calls_end))
+          : absl::StrFormat("closed the connections whose clients did not answer the GOAWAY "
+                            "within %s (idle clients)",
+                            absl::FormatDuration(kGoawayAnswerWait)),
+      absl::FormatDuration(end - start));
 }
 
 void Server::Wait() {

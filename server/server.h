@@ -29,6 +29,7 @@
 #include "oneapi/tbb/global_control.h"
 #include "server/auth.h"
 #include "server/blocking_pool.h"
+#include "server/in_flight_calls.h"
 #include "server/kserve/inference_service.h"
 #include "server/memory_budget.h"
 #include "server/memory_trimmer.h"
@@ -85,9 +86,18 @@ class Server {
   // returns once the server has stopped. Open health Watch streams count as in-flight calls; open
   // RunStreams end with UNAVAILABLE as soon as they have answered every request they read. New op
   // calls are refused at once; gRPC's GOAWAY (the refusal of everything else) waits until the
-  // RunStreams open at the start have ended (see Shutdown's body for why).
+  // RunStreams open at the start have ended (see Shutdown's body for why). Once no call is in
+  // flight, connections whose clients have not answered the GOAWAY within kGoawayAnswerWait (idle
+  // clients, which read their connection seconds later or never) are closed rather than waited for.
   void Shutdown();
   void Shutdown(absl::Duration grace);
+
+  // kGoawayAnswerWait: how long Shutdown lets clients answer the GOAWAY's ping once no call is in
+  // flight. A client that is reading (one whose call just ended) answers within a round trip and
+  // its connection then closes cleanly (measured on loopback: within 1 ms; 115 ms at the slowest
+  // with both cores of the machine kept busy); one that has not answered by then is not reading,
+  // and loses nothing when its connection is closed.
+  static constexpr absl::Duration kGoawayAnswerWait = absl::Milliseconds(250);
 
   // Wait blocks until Shutdown (from another thread) has completed.
   void Wait();
@@ -122,6 +132,9 @@ class Server {
   // Declared in the order they depend on each other: the gRPC server calls into the service until
   // destroyed, the service's calls run on the scheduler, and both count into the metrics.
   std::unique_ptr<Metrics> metrics_;
+  // Every call of grpc_server_ (the op calls count themselves through serving_, the others are
+  // counted by an interceptor), so declared before both.
+  InFlightCalls in_flight_calls_;
   // The CUDA executor when calls run on a GPU (null otherwise, or when a test supplied one).
   std::unique_ptr<DeviceExecutor> owned_executor_;
   std::unique_ptr<Scheduler> scheduler_;

@@ -1,5 +1,6 @@
 #include "server/server_options.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <iterator>
@@ -122,6 +123,13 @@ bool AbslParseFlag(absl::string_view text, DeviceChoice* choice, std::string* er
 }
 
 std::string AbslUnparseFlag(DeviceChoice choice) { return std::string(DeviceChoiceName(choice)); }
+
+int64_t GrpcMemoryQuotaBytes(const ServerOptions::Limits& limits) {
+  if (limits.max_memory_bytes <= 0) return 0;
+  const int64_t arriving = std::min(limits.max_memory_bytes, limits.max_message_bytes);
+  return limits.max_memory_bytes > INT64_MAX - arriving ? INT64_MAX
+                                                        : limits.max_memory_bytes + arriving;
+}
 
 absl::Status ValidateServerOptions(const ServerOptions& options) {
   if (options.host.empty()) {

@@ -147,6 +147,16 @@ struct ServerOptions {
   MemoryTrim memory_trim;
 };
 
+// GrpcMemoryQuotaBytes is the size of the gRPC resource quota that Server::Start sets under
+// --max_memory_bytes, or 0 (no quota) without that limit: the limit plus the smaller of the limit
+// and max_message_bytes (at most twice the limit), saturating at INT64_MAX. The quota bounds what
+// gRPC holds itself, chiefly the bytes of requests still arriving, which the budget has not seen:
+// as they take a larger share of it, gRPC advertises smaller receive windows, so that clients
+// send more slowly, and past it gRPC resets streams with RESOURCE_EXHAUSTED. The second term lets
+// any request the limit could admit, and one a little over it (told so by the budget), arrive
+// whole while gRPC holds up to the limit besides.
+int64_t GrpcMemoryQuotaBytes(const ServerOptions::Limits& limits);
+
 // ValidateServerOptions checks every range and combination Start needs, in one place for both
 // the flags (`main` exits 2 on an error) and direct users (Start returns it): INVALID_ARGUMENT for
 // the first value out of range, naming the flag that sets it, the value and the rule, e.g.

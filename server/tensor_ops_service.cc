@@ -26,12 +26,22 @@
 namespace tensorops {
 namespace {
 
-// MethodIndex is `method`'s index in TensorOps.
-int MethodIndex(std::string_view method) {
+// TensorOpsDescriptor describes the TensorOps service.
+const google::protobuf::ServiceDescriptor* TensorOpsDescriptor() {
   static const google::protobuf::ServiceDescriptor* const service =
       google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
           v1::TensorOps::service_full_name());
-  return tensorops::MethodIndex(service, method);
+  return service;
+}
+
+// MethodIndex is `method`'s index in TensorOps.
+int MethodIndex(std::string_view method) {
+  return tensorops::MethodIndex(TensorOpsDescriptor(), method);
+}
+
+// FullMethodName is `method` of TensorOps as gRPC names it in a call.
+std::string FullMethodName(std::string_view method) {
+  return tensorops::FullMethodName(TensorOpsDescriptor(), method);
 }
 
 // GetTensor's data chunks: kDefaultChunkBytes when the client leaves chunk_bytes 0, and never more
@@ -349,6 +359,7 @@ void TensorOpsService::BeginShutdown() { streams_.CloseAll(); }
 
 template <typename Request, typename Response, typename Prepare>
 void TensorOpsService::HandleOpCall(std::string_view method, std::string_view op, Prepare prepare) {
+  op_call_methods_.push_back(FullMethodName(method));
   // The handler type is the one gRPC's generated code registers; it is ours to instantiate with
   // Parsed<Request>, so that a malformed body reaches the handler instead of being refused with
   // an empty UNIMPLEMENTED by gRPC.
@@ -398,6 +409,7 @@ void TensorOpsService::HandleServerInfo() {
 }
 
 void TensorOpsService::HandleRunStream() {
+  op_call_methods_.push_back(FullMethodName("RunStream"));
   MarkMethodCallback(
       MethodIndex("RunStream"),
       new grpc::internal::CallbackBidiHandler<Parsed<v1::RunStreamRequest>, v1::RunStreamResponse>(

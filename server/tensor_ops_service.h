@@ -22,7 +22,9 @@
 #ifndef TENSOROPS_SERVER_TENSOR_OPS_SERVICE_H_
 #define TENSOROPS_SERVER_TENSOR_OPS_SERVICE_H_
 
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "grpcpp/grpcpp.h"
 #include "server/op_call.h"
@@ -48,6 +50,10 @@ class TensorOpsService final : public v1::TensorOps::CallbackService {
   // true when they have.
   bool AwaitStreamsEnded(absl::Time deadline) { return streams_.AwaitClosed(deadline); }
 
+  // op_call_methods: the full names ("/tensorops.v1.TensorOps/Gather") of the methods whose calls
+  // are op calls (UnaryOpCall, RunStreamReactor), which count themselves in serving.calls.
+  const std::vector<std::string>& op_call_methods() const { return op_call_methods_; }
+
  private:
   // HandleOpCall installs the handler of the unary RPC `method`, whose calls run through
   // UnaryOpCall as op `op` (for metrics) prepared by prepare(request, response).
@@ -66,6 +72,7 @@ class TensorOpsService final : public v1::TensorOps::CallbackService {
   const ServingContext serving_;
   const v1::ServerInfoResponse server_info_;
   StreamRegistry streams_;
+  std::vector<std::string> op_call_methods_;
 };
 
 }  // namespace tensorops

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,7 +25,9 @@
 #include <optional>
 #include <regex>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/algorithm/container.h"
@@ -32,6 +35,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -53,6 +57,7 @@
 #include "kernels/masked_scatter.h"
 #include "kernels/nd_ops.h"
 #include "kernels/scatter.h"
+#include "kernels/status_macros.h"
 #include "proto/codec.h"
 #include "tensorops/v1/service.grpc.pb.h"
 #include "tests/child_process.h"
@@ -1266,6 +1271,170 @@ TEST(ServerProcessTest, CallsStillRunningAfterTheGraceAreCancelled) {
   const grpc::Status status = held[0]->Finish();
   EXPECT_FALSE(status.ok()) << "the held call completed; was it ever in flight? reply of "
                             << (reply.has_value() ? reply->size() : 0) << " bytes";
+}
+
+// RawHttp2Client is a gRPC client written by hand over a TCP socket: it makes one ServerInfo call
+// and then reads nothing more, like a channel in a process that has gone quiet. Unlike a gRPC
+// channel, which may read its connection now and then (a C++ or Python channel's backup poller
+// runs every 5 s), it never answers the ping of the server's GOAWAY. Every socket operation gives
+// up after 10 s.
+class RawHttp2Client {
+ public:
+  ~RawHttp2Client() {
+    if (fd_ >= 0) close(fd_);
+  }
+
+  // ServerInfo connects to 127.0.0.1:`port` and calls ServerInfo; the response, or why not.
+  absl::StatusOr<v1::ServerInfoResponse> ServerInfo(int port) {
+    absl::StatusOr<int> connected = testing::ConnectToLoopback(port);
+    if (!connected.ok()) return connected.status();
+    fd_ = *connected;
+    // The preface, empty SETTINGS, then stream 1: HEADERS (HPACK literals without indexing) and
+    // a DATA frame holding the empty request, which ends the stream.
+    std::string headers;
+    for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{
+             {":method", "POST"},
+             {":scheme", "http"},
+             {":path", "/tensorops.v1.TensorOps/ServerInfo"},
+             {":authority", "localhost"},
+             {"content-type", "application/grpc"},
+             {"te", "trailers"}}) {
+      absl::StrAppend(&headers, std::string(1, '\0'),
+                      std::string(1, static_cast<char>(name.size())), name,
+                      std::string(1, static_cast<char>(value.size())), value);
+    }
+    TENSOROPS_RETURN_IF_ERROR(
+        Send(absl::StrCat("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", Frame(kSettings, 0, 0, ""),
+                          Frame(kHeaders, kEndHeaders, 1, headers),
+                          Frame(kData, kEndStream, 1, std::string(5, '\0')))));
+    // Frames until stream 1's trailers; the server's SETTINGS and pings are answered meanwhile.
+    std::string message;
+    while (true) {
+      TENSOROPS_ASSIGN_OR_RETURN(const std::string header, Receive(9));
+      const size_t length = (static_cast<uint8_t>(header[0]) << 16) |
+                            (static_cast<uint8_t>(header[1]) << 8) |
+                            static_cast<uint8_t>(header[2]);
+      const uint8_t type = header[3];
+      const uint8_t flags = header[4];
+      const uint32_t stream =
+          (static_cast<uint32_t>(static_cast<uint8_t>(header[5]) & 0x7f) << 24) |
+          (static_cast<uint8_t>(header[6]) << 16) | (static_cast<uint8_t>(header[7]) << 8) |
+          static_cast<uint8_t>(header[8]);
+      TENSOROPS_ASSIGN_OR_RETURN(const std::string payload, Receive(length));
+      if (type == kSettings && (flags & kAck) == 0) {
+        TENSOROPS_RETURN_IF_ERROR(Send(Frame(kSettings, kAck, 0, "")));
+      } else if (type == kPing && (flags & kAck) == 0) {
+        TENSOROPS_RETURN_IF_ERROR(Send(Frame(kPing, kAck, 0, payload)));
+      } else if (type == kData && stream == 1) {
+        message += payload;
+      } else if (type == kHeaders && stream == 1 && (flags & kEndStream) != 0) {
+        break;
+      } else if (type == kRstStream || type == kGoaway) {
+        return absl::UnavailableError(absl::StrFormat("frame of type %d from the server", type));
+      }
+    }
+    v1::ServerInfoResponse response;
+    if (message.size() < 5 || !response.ParseFromString(message.substr(5))) {
+      return absl::DataLossError(
+          absl::StrFormat("no ServerInfoResponse in %d bytes", message.size()));
+    }
+    return response;
+  }
+
+ private:
+  static constexpr uint8_t kData = 0x0, kHeaders = 0x1, kRstStream = 0x3, kSettings = 0x4,
+                           kPing = 0x6, kGoaway = 0x7;
+  static constexpr uint8_t kEndStream = 0x1, kAck = 0x1, kEndHeaders = 0x4;
+
+  static std::string Frame(uint8_t type, uint8_t flags, uint32_t stream, std::string_view payload) {
+    const char header[9] = {static_cast<char>(payload.size() >> 16),
+                            static_cast<char>(payload.size() >> 8),
+                            static_cast<char>(payload.size()),
+                            static_cast<char>(type),
+                            static_cast<char>(flags),
+                            static_cast<char>(stream >> 24),
+                            static_cast<char>(stream >> 16),
+                            static_cast<char>(stream >> 8),
+                            static_cast<char>(stream)};
+    std::string frame(header, sizeof(header));
+    frame.append(payload);
+    return frame;
+  }
+
+  absl::Status Send(std::string_view bytes) {
+    while (!bytes.empty()) {
+      const ssize_t n = send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n <= 0) return absl::ErrnoToStatus(errno, "send");
+      bytes.remove_prefix(static_cast<size_t>(n));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::string> Receive(size_t size) {
+    std::string bytes(size, '\0');
+    for (size_t got = 0; got < size;) {
+      const ssize_t n = recv(fd_, bytes.data() + got, size - got, 0);
+      if (n == 0) return absl::UnavailableError("the server closed the connection");
+      if (n < 0) return absl::ErrnoToStatus(errno, "recv");
+      got += static_cast<size_t>(n);
+    }
+    return bytes;
+  }
+
+  int fd_ = -1;
+};
+
+// A connection whose client is not reading does not hold shutdown up. After its GOAWAY, gRPC keeps
+// a connection until the client answers the GOAWAY's ping, and before the fix the server waited
+// for that with no call in flight: the whole grace for a client that never reads, and a few
+// seconds for an idle channel (until its backup poller read the connection).
+TEST(ServerProcessTest, AnIdleConnectionDoesNotHoldUpShutdown) {
+  absl::StatusOr<ServerProcess> server =
+      StartServer({"--shutdown_grace_s=10", "--metrics_port=-1"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  // One call through a channel left open and idle, one through a connection that never reads.
+  std::shared_ptr<grpc::Channel> channel = ChannelTo(server->target);
+  {
+    std::unique_ptr<v1::TensorOps::Stub> stub = v1::TensorOps::NewStub(channel);
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kCliTimeout));
+    v1::ServerInfoResponse info;
+    const grpc::Status status = stub->ServerInfo(&context, v1::ServerInfoRequest(), &info);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  const std::string::size_type colon = server->target.rfind(':');
+  int port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(server->target.substr(colon + 1), &port)) << server->target;
+  RawHttp2Client quiet;
+  const absl::StatusOr<v1::ServerInfoResponse> info = quiet.ServerInfo(port);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_FALSE(info->version().empty());
+  // gRPC wraps a call up on the server a little after its client has the status; the connections
+  // are idle once it has (the soak run signalled seconds after its last call).
+  absl::SleepFor(absl::Milliseconds(200));
+
+  const absl::Time signalled = absl::Now();
+  server->process->Signal(SIGTERM);
+  const int exit_status = server->process->WaitForExit(2 * kShutdownTimeout);
+  const absl::Duration shutdown = absl::Now() - signalled;
+  const std::string log = server->process->stdout_text() + server->process->stderr_text();
+  EXPECT_TRUE(ExitedWith(exit_status, 0)) << DescribeExit(exit_status) << "; log:\n" << log;
+  // The log says what happened: a connection closed without its answer, and calls waited for
+  // only if there were any when the signal came.
+  EXPECT_THAT(log, AllOf(HasSubstr("closed the connections whose clients did not answer the "
+                                   "GOAWAY"),
+                         Not(HasSubstr("grace period"))));
+  std::smatch in_flight;
+  ASSERT_TRUE(std::regex_search(log, in_flight, std::regex(R"(calls in flight \((\d+) now\))")))
+      << log;
+  if (in_flight[1] == "0") {
+    EXPECT_THAT(log, AllOf(HasSubstr("no calls were in flight"),
+                           Not(HasSubstr("in-flight calls finished"))));
+  } else {
+    EXPECT_THAT(log, HasSubstr("in-flight calls finished"));
+  }
+  // Generous: the server waits Server::kGoawayAnswerWait (250 ms) for answers, not the 10 s grace.
+  EXPECT_LT(shutdown, absl::Seconds(5)) << log;
 }
 
 TEST(ServerProcessTest, BadLimitAndLoggingFlagsAreUsageErrors) {

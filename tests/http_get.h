@@ -1,5 +1,5 @@
 // HttpGet: a minimal HTTP/1.0 GET over a POSIX socket to a loopback port, for tests that scrape
-// the metrics endpoint without an HTTP client library.
+// the metrics endpoint without an HTTP client library; ConnectToLoopback, the socket under it.
 #ifndef TENSOROPS_TESTS_HTTP_GET_H_
 #define TENSOROPS_TESTS_HTTP_GET_H_
 
@@ -29,16 +29,11 @@ struct HttpResponse {
   std::string body;
 };
 
-// HttpGet sends `GET path HTTP/1.0` to 127.0.0.1:port and reads the response until the server
-// closes the connection. Every socket operation gives up after 10 s, which only bounds a broken
-// run: a working endpoint answers in milliseconds.
-inline absl::StatusOr<HttpResponse> HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+// ConnectToLoopback opens a TCP connection to 127.0.0.1:`port` whose reads and writes give up
+// after 10 s (which only bounds a broken run); the caller closes the descriptor.
+inline absl::StatusOr<int> ConnectToLoopback(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
-  struct Closer {
-    int fd;
-    ~Closer() { close(fd); }
-  } closer{fd};
   timeval timeout{.tv_sec = 10, .tv_usec = 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
@@ -47,8 +42,24 @@ inline absl::StatusOr<HttpResponse> HttpGet(int port, const std::string& path) {
   address.sin_port = htons(static_cast<uint16_t>(port));
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
-    return absl::UnavailableError(absl::StrCat("connect: ", std::strerror(errno)));
+    const int error = errno;
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("connect: ", std::strerror(error)));
   }
+  return fd;
+}
+
+// HttpGet sends `GET path HTTP/1.0` to 127.0.0.1:port and reads the response until the server
+// closes the connection. Every socket operation gives up after 10 s, which only bounds a broken
+// run: a working endpoint answers in milliseconds.
+inline absl::StatusOr<HttpResponse> HttpGet(int port, const std::string& path) {
+  const absl::StatusOr<int> connected = ConnectToLoopback(port);
+  if (!connected.ok()) return connected.status();
+  const int fd = *connected;
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
   const std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
   for (size_t sent = 0; sent < request.size();) {
     const ssize_t n = send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);

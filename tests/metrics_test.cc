@@ -479,6 +479,23 @@ TEST(MetricsTest, GaugesFollowTheScheduler) {
   EXPECT_EQ(Value(text, "tensorops_streams_open", {}), 0);
 }
 
+TEST(MetricsTest, CallBytesAreReadAtEachScrapeWhileWatched) {
+  std::unique_ptr<Metrics> metrics = CreateOrDie();
+  ASSERT_NE(metrics, nullptr);
+  EXPECT_EQ(Value(metrics->Scrape(), "tensorops_call_bytes_in_flight", {}), std::nullopt);
+
+  int64_t call_bytes = 4096;
+  metrics->WatchCallBytes([&call_bytes] { return call_bytes; });
+  std::string text = metrics->Scrape();
+  EXPECT_EQ(TypeOf(text, "tensorops_call_bytes_in_flight"), "gauge");
+  EXPECT_EQ(Value(text, "tensorops_call_bytes_in_flight", {}), 4096);
+  call_bytes = 0;
+  EXPECT_EQ(Value(metrics->Scrape(), "tensorops_call_bytes_in_flight", {}), 0);
+
+  metrics->WatchCallBytes(nullptr);
+  EXPECT_EQ(Value(metrics->Scrape(), "tensorops_call_bytes_in_flight", {}), std::nullopt);
+}
+
 TEST(MetricsTest, RejectionsByReason) {
   std::unique_ptr<Metrics> metrics = CreateOrDie();
   ASSERT_NE(metrics, nullptr);

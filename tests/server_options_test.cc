@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -186,6 +187,19 @@ TEST(ServerOptionsTest, MemoryDefaultsAreNoLimitAndATrimAfterOneIdleSecond) {
   const ServerOptions options;
   EXPECT_EQ(options.limits.max_memory_bytes, 0);
   EXPECT_EQ(options.memory_trim.idle_after, absl::Seconds(1));
+}
+
+// Under --max_memory_bytes gRPC's buffers get a quota of the limit plus the smaller of the limit
+// and one largest message; without the limit, no quota.
+TEST(ServerOptionsTest, TheGrpcMemoryQuotaIsAtMostTwiceTheLimit) {
+  ServerOptions::Limits limits;
+  EXPECT_EQ(GrpcMemoryQuotaBytes(limits), 0);
+  limits.max_memory_bytes = int64_t{256} << 20;
+  EXPECT_EQ(GrpcMemoryQuotaBytes(limits), int64_t{512} << 20);
+  limits.max_message_bytes = int64_t{64} << 20;
+  EXPECT_EQ(GrpcMemoryQuotaBytes(limits), int64_t{320} << 20);
+  limits.max_memory_bytes = INT64_MAX - 1;
+  EXPECT_EQ(GrpcMemoryQuotaBytes(limits), INT64_MAX);
 }
 
 // Start refuses what ValidateServerOptions refuses, in the same words, before it starts anything.

@@ -24,11 +24,16 @@ namespace {
 
 using inference::ModelInferRequest;
 
-int MethodIndex(std::string_view method) {
+// InferenceDescriptor describes KServe's GRPCInferenceService.
+const google::protobuf::ServiceDescriptor* InferenceDescriptor() {
   static const google::protobuf::ServiceDescriptor* const service =
       google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
           inference::GRPCInferenceService::service_full_name());
-  return tensorops::MethodIndex(service, method);
+  return service;
+}
+
+int MethodIndex(std::string_view method) {
+  return tensorops::MethodIndex(InferenceDescriptor(), method);
 }
 
 // The extensions of the protocol this server serves (ServerMetadata.extensions).
@@ -207,6 +212,7 @@ void InferenceService::HandleHealthAndMetadata() {
 }
 
 void InferenceService::HandleModelInfer() {
+  op_call_methods_.push_back(FullMethodName(InferenceDescriptor(), "ModelInfer"));
   MarkMethodCallback(
       MethodIndex("ModelInfer"),
       new grpc::internal::CallbackUnaryHandler<Parsed<ModelInferRequest>,
@@ -238,6 +244,7 @@ void InferenceService::HandleModelInfer() {
 }
 
 void InferenceService::HandleModelStreamInfer() {
+  op_call_methods_.push_back(FullMethodName(InferenceDescriptor(), "ModelStreamInfer"));
   MarkMethodCallback(MethodIndex("ModelStreamInfer"),
                      new grpc::internal::CallbackBidiHandler<Parsed<ModelInferRequest>,
                                                              inference::ModelStreamInferResponse>(

@@ -7,6 +7,8 @@
 #define TENSOROPS_SERVER_KSERVE_INFERENCE_SERVICE_H_
 
 #include <atomic>
+#include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "inference/grpc_service.grpc.pb.h"
@@ -29,6 +31,10 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   // AwaitStreamsEnded waits until the streams open at BeginShutdown have ended, or `deadline`.
   bool AwaitStreamsEnded(absl::Time deadline) { return streams_.AwaitClosed(deadline); }
 
+  // op_call_methods: the full names of the methods whose calls are op calls (ModelInfer,
+  // ModelStreamInfer), which count themselves in serving.calls.
+  const std::vector<std::string>& op_call_methods() const { return op_call_methods_; }
+
  private:
   void HandleHealthAndMetadata();
   void HandleModelInfer();
@@ -37,6 +43,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   const ServingContext serving_;
   std::atomic<bool> shutting_down_{false};
   StreamRegistry streams_;
+  std::vector<std::string> op_call_methods_;
 };
 
 }  // namespace tensorops::kserve

@@ -23,15 +23,27 @@ namespace tensorops {
 template <typename T>
 struct Parsed {
   T message;
-  // False when the request's bytes are not a valid T; `message` is then unspecified.
+  // False when the request's bytes are not a valid T, or none arrived; `message` is then
+  // unspecified.
   bool ok = true;
+  // False when no request message arrived at all: the client cancelled the call (or went away)
+  // while sending it, or closed its side of the call without sending one.
+  bool arrived = true;
   // The size of the request body, for the error message.
   size_t bytes = 0;
 };
 
-// MalformedRequestError is the status of a call whose request `parsed` did not parse.
+// MalformedRequestError is the status of a call whose request `parsed` did not parse: CANCELLED
+// when none arrived (the client gave up on the call; counting it INVALID_ARGUMENT would blame a
+// request nobody sent), INVALID_ARGUMENT naming the message type otherwise.
 template <typename T>
 absl::Status MalformedRequestError(const Parsed<T>& parsed) {
+  if (!parsed.arrived) {
+    return absl::CancelledError(absl::StrFormat(
+        "no %s message arrived: the client cancelled the call, or closed its side of the call "
+        "without sending the request",
+        T::descriptor()->full_name()));
+  }
   return absl::InvalidArgumentError(absl::StrFormat(
       "the request body (%d bytes) is not a valid %s message; send the request type the method "
       "declares, serialized with protobuf",
@@ -51,7 +63,9 @@ class SerializationTraits<tensorops::Parsed<T>, void> {
   }
   // Always OK, so that the handler runs and names the problem (see Parsed).
   static Status Deserialize(ByteBuffer* buffer, tensorops::Parsed<T>* parsed) {
-    parsed->bytes = buffer->Length();
+    // gRPC hands a call whose request never came to the handler with no buffer.
+    parsed->arrived = buffer->Valid();
+    parsed->bytes = parsed->arrived ? buffer->Length() : 0;
     parsed->ok = SerializationTraits<T>::Deserialize(buffer, &parsed->message).ok();
     return Status::OK;
   }

@@ -324,6 +324,32 @@ TEST(MalformedRequestTest, PutTensorEndsInvalidArgumentNamingTheMessage) {
   EXPECT_EQ(server->store().tensor_count(), 0);
 }
 
+// A unary call whose request never arrives (its client cancelled it while sending, or closed its
+// side without sending) reaches the handler with no message: it is counted CANCELLED, not as a bad
+// request nobody sent (found by the soak run, where cancelled uploads were counted
+// INVALID_ARGUMENT).
+TEST(MalformedRequestTest, AUnaryCallWhoseRequestNeverArrivedIsCancelled) {
+  std::unique_ptr<Server> server = StartServer(/*max_elements=*/1000);
+  ASSERT_NE(server, nullptr);
+  const Counters start = CallCounters(server->metrics());
+  RawCall call(server->port(), "/tensorops.v1.TensorOps/Gather");
+  call->WritesDone(RawCall::Tag(2));
+  call.Step(2);
+  grpc::Status status;
+  call->Finish(&status, RawCall::Tag(3));
+  call.Step(3);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED) << status.error_message();
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("no tensorops.v1.GatherRequest message arrived: the client cancelled"));
+  Counters delta;
+  ASSERT_TRUE(WaitFor([&] {
+    delta = Delta(start, CallCounters(server->metrics()));
+    return !delta.empty();
+  }));
+  ASSERT_EQ(delta.size(), 1u);
+  EXPECT_THAT(delta.begin()->first, HasSubstr("code=\"CANCELLED\""));
+}
+
 TEST(MalformedRequestTest, RunStreamEndsInvalidArgumentAfterAnsweringWhatItRead) {
   std::unique_ptr<Server> server = StartServer(/*max_elements=*/1000);
   ASSERT_NE(server, nullptr);

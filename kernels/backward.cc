@@ -1,6 +1,4 @@
-// Backward of every op, built from the forward kernels. The scatter-family ops (Scatter,
-// IndexReduce, ScatterNd) share one set of formulas, written against ScatterFamily: "reduce into
-// the destinations" is the op's own forward, "read at the destinations" is its matching gather.
+// The parts of every op's Backward (kernels/backward.h), built from the forward kernels.
 #include "kernels/backward.h"
 
 #include <complex>
@@ -11,7 +9,6 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -19,8 +16,10 @@
 #include "absl/strings/str_format.h"
 #include "kernels/dispatch.h"
 #include "kernels/dtype.h"
+#include "kernels/gather.h"
 #include "kernels/reduction.h"
 #include "kernels/scalar.h"
+#include "kernels/scatter.h"
 #include "kernels/shape.h"
 #include "kernels/status_macros.h"
 
@@ -33,65 +32,11 @@ const Tensor* Gradients::Find(std::string_view argument) const {
   return nullptr;
 }
 
+namespace backward_internal {
 namespace {
-
-// ---------------------------------------------------------------------------------------------
-// Checks.
-
-absl::Status CheckDifferentiable(std::string_view op, std::string_view argument, DataType dtype) {
-  if (IsFloating(dtype) || IsComplex(dtype)) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrFormat("%s backward: %s.dtype = %s is not differentiable (expected a floating or "
-                      "complex dtype)",
-                      op, argument, DataTypeName(dtype)));
-}
-
-absl::Status CheckGradOutput(std::string_view op, const TensorView& grad_output,
-                             DataType result_dtype, ShapeSpan result_shape) {
-  if (ShapeSpan(grad_output.shape()) != result_shape) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s backward: grad_output.shape = %s does not match the result's shape %s",
-                        op, ShapeToString(grad_output.shape()), ShapeToString(result_shape)));
-  }
-  if (grad_output.dtype() != result_dtype) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s backward: grad_output.dtype = %s does not match the result's dtype %s",
-                        op, DataTypeName(grad_output.dtype()), DataTypeName(result_dtype)));
-  }
-  return absl::OkStatus();
-}
-
-// ---------------------------------------------------------------------------------------------
-// Tensors in the compute dtype.
-
-// ComputeDtype is the dtype the backward does arithmetic in: float32 for the 16-bit floats
-// (docs/semantics.md: accumulate in float32, round once), the dtype itself otherwise.
-DataType ComputeDtype(DataType dtype) {
-  return dtype == DataType::kFloat16 || dtype == DataType::kBFloat16 ? DataType::kFloat32 : dtype;
-}
 
 template <typename T>
 inline constexpr bool kIsHalf = std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>;
-
-// ConvertTo returns a contiguous copy of `view` in `dtype`, which is `view`'s own dtype or its
-// ComputeDtype (or back).
-Tensor ConvertTo(const TensorView& view, DataType dtype) {
-  Tensor contiguous = Tensor::FromView(view);
-  if (view.dtype() == dtype) return contiguous;
-  Tensor converted(dtype, view.shape());
-  const int64_t count = converted.numel();
-  DispatchDataType(view.dtype(), [&]<typename From>(TypeTag<From>) {
-    DispatchDataType(dtype, [&]<typename To>(TypeTag<To>) {
-      if constexpr ((kIsHalf<From> && std::is_same_v<To, float>) ||
-                    (std::is_same_v<From, float> && kIsHalf<To>)) {
-        const From* in = contiguous.data_as<From>();
-        To* out = converted.data_as<To>();
-        for (int64_t i = 0; i < count; ++i) out[i] = static_cast<To>(in[i]);
-      }
-    });
-  });
-  return converted;
-}
 
 template <typename T>
 Tensor Full(ShapeSpan shape, T value) {
@@ -139,151 +84,6 @@ T Conj(T value) {
     return value;
   }
 }
-
-// Reshaped returns `tensor`'s elements, in row-major order, at `shape` (same element count).
-Tensor Reshaped(Tensor tensor, ShapeSpan shape) {
-  if (ShapeSpan(tensor.shape()) == shape) return tensor;
-  Tensor out(tensor.dtype(), shape);
-  if (out.nbytes() > 0) std::memcpy(out.data(), tensor.data(), static_cast<size_t>(out.nbytes()));
-  return out;
-}
-
-// EmbedBlock returns zeros of `shape` with `block` written into its leading block: the gradient
-// of a source tensor of which the op read only the leading `block.shape()` (Scatter's src may be
-// larger than its index).
-Tensor EmbedBlock(Tensor block, ShapeSpan shape) {
-  if (ShapeSpan(block.shape()) == shape) return block;
-  Tensor out = Tensor::Zeros(block.dtype(), shape);
-  if (block.numel() == 0) return out;
-  if (block.rank() != static_cast<int64_t>(shape.size())) return Reshaped(std::move(block), shape);
-  CopyElements(block.view(), MutableTensorView(block.dtype(), block.shape(),
-                                               ContiguousStrides(shape), out.data()));
-  return out;
-}
-
-// SumToShape sums `tensor` over the dimensions broadcasting expanded from `shape` (NumPy rules,
-// `shape` broadcastable to tensor's shape). Each summed dimension is a Scatter SUM along it with
-// an all-zero index, so the summation is the forward kernel's; 16-bit floats are summed in float32
-// across all dimensions and rounded once.
-absl::StatusOr<Tensor> SumToShape(Tensor tensor, ShapeSpan shape) {
-  if (ShapeSpan(tensor.shape()) == shape) return tensor;
-  const DataType dtype = tensor.dtype();
-  if (ComputeDtype(dtype) != dtype) tensor = ConvertTo(tensor.view(), ComputeDtype(dtype));
-  static constexpr int64_t kZeroIndex = 0;
-  const int64_t rank = tensor.rank();
-  const int64_t leading = rank - static_cast<int64_t>(shape.size());
-  for (int64_t d = 0; d < rank; ++d) {
-    const int64_t target = d < leading ? 1 : shape[d - leading];
-    if (tensor.shape()[d] == target) continue;
-    Shape reduced = tensor.shape();
-    reduced[d] = 1;
-    const Tensor zeros = Tensor::Zeros(tensor.dtype(), reduced);
-    const TensorView zero_index(DataType::kInt64, tensor.shape(), Shape(rank, 0), &kZeroIndex);
-    TENSOROPS_ASSIGN_OR_RETURN(Tensor summed, Scatter(ScatterArgs{.input = zeros.view(),
-                                                                  .index = zero_index,
-                                                                  .source = tensor.view(),
-                                                                  .axis = d,
-                                                                  .reduce = Reduction::kSum}));
-    tensor = std::move(summed);
-  }
-  return ConvertTo(Reshaped(std::move(tensor), shape).view(), dtype);
-}
-
-// ---------------------------------------------------------------------------------------------
-// The scatter family.
-
-// ScatterFamily is what Scatter, IndexReduce and ScatterNd share for their backward. Tensors are
-// contiguous, in the compute dtype; "input-shaped" is the forward input's shape and
-// "block-shaped" the shape of the source elements the forward reads (one per index position).
-class ScatterFamily {
- public:
-  virtual ~ScatterFamily() = default;
-  // Reduce runs the forward op on `self` (input-shaped) and `source` (block-shaped) with the
-  // call's own index.
-  virtual absl::StatusOr<Tensor> Reduce(const TensorView& self, const TensorView& source,
-                                        Reduction reduce, bool include_self) const = 0;
-  // Select reads `tensor` (input-shaped) at every index position: the matching gather, whose
-  // result is block-shaped.
-  virtual absl::StatusOr<Tensor> Select(const TensorView& tensor) const = 0;
-};
-
-// Scatter along an axis; its gather is Gather.
-class AxisScatterFamily final : public ScatterFamily {
- public:
-  AxisScatterFamily(TensorView index, int64_t axis) : index_(std::move(index)), axis_(axis) {}
-
-  absl::StatusOr<Tensor> Reduce(const TensorView& self, const TensorView& source, Reduction reduce,
-                                bool include_self) const override {
-    return Scatter(ScatterArgs{.input = self,
-                               .index = index_,
-                               .source = source,
-                               .axis = axis_,
-                               .reduce = reduce,
-                               .include_self = include_self});
-  }
-  absl::StatusOr<Tensor> Select(const TensorView& tensor) const override {
-    return Gather(GatherArgs{.input = tensor, .index = index_, .axis = axis_});
-  }
-
- private:
-  TensorView index_;
-  int64_t axis_;
-};
-
-// IndexReduce; its gather is IndexSelect.
-class IndexReduceFamily final : public ScatterFamily {
- public:
-  IndexReduceFamily(TensorView index, int64_t axis) : index_(std::move(index)), axis_(axis) {}
-
-  absl::StatusOr<Tensor> Reduce(const TensorView& self, const TensorView& source, Reduction reduce,
-                                bool include_self) const override {
-    return IndexReduce(IndexReduceArgs{.input = self,
-                                       .index = index_,
-                                       .source = source,
-                                       .axis = axis_,
-                                       .reduce = reduce,
-                                       .include_self = include_self});
-  }
-  absl::StatusOr<Tensor> Select(const TensorView& tensor) const override {
-    return IndexSelect(IndexSelectArgs{.input = tensor, .index = index_, .axis = axis_});
-  }
-
- private:
-  TensorView index_;
-  int64_t axis_;
-};
-
-// ScatterNd; its gather is GatherNd.
-class NdScatterFamily final : public ScatterFamily {
- public:
-  NdScatterFamily(TensorView index, std::vector<int64_t> axes, int64_t batch_dims)
-      : index_(std::move(index)), axes_(std::move(axes)), batch_dims_(batch_dims) {}
-
-  absl::StatusOr<Tensor> Reduce(const TensorView& self, const TensorView& source, Reduction reduce,
-                                bool include_self) const override {
-    return ScatterNd(ScatterNdArgs{.input = self,
-                                   .index = index_,
-                                   .source = source,
-                                   .axes = axes_,
-                                   .batch_dims = batch_dims_,
-                                   .reduce = reduce,
-                                   .include_self = include_self});
-  }
-  absl::StatusOr<Tensor> Select(const TensorView& tensor) const override {
-    return GatherNd(
-        GatherNdArgs{.input = tensor, .index = index_, .axes = axes_, .batch_dims = batch_dims_});
-  }
-
- private:
-  TensorView index_;
-  std::vector<int64_t> axes_;
-  int64_t batch_dims_;
-};
-
-struct FamilyGradients {
-  Tensor input;   // input-shaped
-  Tensor source;  // block-shaped
-};
 
 // ScatterFamilyBackward computes both gradients in the compute type T with the formulas of
 // PyTorch's scatter_reduce_backward (as Paddle's put_along_axis design adopts them). `source_scale`
@@ -413,12 +213,110 @@ absl::StatusOr<FamilyGradients> ScatterFamilyBackward(const ScatterFamily& famil
   return out;
 }
 
-// RunScatterFamilyBackward dispatches ScatterFamilyBackward on the compute dtype. `alpha`, when
-// set, is converted to it.
+}  // namespace
+
+absl::Status CheckDifferentiable(std::string_view op, std::string_view argument, DataType dtype) {
+  if (IsFloating(dtype) || IsComplex(dtype)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("%s backward: %s.dtype = %s is not differentiable (expected a floating or "
+                      "complex dtype)",
+                      op, argument, DataTypeName(dtype)));
+}
+
+absl::Status CheckGradOutput(std::string_view op, const TensorView& grad_output,
+                             DataType result_dtype, ShapeSpan result_shape) {
+  if (ShapeSpan(grad_output.shape()) != result_shape) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s backward: grad_output.shape = %s does not match the result's shape %s",
+                        op, ShapeToString(grad_output.shape()), ShapeToString(result_shape)));
+  }
+  if (grad_output.dtype() != result_dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s backward: grad_output.dtype = %s does not match the result's dtype %s",
+                        op, DataTypeName(grad_output.dtype()), DataTypeName(result_dtype)));
+  }
+  return absl::OkStatus();
+}
+
+// ComputeDtype is the dtype the backward does arithmetic in: float32 for the 16-bit floats
+// (docs/semantics.md: accumulate in float32, round once), the dtype itself otherwise.
+DataType ComputeDtype(DataType dtype) {
+  return dtype == DataType::kFloat16 || dtype == DataType::kBFloat16 ? DataType::kFloat32 : dtype;
+}
+
+// ConvertTo returns a contiguous copy of `view` in `dtype`, which is `view`'s own dtype or its
+// ComputeDtype (or back).
+Tensor ConvertTo(const TensorView& view, DataType dtype) {
+  Tensor contiguous = Tensor::FromView(view);
+  if (view.dtype() == dtype) return contiguous;
+  Tensor converted(dtype, view.shape());
+  const int64_t count = converted.numel();
+  DispatchDataType(view.dtype(), [&]<typename From>(TypeTag<From>) {
+    DispatchDataType(dtype, [&]<typename To>(TypeTag<To>) {
+      if constexpr ((kIsHalf<From> && std::is_same_v<To, float>) ||
+                    (std::is_same_v<From, float> && kIsHalf<To>)) {
+        const From* in = contiguous.data_as<From>();
+        To* out = converted.data_as<To>();
+        for (int64_t i = 0; i < count; ++i) out[i] = static_cast<To>(in[i]);
+      }
+    });
+  });
+  return converted;
+}
+
+// Reshaped returns `tensor`'s elements, in row-major order, at `shape` (same element count).
+Tensor Reshaped(Tensor tensor, ShapeSpan shape) {
+  if (ShapeSpan(tensor.shape()) == shape) return tensor;
+  Tensor out(tensor.dtype(), shape);
+  if (out.nbytes() > 0) std::memcpy(out.data(), tensor.data(), static_cast<size_t>(out.nbytes()));
+  return out;
+}
+
+// EmbedBlock returns zeros of `shape` with `block` written into its leading block: the gradient
+// of a source tensor of which the op read only the leading `block.shape()` (Scatter's src may be
+// larger than its index).
+Tensor EmbedBlock(Tensor block, ShapeSpan shape) {
+  if (ShapeSpan(block.shape()) == shape) return block;
+  Tensor out = Tensor::Zeros(block.dtype(), shape);
+  if (block.numel() == 0) return out;
+  if (block.rank() != static_cast<int64_t>(shape.size())) return Reshaped(std::move(block), shape);
+  CopyElements(block.view(), MutableTensorView(block.dtype(), block.shape(),
+                                               ContiguousStrides(shape), out.data()));
+  return out;
+}
+
+// SumToShape sums `tensor` over the dimensions broadcasting expanded from `shape` (NumPy rules,
+// `shape` broadcastable to tensor's shape). Each summed dimension is a Scatter SUM along it with
+// an all-zero index, so the summation is the forward kernel's; 16-bit floats are summed in float32
+// across all dimensions and rounded once.
+absl::StatusOr<Tensor> SumToShape(Tensor tensor, ShapeSpan shape) {
+  if (ShapeSpan(tensor.shape()) == shape) return tensor;
+  const DataType dtype = tensor.dtype();
+  if (ComputeDtype(dtype) != dtype) tensor = ConvertTo(tensor.view(), ComputeDtype(dtype));
+  static constexpr int64_t kZeroIndex = 0;
+  const int64_t rank = tensor.rank();
+  const int64_t leading = rank - static_cast<int64_t>(shape.size());
+  for (int64_t d = 0; d < rank; ++d) {
+    const int64_t target = d < leading ? 1 : shape[d - leading];
+    if (tensor.shape()[d] == target) continue;
+    Shape reduced = tensor.shape();
+    reduced[d] = 1;
+    const Tensor zeros = Tensor::Zeros(tensor.dtype(), reduced);
+    const TensorView zero_index(DataType::kInt64, tensor.shape(), Shape(rank, 0), &kZeroIndex);
+    TENSOROPS_ASSIGN_OR_RETURN(Tensor summed, Scatter(ScatterArgs{.input = zeros.view(),
+                                                                  .index = zero_index,
+                                                                  .source = tensor.view(),
+                                                                  .axis = d,
+                                                                  .reduce = Reduction::kSum}));
+    tensor = std::move(summed);
+  }
+  return ConvertTo(Reshaped(std::move(tensor), shape).view(), dtype);
+}
+
+// Dispatched on the compute dtype; `alpha`, when set, is converted to it.
 absl::StatusOr<FamilyGradients> RunScatterFamilyBackward(
     std::string_view op, const ScatterFamily& family, const Tensor& input, const Tensor& source,
-    const Tensor& grad, Reduction reduce, bool include_self,
-    const std::optional<Scalar>& alpha = std::nullopt) {
+    const Tensor& grad, Reduction reduce, bool include_self, const std::optional<Scalar>& alpha) {
   std::optional<Tensor> alpha_tensor;
   if (alpha.has_value()) {
     TENSOROPS_ASSIGN_OR_RETURN(alpha_tensor, ScalarToTensor(*alpha, input.dtype(), op, "alpha"));
@@ -436,282 +334,5 @@ absl::StatusOr<FamilyGradients> RunScatterFamilyBackward(
       });
 }
 
-// ---------------------------------------------------------------------------------------------
-// One function per op.
-
-absl::StatusOr<Gradients> GatherBackward(const GatherArgs& args, const TensorView& grad) {
-  constexpr std::string_view kOp = "gather";
-  TENSOROPS_ASSIGN_OR_RETURN(GatherPlan plan, PlanGather(args));
-  TENSOROPS_RETURN_IF_ERROR(CheckDifferentiable(kOp, "input", args.input.dtype()));
-  TENSOROPS_RETURN_IF_ERROR(CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
-  Tensor grad_input;
-  if (!args.broadcast) {
-    const Tensor zeros = Tensor::Zeros(args.input.dtype(), args.input.shape());
-    TENSOROPS_ASSIGN_OR_RETURN(grad_input, Scatter(ScatterArgs{.input = zeros.view(),
-                                                               .index = args.index,
-                                                               .source = grad,
-                                                               .axis = args.axis,
-                                                               .reduce = Reduction::kSum}));
-  } else {
-    // Scatter-add into the input broadcast to the index (the plan's walk), then sum over the
-    // broadcast dimensions.
-    Shape expanded = plan.index.shape();
-    expanded[plan.axis] = plan.input_axis_size;
-    const Tensor zeros = Tensor::Zeros(args.input.dtype(), expanded);
-    const Tensor grad_copy = Tensor::FromView(grad);
-    const TensorView grad_walk(grad.dtype(), plan.index.shape(), grad_copy.data());
-    TENSOROPS_ASSIGN_OR_RETURN(Tensor expanded_grad,
-                               Scatter(ScatterArgs{.input = zeros.view(),
-                                                   .index = plan.index,
-                                                   .source = grad_walk,
-                                                   .axis = plan.axis,
-                                                   .reduce = Reduction::kSum}));
-    TENSOROPS_ASSIGN_OR_RETURN(grad_input,
-                               SumToShape(std::move(expanded_grad), args.input.shape()));
-  }
-  Gradients out;
-  out.by_argument.emplace_back("input", std::move(grad_input));
-  return out;
-}
-
-absl::StatusOr<Gradients> IndexSelectBackward(const IndexSelectArgs& args, const TensorView& grad) {
-  constexpr std::string_view kOp = "index_select";
-  TENSOROPS_ASSIGN_OR_RETURN(GatherPlan plan, PlanIndexSelect(args));
-  TENSOROPS_RETURN_IF_ERROR(CheckDifferentiable(kOp, "input", args.input.dtype()));
-  TENSOROPS_RETURN_IF_ERROR(CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
-  // index_add of grad into zeros; a rank-0 index is one index.
-  TensorView index = args.index;
-  if (index.rank() == 0) index = TensorView(index.dtype(), {1}, {1}, index.data());
-  const Tensor zeros = Tensor::Zeros(args.input.dtype(), args.input.shape());
-  const Tensor grad_copy = Tensor::FromView(grad);
-  TENSOROPS_ASSIGN_OR_RETURN(Tensor grad_input,
-                             IndexReduce(IndexReduceArgs{.input = zeros.view(),
-                                                         .index = index,
-                                                         .source = grad_copy.view(),
-                                                         .axis = args.axis,
-                                                         .reduce = Reduction::kSum}));
-  Gradients out;
-  out.by_argument.emplace_back("input", std::move(grad_input));
-  return out;
-}
-
-absl::StatusOr<Gradients> GatherNdBackward(const GatherNdArgs& args, const TensorView& grad) {
-  constexpr std::string_view kOp = "gather_nd";
-  TENSOROPS_ASSIGN_OR_RETURN(NdPlan plan, PlanGatherNd(args));
-  TENSOROPS_RETURN_IF_ERROR(CheckDifferentiable(kOp, "input", args.input.dtype()));
-  TENSOROPS_RETURN_IF_ERROR(CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
-  const Tensor zeros = Tensor::Zeros(args.input.dtype(), args.input.shape());
-  TENSOROPS_ASSIGN_OR_RETURN(Tensor grad_input,
-                             ScatterNd(ScatterNdArgs{.input = zeros.view(),
-                                                     .index = args.index,
-                                                     .source = grad,
-                                                     .axes = args.axes,
-                                                     .batch_dims = args.batch_dims,
-                                                     .reduce = Reduction::kSum}));
-  Gradients out;
-  out.by_argument.emplace_back("input", std::move(grad_input));
-  return out;
-}
-
-absl::StatusOr<Gradients> ScatterBackward(const ScatterArgs& args, const TensorView& grad) {
-  constexpr std::string_view kOp = "scatter";
-  TENSOROPS_ASSIGN_OR_RETURN(ScatterPlan plan, PlanScatter(args));
-  const DataType dtype = args.input.dtype();
-  TENSOROPS_RETURN_IF_ERROR(CheckDifferentiable(kOp, "input", dtype));
-  TENSOROPS_RETURN_IF_ERROR(CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
-  const DataType compute = ComputeDtype(dtype);
-  // The plan walks index and source at the iteration shape (broadcast already applied, the
-  // source's leading block taken), so the backward runs a plain Scatter with those views.
-  const AxisScatterFamily family(plan.index, plan.axis);
-  const Tensor input = ConvertTo(args.input, compute);
-  const Tensor source = ConvertTo(plan.source, compute);
-  const Tensor grad_compute = ConvertTo(grad, compute);
-  TENSOROPS_ASSIGN_OR_RETURN(FamilyGradients gradients,
-                             RunScatterFamilyBackward(kOp, family, input, source, grad_compute,
-                                                      args.reduce, args.include_self));
-  Gradients out;
-  out.by_argument.emplace_back("input", ConvertTo(gradients.input.view(), dtype));
-  if (const auto* src = std::get_if<TensorView>(&args.source)) {
-    Tensor grad_source;
-    if (args.broadcast) {
-      TENSOROPS_ASSIGN_OR_RETURN(grad_source,
-                                 SumToShape(std::move(gradients.source), src->shape()));
-    } else {
-      grad_source = EmbedBlock(std::move(gradients.source), src->shape());
-    }
-    out.by_argument.emplace_back("src", ConvertTo(grad_source.view(), dtype));
-  }
-  return out;
-}
-
-absl::StatusOr<Gradients> IndexReduceBackward(const IndexReduceArgs& args, const TensorView& grad) {
-  constexpr std::string_view kOp = "index_reduce";
-  TENSOROPS_ASSIGN_OR_RETURN(ScatterPlan plan, PlanIndexReduce(args));
-  const DataType dtype = args.input.dtype();
-  TENSOROPS_RETURN_IF_ERROR(CheckDifferentiable(kOp, "input", dtype));
-  TENSOROPS_RETURN_IF_ERROR(CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
-  const DataType compute = ComputeDtype(dtype);
-  const IndexReduceFamily family(args.index, args.axis);
-  const Tensor input = ConvertTo(args.input, compute);
-  const Tensor source = ConvertTo(args.source, compute);
-  const Tensor grad_compute = ConvertTo(grad, compute);
-  std::optional<Scalar> alpha;
-  if (args.reduce == Reduction::kSum) alpha = args.alpha;
-  TENSOROPS_ASSIGN_OR_RETURN(FamilyGradients gradients,
-                             RunScatterFamilyBackward(kOp, family, input, source, grad_compute,
-                                                      args.reduce, args.include_self, alpha));
-  Gradients out;
-  out.by_argument.emplace_back("input", ConvertTo(gradients.input.view(), dtype));
-  out.by_argument.emplace_back(
-      "src", ConvertTo(Reshaped(std::move(gradients.source), args.source.shape()).view(), dtype));
-  return out;
-}
-
-absl::StatusOr<Gradients> ScatterNdBackward(const ScatterNdArgs& args, const TensorView& grad) {
-  constexpr std::string_view kOp = "scatter_nd";
-  TENSOROPS_ASSIGN_OR_RETURN(NdPlan plan, PlanScatterNd(args));
-  const DataType dtype = plan.result_dtype;
-  TENSOROPS_RETURN_IF_ERROR(
-      CheckDifferentiable(kOp, args.input.has_value() ? "input" : "src", dtype));
-  TENSOROPS_RETURN_IF_ERROR(CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
-  const DataType compute = ComputeDtype(dtype);
-  const NdScatterFamily family(args.index, args.axes, args.batch_dims);
-  const Tensor input = args.input.has_value() ? ConvertTo(*args.input, compute)
-                                              : Tensor::Zeros(compute, plan.result_shape);
-  // The source elements read: all of it in the TensorFlow form, the leading block B (the index's
-  // shape without its last dimension) in the axes form.
-  TensorView source_block = args.source;
-  if (!args.axes.empty() && args.index.rank() >= 1) {
-    const Shape block_shape(args.index.shape().begin(), args.index.shape().end() - 1);
-    if (static_cast<int64_t>(block_shape.size()) == args.source.rank()) {
-      source_block =
-          TensorView(args.source.dtype(), block_shape, args.source.strides(), args.source.data());
-    }
-  }
-  const Tensor source = ConvertTo(source_block, compute);
-  const Tensor grad_compute = ConvertTo(grad, compute);
-  TENSOROPS_ASSIGN_OR_RETURN(FamilyGradients gradients,
-                             RunScatterFamilyBackward(kOp, family, input, source, grad_compute,
-                                                      args.reduce, args.include_self));
-  Gradients out;
-  if (args.input.has_value()) {
-    out.by_argument.emplace_back("input", ConvertTo(gradients.input.view(), dtype));
-  }
-  out.by_argument.emplace_back(
-      "src", ConvertTo(EmbedBlock(std::move(gradients.source), args.source.shape()).view(), dtype));
-  return out;
-}
-
-// ViewScatterBackward: grad_src is the window of grad_output; grad_input is grad_output with the
-// window zeroed, i.e. the op itself run on (grad_output, zeros).
-template <typename Args, typename PlanFn, typename RunFn>
-absl::StatusOr<Gradients> ViewScatterBackward(std::string_view op, const Args& args,
-                                              const TensorView& grad, PlanFn plan_fn,
-                                              RunFn run_fn) {
-  TENSOROPS_ASSIGN_OR_RETURN(ViewScatterPlan plan, plan_fn(args));
-  TENSOROPS_RETURN_IF_ERROR(CheckDifferentiable(op, "input", args.input.dtype()));
-  TENSOROPS_RETURN_IF_ERROR(CheckGradOutput(op, grad, plan.result_dtype, plan.result_shape));
-  const Tensor grad_copy = Tensor::FromView(grad);
-  const Tensor zeros = Tensor::Zeros(args.src.dtype(), args.src.shape());
-  Args zeroing = args;
-  zeroing.input = grad_copy.view();
-  zeroing.src = zeros.view();
-  TENSOROPS_ASSIGN_OR_RETURN(Tensor grad_input, run_fn(zeroing));
-  const TensorView window(
-      grad.dtype(), plan.window_shape, plan.window_strides,
-      static_cast<const char*>(grad_copy.data()) + plan.window_offset * ItemSize(grad.dtype()));
-  Gradients out;
-  out.by_argument.emplace_back("input", std::move(grad_input));
-  out.by_argument.emplace_back("src", Reshaped(Tensor::FromView(window), args.src.shape()));
-  return out;
-}
-
-absl::StatusOr<Gradients> MaskedScatterBackward(const MaskedScatterArgs& args,
-                                                const TensorView& grad) {
-  constexpr std::string_view kOp = "masked_scatter";
-  TENSOROPS_ASSIGN_OR_RETURN(MaskedScatterPlan plan, PlanMaskedScatter(args));
-  const DataType dtype = args.input.dtype();
-  TENSOROPS_RETURN_IF_ERROR(CheckDifferentiable(kOp, "input", dtype));
-  TENSOROPS_RETURN_IF_ERROR(CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
-  // The true positions of the broadcast mask, in row-major order.
-  const Tensor mask = Tensor::FromView(plan.mask);
-  std::vector<int64_t> positions;
-  for (int64_t i = 0; i < mask.numel(); ++i) {
-    if (mask.data_as<bool>()[i]) positions.push_back(i);
-  }
-  if (static_cast<int64_t>(positions.size()) > args.source.numel()) {
-    // The forward's own error names both counts.
-    return MaskedScatter(args).status();
-  }
-  const Tensor grad_copy = Tensor::FromView(grad);
-  // grad_input: masked_fill(grad, mask, 0), summed over what broadcasting expanded.
-  const Tensor zeros = Tensor::Zeros(dtype, {static_cast<int64_t>(positions.size())});
-  TENSOROPS_ASSIGN_OR_RETURN(
-      Tensor masked_grad,
-      MaskedScatter(
-          MaskedScatterArgs{.input = grad_copy.view(), .mask = args.mask, .source = zeros.view()}));
-  TENSOROPS_ASSIGN_OR_RETURN(Tensor grad_input,
-                             SumToShape(std::move(masked_grad), args.input.shape()));
-  // grad_src: masked_select(grad, mask), an index_select of the flattened gradient, padded with
-  // zeros to the source's shape.
-  Tensor position_index(DataType::kInt64, {static_cast<int64_t>(positions.size())});
-  if (!positions.empty()) {
-    std::memcpy(position_index.data(), positions.data(), positions.size() * sizeof(int64_t));
-  }
-  const TensorView flat_grad(dtype, {grad_copy.numel()}, grad_copy.data());
-  TENSOROPS_ASSIGN_OR_RETURN(
-      Tensor selected,
-      IndexSelect(IndexSelectArgs{.input = flat_grad, .index = position_index.view()}));
-  Tensor grad_source = Tensor::Zeros(dtype, args.source.shape());
-  if (selected.nbytes() > 0) {
-    std::memcpy(grad_source.data(), selected.data(), static_cast<size_t>(selected.nbytes()));
-  }
-  Gradients out;
-  out.by_argument.emplace_back("input", std::move(grad_input));
-  out.by_argument.emplace_back("src", std::move(grad_source));
-  return out;
-}
-
-}  // namespace
-
-absl::StatusOr<Gradients> Backward(const BackwardArgs& args, const TensorView& grad_output) {
-  struct Visitor {
-    const TensorView& grad;
-    absl::StatusOr<Gradients> operator()(const GatherArgs& a) const {
-      return GatherBackward(a, grad);
-    }
-    absl::StatusOr<Gradients> operator()(const ScatterArgs& a) const {
-      return ScatterBackward(a, grad);
-    }
-    absl::StatusOr<Gradients> operator()(const IndexSelectArgs& a) const {
-      return IndexSelectBackward(a, grad);
-    }
-    absl::StatusOr<Gradients> operator()(const IndexReduceArgs& a) const {
-      return IndexReduceBackward(a, grad);
-    }
-    absl::StatusOr<Gradients> operator()(const SelectScatterArgs& a) const {
-      return ViewScatterBackward("select_scatter", a, grad, PlanSelectScatter,
-                                 [](const SelectScatterArgs& z) { return SelectScatter(z); });
-    }
-    absl::StatusOr<Gradients> operator()(const SliceScatterArgs& a) const {
-      return ViewScatterBackward("slice_scatter", a, grad, PlanSliceScatter,
-                                 [](const SliceScatterArgs& z) { return SliceScatter(z); });
-    }
-    absl::StatusOr<Gradients> operator()(const DiagonalScatterArgs& a) const {
-      return ViewScatterBackward("diagonal_scatter", a, grad, PlanDiagonalScatter,
-                                 [](const DiagonalScatterArgs& z) { return DiagonalScatter(z); });
-    }
-    absl::StatusOr<Gradients> operator()(const GatherNdArgs& a) const {
-      return GatherNdBackward(a, grad);
-    }
-    absl::StatusOr<Gradients> operator()(const ScatterNdArgs& a) const {
-      return ScatterNdBackward(a, grad);
-    }
-    absl::StatusOr<Gradients> operator()(const MaskedScatterArgs& a) const {
-      return MaskedScatterBackward(a, grad);
-    }
-  };
-  return std::visit(Visitor{grad_output}, args);
-}
-
+}  // namespace backward_internal
 }  // namespace tensorops

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/gradients.h"
 #include "kernels/tensor.h"
 
 namespace tensorops {
@@ -64,6 +65,8 @@ absl::Status Gather(const GatherPlan& plan, const MutableTensorView& result);
 
 // Gather plans and runs `args` on the CPU, returning a new tensor.
 absl::StatusOr<Tensor> Gather(const GatherArgs& args);
+// Backward returns the gradients of Gather(args) for `grad_output`: "input" (kernels/backward.h).
+absl::StatusOr<Gradients> Backward(const GatherArgs& args, const TensorView& grad_output);
 
 }  // namespace tensorops
 

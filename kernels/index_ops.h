@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/gather.h"
+#include "kernels/gradients.h"
 #include "kernels/reduction.h"
 #include "kernels/scalar.h"
 #include "kernels/scatter.h"
@@ -34,6 +35,9 @@ absl::StatusOr<GatherPlan> PlanIndexSelect(const IndexSelectArgs& args);
 
 // IndexSelect plans and runs on the CPU.
 absl::StatusOr<Tensor> IndexSelect(const IndexSelectArgs& args);
+// Backward returns the gradients of IndexSelect(args) for `grad_output`: "input"
+// (kernels/backward.h).
+absl::StatusOr<Gradients> Backward(const IndexSelectArgs& args, const TensorView& grad_output);
 
 // IndexReduceArgs: `torch.index_add` (SUM with alpha), `index_copy` (ASSIGN), `index_reduce`
 // (PROD, MEAN, AMAX, AMIN with include_self), `paddle.index_add`, `paddle.scatter`.
@@ -56,6 +60,9 @@ absl::StatusOr<ScatterPlan> PlanIndexReduce(const IndexReduceArgs& args);
 
 // IndexReduce plans and runs on the CPU.
 absl::StatusOr<Tensor> IndexReduce(const IndexReduceArgs& args);
+// Backward returns the gradients of IndexReduce(args) for `grad_output`: "input" and "src"
+// (kernels/backward.h).
+absl::StatusOr<Gradients> Backward(const IndexReduceArgs& args, const TensorView& grad_output);
 
 }  // namespace tensorops
 

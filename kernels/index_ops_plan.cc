@@ -2,14 +2,17 @@
 // viewed at the iteration shape with stride 0 on every dimension but `axis` (where it keeps its
 // own stride), so every slice of the input (IndexSelect) or of the source (IndexReduce) along
 // `axis` reads the same index entry. No loop over indices lives here: the kernels walk, range-check
-// and report (naming `index[k]` of the 1-D index the caller sent).
+// and report (naming `index[k]` of the 1-D index the caller sent). Their Backward is at the end.
 #include <complex>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <variant>
 
 #include "absl/strings/str_format.h"
+#include "kernels/backward.h"
 #include "kernels/dispatch.h"
 #include "kernels/half.h"
 #include "kernels/index_ops.h"
@@ -193,6 +196,89 @@ absl::StatusOr<Tensor> IndexSelect(const IndexSelectArgs& args) {
 
 absl::StatusOr<Tensor> IndexReduce(const IndexReduceArgs& args) {
   return internal::RunIntoNewTensor(PlanIndexReduce(args), cpu::Scatter);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward (kernels/backward.h).
+
+namespace {
+
+using backward_internal::CheckDifferentiable;
+using backward_internal::CheckGradOutput;
+using backward_internal::ComputeDtype;
+using backward_internal::ConvertTo;
+using backward_internal::FamilyGradients;
+using backward_internal::Reshaped;
+using backward_internal::RunScatterFamilyBackward;
+using backward_internal::ScatterFamily;
+
+// IndexReduce; its gather is IndexSelect.
+class IndexReduceFamily final : public ScatterFamily {
+ public:
+  IndexReduceFamily(TensorView index, int64_t axis) : index_(std::move(index)), axis_(axis) {}
+
+  absl::StatusOr<Tensor> Reduce(const TensorView& self, const TensorView& source, Reduction reduce,
+                                bool include_self) const override {
+    return IndexReduce(IndexReduceArgs{.input = self,
+                                       .index = index_,
+                                       .source = source,
+                                       .axis = axis_,
+                                       .reduce = reduce,
+                                       .include_self = include_self});
+  }
+  absl::StatusOr<Tensor> Select(const TensorView& tensor) const override {
+    return IndexSelect(IndexSelectArgs{.input = tensor, .index = index_, .axis = axis_});
+  }
+
+ private:
+  TensorView index_;
+  int64_t axis_;
+};
+
+}  // namespace
+
+absl::StatusOr<Gradients> Backward(const IndexSelectArgs& args, const TensorView& grad) {
+  constexpr std::string_view kOp = "index_select";
+  TENSOROPS_ASSIGN_OR_RETURN(GatherPlan plan, PlanIndexSelect(args));
+  TENSOROPS_RETURN_IF_ERROR(CheckDifferentiable(kOp, "input", args.input.dtype()));
+  TENSOROPS_RETURN_IF_ERROR(CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
+  // index_add of grad into zeros; a rank-0 index is one index.
+  TensorView index = args.index;
+  if (index.rank() == 0) index = TensorView(index.dtype(), {1}, {1}, index.data());
+  const Tensor zeros = Tensor::Zeros(args.input.dtype(), args.input.shape());
+  const Tensor grad_copy = Tensor::FromView(grad);
+  TENSOROPS_ASSIGN_OR_RETURN(Tensor grad_input,
+                             IndexReduce(IndexReduceArgs{.input = zeros.view(),
+                                                         .index = index,
+                                                         .source = grad_copy.view(),
+                                                         .axis = args.axis,
+                                                         .reduce = Reduction::kSum}));
+  Gradients out;
+  out.by_argument.emplace_back("input", std::move(grad_input));
+  return out;
+}
+
+absl::StatusOr<Gradients> Backward(const IndexReduceArgs& args, const TensorView& grad) {
+  constexpr std::string_view kOp = "index_reduce";
+  TENSOROPS_ASSIGN_OR_RETURN(ScatterPlan plan, PlanIndexReduce(args));
+  const DataType dtype = args.input.dtype();
+  TENSOROPS_RETURN_IF_ERROR(CheckDifferentiable(kOp, "input", dtype));
+  TENSOROPS_RETURN_IF_ERROR(CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
+  const DataType compute = ComputeDtype(dtype);
+  const IndexReduceFamily family(args.index, args.axis);
+  const Tensor input = ConvertTo(args.input, compute);
+  const Tensor source = ConvertTo(args.source, compute);
+  const Tensor grad_compute = ConvertTo(grad, compute);
+  std::optional<Scalar> alpha;
+  if (args.reduce == Reduction::kSum) alpha = args.alpha;
+  TENSOROPS_ASSIGN_OR_RETURN(FamilyGradients gradients,
+                             RunScatterFamilyBackward(kOp, family, input, source, grad_compute,
+                                                      args.reduce, args.include_self, alpha));
+  Gradients out;
+  out.by_argument.emplace_back("input", ConvertTo(gradients.input.view(), dtype));
+  out.by_argument.emplace_back(
+      "src", ConvertTo(Reshaped(std::move(gradients.source), args.source.shape()).view(), dtype));
+  return out;
 }
 
 }  // namespace tensorops

@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/gradients.h"
 #include "kernels/tensor.h"
 
 namespace tensorops {
@@ -57,6 +58,9 @@ absl::Status MaskedScatter(const MaskedScatterPlan& plan, const MutableTensorVie
 
 // MaskedScatter plans and runs on the CPU, returning a new tensor.
 absl::StatusOr<Tensor> MaskedScatter(const MaskedScatterArgs& args);
+// Backward returns the gradients of MaskedScatter(args) for `grad_output`: "input" and "src"
+// (kernels/backward.h).
+absl::StatusOr<Gradients> Backward(const MaskedScatterArgs& args, const TensorView& grad_output);
 
 }  // namespace tensorops
 

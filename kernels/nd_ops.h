@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/gather.h"
+#include "kernels/gradients.h"
 #include "kernels/reduction.h"
 #include "kernels/scatter.h"
 #include "kernels/tensor.h"
@@ -128,7 +129,12 @@ absl::Status ScatterNd(const NdPlan& plan, const MutableTensorView& result);
 
 // Plan and run on the CPU, returning a new tensor.
 absl::StatusOr<Tensor> GatherNd(const GatherNdArgs& args);
+// Backward returns the gradients of GatherNd(args) for `grad_output`: "input" (kernels/backward.h).
+absl::StatusOr<Gradients> Backward(const GatherNdArgs& args, const TensorView& grad_output);
 absl::StatusOr<Tensor> ScatterNd(const ScatterNdArgs& args);
+// Backward returns the gradients of ScatterNd(args) for `grad_output`: "src" and, given an input,
+// "input" (kernels/backward.h).
+absl::StatusOr<Gradients> Backward(const ScatterNdArgs& args, const TensorView& grad_output);
 
 }  // namespace tensorops
 

@@ -1,10 +1,14 @@
 // Validation and planning of GatherNd and ScatterNd: both forms reduce to one NdPlan (see
 // nd_ops.h), so the checks of the index and its addressing live in one place, PlanAddressing.
+// Their Backward is at the end.
 #include <cstdint>
+#include <optional>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "kernels/backward.h"
 #include "kernels/nd_ops.h"
 #include "kernels/plan_checks.h"
 #include "kernels/status_macros.h"
@@ -262,6 +266,102 @@ absl::StatusOr<Tensor> GatherNd(const GatherNdArgs& args) {
 
 absl::StatusOr<Tensor> ScatterNd(const ScatterNdArgs& args) {
   return internal::RunIntoNewTensor(PlanScatterNd(args), cpu::ScatterNd);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward (kernels/backward.h).
+
+namespace {
+
+using backward_internal::CheckDifferentiable;
+using backward_internal::CheckGradOutput;
+using backward_internal::ComputeDtype;
+using backward_internal::ConvertTo;
+using backward_internal::EmbedBlock;
+using backward_internal::FamilyGradients;
+using backward_internal::RunScatterFamilyBackward;
+using backward_internal::ScatterFamily;
+
+// ScatterNd; its gather is GatherNd.
+class NdScatterFamily final : public ScatterFamily {
+ public:
+  NdScatterFamily(TensorView index, std::vector<int64_t> axes, int64_t batch_dims)
+      : index_(std::move(index)), axes_(std::move(axes)), batch_dims_(batch_dims) {}
+
+  absl::StatusOr<Tensor> Reduce(const TensorView& self, const TensorView& source, Reduction reduce,
+                                bool include_self) const override {
+    return ScatterNd(ScatterNdArgs{.input = self,
+                                   .index = index_,
+                                   .source = source,
+                                   .axes = axes_,
+                                   .batch_dims = batch_dims_,
+                                   .reduce = reduce,
+                                   .include_self = include_self});
+  }
+  absl::StatusOr<Tensor> Select(const TensorView& tensor) const override {
+    return GatherNd(
+        GatherNdArgs{.input = tensor, .index = index_, .axes = axes_, .batch_dims = batch_dims_});
+  }
+
+ private:
+  TensorView index_;
+  std::vector<int64_t> axes_;
+  int64_t batch_dims_;
+};
+
+}  // namespace
+
+absl::StatusOr<Gradients> Backward(const GatherNdArgs& args, const TensorView& grad) {
+  constexpr std::string_view kOp = "gather_nd";
+  TENSOROPS_ASSIGN_OR_RETURN(NdPlan plan, PlanGatherNd(args));
+  TENSOROPS_RETURN_IF_ERROR(CheckDifferentiable(kOp, "input", args.input.dtype()));
+  TENSOROPS_RETURN_IF_ERROR(CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
+  const Tensor zeros = Tensor::Zeros(args.input.dtype(), args.input.shape());
+  TENSOROPS_ASSIGN_OR_RETURN(Tensor grad_input,
+                             ScatterNd(ScatterNdArgs{.input = zeros.view(),
+                                                     .index = args.index,
+                                                     .source = grad,
+                                                     .axes = args.axes,
+                                                     .batch_dims = args.batch_dims,
+                                                     .reduce = Reduction::kSum}));
+  Gradients out;
+  out.by_argument.emplace_back("input", std::move(grad_input));
+  return out;
+}
+
+absl::StatusOr<Gradients> Backward(const ScatterNdArgs& args, const TensorView& grad) {
+  constexpr std::string_view kOp = "scatter_nd";
+  TENSOROPS_ASSIGN_OR_RETURN(NdPlan plan, PlanScatterNd(args));
+  const DataType dtype = plan.result_dtype;
+  TENSOROPS_RETURN_IF_ERROR(
+      CheckDifferentiable(kOp, args.input.has_value() ? "input" : "src", dtype));
+  TENSOROPS_RETURN_IF_ERROR(CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
+  const DataType compute = ComputeDtype(dtype);
+  const NdScatterFamily family(args.index, args.axes, args.batch_dims);
+  const Tensor input = args.input.has_value() ? ConvertTo(*args.input, compute)
+                                              : Tensor::Zeros(compute, plan.result_shape);
+  // The source elements read: all of it in the TensorFlow form, the leading block B (the index's
+  // shape without its last dimension) in the axes form.
+  TensorView source_block = args.source;
+  if (!args.axes.empty() && args.index.rank() >= 1) {
+    const Shape block_shape(args.index.shape().begin(), args.index.shape().end() - 1);
+    if (static_cast<int64_t>(block_shape.size()) == args.source.rank()) {
+      source_block =
+          TensorView(args.source.dtype(), block_shape, args.source.strides(), args.source.data());
+    }
+  }
+  const Tensor source = ConvertTo(source_block, compute);
+  const Tensor grad_compute = ConvertTo(grad, compute);
+  TENSOROPS_ASSIGN_OR_RETURN(FamilyGradients gradients,
+                             RunScatterFamilyBackward(kOp, family, input, source, grad_compute,
+                                                      args.reduce, args.include_self));
+  Gradients out;
+  if (args.input.has_value()) {
+    out.by_argument.emplace_back("input", ConvertTo(gradients.input.view(), dtype));
+  }
+  out.by_argument.emplace_back(
+      "src", ConvertTo(EmbedBlock(std::move(gradients.source), args.source.shape()).view(), dtype));
+  return out;
 }
 
 }  // namespace tensorops

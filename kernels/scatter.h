@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/gradients.h"
 #include "kernels/reduction.h"
 #include "kernels/scalar.h"
 #include "kernels/tensor.h"
@@ -79,6 +80,9 @@ absl::Status Scatter(const ScatterPlan& plan, const MutableTensorView& result);
 
 // Scatter plans and runs `args` on the CPU, returning a new tensor.
 absl::StatusOr<Tensor> Scatter(const ScatterArgs& args);
+// Backward returns the gradients of Scatter(args) for `grad_output`: "input" and, with a tensor
+// src, "src" (kernels/backward.h).
+absl::StatusOr<Gradients> Backward(const ScatterArgs& args, const TensorView& grad_output);
 
 }  // namespace tensorops
 

@@ -1,9 +1,12 @@
 // Validation and planning of Gather and Scatter: every check that does not depend on the device
-// or on index values. The kernels trust a plan.
+// or on index values. The kernels trust a plan. Their Backward is at the end.
 #include <algorithm>
+#include <optional>
+#include <utility>
 #include <variant>
 
 #include "absl/strings/str_format.h"
+#include "kernels/backward.h"
 #include "kernels/gather.h"
 #include "kernels/plan_checks.h"
 #include "kernels/scatter.h"
@@ -192,6 +195,112 @@ absl::StatusOr<Tensor> Gather(const GatherArgs& args) {
 
 absl::StatusOr<Tensor> Scatter(const ScatterArgs& args) {
   return internal::RunIntoNewTensor(PlanScatter(args), cpu::Scatter);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward (kernels/backward.h).
+
+namespace {
+
+using backward_internal::CheckDifferentiable;
+using backward_internal::CheckGradOutput;
+using backward_internal::ComputeDtype;
+using backward_internal::ConvertTo;
+using backward_internal::EmbedBlock;
+using backward_internal::FamilyGradients;
+using backward_internal::RunScatterFamilyBackward;
+using backward_internal::ScatterFamily;
+using backward_internal::SumToShape;
+
+// Scatter along an axis; its gather is Gather.
+class AxisScatterFamily final : public ScatterFamily {
+ public:
+  AxisScatterFamily(TensorView index, int64_t axis) : index_(std::move(index)), axis_(axis) {}
+
+  absl::StatusOr<Tensor> Reduce(const TensorView& self, const TensorView& source, Reduction reduce,
+                                bool include_self) const override {
+    return Scatter(ScatterArgs{.input = self,
+                               .index = index_,
+                               .source = source,
+                               .axis = axis_,
+                               .reduce = reduce,
+                               .include_self = include_self});
+  }
+  absl::StatusOr<Tensor> Select(const TensorView& tensor) const override {
+    return Gather(GatherArgs{.input = tensor, .index = index_, .axis = axis_});
+  }
+
+ private:
+  TensorView index_;
+  int64_t axis_;
+};
+
+}  // namespace
+
+absl::StatusOr<Gradients> Backward(const GatherArgs& args, const TensorView& grad) {
+  constexpr std::string_view kOp = "gather";
+  TENSOROPS_ASSIGN_OR_RETURN(GatherPlan plan, PlanGather(args));
+  TENSOROPS_RETURN_IF_ERROR(CheckDifferentiable(kOp, "input", args.input.dtype()));
+  TENSOROPS_RETURN_IF_ERROR(CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
+  Tensor grad_input;
+  if (!args.broadcast) {
+    const Tensor zeros = Tensor::Zeros(args.input.dtype(), args.input.shape());
+    TENSOROPS_ASSIGN_OR_RETURN(grad_input, Scatter(ScatterArgs{.input = zeros.view(),
+                                                               .index = args.index,
+                                                               .source = grad,
+                                                               .axis = args.axis,
+                                                               .reduce = Reduction::kSum}));
+  } else {
+    // Scatter-add into the input broadcast to the index (the plan's walk), then sum over the
+    // broadcast dimensions.
+    Shape expanded = plan.index.shape();
+    expanded[plan.axis] = plan.input_axis_size;
+    const Tensor zeros = Tensor::Zeros(args.input.dtype(), expanded);
+    const Tensor grad_copy = Tensor::FromView(grad);
+    const TensorView grad_walk(grad.dtype(), plan.index.shape(), grad_copy.data());
+    TENSOROPS_ASSIGN_OR_RETURN(Tensor expanded_grad,
+                               Scatter(ScatterArgs{.input = zeros.view(),
+                                                   .index = plan.index,
+                                                   .source = grad_walk,
+                                                   .axis = plan.axis,
+                                                   .reduce = Reduction::kSum}));
+    TENSOROPS_ASSIGN_OR_RETURN(grad_input,
+                               SumToShape(std::move(expanded_grad), args.input.shape()));
+  }
+  Gradients out;
+  out.by_argument.emplace_back("input", std::move(grad_input));
+  return out;
+}
+
+absl::StatusOr<Gradients> Backward(const ScatterArgs& args, const TensorView& grad) {
+  constexpr std::string_view kOp = "scatter";
+  TENSOROPS_ASSIGN_OR_RETURN(ScatterPlan plan, PlanScatter(args));
+  const DataType dtype = args.input.dtype();
+  TENSOROPS_RETURN_IF_ERROR(CheckDifferentiable(kOp, "input", dtype));
+  TENSOROPS_RETURN_IF_ERROR(CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
+  const DataType compute = ComputeDtype(dtype);
+  // The plan walks index and source at the iteration shape (broadcast already applied, the
+  // source's leading block taken), so the backward runs a plain Scatter with those views.
+  const AxisScatterFamily family(plan.index, plan.axis);
+  const Tensor input = ConvertTo(args.input, compute);
+  const Tensor source = ConvertTo(plan.source, compute);
+  const Tensor grad_compute = ConvertTo(grad, compute);
+  TENSOROPS_ASSIGN_OR_RETURN(FamilyGradients gradients,
+                             RunScatterFamilyBackward(kOp, family, input, source, grad_compute,
+                                                      args.reduce, args.include_self));
+  Gradients out;
+  out.by_argument.emplace_back("input", ConvertTo(gradients.input.view(), dtype));
+  if (const auto* src = std::get_if<TensorView>(&args.source)) {
+    Tensor grad_source;
+    if (args.broadcast) {
+      TENSOROPS_ASSIGN_OR_RETURN(grad_source,
+                                 SumToShape(std::move(gradients.source), src->shape()));
+    } else {
+      grad_source = EmbedBlock(std::move(gradients.source), src->shape());
+    }
+    out.by_argument.emplace_back("src", ConvertTo(grad_source.view(), dtype));
+  }
+  return out;
 }
 
 }  // namespace tensorops

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/gradients.h"
 #include "kernels/tensor.h"
 
 namespace tensorops {
@@ -93,8 +94,17 @@ absl::Status ViewScatter(const ViewScatterPlan& plan, const MutableTensorView& r
 
 // Plan and run on the CPU.
 absl::StatusOr<Tensor> SelectScatter(const SelectScatterArgs& args);
+// Backward returns the gradients of SelectScatter(args) for `grad_output`: "input" and "src"
+// (kernels/backward.h).
+absl::StatusOr<Gradients> Backward(const SelectScatterArgs& args, const TensorView& grad_output);
 absl::StatusOr<Tensor> SliceScatter(const SliceScatterArgs& args);
+// Backward returns the gradients of SliceScatter(args) for `grad_output`: "input" and "src"
+// (kernels/backward.h).
+absl::StatusOr<Gradients> Backward(const SliceScatterArgs& args, const TensorView& grad_output);
 absl::StatusOr<Tensor> DiagonalScatter(const DiagonalScatterArgs& args);
+// Backward returns the gradients of DiagonalScatter(args) for `grad_output`: "input" and "src"
+// (kernels/backward.h).
+absl::StatusOr<Gradients> Backward(const DiagonalScatterArgs& args, const TensorView& grad_output);
 
 }  // namespace tensorops
 

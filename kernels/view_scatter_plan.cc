@@ -1,5 +1,6 @@
 // Validation and planning of SelectScatter, SliceScatter and DiagonalScatter
-// (kernels/view_scatter.h); the CPU kernel is kernels/cpu/view_scatter.cc.
+// (kernels/view_scatter.h); the CPU kernel is kernels/cpu/view_scatter.cc. Their Backward is at
+// the end.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -7,8 +8,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "absl/strings/str_format.h"
+#include "kernels/backward.h"
 #include "kernels/dtype.h"
 #include "kernels/plan_checks.h"
 #include "kernels/shape.h"
@@ -179,6 +182,58 @@ absl::StatusOr<Tensor> SliceScatter(const SliceScatterArgs& args) {
 
 absl::StatusOr<Tensor> DiagonalScatter(const DiagonalScatterArgs& args) {
   return internal::RunIntoNewTensor(PlanDiagonalScatter(args), cpu::ViewScatter);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward (kernels/backward.h).
+
+namespace {
+
+using backward_internal::CheckDifferentiable;
+using backward_internal::CheckGradOutput;
+using backward_internal::Reshaped;
+
+// ViewScatterBackward: grad_src is the window of grad_output; grad_input is grad_output with the
+// window zeroed, i.e. the op itself run on (grad_output, zeros).
+template <typename Args, typename PlanFn, typename RunFn>
+absl::StatusOr<Gradients> ViewScatterBackward(std::string_view op, const Args& args,
+                                              const TensorView& grad, PlanFn plan_fn,
+                                              RunFn run_fn) {
+  TENSOROPS_ASSIGN_OR_RETURN(ViewScatterPlan plan, plan_fn(args));
+  TENSOROPS_RETURN_IF_ERROR(CheckDifferentiable(op, "input", args.input.dtype()));
+  TENSOROPS_RETURN_IF_ERROR(CheckGradOutput(op, grad, plan.result_dtype, plan.result_shape));
+  const Tensor grad_copy = Tensor::FromView(grad);
+  const Tensor zeros = Tensor::Zeros(args.src.dtype(), args.src.shape());
+  Args zeroing = args;
+  zeroing.input = grad_copy.view();
+  zeroing.src = zeros.view();
+  TENSOROPS_ASSIGN_OR_RETURN(Tensor grad_input, run_fn(zeroing));
+  const TensorView window(
+      grad.dtype(), plan.window_shape, plan.window_strides,
+      static_cast<const char*>(grad_copy.data()) + plan.window_offset * ItemSize(grad.dtype()));
+  Gradients out;
+  out.by_argument.emplace_back("input", std::move(grad_input));
+  out.by_argument.emplace_back("src", Reshaped(Tensor::FromView(window), args.src.shape()));
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<Gradients> Backward(const SelectScatterArgs& args, const TensorView& grad) {
+  return ViewScatterBackward(
+      "select_scatter", args, grad, PlanSelectScatter,
+      [](const SelectScatterArgs& zeroing) { return SelectScatter(zeroing); });
+}
+
+absl::StatusOr<Gradients> Backward(const SliceScatterArgs& args, const TensorView& grad) {
+  return ViewScatterBackward("slice_scatter", args, grad, PlanSliceScatter,
+                             [](const SliceScatterArgs& zeroing) { return SliceScatter(zeroing); });
+}
+
+absl::StatusOr<Gradients> Backward(const DiagonalScatterArgs& args, const TensorView& grad) {
+  return ViewScatterBackward(
+      "diagonal_scatter", args, grad, PlanDiagonalScatter,
+      [](const DiagonalScatterArgs& zeroing) { return DiagonalScatter(zeroing); });
 }
 
 }  // namespace tensorops

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <new>
 #include <optional>
@@ -14,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "kernels/backward.h"
+#include "kernels/gradients.h"
 #include "kernels/device_call.h"
 #include "kernels/dtype.h"
 #include "kernels/in_place_checks.h"
@@ -262,12 +263,14 @@ absl::StatusOr<PreparedOp> PrepareBackward(const v1::BackwardRequest& request,
                              StoredOperands::Acquire(op, request, stored));
   // grad_output's decoder; the forward call's tensors get one named after the forward op.
   const ArgDecoder decoder(op, limits, operands);
+  // The op's own Backward (kernels/<op>.h), chosen by the type of its decoded arguments.
+  using RunBackward = std::function<absl::StatusOr<Gradients>(const TensorView& grad_output)>;
   TENSOROPS_ASSIGN_OR_RETURN(
-      BackwardArgs args,
+      RunBackward run_backward,
       ops::VisitOp(
           request.op(),
           [&]<typename Op>(Op,
-                           const typename Op::Request& op_request) -> absl::StatusOr<BackwardArgs> {
+                           const typename Op::Request& op_request) -> absl::StatusOr<RunBackward> {
             if (op_request.has_result_options()) {
               return absl::InvalidArgumentError(absl::StrFormat(
                   "%s: op.%s.result_options is set; a backward returns its gradients and stores "
@@ -278,20 +281,22 @@ absl::StatusOr<PreparedOp> PrepareBackward(const v1::BackwardRequest& request,
             const ArgDecoder forward_decoder(ops::Name<Op>(), limits, operands);
             TENSOROPS_ASSIGN_OR_RETURN(auto args,
                                        OpServing<Op>::Decode(op_request, forward_decoder));
-            return BackwardArgs(std::move(args));
+            return RunBackward([args = std::move(args)](const TensorView& grad_output) {
+              return Backward(args, grad_output);
+            });
           },
-          []() -> absl::StatusOr<BackwardArgs> {
+          []() -> absl::StatusOr<RunBackward> {
             return absl::InvalidArgumentError(
                 "backward: op is not set (expected the forward call's request, e.g. gather or "
                 "scatter)");
           }));
   TENSOROPS_ASSIGN_OR_RETURN(TensorView grad_output,
                              decoder.Tensor(request.grad_output(), "grad_output"));
-  auto shared_args = std::make_shared<const BackwardArgs>(std::move(args));
   return PreparedOp{
       .op = op,
-      .run = [shared_args, grad_output, response, operands]() -> absl::Status {
-        TENSOROPS_ASSIGN_OR_RETURN(Gradients gradients, Backward(*shared_args, grad_output));
+      .run = [run_backward = std::move(run_backward), grad_output, response,
+              operands]() -> absl::Status {
+        TENSOROPS_ASSIGN_OR_RETURN(Gradients gradients, run_backward(grad_output));
         // The gradients are computed into tensors of their own and copied into the response
         // once; they are each the size of an input, which the request already carried.
         for (const auto& [argument, gradient] : gradients.by_argument) {

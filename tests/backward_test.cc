@@ -4,8 +4,6 @@
 // hand-worked cases from the formulas of PyTorch's scatter_reduce_backward (as Paddle's
 // put_along_axis design adopts them) where finite differences say nothing (ties, duplicate ASSIGN);
 // every floating dtype; and the errors.
-#include "kernels/backward.h"
-
 #include <algorithm>
 #include <cmath>
 #include <complex>
@@ -24,26 +22,43 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/gather.h"
+#include "kernels/index_ops.h"
+#include "kernels/masked_scatter.h"
+#include "kernels/nd_ops.h"
+#include "kernels/scatter.h"
+#include "kernels/view_scatter.h"
+#include "tests/gradient_check.h"
 #include "tests/reference.h"
 
 namespace tensorops {
 namespace {
 
 using ::testing::ElementsAre;
+using testing::FillValues;
 using ::testing::HasSubstr;
 using testing::IndexTensor;
+using testing::RandomGrad;
 using testing::SeededGen;
 using testing::TensorFromComplex;
 using testing::TensorFromValues;
 using testing::ToDoubles;
+using testing::Values;
 using testing::reference_internal::ShapeString;
 using testing::reference_internal::Unravel;
 
 constexpr uint64_t kBackwardSeedSalt = 0xbac4;
-constexpr double kStep = 1e-6;
 
 // ---------------------------------------------------------------------------------------------
-// Running the forward op of a BackwardArgs.
+// A forward call of any op, and its forward and backward.
+
+using BackwardArgs = std::variant<GatherArgs, ScatterArgs, IndexSelectArgs, IndexReduceArgs,
+                                  SelectScatterArgs, SliceScatterArgs, DiagonalScatterArgs,
+                                  GatherNdArgs, ScatterNdArgs, MaskedScatterArgs>;
+
+absl::StatusOr<Gradients> BackwardOf(const BackwardArgs& args, const TensorView& grad_output) {
+  return std::visit([&](const auto& op_args) { return Backward(op_args, grad_output); }, args);
+}
 
 absl::StatusOr<Tensor> Forward(const BackwardArgs& args) {
   struct Visitor {
@@ -77,131 +92,29 @@ struct Call {
   Tensor* Argument(const std::string& name) { return name == "input" ? &input : &source; }
 };
 
-// L = Re(sum(conj(grad) * forward)): the real loss whose gradient with respect to the result is
-// `grad` under PyTorch's convention.
-double Loss(const BackwardArgs& args, const Tensor& grad) {
-  absl::StatusOr<Tensor> result = Forward(args);
-  EXPECT_TRUE(result.ok()) << result.status();
-  if (!result.ok()) return 0;
-  double loss = 0;
-  if (grad.dtype() == DataType::kComplex128) {
-    const auto* g = grad.data_as<std::complex<double>>();
-    const auto* r = result->data_as<std::complex<double>>();
-    for (int64_t i = 0; i < grad.numel(); ++i) loss += (std::conj(g[i]) * r[i]).real();
-  } else {
-    const double* g = grad.data_as<double>();
-    const double* r = result->data_as<double>();
-    for (int64_t i = 0; i < grad.numel(); ++i) loss += g[i] * r[i];
-  }
-  return loss;
-}
-
-// Central difference of the loss along one real coordinate, perturbed in place.
-double Derivative(const BackwardArgs& args, const Tensor& grad, double& coordinate) {
-  const double saved = coordinate;
-  coordinate = saved + kStep;
-  const double plus = Loss(args, grad);
-  coordinate = saved - kStep;
-  const double minus = Loss(args, grad);
-  coordinate = saved;
-  return (plus - minus) / (2 * kStep);
-}
-
-Tensor RandomGrad(DataType dtype, const Shape& shape, absl::BitGen& gen) {
-  const int64_t count = testing::reference_internal::Count(shape);
-  if (dtype == DataType::kComplex128) {
-    std::vector<std::complex<double>> values(count);
-    for (auto& v : values) v = {absl::Uniform(gen, -1.0, 1.0), absl::Uniform(gen, -1.0, 1.0)};
-    return TensorFromComplex(dtype, shape, values);
-  }
-  std::vector<double> values(count);
-  for (double& v : values) v = absl::Uniform(gen, -1.0, 1.0);
-  return TensorFromValues(dtype, shape, values);
-}
-
-// ExpectMatchesFiniteDifferences compares Backward's gradient of every differentiable argument
-// with central finite differences of L = Re(sum(conj(grad) * forward)) for a random grad: the
-// real and imaginary parts of a complex gradient are dL/d(re) and dL/d(im).
+// ExpectMatchesFiniteDifferences checks the call's Backward against finite differences of its
+// forward (tests/gradient_check.h).
 void ExpectMatchesFiniteDifferences(Call& call, absl::BitGen& gen) {
   SCOPED_TRACE(call.description);
-  absl::StatusOr<Tensor> result = Forward(call.args);
-  ASSERT_TRUE(result.ok()) << result.status();
-  const Tensor grad = RandomGrad(result->dtype(), result->shape(), gen);
-  absl::StatusOr<Gradients> gradients = Backward(call.args, grad.view());
-  ASSERT_TRUE(gradients.ok()) << gradients.status();
-  ASSERT_EQ(gradients->by_argument.size(), call.differentiable.size());
+  std::vector<std::pair<std::string, Tensor*>> differentiable;
   for (const std::string& name : call.differentiable) {
-    SCOPED_TRACE(name);
-    const Tensor* analytic = gradients->Find(name);
-    ASSERT_NE(analytic, nullptr);
-    Tensor* argument = call.Argument(name);
-    ASSERT_EQ(ShapeString(analytic->shape()), ShapeString(argument->shape()));
-    ASSERT_EQ(analytic->dtype(), argument->dtype());
-    for (int64_t k = 0; k < argument->numel(); ++k) {
-      if (argument->dtype() == DataType::kComplex128) {
-        auto& element = argument->data_as<std::complex<double>>()[k];
-        double* parts = reinterpret_cast<double*>(&element);
-        const std::complex<double> numeric(Derivative(call.args, grad, parts[0]),
-                                           Derivative(call.args, grad, parts[1]));
-        const std::complex<double> got = analytic->data_as<std::complex<double>>()[k];
-        EXPECT_LE(std::abs(got - numeric), 1e-6 * std::max(1.0, std::abs(numeric)))
-            << name << ".flat[" << k << "]: backward " << got << ", finite difference " << numeric;
-      } else {
-        const double numeric = Derivative(call.args, grad, argument->data_as<double>()[k]);
-        const double got = analytic->data_as<double>()[k];
-        EXPECT_NEAR(got, numeric, 1e-6 * std::max(1.0, std::abs(numeric)))
-            << name << ".flat[" << k << "]";
-      }
-    }
+    differentiable.emplace_back(name, call.Argument(name));
   }
+  std::visit(
+      [&](const auto& args) {
+        testing::ExpectGradientsMatchFiniteDifferences(
+            args, [](const auto& op_args) { return Forward(op_args); }, differentiable, gen);
+      },
+      call.args);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Random calls.
 
-// How values are drawn: any (uniform in [-2, 2]); PROD-friendly (magnitudes in [0.5, 1.5], 30%
-// exact zeros, so one and several zeros meet at destinations); distinct (for AMAX/AMIN: no ties,
-// at least 1/8 apart, so finite differences are valid).
-enum class Values { kAny, kProduct, kDistinct };
-
 Values ValuesFor(Reduction reduce) {
   if (reduce == Reduction::kProd) return Values::kProduct;
   if (reduce == Reduction::kAmax || reduce == Reduction::kAmin) return Values::kDistinct;
   return Values::kAny;
-}
-
-// Fills every tensor in `tensors` (float64 or complex128) with values of `kind`; distinct values
-// are distinct across all of them.
-void FillValues(Values kind, std::vector<Tensor*> tensors, absl::BitGen& gen) {
-  int64_t total = 0;
-  for (Tensor* t : tensors) total += t->numel();
-  std::vector<double> pool(total);
-  for (int64_t i = 0; i < total; ++i) pool[i] = (i - total / 2) * 0.125 + 0.0625;
-  std::shuffle(pool.begin(), pool.end(), gen);
-  int64_t next = 0;
-  auto draw = [&]() -> double {
-    switch (kind) {
-      case Values::kAny:
-        return absl::Uniform(gen, -2.0, 2.0);
-      case Values::kProduct:
-        if (absl::Bernoulli(gen, 0.3)) return 0.0;
-        return absl::Uniform(gen, 0.5, 1.5) * (absl::Bernoulli(gen, 0.5) ? 1 : -1);
-      case Values::kDistinct:
-        return pool[next++];
-    }
-    return 0;
-  };
-  for (Tensor* t : tensors) {
-    for (int64_t i = 0; i < t->numel(); ++i) {
-      if (t->dtype() == DataType::kComplex128) {
-        const double re = draw();
-        const double im = kind == Values::kProduct && re == 0 ? 0 : absl::Uniform(gen, -1.0, 1.0);
-        t->data_as<std::complex<double>>()[i] = {re, im};
-      } else {
-        t->data_as<double>()[i] = draw();
-      }
-    }
-  }
 }
 
 Shape RandomShape(int64_t rank, int64_t low, int64_t high, absl::BitGen& gen) {
@@ -444,7 +357,8 @@ TEST_P(ScatterFamilyGradientTest, ComplexScatterMatchesFiniteDifferences) {
     absl::BitGen gen = SeededGen(Seed(0) + 20, kBackwardSeedSalt);
     Call call = RandomScatterCall(DataType::kComplex128, reduce(), include_self(), false, gen);
     const Tensor grad = Tensor::Zeros(DataType::kComplex128, call.input.shape());
-    EXPECT_EQ(Backward(call.args, grad.view()).status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(BackwardOf(call.args, grad.view()).status().code(),
+              absl::StatusCode::kInvalidArgument);
     return;
   }
   for (uint64_t i = 0; i < 15; ++i) {
@@ -605,39 +519,6 @@ TEST(ViewScatterGradientTest, MatchesFiniteDifferences) {
                     ShapeString(source_shape));
     FillValues(Values::kAny, {&call.input, &call.source}, gen);
     call.differentiable = {"input", "src"};
-    ExpectMatchesFiniteDifferences(call, gen);
-  }
-}
-
-TEST(MaskedScatterGradientTest, MatchesFiniteDifferences) {
-  for (uint64_t i = 0; i < 20; ++i) {
-    absl::BitGen gen = SeededGen(i, kBackwardSeedSalt + 5);
-    // Input [rows, cols], or [cols] / [1, cols] broadcast against a mask of [rows, cols] (or the
-    // mask broadcast against the input).
-    const int64_t rows = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, 4);
-    const int64_t cols = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, 4);
-    const int layout = static_cast<int>(i % 4);
-    const Shape input_shape = layout == 1   ? Shape{cols}
-                              : layout == 2 ? Shape{1, cols}
-                                            : Shape{rows, cols};
-    const Shape mask_shape = layout == 3 ? Shape{cols} : Shape{rows, cols};
-    Call call;
-    std::vector<double> mask_values(testing::reference_internal::Count(mask_shape));
-    int64_t per_mask = 0;
-    for (double& m : mask_values) {
-      m = absl::Bernoulli(gen, 0.5);
-      per_mask += m != 0;
-    }
-    const int64_t true_count = layout == 3 ? per_mask * rows : per_mask;
-    call.mask = TensorFromValues(DataType::kBool, mask_shape, mask_values);
-    call.input = Tensor(DataType::kFloat64, input_shape);
-    call.source = Tensor(DataType::kFloat64, {true_count + absl::Uniform<int64_t>(gen, 0, 3)});
-    FillValues(Values::kAny, {&call.input, &call.source}, gen);
-    call.args = MaskedScatterArgs{
-        .input = call.input.view(), .mask = call.mask.view(), .source = call.source.view()};
-    call.differentiable = {"input", "src"};
-    call.description = absl::StrCat("masked_scatter input ", ShapeString(input_shape), " mask ",
-                                    ShapeString(mask_shape));
     ExpectMatchesFiniteDifferences(call, gen);
   }
 }
@@ -832,21 +713,6 @@ TEST(ScatterHandWorkedTest, ComplexProdConjugates) {
             1e-12);
 }
 
-// masked_scatter: torch.zeros(2, 2).masked_scatter(mask=[[1, 0], [0, 1]], src=[a, b, c])
-// backward with grad [[1, 2], [3, 4]]: grad_input = [[0, 2], [3, 0]], grad_src = [1, 4, 0].
-TEST(MaskedScatterHandWorkedTest, SelectsAndPads) {
-  const Tensor input = TensorFromValues(DataType::kFloat64, {2, 2}, {0, 0, 0, 0});
-  const Tensor mask = TensorFromValues(DataType::kBool, {2, 2}, {1, 0, 0, 1});
-  const Tensor source = TensorFromValues(DataType::kFloat64, {3}, {7, 8, 9});
-  const Tensor grad = TensorFromValues(DataType::kFloat64, {2, 2}, {1, 2, 3, 4});
-  absl::StatusOr<Gradients> gradients = Backward(
-      MaskedScatterArgs{.input = input.view(), .mask = mask.view(), .source = source.view()},
-      grad.view());
-  ASSERT_TRUE(gradients.ok()) << gradients.status();
-  EXPECT_THAT(ToDoubles(*gradients->Find("input")), ElementsAre(0, 2, 3, 0));
-  EXPECT_THAT(ToDoubles(*gradients->Find("src")), ElementsAre(1, 4, 0));
-}
-
 // Rank-0 calls (walked as shape [1], as PyTorch does) and an empty index (the result is the
 // input): torch.tensor(2.).scatter_reduce(0, tensor(0), tensor(3.), 'prod') = 6, so grad 5 gives
 // grad_input = 5 * 3 and grad_src = 5 * 2; gather of a scalar passes the gradient through.
@@ -909,7 +775,7 @@ TEST(BackwardEdgeTest, StridedViewsMatchContiguous) {
     absl::StatusOr<Tensor> result = Forward(call.args);
     ASSERT_TRUE(result.ok()) << result.status();
     const Tensor grad = RandomGrad(DataType::kFloat64, result->shape(), gen);
-    absl::StatusOr<Gradients> contiguous = Backward(call.args, grad.view());
+    absl::StatusOr<Gradients> contiguous = BackwardOf(call.args, grad.view());
     const testing::LaidOutTensor input = testing::SteppedCopy(call.input);
     const testing::LaidOutTensor source = testing::SteppedCopy(call.source);
     const testing::LaidOutTensor strided_grad = testing::SteppedCopy(grad);
@@ -1037,7 +903,7 @@ std::vector<std::pair<std::string, std::vector<double>>> OneCallPerOp(int op, Da
   for (size_t i = 0; i < grad_values.size(); ++i)
     grad_values[i] = (static_cast<int>(i % 5) - 2) * 0.75;
   const Tensor grad = TensorFromValues(dtype, result->shape(), grad_values);
-  absl::StatusOr<Gradients> gradients = Backward(call.args, grad.view());
+  absl::StatusOr<Gradients> gradients = BackwardOf(call.args, grad.view());
   EXPECT_TRUE(gradients.ok()) << gradients.status();
   if (!gradients.ok()) return {};
   std::vector<std::pair<std::string, std::vector<double>>> values;

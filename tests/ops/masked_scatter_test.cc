@@ -27,6 +27,7 @@
 #include "kernels/cpu/parallel.h"
 #include "kernels/tensor.h"
 #include "tests/device_runner.h"
+#include "tests/gradient_check.h"
 #include "tests/reference.h"
 
 // ---------------------------------------------------------------------------------------------
@@ -143,6 +144,7 @@ namespace tensorops {
 namespace {
 
 using ::testing::AllOf;
+using ::testing::ElementsAre;
 using testing::ExpectSameBytes;
 using testing::HasNoDeviceForm;
 using ::testing::HasSubstr;
@@ -646,6 +648,57 @@ TEST(MaskedScatterPlanTest, ViewsInputAndMaskAtTheResultShape) {
 
 // --------------------------------------------------------------------------------------------
 // Errors.
+
+// ---------------------------------------------------------------------------------------------
+// Backward (kernels/backward.h).
+
+// Finite differences (tests/gradient_check.h) with every broadcasting layout: input [rows, cols],
+// or [cols] / [1, cols] broadcast against a mask of [rows, cols], or the mask broadcast against
+// the input; sources longer than the true count too.
+TEST(MaskedScatterGradientTest, MatchesFiniteDifferences) {
+  for (uint64_t i = 0; i < 20; ++i) {
+    absl::BitGen gen = SeededGen(i + 1000, kMaskedScatterSeedSalt);
+    const int64_t rows = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, 4);
+    const int64_t cols = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, 4);
+    const int layout = static_cast<int>(i % 4);
+    const Shape input_shape = layout == 1   ? Shape{cols}
+                              : layout == 2 ? Shape{1, cols}
+                                            : Shape{rows, cols};
+    const Shape mask_shape = layout == 3 ? Shape{cols} : Shape{rows, cols};
+    std::vector<double> mask_values(testing::reference_internal::Count(mask_shape));
+    int64_t per_mask = 0;
+    for (double& m : mask_values) {
+      m = absl::Bernoulli(gen, 0.5);
+      per_mask += m != 0;
+    }
+    const int64_t true_count = layout == 3 ? per_mask * rows : per_mask;
+    const Tensor mask = TensorFromValues(DataType::kBool, mask_shape, mask_values);
+    Tensor input(DataType::kFloat64, input_shape);
+    Tensor source(DataType::kFloat64, {true_count + absl::Uniform<int64_t>(gen, 0, 3)});
+    testing::FillValues(testing::Values::kAny, {&input, &source}, gen);
+    SCOPED_TRACE(
+        absl::StrCat("input ", ShapeString(input_shape), " mask ", ShapeString(mask_shape)));
+    testing::ExpectGradientsMatchFiniteDifferences(
+        MaskedScatterArgs{.input = input.view(), .mask = mask.view(), .source = source.view()},
+        [](const MaskedScatterArgs& args) { return MaskedScatter(args); },
+        {{"input", &input}, {"src", &source}}, gen);
+  }
+}
+
+// masked_scatter: torch.zeros(2, 2).masked_scatter(mask=[[1, 0], [0, 1]], src=[a, b, c])
+// backward with grad [[1, 2], [3, 4]]: grad_input = [[0, 2], [3, 0]], grad_src = [1, 4, 0].
+TEST(MaskedScatterGradientTest, SelectsAndPads) {
+  const Tensor input = TensorFromValues(DataType::kFloat64, {2, 2}, {0, 0, 0, 0});
+  const Tensor mask = TensorFromValues(DataType::kBool, {2, 2}, {1, 0, 0, 1});
+  const Tensor source = TensorFromValues(DataType::kFloat64, {3}, {7, 8, 9});
+  const Tensor grad = TensorFromValues(DataType::kFloat64, {2, 2}, {1, 2, 3, 4});
+  absl::StatusOr<Gradients> gradients = Backward(
+      MaskedScatterArgs{.input = input.view(), .mask = mask.view(), .source = source.view()},
+      grad.view());
+  ASSERT_TRUE(gradients.ok()) << gradients.status();
+  EXPECT_THAT(ToDoubles(*gradients->Find("input")), ElementsAre(0, 2, 3, 0));
+  EXPECT_THAT(ToDoubles(*gradients->Find("src")), ElementsAre(1, 4, 0));
+}
 
 TEST(MaskedScatterErrorTest, MaskNotBool) {
   const Tensor input = Tensor::Zeros(DataType::kFloat32, {2, 3});

@@ -10,14 +10,15 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "kernels/gradients.h"
 #include "kernels/device_call.h"
 #include "kernels/dtype.h"
+#include "kernels/gradients.h"
 #include "kernels/in_place_checks.h"
 #include "kernels/shape.h"
 #include "kernels/status_macros.h"
@@ -146,6 +147,19 @@ absl::Status CheckInPlacePlan(std::string_view op, const Plan& plan,
   return CheckBeforeWriting(plan);
 }
 
+// UpdatingOps lists the ops whose result is their input updated, the ones that may run in place
+// ("scatter, index_reduce, ..."), from the table.
+std::string_view UpdatingOps() {
+  static const std::string* const names = [] {
+    std::vector<std::string> updating;
+    ops::ForEachOp([&]<typename Op>(Op) {
+      if (OpServing<Op>::kUpdatesInput) updating.emplace_back(ops::Name<Op>());
+    });
+    return new std::string(absl::StrJoin(updating, ", "));
+  }();
+  return *names;
+}
+
 // PrepareFor decodes, plans and prepares `request` for Op through its table entry.
 template <typename Op>
 absl::StatusOr<PreparedOp> PrepareFor(const typename Op::Request& request,
@@ -155,7 +169,7 @@ absl::StatusOr<PreparedOp> PrepareFor(const typename Op::Request& request,
   const std::string_view op = ops::Name<Op>();
   const v1::ResultOptions& options = request.result_options();
   TENSOROPS_RETURN_IF_ERROR(
-      CheckResultOptions(op, options, Serving::kUpdatesInput, request.input()));
+      CheckResultOptions(op, options, Serving::kUpdatesInput, UpdatingOps(), request.input()));
   if (ChangesStore(options) && stored.store == nullptr) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "%s: result_options ask to change a stored tensor, but this call cannot", op));

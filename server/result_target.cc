@@ -26,14 +26,14 @@ void CopyInto(const TensorView& value, v1::Tensor* result) {
 }  // namespace
 
 absl::Status CheckResultOptions(std::string_view op, const v1::ResultOptions& options,
-                                bool updates_input, const v1::Tensor& input) {
+                                bool updates_input, std::string_view updating_ops,
+                                const v1::Tensor& input) {
   if (options.in_place()) {
     if (!updates_input) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s: result_options.in_place = true, but %s does not update its input (in place is "
-          "for scatter, index_reduce, scatter_nd, masked_scatter and select/slice/"
-          "diagonal_scatter)",
-          op, op));
+          "for %s)",
+          op, op, updating_ops));
     }
     if (!input.has_stored()) {
       return absl::InvalidArgumentError(absl::StrFormat(

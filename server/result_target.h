@@ -34,11 +34,13 @@ namespace tensorops {
 inline constexpr int64_t kMaxUpdateIdBytes = 128;
 
 // CheckResultOptions validates `options` for the op `op` (INVALID_ARGUMENT naming the field, its
-// value and the rule): in_place only for ops that update their input (`updates_input`) and only
-// with `input` a reference; overwrite and expected_version only with store_as; update_id only for
-// a call that changes the store, and at most kMaxUpdateIdBytes; store_as a valid tensor name.
+// value and the rule): in_place only for ops that update their input (`updates_input`; the
+// error lists `updating_ops`, the ops that do) and only with `input` a reference; overwrite and
+// expected_version only with store_as; update_id only for a call that changes the store, and at
+// most kMaxUpdateIdBytes; store_as a valid tensor name.
 absl::Status CheckResultOptions(std::string_view op, const v1::ResultOptions& options,
-                                bool updates_input, const v1::Tensor& input);
+                                bool updates_input, std::string_view updating_ops,
+                                const v1::Tensor& input);
 
 // ChangesStore is true for options that store the result or update the input in place.
 inline bool ChangesStore(const v1::ResultOptions& options) {

@@ -589,6 +589,9 @@ TEST_F(StoreServiceTest, InPlaceGivesTheOutOfPlaceResultForEveryOpThatUpdatesIts
       EXPECT_THAT(answer.status().message(),
                   HasSubstr(absl::StrCat(op, ": result_options.in_place = true, but ", op,
                                          " does not update its input")));
+      EXPECT_THAT(answer.status().message(),
+                  HasSubstr("(in place is for scatter, index_reduce, select_scatter, "
+                            "slice_scatter, diagonal_scatter, scatter_nd, masked_scatter)"));
       continue;
     }
     ++in_place_ops;

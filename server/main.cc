@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/build_info.h"
 #include "server/command_line.h"
@@ -222,6 +223,10 @@ bool PortInUse(const std::string& host, int port) {
 int main(int argc, char** argv) {
   // Before any thread exists (memory_trimmer.h says why).
   tensorops::LimitMallocArenas();
+  // Debian builds Abseil without NDEBUG, which leaves absl::Mutex's deadlock detection on: every
+  // lock then records its order in one process-wide graph under one global lock, about 2% of the
+  // CPU of 1 KiB calls and a point all of them contend on (bench/README.md). The tests keep it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   const std::vector<std::string> args(argv + 1, argv + argc);
   const absl::StatusOr<tensorops::ParsedCommandLine> command_line =
       tensorops::ParseCommandLine(args, kFlagGroups);

@@ -308,8 +308,10 @@ int Run() {
 }  // namespace tensorops::bench
 
 int main(int argc, char** argv) {
-  // As tensorops-server's main does, so that the servers here allocate as that binary's do.
+  // As tensorops-server's main does, so that the servers here allocate and lock as that binary's
+  // do.
   tensorops::LimitMallocArenas();
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::ParseCommandLine(argc, argv);
   // The servers' start-up and shutdown lines would interleave with the tables.
   spdlog::set_level(spdlog::level::warn);

@@ -1,8 +1,8 @@
 // The op table's serving half: for each op of proto/op_list.h, how the server decodes its request
 // into the kernels' arguments, plans it, and runs it on the CPU. The GPU form is found from the
 // plan (MakeDeviceCall, kernels/device_call.h) and the backward from the arguments' type (each
-// op's Backward, kernels/<op>.h), so neither needs a line here. Every RPC that runs an op (its own, Run,
-// RunStream, Backward) reaches the op only through this table (server/prepared_op.cc).
+// op's Backward, kernels/<op>.h), so neither needs a line here. Every RPC that runs an op (its own,
+// Run, RunStream, Backward) reaches the op only through this table (server/prepared_op.cc).
 //
 // An entry, OpServing<Op>, is
 //   OpEntry<Plan, plan function, CPU kernel, updates_input>  planning (kernels/) and the CPU

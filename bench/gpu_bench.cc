@@ -90,7 +90,7 @@ double Median(std::vector<double> values) {
 class DeviceRun {
  public:
   explicit DeviceRun(const DeviceCall& call) : call_(call) {
-    for (const HostSpan& span : call.inputs()) {
+    for (const InputSpan& span : call.inputs()) {
       void* copy = nullptr;
       CHECK_CUDA(cudaMalloc(&copy, span.bytes));
       CHECK_CUDA(cudaMemcpy(copy, span.data, span.bytes, cudaMemcpyHostToDevice));

@@ -154,6 +154,14 @@ void DeviceCall::AddInput(const TensorView& view, int64_t extra_extent_elements)
   inputs_.push_back({begin, end - begin});
 }
 
+void DeviceCall::MarkResident(const void* data, int64_t bytes) {
+  const auto* begin = static_cast<const char*>(data);
+  for (InputSpan& span : inputs_) {
+    const auto* span_begin = static_cast<const char*>(span.data);
+    if (span_begin >= begin && span_begin + span.bytes <= begin + bytes) span.resident = true;
+  }
+}
+
 const void* DeviceCall::Relocate(const void* host, absl::Span<void* const> copies) const {
   const auto* byte = static_cast<const char*>(host);
   for (size_t i = 0; i < inputs_.size() && i < copies.size(); ++i) {

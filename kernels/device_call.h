@@ -31,15 +31,18 @@
 
 namespace tensorops {
 
-// HostSpan is a range of host bytes a call reads.
-struct HostSpan {
+// InputSpan is a range of bytes a call reads: host bytes, which the executor copies to the
+// device, or `resident` bytes already in the executor's device memory (a stored tensor kept
+// there, --store_device=cuda), which the kernels read where they are.
+struct InputSpan {
   const void* data = nullptr;
   int64_t bytes = 0;
+  bool resident = false;
 };
 
 // DeviceBuffers are where the executor put a call's memory on the device.
 struct DeviceBuffers {
-  // The copy of inputs()[i], in the same order.
+  // The copy of inputs()[i], in the same order (a resident input's own bytes).
   absl::Span<void* const> inputs;
   // result_bytes() of result, rounded up to a multiple of 4 (the compare-and-swap of a 16-bit
   // element covers its whole 32-bit word); workspace_bytes of uninitialized scratch (what
@@ -58,9 +61,23 @@ class DeviceCall {
  public:
   virtual ~DeviceCall() = default;
 
-  // The host memory the kernels read: disjoint spans, each copied to the device before Enqueue.
-  const std::vector<HostSpan>& inputs() const { return inputs_; }
+  // The memory the kernels read: disjoint spans, each copied to the device before Enqueue unless
+  // it is resident.
+  const std::vector<InputSpan>& inputs() const { return inputs_; }
   int64_t result_bytes() const { return result_bytes_; }
+
+  // MarkResident marks every input inside [data, data + bytes), device memory of the executor
+  // that will run the call, as resident: read in place, never copied. An input span lies within
+  // one tensor's bytes or outside them (spans merge only where they overlap).
+  void MarkResident(const void* data, int64_t bytes);
+  // The call's result goes straight into `data`, device memory of the executor of at least
+  // result_bytes() rounded up to a multiple of 4 (a stored tensor updated in place or stored by
+  // the call), instead of coming back to the host. It may be the memory of a resident input
+  // (in place): every kernel that writes its result over its input reads each element before it
+  // writes it, in the same thread.
+  void set_resident_result(void* data) { resident_result_ = data; }
+  // Null: the result comes back to the host buffer RunBatch was given.
+  void* resident_result() const { return resident_result_; }
 
   // WorkspaceBytes returns the device scratch the call needs on the current device: CUB sizes its
   // temporary storage for the GPU it will run on, so the executor asks once per call, after
@@ -86,7 +103,8 @@ class DeviceCall {
   int64_t result_bytes_ = 0;
 
  private:
-  std::vector<HostSpan> inputs_;
+  std::vector<InputSpan> inputs_;
+  void* resident_result_ = nullptr;
 };
 
 // MakeDeviceCall returns the GPU form of a planned call, or null when the call has none (it then

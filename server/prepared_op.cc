@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -80,39 +81,55 @@ int64_t PlannedResultBytes(const Plan& plan, const ResultTarget& target,
 // caller lets us take) an op whose result is its input updated takes those bytes as the result
 // instead and runs in place on the CPU (the GPU form always allocates its result: the device
 // copies read the input). `operands` holds the stored tensors the plan reads; both forms keep
-// them for as long as they live.
+// them for as long as they live. When some of them are in device memory, the GPU form reads them
+// in place, and the CPU form copies them to the host and plans again on the copies with
+// `plan_on_host`.
 template <typename Plan, typename Kernel>
 absl::StatusOr<PreparedOp> Prepare(std::string_view op, Plan plan, Kernel kernel,
                                    std::string* input_data, v1::Tensor* result_tensor,
                                    std::shared_ptr<ResultTarget> target,
-                                   std::shared_ptr<StoredOperands> operands) {
+                                   std::shared_ptr<StoredOperands> operands,
+                                   std::function<absl::StatusOr<Plan>()> plan_on_host) {
   auto shared_plan = std::make_shared<const Plan>(std::move(plan));
-  PreparedOp prepared{
-      .op = op,
-      .run = [kernel, shared_plan, result_tensor, input_data, target, operands]() -> absl::Status {
-        if constexpr (requires { shared_plan->input; }) {
-          // A referenced input's bytes are the store's, never input_data's: TakeInput finds
-          // they differ (an empty input.data) and leaves them alone.
-          if (target->in_response()) {
-            if (std::optional<MutableTensorView> in_place =
-                    TakeInput(*shared_plan, input_data, result_tensor)) {
-              return kernel(*shared_plan, *in_place);
-            }
-          }
-        }
-        TENSOROPS_ASSIGN_OR_RETURN(
-            MutableTensorView result,
-            target->Allocate(shared_plan->result_dtype, shared_plan->result_shape));
-        return kernel(*shared_plan, result);
-      }};
+  const bool operands_on_device = operands->on_device();
+  PreparedOp prepared{.op = op,
+                      .run = [kernel, shared_plan, result_tensor, input_data, target, operands,
+                              plan_on_host = std::move(plan_on_host)]() mutable -> absl::Status {
+                        if (operands->on_device()) {
+                          TENSOROPS_RETURN_IF_ERROR(operands->MirrorOnHost());
+                          TENSOROPS_ASSIGN_OR_RETURN(Plan host_plan, plan_on_host());
+                          shared_plan = std::make_shared<const Plan>(std::move(host_plan));
+                        }
+                        if constexpr (requires { shared_plan->input; }) {
+                          // A referenced input's bytes are the store's, never input_data's:
+                          // TakeInput finds they differ (an empty input.data) and leaves them
+                          // alone.
+                          if (target->in_response()) {
+                            if (std::optional<MutableTensorView> in_place =
+                                    TakeInput(*shared_plan, input_data, result_tensor)) {
+                              return kernel(*shared_plan, *in_place);
+                            }
+                          }
+                        }
+                        TENSOROPS_ASSIGN_OR_RETURN(
+                            MutableTensorView result,
+                            target->Allocate(shared_plan->result_dtype, shared_plan->result_shape));
+                        return kernel(*shared_plan, result);
+                      },
+                      .operands_on_device = operands_on_device};
   if (!target->in_response()) prepared.finish = [target] { return target->Finish(); };
   if constexpr (requires(const Plan& p) { MakeDeviceCall(p); }) {
     prepared.device = [shared_plan, target, operands]() -> absl::StatusOr<DeviceRun> {
       std::unique_ptr<DeviceCall> call = MakeDeviceCall(*shared_plan);
       if (call == nullptr) return DeviceRun{};
-      TENSOROPS_ASSIGN_OR_RETURN(
-          MutableTensorView result,
-          target->Allocate(shared_plan->result_dtype, shared_plan->result_shape));
+      operands->MarkResident(*call);
+      TENSOROPS_ASSIGN_OR_RETURN(MutableTensorView result,
+                                 target->Allocate(shared_plan->result_dtype,
+                                                  shared_plan->result_shape, KernelSide::kDevice));
+      if (target->on_device()) {
+        call->set_resident_result(result.data());
+        return DeviceRun{.call = std::move(call)};
+      }
       return DeviceRun{.call = std::move(call), .result = result.data()};
     };
   }
@@ -193,10 +210,24 @@ absl::StatusOr<PreparedOp> PrepareFor(const typename Op::Request& request,
     operands.reset();
     return Remembered(op, change, options, stored, result);
   }
+  // An in-place update is checked before it writes, on the host: its other operands are read
+  // there (a GPU kernel then gets them as small inputs), the updated tensor stays where it is.
+  if (options.in_place())
+    TENSOROPS_RETURN_IF_ERROR(operands->MirrorOnHost(/*include_update=*/false));
   const ArgDecoder decoder(
       op, limits, operands,
       /*result_stays_in_store=*/ChangesStore(options) && !options.return_data());
   TENSOROPS_ASSIGN_OR_RETURN(auto args, Serving::Decode(request, decoder));
+  // The same plan again, on the host copies of operands in device memory (a CPU run). The
+  // request outlives the PreparedOp.
+  using Plan = typename std::remove_cvref_t<decltype(Serving::kPlan(args))>::value_type;
+  std::function<absl::StatusOr<Plan>()> plan_on_host;
+  if (operands->on_device()) {
+    plan_on_host = [&request, decoder]() -> absl::StatusOr<Plan> {
+      TENSOROPS_ASSIGN_OR_RETURN(auto host_args, Serving::Decode(request, decoder));
+      return Serving::kPlan(host_args);
+    };
+  }
   // The request is not a const object (see InputReuse), so writing through the pointer is
   // defined.
   std::string* input_data =
@@ -215,9 +246,10 @@ absl::StatusOr<PreparedOp> PrepareFor(const typename Op::Request& request,
   std::shared_ptr<ResultTarget> target =
       ResultTarget::Make(op, options, stored, operands, limits, result);
   const int64_t result_bytes = PlannedResultBytes(plan, *target, limits);
-  TENSOROPS_ASSIGN_OR_RETURN(PreparedOp prepared,
-                             Prepare(op, std::move(plan), Serving::kCpu, input_data, result,
-                                     std::move(target), std::move(operands)));
+  TENSOROPS_ASSIGN_OR_RETURN(
+      PreparedOp prepared,
+      Prepare(op, std::move(plan), Serving::kCpu, input_data, result, std::move(target),
+              std::move(operands), std::move(plan_on_host)));
   prepared.result_bytes = result_bytes;
   return prepared;
 }
@@ -275,6 +307,8 @@ absl::StatusOr<PreparedOp> PrepareBackward(const v1::BackwardRequest& request,
   // backward has run.
   TENSOROPS_ASSIGN_OR_RETURN(std::shared_ptr<StoredOperands> operands,
                              StoredOperands::Acquire(op, request, stored));
+  // A backward runs on the CPU: operands in device memory are read from host copies.
+  TENSOROPS_RETURN_IF_ERROR(operands->MirrorOnHost());
   // grad_output's decoder; the forward call's tensors get one named after the forward op.
   const ArgDecoder decoder(op, limits, operands);
   // The op's own Backward (kernels/<op>.h), chosen by the type of its decoded arguments.

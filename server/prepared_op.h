@@ -34,6 +34,7 @@ namespace tensorops {
 struct DeviceRun {
   // Null when this call has no GPU form: run it with PreparedOp::run.
   std::unique_ptr<DeviceCall> call;
+  // Null when the result stays on the device (call->resident_result()).
   void* result = nullptr;
 };
 
@@ -61,6 +62,9 @@ struct PreparedOp {
   // request's bytes again (each gradient is the size of an input the request carries).
   // Admission (server/memory_budget.h) holds it against --max_memory_bytes.
   int64_t result_bytes = 0;
+  // Some stored operand is in device memory (--store_device=cuda): the call belongs on the GPU
+  // whatever its size; on the CPU, `run` first copies those operands to the host.
+  bool operands_on_device = false;
 };
 
 // InputReuse says whether `run` may take the request's input bytes for the result.

@@ -15,12 +15,10 @@ std::string Quoted(std::string_view name) {
   return absl::StrFormat("\"%s\"", absl::CHexEscape(absl::string_view(name.data(), name.size())));
 }
 
-// CopyInto puts `value`'s bytes into the response's result (return_data).
-void CopyInto(const TensorView& value, v1::Tensor* result) {
+// CopyInto puts `value`'s bytes, in `memory`, into the response's result (return_data).
+absl::Status CopyInto(const TensorView& value, const TensorMemory& memory, v1::Tensor* result) {
   const MutableTensorView out = wire::AllocateTensor(value.dtype(), value.shape(), result);
-  if (value.numel() > 0) {
-    std::memcpy(out.data(), value.data(), static_cast<size_t>(value.numel() * value.itemsize()));
-  }
+  return memory.CopyToHost(out.data(), value.data(), value.numel() * value.itemsize());
 }
 
 }  // namespace
@@ -92,7 +90,7 @@ absl::Status AnswerRemembered(std::string_view op, const TensorStore::Change& ch
           op, Quoted(options.update_id()), Quoted(change.name), change.version,
           read.status().message()));
     }
-    CopyInto(read->view(), result);
+    TENSOROPS_RETURN_IF_ERROR(CopyInto(read->view(), read->memory(), result));
   } else if (info.ok() && info->version == change.version) {
     result->set_dtype(wire::DataTypeToProto(info->dtype));
     result->mutable_shape()->Assign(info->shape.begin(), info->shape.end());
@@ -127,8 +125,22 @@ std::shared_ptr<ResultTarget> ResultTarget::Make(std::string_view op,
       new ResultTarget(op, kind, options, stored, std::move(operands), limits, result));
 }
 
-absl::StatusOr<MutableTensorView> ResultTarget::Allocate(DataType dtype, ShapeSpan shape) {
-  if (allocated_.has_value()) return *allocated_;
+absl::StatusOr<MutableTensorView> ResultTarget::Allocate(DataType dtype, ShapeSpan shape,
+                                                         KernelSide side) {
+  if (allocated_.has_value()) {
+    // A GPU call that fell back: the CPU gets host memory.
+    if (side == KernelSide::kCpu && device_memory_ != nullptr) {
+      device_memory_ = nullptr;
+      if (kind_ == Kind::kInPlace) {
+        TENSOROPS_RETURN_IF_ERROR(operands_->MirrorOnHost());
+        allocated_ = operands_->UpdateHostView();
+      } else {
+        host_copy_.emplace(dtype, shape);
+        allocated_ = host_copy_->mutable_view();
+      }
+    }
+    return *allocated_;
+  }
   // What crosses the wire is held to the message size; a result that stays in the store is not.
   wire::DecodeLimits limits = limits_;
   if (kind_ != Kind::kResponse && !options_.return_data()) {
@@ -158,21 +170,47 @@ absl::StatusOr<MutableTensorView> ResultTarget::Allocate(DataType dtype, ShapeSp
       upload_.emplace(*std::move(upload));
       TENSOROPS_ASSIGN_OR_RETURN(absl::Span<char> bytes,
                                  upload_->MutableChunk(0, upload_->bytes()));
-      allocated_ = MutableTensorView(dtype, shape, bytes.data());
+      upload_bytes_ = MutableTensorView(dtype, shape, bytes.data());
+      if (upload_->memory().host_accessible()) {
+        allocated_ = upload_bytes_;
+      } else if (side == KernelSide::kDevice) {
+        allocated_ = upload_bytes_;
+        device_memory_ = &upload_->memory();
+      } else {
+        host_copy_.emplace(dtype, shape);
+        allocated_ = host_copy_->mutable_view();
+      }
       break;
     }
-    case Kind::kInPlace:
+    case Kind::kInPlace: {
       // The op's plan found the result to have the input's dtype and shape.
-      allocated_ = operands_->update()->view();
+      TensorStore::UpdateHandle& update = *operands_->update();
+      if (side == KernelSide::kDevice || update.memory().host_accessible()) {
+        allocated_ = update.view();
+        if (!update.memory().host_accessible()) device_memory_ = &update.memory();
+      } else {
+        TENSOROPS_RETURN_IF_ERROR(operands_->MirrorOnHost());
+        allocated_ = operands_->UpdateHostView();
+      }
       break;
+    }
   }
   return *allocated_;
 }
 
 absl::Status ResultTarget::Finish() {
   if (kind_ == Kind::kResponse) return absl::OkStatus();
+  // A CPU kernel's result goes to the store's device memory first.
+  if (kind_ == Kind::kStore && host_copy_.has_value()) {
+    TENSOROPS_RETURN_IF_ERROR(
+        upload_->memory().CopyFromHost(upload_bytes_.data(), host_copy_->data(), upload_->bytes()));
+  }
+  if (kind_ == Kind::kInPlace) TENSOROPS_RETURN_IF_ERROR(operands_->WriteBack());
   // The bytes are copied before the commit: until then no other call can change them.
-  if (options_.return_data()) CopyInto(*allocated_, result_);
+  if (options_.return_data()) {
+    TENSOROPS_RETURN_IF_ERROR(CopyInto(
+        *allocated_, device_memory_ != nullptr ? *device_memory_ : HostTensorMemory(), result_));
+  }
   int64_t version;
   std::string name;
   if (kind_ == Kind::kStore) {

@@ -54,6 +54,9 @@ absl::Status AnswerRemembered(std::string_view op, const TensorStore::Change& ch
                               const v1::ResultOptions& options, const StoredTensors& stored,
                               v1::Tensor* result);
 
+// KernelSide says where the kernel that writes a result runs.
+enum class KernelSide { kCpu, kDevice };
+
 class ResultTarget {
  public:
   // Make picks the target `options` ask for. `operands` must hold the in-place update when
@@ -67,9 +70,15 @@ class ResultTarget {
   // stored result that is not returned is held to the rank and element limits only, not to the
   // message size) and returns where the kernel writes it: in the response, a new upload
   // (reserving its bytes in the store: RESOURCE_EXHAUSTED naming --store_memory_bytes, or
-  // FAILED_PRECONDITION for a name that exists without overwrite), or the stored input. The
-  // second call returns the first one's memory (a GPU call that falls back to the CPU).
-  absl::StatusOr<MutableTensorView> Allocate(DataType dtype, ShapeSpan shape);
+  // FAILED_PRECONDITION for a name that exists without overwrite), or the stored input. `side`
+  // says who writes it: a CPU kernel gets host memory (with a store in device memory, a host copy
+  // that Finish copies into the store), a device kernel the store's own bytes, wherever they are
+  // (on_device() says whether they are device memory). A second call (a GPU call that falls back
+  // to the CPU) returns the same result memory, or its host copy.
+  absl::StatusOr<MutableTensorView> Allocate(DataType dtype, ShapeSpan shape,
+                                             KernelSide side = KernelSide::kCpu);
+  // on_device: the memory the last Allocate returned is device memory.
+  bool on_device() const { return device_memory_ != nullptr; }
 
   // Finish runs after the kernel has written the result: for a stored or in-place result it
   // copies the bytes into the response when return_data asks, commits the change (with the
@@ -103,7 +112,14 @@ class ResultTarget {
   const wire::DecodeLimits limits_;
   v1::Tensor* const result_;
   std::optional<TensorStore::Upload> upload_;
+  // The upload's bytes, in the store's memory.
+  MutableTensorView upload_bytes_;
+  // What the last Allocate returned.
   std::optional<MutableTensorView> allocated_;
+  // The memory of allocated_ when it is device memory (null for host memory).
+  const TensorMemory* device_memory_ = nullptr;
+  // A CPU kernel's result bound for a store in device memory (kStore); Finish copies it there.
+  std::optional<Tensor> host_copy_;
 };
 
 }  // namespace tensorops

@@ -68,7 +68,7 @@ absl::Status Scheduler::Submit(Work* work) {
     // two cross-thread wake-ups (the worker's, then gRPC's to send the reply) and changes nothing
     // else. A large call still goes to a worker, so that the gRPC thread keeps serving others.
     // A call placed on the GPU goes to a worker too: only workers drive device batches.
-    const bool for_device = options_.device != nullptr && work->bytes() >= options_.gpu_min_bytes;
+    const bool for_device = ForDevice(*work);
     const bool run_inline = options_.queue.inline_max_bytes > 0 && !closed_ && queue_.empty() &&
                             SlotFreeLocked() && work->bytes() <= options_.queue.inline_max_bytes &&
                             !for_device;
@@ -216,7 +216,7 @@ void Scheduler::RunBatch(const std::vector<Work*>& batch) {
   std::vector<void*> results;
   for (Work* work : batch) {
     std::optional<Work::DeviceTask> task;
-    if (options_.device != nullptr && work->bytes() >= options_.gpu_min_bytes) {
+    if (ForDevice(*work)) {
       task = work->PrepareDevice();
     }
     if (!task.has_value()) {
@@ -270,6 +270,11 @@ void Scheduler::RunOnCpu(const std::vector<Work*>& calls) {
     for (Work* work : calls) group.run([work] { work->Run(); });
     group.wait();
   });
+}
+
+bool Scheduler::ForDevice(const Work& work) const {
+  return options_.device != nullptr &&
+         (work.bytes() >= options_.gpu_min_bytes || work.OperandsOnDevice());
 }
 
 void Scheduler::NotifyLoadLocked() {

@@ -133,6 +133,10 @@ class Scheduler {
     // CompleteOnDevice ends a call the executor ran successfully: its result is in place. (A call
     // the device failed ends with Run instead.)
     virtual void CompleteOnDevice() {}
+    // OperandsOnDevice: the call reads tensors kept in device memory, so it goes to the GPU
+    // whatever its size (gpu_min_bytes is for calls whose bytes would cross PCIe). Valid once the
+    // call is enqueued.
+    virtual bool OperandsOnDevice() const { return false; }
 
    private:
     friend class Scheduler;
@@ -191,6 +195,9 @@ class Scheduler {
   void RunBatch(const std::vector<Work*>& batch);
   void RunOnCpu(const std::vector<Work*>& calls);
   void NotifyLoadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ForDevice: the call is placed on the GPU (a device, and a call large enough or reading
+  // device memory).
+  bool ForDevice(const Work& work) const;
   // SlotFreeLocked: fewer than max_concurrent_calls batches (inline calls included) executing.
   bool SlotFreeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return running_batches_ + inline_running_ < options_.queue.max_concurrent_calls;

@@ -189,6 +189,8 @@ struct Server::Placement {
   int64_t gpu_min_bytes = 0;
   // How calls are placed, for ServerInfo and the start-up line.
   std::string description = "cpu";
+  // Where stored tensors live (--store_device): null for host memory.
+  TensorMemory* store_memory = nullptr;
 };
 
 Server::Server(const ServerOptions& options, std::unique_ptr<TokenAuthenticator> authenticator)
@@ -209,6 +211,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   TENSOROPS_ASSIGN_OR_RETURN(std::unique_ptr<TokenAuthenticator> authenticator,
                              LoadAuthenticator(options.security));
   TENSOROPS_ASSIGN_OR_RETURN(Placement placement, ChoosePlacement(options));
+  TENSOROPS_RETURN_IF_ERROR(ChooseStoreMemory(options, placement));
 
   std::unique_ptr<Server> server(new Server(options, std::move(authenticator)));
   TENSOROPS_ASSIGN_OR_RETURN(server->metrics_, Metrics::Create(options.metrics));
@@ -259,6 +262,18 @@ absl::StatusOr<Server::Placement> Server::ChoosePlacement(const ServerOptions& o
   return placement;
 }
 
+absl::Status Server::ChooseStoreMemory(const ServerOptions& options, Placement& placement) {
+  if (options.store.device == DeviceChoice::kCpu) return absl::OkStatus();
+  if (placement.executor != nullptr) placement.store_memory = placement.executor->resident_memory();
+  if (placement.store_memory == nullptr && options.store.device == DeviceChoice::kCuda) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "--store_device=cuda, but calls run on no GPU with memory for stored tensors (calls: "
+        "%s; --device=%s); use --store_device=cpu or auto",
+        placement.description, DeviceChoiceName(options.device)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Server::StartScheduler(const ServerOptions& options, Placement& placement) {
   owned_executor_ = std::move(placement.owned_executor);
   Metrics* metrics = metrics_.get();
@@ -300,7 +315,7 @@ absl::Status Server::StartScheduler(const ServerOptions& options, Placement& pla
 
 void Server::BuildService(const ServerOptions& options, const Placement& placement) {
   const ServerOptions::Limits& limits = options.limits;
-  store_ = std::make_unique<TensorStore>(options.store.memory_bytes);
+  store_ = std::make_unique<TensorStore>(options.store.memory_bytes, placement.store_memory);
   // Its threads mostly wait (for a lock), so they cost no CPU; enough of them that calls on
   // different tensors seldom queue behind each other's waits.
   constexpr int kBlockingPoolThreads = 16;
@@ -311,7 +326,7 @@ void Server::BuildService(const ServerOptions& options, const Placement& placeme
     return StoreFigures{.tensors = store->tensor_count(),
                         .used_bytes = store->used_bytes(),
                         .limit_bytes = store->limit_bytes(),
-                        .device = kStoreCpuDevice};
+                        .device = store->device()};
   });
   metrics_->WatchCallBytes([memory = memory_.get()] { return memory->call_bytes(); });
   serving_ = ServingContext{.limits = wire::DecodeLimits{.max_rank = limits.max_rank,
@@ -428,7 +443,7 @@ void Server::LogStartUp(const ServerOptions& options, const Placement& placement
               : std::string("off (--memory_trim_idle_ms=0)"),
           MallocArenas()),
       options.store.memory_bytes > 0 ? absl::StrFormat("store_memory_bytes=%d, device=%s",
-                                                       options.store.memory_bytes, kStoreCpuDevice)
+                                                       options.store.memory_bytes, store_->device())
                                      : std::string("off (--store_memory_bytes=0)"),
       metrics_->port() >= 0 ? absl::StrFormat("http://%s/metrics",
                                               ListenAddress(options.metrics.host, metrics_->port()))

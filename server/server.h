@@ -111,6 +111,9 @@ class Server {
   // The steps of Start, in order, after validation and reading the security files.
   // ChoosePlacement finds the GPUs and creates the GPU executor `options.device` asks for.
   static absl::StatusOr<Placement> ChoosePlacement(const ServerOptions& options);
+  // ChooseStoreMemory sets the placement's store memory as options.store.device asks:
+  // FAILED_PRECONDITION for cuda without a GPU executor that has one.
+  static absl::Status ChooseStoreMemory(const ServerOptions& options, Placement& placement);
   // StartScheduler starts scheduler_ on the CPU and the placement's GPU executor (taking it when
   // Start created it), reporting to metrics_.
   absl::Status StartScheduler(const ServerOptions& options, Placement& placement);

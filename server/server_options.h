@@ -136,6 +136,10 @@ struct ServerOptions {
     // it gets RESOURCE_EXHAUSTED naming --store_memory_bytes. 0 turns the store off. Default
     // 1 GiB: on by default, modest next to a server's memory; raise it for resident weights.
     int64_t memory_bytes = int64_t{1} << 30;
+    // Where the stored tensors live (--store_device): kCpu, host memory (the default); kCuda,
+    // the GPU executor's memory (Start fails when calls run on no GPU); kAuto, the GPU's when
+    // calls run on one, else the host's.
+    DeviceChoice device = DeviceChoice::kCpu;
   };
   Store store;
   // Giving freed heap memory back to the system after a burst (server/memory_trimmer.h).

@@ -139,7 +139,9 @@ absl::StatusOr<TensorView> StoredOperands::View(const v1::Tensor& tensor,
                                                 std::string_view arg) const {
   const std::string& name = tensor.stored().name();
   std::optional<TensorView> view;
-  if (update_.has_value() && update_->held() && update_->name() == name) {
+  if (const auto mirror = mirrors_.find(name); mirror != mirrors_.end()) {
+    view = mirror->second.view();
+  } else if (update_.has_value() && update_->held() && update_->name() == name) {
     view = update_->view();
   } else if (const auto it = reads_.find(name); it != reads_.end()) {
     view = it->second.view();
@@ -162,6 +164,58 @@ absl::StatusOr<TensorView> StoredOperands::View(const v1::Tensor& tensor,
         v1::DataType_Name(tensor.dtype()), absl::StrJoin(tensor.shape(), ", ")));
   }
   return *view;
+}
+
+bool StoredOperands::on_device() const {
+  for (const auto& [name, read] : reads_) {
+    if (!read.memory().host_accessible() && !mirrors_.contains(name)) return true;
+  }
+  return update_.has_value() && update_->held() && !update_->memory().host_accessible() &&
+         !mirrors_.contains(update_->name());
+}
+
+void StoredOperands::MarkResident(DeviceCall& call) const {
+  for (const auto& [name, read] : reads_) {
+    if (!read.memory().host_accessible() && !mirrors_.contains(name)) {
+      call.MarkResident(read.view().data(), read.bytes());
+    }
+  }
+  if (update_.has_value() && update_->held() && !update_->memory().host_accessible() &&
+      !mirrors_.contains(update_->name())) {
+    call.MarkResident(update_->view().data(), update_->bytes());
+  }
+}
+
+absl::Status StoredOperands::MirrorOnHost(bool include_update) {
+  for (const auto& [name, read] : reads_) {
+    if (read.memory().host_accessible() || mirrors_.contains(name)) continue;
+    Tensor copy(read.dtype(), read.shape());
+    TENSOROPS_RETURN_IF_ERROR(read.CopyToHost(0, read.bytes(), copy.mutable_view().data()));
+    mirrors_.emplace(name, std::move(copy));
+  }
+  if (include_update && update_.has_value() && update_->held() &&
+      !update_->memory().host_accessible() && !mirrors_.contains(update_->name())) {
+    Tensor copy(update_->dtype(), update_->shape());
+    TENSOROPS_RETURN_IF_ERROR(update_->memory().CopyToHost(
+        copy.mutable_view().data(), update_->view().data(), update_->bytes()));
+    mirrors_.emplace(update_->name(), std::move(copy));
+  }
+  return absl::OkStatus();
+}
+
+MutableTensorView StoredOperands::UpdateHostView() {
+  if (const auto mirror = mirrors_.find(update_->name()); mirror != mirrors_.end()) {
+    return mirror->second.mutable_view();
+  }
+  return update_->view();
+}
+
+absl::Status StoredOperands::WriteBack() {
+  if (!update_.has_value() || !update_->held()) return absl::OkStatus();
+  const auto mirror = mirrors_.find(update_->name());
+  if (mirror == mirrors_.end()) return absl::OkStatus();
+  return update_->memory().CopyFromHost(update_->view().data(), mirror->second.data(),
+                                        update_->bytes());
 }
 
 }  // namespace tensorops

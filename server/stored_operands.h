@@ -10,6 +10,11 @@
 // tensor and then asked for the other (or one call asking twice for a tensor an updater waits
 // on) would wait forever. Here each name is taken once per request, and names are taken in
 // sorted order, so no two calls can wait on each other in a cycle.
+//
+// Device memory (--store_device=cuda). A stored tensor in device memory has a view the CPU must
+// not read. A call placed on the GPU reads it in place (MarkResident); a call that runs on the
+// CPU (no GPU kernel, or a fallback) first copies its operands to the host (MirrorOnHost), plans
+// again on the copies, and copies an in-place result back (WriteBack).
 #ifndef TENSOROPS_SERVER_STORED_OPERANDS_H_
 #define TENSOROPS_SERVER_STORED_OPERANDS_H_
 
@@ -21,6 +26,7 @@
 #include "absl/container/btree_map.h"
 #include "absl/status/statusor.h"
 #include "google/protobuf/message.h"
+#include "kernels/device_call.h"
 #include "kernels/tensor.h"
 #include "server/store/tensor_store.h"
 #include "tensorops/v1/tensor.pb.h"
@@ -70,12 +76,30 @@ class StoredOperands {
   // The handle on the tensor updated in place; null without one.
   TensorStore::UpdateHandle* update() { return update_.has_value() ? &*update_ : nullptr; }
 
+  // on_device: some operand's View is in device memory (not yet mirrored on the host).
+  bool on_device() const;
+  // MarkResident marks the call's inputs that are operands in device memory as resident.
+  void MarkResident(DeviceCall& call) const;
+
+  // MirrorOnHost copies every operand in device memory to the host (the update's too with
+  // `include_update`); from then on View (and UpdateHostView) give the copies. Errors are the
+  // device's. Idempotent.
+  absl::Status MirrorOnHost(bool include_update = true);
+  // UpdateHostView is the tensor updated in place as the CPU may write it: its host copy when
+  // MirrorOnHost made one, else its own bytes (which must then be host memory).
+  MutableTensorView UpdateHostView();
+  // WriteBack copies the host copy of the tensor updated in place back to its device memory
+  // (nothing when there is none). Call before committing the update.
+  absl::Status WriteBack();
+
  private:
   explicit StoredOperands(std::string_view op) : op_(op) {}
 
   std::string_view op_;
   absl::btree_map<std::string, TensorStore::ReadHandle> reads_;
   std::optional<TensorStore::UpdateHandle> update_;
+  // Host copies of operands in device memory, by name (MirrorOnHost).
+  absl::btree_map<std::string, Tensor> mirrors_;
 };
 
 }  // namespace tensorops

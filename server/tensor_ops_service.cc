@@ -179,7 +179,7 @@ class PutTensorReactor final : public grpc::ServerReadReactor<Parsed<v1::PutTens
                                   .shape = upload_->shape(),
                                   .bytes = upload_->bytes(),
                                   .version = version,
-                                  .device = kStoreCpuDevice,
+                                  .device = serving_.store->device(),
                                   .created = now,
                                   .updated = now},
             info);
@@ -250,8 +250,15 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
             read.status().message())));
         return;
       }
-      response_.set_data(static_cast<const char*>(read->view().data()) + offset_,
-                         static_cast<size_t>(size));
+      if (read->memory().host_accessible()) {
+        response_.set_data(static_cast<const char*>(read->view().data()) + offset_,
+                           static_cast<size_t>(size));
+      } else if (absl::Status copied = CopyChunk(*read, size); !copied.ok()) {
+        End(absl::UnavailableError(absl::StrFormat(
+            "get_tensor: tensor \"%s\": reading its bytes failed: %s",
+            absl::CHexEscape(absl::string_view(name_.data(), name_.size())), copied.message())));
+        return;
+      }
     }
     offset_ += size;
     Send();
@@ -260,6 +267,13 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
   void OnDone() override { delete this; }
 
  private:
+  // CopyChunk copies the chunk of `size` bytes at offset_ out of device memory into response_.
+  absl::Status CopyChunk(const TensorStore::ReadHandle& read, int64_t size) {
+    std::string* data = response_.mutable_data();
+    data->resize(static_cast<size_t>(size));
+    return read.CopyToHost(offset_, size, data->data());
+  }
+
   absl::Status Begin(const Parsed<v1::GetTensorRequest>& parsed) {
     if (!parsed.ok) return MalformedRequestError(parsed);
     const v1::GetTensorRequest& request = parsed.message;
@@ -286,7 +300,7 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
                                    .shape = read.shape(),
                                    .bytes = read.bytes(),
                                    .version = read.version(),
-                                   .device = kStoreCpuDevice};
+                                   .device = serving_.store->device()};
     absl::StatusOr<TensorStore::Metadata> current = serving_.store->Info(ns_, request.name());
     if (current.ok() && current->version == metadata.version) metadata = *std::move(current);
     ToProto(metadata, response_.mutable_info());
@@ -403,7 +417,7 @@ void TensorOpsService::HandleServerInfo() {
                            store->set_memory_bytes(serving_.store->limit_bytes());
                            store->set_used_bytes(serving_.store->used_bytes());
                            store->set_tensors(serving_.store->tensor_count());
-                           store->set_device(kStoreCpuDevice);
+                           store->set_device(serving_.store->device());
                            return absl::OkStatus();
                          }));
 }

@@ -21,6 +21,7 @@
 #include "kernels/device.h"
 #include "kernels/device_call.h"
 #include "kernels/gather.h"
+#include "kernels/index_ops.h"
 #include "kernels/masked_scatter.h"
 #include "kernels/tensor.h"
 
@@ -80,7 +81,7 @@ struct SmallGather {
 class OnDevice {
  public:
   OnDevice(const DeviceCall& call, int64_t workspace_bytes) {
-    for (const HostSpan& span : call.inputs()) {
+    for (const InputSpan& span : call.inputs()) {
       void* copy = nullptr;
       EXPECT_EQ(cudaMalloc(&copy, span.bytes), cudaSuccess);
       EXPECT_EQ(cudaMemcpy(copy, span.data, span.bytes, cudaMemcpyHostToDevice), cudaSuccess);
@@ -167,6 +168,80 @@ TEST_F(CudaExecutorTest, AFailedCubCallLeavesNoErrorForTheNextLaunch) {
 
 // A DeviceCall that fails its Enqueue and leaves an error in the thread's last error, as a call
 // whose CUB or launch failure went unread would.
+// Stored tensors in device memory (--store_device=cuda): a lookup reads its resident table where
+// it is, and an in-place IndexReduce SUM writes the resident table itself; only the small inputs
+// are staged, and the results match the CPU's.
+TEST_F(CudaExecutorTest, ResidentInputsAreReadAndResidentResultsWrittenInPlace) {
+  absl::StatusOr<std::unique_ptr<DeviceExecutor>> executor = CreateCudaExecutor({.streams = 1});
+  ASSERT_TRUE(executor.ok()) << executor.status();
+  TensorMemory* memory = (*executor)->resident_memory();
+  ASSERT_NE(memory, nullptr);
+  EXPECT_FALSE(memory->host_accessible());
+  constexpr int64_t kRows = 1000;
+  constexpr int64_t kColumns = 8;
+  Tensor table(DataType::kFloat32, {kRows, kColumns});
+  for (int64_t i = 0; i < kRows * kColumns; ++i) {
+    table.data_as<float>()[i] = static_cast<float>(i % 97) - 40.0f;
+  }
+  void* resident = memory->Allocate(table.nbytes());
+  ASSERT_NE(resident, nullptr);
+  ASSERT_TRUE(memory->CopyFromHost(resident, table.data(), table.nbytes()).ok());
+  const TensorView on_device(DataType::kFloat32, {kRows, kColumns}, resident);
+
+  Tensor rows(DataType::kInt64, {64});
+  for (int64_t i = 0; i < 64; ++i) rows.data_as<int64_t>()[i] = (i * 131) % kRows;
+  // The lookup.
+  absl::StatusOr<GatherPlan> lookup = PlanIndexSelect({.input = on_device, .index = rows.view()});
+  ASSERT_TRUE(lookup.ok()) << lookup.status();
+  std::unique_ptr<DeviceCall> lookup_call = MakeDeviceCall(*lookup);
+  ASSERT_NE(lookup_call, nullptr);
+  lookup_call->MarkResident(resident, table.nbytes());
+  int64_t staged = 0;
+  for (const InputSpan& span : lookup_call->inputs()) staged += span.resident ? 0 : span.bytes;
+  EXPECT_EQ(staged, rows.nbytes());
+  std::vector<char> looked_up(lookup_call->result_bytes());
+  {
+    const DeviceCall* calls[] = {lookup_call.get()};
+    void* results[] = {looked_up.data()};
+    const std::vector<DeviceOutcome> outcomes = (*executor)->RunBatch(calls, results);
+    ASSERT_TRUE(outcomes[0].ok()) << outcomes[0].device_error;
+  }
+  for (int64_t i = 0; i < 64; ++i) {
+    EXPECT_EQ(
+        std::memcmp(looked_up.data() + i * kColumns * 4,
+                    table.data_as<float>() + rows.data_as<int64_t>()[i] * kColumns, kColumns * 4),
+        0)
+        << "row " << i;
+  }
+
+  // The push, in place: duplicate rows on purpose.
+  Tensor gradient(DataType::kFloat32, {64, kColumns});
+  for (int64_t i = 0; i < 64 * kColumns; ++i) gradient.data_as<float>()[i] = 0.25f * (i % 5);
+  for (int64_t i = 0; i < 64; ++i) rows.data_as<int64_t>()[i] = i % 16;
+  absl::StatusOr<ScatterPlan> push =
+      PlanIndexReduce({.input = on_device, .index = rows.view(), .source = gradient.view()});
+  ASSERT_TRUE(push.ok()) << push.status();
+  std::unique_ptr<DeviceCall> push_call = MakeDeviceCall(*push);
+  ASSERT_NE(push_call, nullptr);
+  push_call->MarkResident(resident, table.nbytes());
+  push_call->set_resident_result(resident);
+  {
+    const DeviceCall* calls[] = {push_call.get()};
+    void* results[] = {nullptr};
+    const std::vector<DeviceOutcome> outcomes = (*executor)->RunBatch(calls, results);
+    ASSERT_TRUE(outcomes[0].ok()) << outcomes[0].device_error;
+  }
+  absl::StatusOr<ScatterPlan> on_host =
+      PlanIndexReduce({.input = table.view(), .index = rows.view(), .source = gradient.view()});
+  ASSERT_TRUE(on_host.ok()) << on_host.status();
+  Tensor expected(DataType::kFloat32, {kRows, kColumns});
+  ASSERT_TRUE(cpu::Scatter(*on_host, expected.mutable_view()).ok());
+  Tensor updated(DataType::kFloat32, {kRows, kColumns});
+  ASSERT_TRUE(memory->CopyToHost(updated.data(), resident, table.nbytes()).ok());
+  EXPECT_EQ(std::memcmp(updated.data(), expected.data(), table.nbytes()), 0);
+  memory->Free(resident);
+}
+
 class FailingCall final : public DeviceCall {
  public:
   FailingCall() { result_bytes_ = 4; }

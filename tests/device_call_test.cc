@@ -59,7 +59,7 @@ Shape RandomShape(absl::BitGen& gen, int rank, int64_t max_size) {
 class Copies {
  public:
   explicit Copies(const DeviceCall& call) {
-    for (const HostSpan& span : call.inputs()) {
+    for (const InputSpan& span : call.inputs()) {
       buffers_.emplace_back(static_cast<size_t>(span.bytes));
       std::memcpy(buffers_.back().data(), span.data, static_cast<size_t>(span.bytes));
       pointers_.push_back(buffers_.back().data());
@@ -84,7 +84,7 @@ bool SameBytes(const Tensor& a, const Tensor& b) {
 }
 
 void ExpectSpansDisjoint(const DeviceCall& call) {
-  const std::vector<HostSpan>& spans = call.inputs();
+  const std::vector<InputSpan>& spans = call.inputs();
   for (size_t i = 0; i < spans.size(); ++i) {
     for (size_t j = i + 1; j < spans.size(); ++j) {
       const auto* a = static_cast<const char*>(spans[i].data);
@@ -174,6 +174,34 @@ TEST(DeviceCallTest, IndexSelectReadsOnlyItsInputSpans) {
     ASSERT_TRUE(cpu::Gather(*plan, expected.mutable_view()).ok());
     ExpectRelocatedGatherMatches(*plan, expected, input, index, trial);
   }
+}
+
+// MarkResident flags exactly the input spans inside a resident tensor's bytes: a scatter whose
+// input is stored on the device reads it there and stages its index and source alone.
+TEST(DeviceCallTest, MarkResidentFlagsOnlyTheSpansInsideTheTensor) {
+  absl::BitGen gen;
+  Tensor input = RandomTensor(gen, DataType::kFloat32, {8, 5});
+  Tensor index = RandomIndex(gen, DataType::kInt64, {3, 5}, 8);
+  Tensor source = RandomTensor(gen, DataType::kFloat32, {3, 5});
+  absl::StatusOr<ScatterPlan> plan = PlanScatter(
+      {.input = input.view(), .index = index.view(), .source = source.view(), .axis = 0});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::unique_ptr<DeviceCall> call = MakeDeviceCall(*plan);
+  ASSERT_NE(call, nullptr);
+  ASSERT_EQ(call->inputs().size(), 3u);
+  call->MarkResident(input.data(), input.nbytes());
+  int64_t resident = 0;
+  int64_t staged = 0;
+  for (const InputSpan& span : call->inputs()) (span.resident ? resident : staged) += span.bytes;
+  EXPECT_EQ(resident, input.nbytes());
+  EXPECT_EQ(staged, index.nbytes() + source.nbytes());
+  // A range that only overlaps a span (half the input) marks nothing more.
+  std::unique_ptr<DeviceCall> other = MakeDeviceCall(*plan);
+  other->MarkResident(input.data(), input.nbytes() / 2);
+  for (const InputSpan& span : other->inputs()) EXPECT_FALSE(span.resident);
+  EXPECT_EQ(other->resident_result(), nullptr);
+  other->set_resident_result(input.data());
+  EXPECT_EQ(other->resident_result(), input.data());
 }
 
 constexpr Reduction kReductions[] = {Reduction::kAssign, Reduction::kSum,  Reduction::kProd,
@@ -560,7 +588,7 @@ TEST(DeviceCallTest, OverlappingViewsShareOneSpan) {
   ASSERT_NE(call, nullptr);
   ASSERT_EQ(call->inputs().size(), 2u);
   int64_t total = 0;
-  for (const HostSpan& span : call->inputs()) total += span.bytes;
+  for (const InputSpan& span : call->inputs()) total += span.bytes;
   EXPECT_EQ(total, 4 * 5 * 4 + 3 * 8);
 }
 

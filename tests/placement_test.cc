@@ -94,8 +94,10 @@ class NoopCall final : public DeviceCall {
 // PlacedWork records where it ended: "cpu" (Run), "device" (CompleteOnDevice) or "dropped".
 class PlacedWork final : public Scheduler::Work {
  public:
-  PlacedWork(int64_t bytes, bool has_gpu_form)
-      : Scheduler::Work(absl::InfiniteFuture(), bytes), has_gpu_form_(has_gpu_form) {}
+  PlacedWork(int64_t bytes, bool has_gpu_form, bool operands_on_device = false)
+      : Scheduler::Work(absl::InfiniteFuture(), bytes),
+        has_gpu_form_(has_gpu_form),
+        operands_on_device_(operands_on_device) {}
 
   void Run() override { End("cpu"); }
   void Drop(const absl::Status&) override { End("dropped"); }
@@ -107,6 +109,7 @@ class PlacedWork final : public Scheduler::Work {
     EXPECT_EQ(static_cast<unsigned char>(result_[0]), 0x5A);
     End("device");
   }
+  bool OperandsOnDevice() const override { return operands_on_device_; }
 
   std::string WaitForEnd() {
     ended_.WaitForNotification();
@@ -120,6 +123,7 @@ class PlacedWork final : public Scheduler::Work {
   }
 
   const bool has_gpu_form_;
+  const bool operands_on_device_;
   NoopCall call_;
   char result_[16] = {};
   std::string where_;
@@ -176,13 +180,17 @@ TEST(PlacementTest, ACallForTheDeviceIsNeverRunInline) {
                          .device = &device,
                          .gpu_min_bytes = 100});
   ASSERT_TRUE(scheduler.ok()) << scheduler.status();
-  // Both are small enough to run inline; only the one under gpu_min_bytes may.
-  PlacedWork small(50, true), for_device(500, true);
+  // All are small enough to run inline; only the one under gpu_min_bytes may. A call that reads
+  // stored tensors in GPU memory goes there however small it is: its tensors are already there.
+  PlacedWork small(50, true), for_device(500, true),
+      resident(50, true, /*operands_on_device=*/true);
   ASSERT_TRUE((*scheduler)->Submit(&small).ok());
   ASSERT_TRUE((*scheduler)->Submit(&for_device).ok());
+  ASSERT_TRUE((*scheduler)->Submit(&resident).ok());
   EXPECT_EQ(small.WaitForEnd(), "cpu");
   EXPECT_EQ(for_device.WaitForEnd(), "device");
-  EXPECT_THAT(device.batches(), ElementsAre(1));
+  EXPECT_EQ(resident.WaitForEnd(), "device");
+  EXPECT_THAT(device.batches(), ElementsAre(1, 1));
 }
 
 TEST(PlacementTest, ABatchSplitsBetweenTheDeviceAndTheCpu) {

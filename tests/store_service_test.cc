@@ -24,6 +24,7 @@
 #include "proto/codec.h"
 #include "proto/op_list.h"
 #include "server/server.h"
+#include "tests/fake_device.h"
 #include "tests/service_test_util.h"
 #include "tests/wait_for.h"
 
@@ -56,24 +57,45 @@ std::string Bytes(const Tensor& tensor) {
   return std::string(static_cast<const char*>(tensor.data()), tensor.nbytes());
 }
 
-class StoreServiceTest : public ::testing::Test {
+// Where the server under test keeps its stored tensors: every test runs with both.
+enum class StorePlacement {
+  kHost,
+  // --store_device=cuda on a fake GPU (tests/fake_device.h): every stored tensor in memory the CPU
+  // cannot touch, every call on it placed on the GPU and, the fake having no kernels, re-run on
+  // the CPU from host copies of its operands.
+  kFakeDevice,
+};
+
+class StoreServiceTest : public ::testing::TestWithParam<StorePlacement> {
  protected:
   void SetUp() override { Start(ServerOptions()); }
 
   void Start(ServerOptions options) {
     client_.reset();
+    server_.reset();
+    if (GetParam() == StorePlacement::kFakeDevice) {
+      options.gpu.executor_for_testing = &executor_;
+      options.store.device = DeviceChoice::kCuda;
+    }
     server_ = StartServer(std::move(options));
     ASSERT_NE(server_, nullptr);
     client_ = ConnectClient(server_->port());
     stub_ = Connect(server_->port());
   }
 
+  // The device ServerInfo and the metrics name for the store.
+  static std::string StoreDevice() {
+    return GetParam() == StorePlacement::kHost ? "cpu" : "fakegpu:0";
+  }
+
+  testing::FakeDeviceMemory device_memory_;
+  testing::StagingFakeExecutor executor_{&device_memory_};
   std::unique_ptr<Server> server_;
   std::unique_ptr<Client> client_;
   std::unique_ptr<v1::TensorOps::Stub> stub_;
 };
 
-TEST_F(StoreServiceTest, PutGetRoundTripsWithChunksOfAnySize) {
+TEST_P(StoreServiceTest, PutGetRoundTripsWithChunksOfAnySize) {
   const std::vector<float> values = Floats(1000);  // 4000 bytes
   const TensorView view(DataType::kFloat32, {10, 100}, values.data());
   int64_t version = 0;
@@ -105,7 +127,7 @@ TEST_F(StoreServiceTest, PutGetRoundTripsWithChunksOfAnySize) {
   EXPECT_EQ(Bytes(*got), Bytes(Tensor::FromView(transposed)));
 }
 
-TEST_F(StoreServiceTest, UploadIsVisibleOnlyAfterTheClientHalfCloses) {
+TEST_P(StoreServiceTest, UploadIsVisibleOnlyAfterTheClientHalfCloses) {
   grpc::ClientContext context;
   v1::PutTensorResponse response;
   auto writer = stub_->PutTensor(&context, &response);
@@ -131,7 +153,7 @@ TEST_F(StoreServiceTest, UploadIsVisibleOnlyAfterTheClientHalfCloses) {
   EXPECT_GT(info->created_unix_nanos(), 0);
 }
 
-TEST_F(StoreServiceTest, CancelledOrIncompleteUploadLeavesNothing) {
+TEST_P(StoreServiceTest, CancelledOrIncompleteUploadLeavesNothing) {
   {
     grpc::ClientContext context;
     v1::PutTensorResponse response;
@@ -192,7 +214,7 @@ TEST_F(StoreServiceTest, CancelledOrIncompleteUploadLeavesNothing) {
   EXPECT_EQ(server_->store().tensor_count(), 0);
 }
 
-TEST_F(StoreServiceTest, OverwriteAndExpectedVersionRules) {
+TEST_P(StoreServiceTest, OverwriteAndExpectedVersionRules) {
   const std::vector<float> values = Floats(4);
   const TensorView view(DataType::kFloat32, {4}, values.data());
   ASSERT_EQ(client_->PutTensor("w", view)->version(), 1);
@@ -213,7 +235,7 @@ TEST_F(StoreServiceTest, OverwriteAndExpectedVersionRules) {
   EXPECT_THAT(old.status().message(), HasSubstr("version 3"));
 }
 
-TEST_F(StoreServiceTest, DeleteListAndInfo) {
+TEST_P(StoreServiceTest, DeleteListAndInfo) {
   const std::vector<float> values = Floats(6);
   ASSERT_TRUE(client_->PutTensor("b", TensorView(DataType::kFloat32, {2, 3}, values.data())).ok());
   ASSERT_TRUE(client_->PutTensor("a", TensorView(DataType::kFloat32, {6}, values.data())).ok());
@@ -222,7 +244,7 @@ TEST_F(StoreServiceTest, DeleteListAndInfo) {
   ASSERT_EQ(list->size(), 2u);
   EXPECT_EQ((*list)[0].name(), "a");
   EXPECT_EQ((*list)[1].name(), "b");
-  EXPECT_EQ((*list)[1].device(), "cpu");
+  EXPECT_EQ((*list)[1].device(), StoreDevice());
   absl::StatusOr<v1::TensorInfo> info = client_->TensorInfo("b");
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_THAT(info->shape(), ::testing::ElementsAre(2, 3));
@@ -245,7 +267,7 @@ TEST_F(StoreServiceTest, DeleteListAndInfo) {
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST_F(StoreServiceTest, UploadBeyondTheLimitIsResourceExhaustedNamingTheFlag) {
+TEST_P(StoreServiceTest, UploadBeyondTheLimitIsResourceExhaustedNamingTheFlag) {
   ServerOptions options;
   options.store.memory_bytes = 1000;
   Start(options);
@@ -258,7 +280,7 @@ TEST_F(StoreServiceTest, UploadBeyondTheLimitIsResourceExhaustedNamingTheFlag) {
       client_->PutTensor("small", TensorView(DataType::kFloat32, {100}, values.data())).ok());
 }
 
-TEST_F(StoreServiceTest, UploadOverTheRankLimitIsRefused) {
+TEST_P(StoreServiceTest, UploadOverTheRankLimitIsRefused) {
   ServerOptions options;
   options.limits.max_rank = 2;
   Start(options);
@@ -381,7 +403,7 @@ absl::StatusOr<v1::Tensor> Typed(grpc::Channel* channel, const v1::OpRequest& re
       []() -> absl::StatusOr<v1::Tensor> { return absl::InternalError("no op"); });
 }
 
-TEST_F(StoreServiceTest, EveryOpGivesTheSameBytesWithItsArgumentsByReference) {
+TEST_P(StoreServiceTest, EveryOpGivesTheSameBytesWithItsArgumentsByReference) {
   auto channel = grpc::CreateChannel(absl::StrFormat("127.0.0.1:%d", server_->port()),
                                      grpc::InsecureChannelCredentials());
   int references = 0;
@@ -438,7 +460,7 @@ TEST_F(StoreServiceTest, EveryOpGivesTheSameBytesWithItsArgumentsByReference) {
   EXPECT_GE(references, 22);
 }
 
-TEST_F(StoreServiceTest, MissingAndStaleReferencesNameTheArgument) {
+TEST_P(StoreServiceTest, MissingAndStaleReferencesNameTheArgument) {
   v1::OpRequest request = OneRequestOfEachOp()[0];  // gather
   v1::GatherRequest* gather = request.mutable_gather();
   gather->mutable_input()->Clear();
@@ -483,7 +505,7 @@ TEST_F(StoreServiceTest, MissingAndStaleReferencesNameTheArgument) {
                         "bytes"));
 }
 
-TEST_F(StoreServiceTest, BackwardReadsStoredTensors) {
+TEST_P(StoreServiceTest, BackwardReadsStoredTensors) {
   v1::OpRequest request = OneRequestOfEachOp()[0];  // gather
   absl::StatusOr<Tensor> result = client_->Run(request);
   ASSERT_TRUE(result.ok());
@@ -501,7 +523,7 @@ TEST_F(StoreServiceTest, BackwardReadsStoredTensors) {
   EXPECT_EQ(Bytes(grads->at("input")), Bytes(inline_grads->at("input")));
 }
 
-TEST_F(StoreServiceTest, RunStreamReadsStoredTensors) {
+TEST_P(StoreServiceTest, RunStreamReadsStoredTensors) {
   v1::OpRequest request = OneRequestOfEachOp()[0];  // gather
   absl::StatusOr<Tensor> expected = client_->Run(request);
   ASSERT_TRUE(expected.ok());
@@ -521,7 +543,7 @@ TEST_F(StoreServiceTest, RunStreamReadsStoredTensors) {
   EXPECT_TRUE((*stream)->Finish().ok());
 }
 
-TEST_F(StoreServiceTest, StoreCallsAreCountedInTheMetrics) {
+TEST_P(StoreServiceTest, StoreCallsAreCountedInTheMetrics) {
   const std::vector<float> values = Floats(4);
   ASSERT_TRUE(client_->PutTensor("m", TensorView(DataType::kFloat32, {4}, values.data())).ok());
   ASSERT_TRUE(client_->GetTensor("m").ok());
@@ -567,7 +589,7 @@ bool UpdatesItsInput(std::string_view op) {
          op == "masked_scatter";
 }
 
-TEST_F(StoreServiceTest, InPlaceGivesTheOutOfPlaceResultForEveryOpThatUpdatesItsInput) {
+TEST_P(StoreServiceTest, InPlaceGivesTheOutOfPlaceResultForEveryOpThatUpdatesItsInput) {
   int in_place_ops = 0;
   for (v1::OpRequest request : OneRequestOfEachOp()) {
     const std::string op(ops::NameOfCase(request.op_case()));
@@ -615,7 +637,7 @@ TEST_F(StoreServiceTest, InPlaceGivesTheOutOfPlaceResultForEveryOpThatUpdatesIts
   EXPECT_EQ(in_place_ops, 7);
 }
 
-TEST_F(StoreServiceTest, InPlaceReturnsItsBytesWhenAskedAndChecksTheVersion) {
+TEST_P(StoreServiceTest, InPlaceReturnsItsBytesWhenAskedAndChecksTheVersion) {
   v1::OpRequest request = OneRequestOfEachOp()[3];  // index_reduce, SUM
   ASSERT_EQ(request.op_case(), v1::OpRequest::kIndexReduce);
   absl::StatusOr<TensorView> input =
@@ -641,7 +663,7 @@ TEST_F(StoreServiceTest, InPlaceReturnsItsBytesWhenAskedAndChecksTheVersion) {
   EXPECT_THAT(stale.status().message(), HasSubstr("version 2"));
 }
 
-TEST_F(StoreServiceTest, ARetriedUpdateWithItsIdAppliesOnce) {
+TEST_P(StoreServiceTest, ARetriedUpdateWithItsIdAppliesOnce) {
   const std::vector<float> zeros(8, 0.0f);
   ASSERT_TRUE(client_->PutTensor("counts", TensorView(DataType::kFloat32, {8}, zeros.data())).ok());
   v1::OpRequest request;
@@ -686,7 +708,7 @@ TEST_F(StoreServiceTest, ARetriedUpdateWithItsIdAppliesOnce) {
   EXPECT_THAT(gone.status().message(), HasSubstr("update \"push-0001\" was already applied"));
 }
 
-TEST_F(StoreServiceTest, AFailingInPlaceUpdateChangesNothing) {
+TEST_P(StoreServiceTest, AFailingInPlaceUpdateChangesNothing) {
   const std::vector<float> values = Floats(8);
   ASSERT_TRUE(client_->PutTensor("t", TensorView(DataType::kFloat32, {8}, values.data())).ok());
   absl::StatusOr<Tensor> before = client_->GetTensor("t");
@@ -719,7 +741,7 @@ TEST_F(StoreServiceTest, AFailingInPlaceUpdateChangesNothing) {
   EXPECT_EQ(info->version(), 1);
 }
 
-TEST_F(StoreServiceTest, ResultOptionsAreValidated) {
+TEST_P(StoreServiceTest, ResultOptionsAreValidated) {
   const std::vector<float> values = Floats(4);
   ASSERT_TRUE(client_->PutTensor("v", TensorView(DataType::kFloat32, {4}, values.data())).ok());
   struct Case {
@@ -814,7 +836,7 @@ TEST_F(StoreServiceTest, ResultOptionsAreValidated) {
                "op.gather.result_options is set; a backward returns its gradients");
 }
 
-TEST_F(StoreServiceTest, StoreAsKeepsTheResultUnderAName) {
+TEST_P(StoreServiceTest, StoreAsKeepsTheResultUnderAName) {
   v1::OpRequest request = OneRequestOfEachOp()[0];  // gather
   absl::StatusOr<Tensor> expected = client_->Run(request);
   ASSERT_TRUE(expected.ok());
@@ -866,7 +888,7 @@ TEST_F(StoreServiceTest, StoreAsKeepsTheResultUnderAName) {
   EXPECT_EQ(Bytes(*typed_value), Bytes(*expected));
 }
 
-TEST_F(StoreServiceTest, ConcurrentInPlaceSumsLoseNothingAndReadersSeeWholeVersions) {
+TEST_P(StoreServiceTest, ConcurrentInPlaceSumsLoseNothingAndReadersSeeWholeVersions) {
   // 64 writers each add 1 to every row (IndexReduce SUM over all rows); a reader's value is
   // whole when every element is the same count.
   constexpr int kWriters = 64;
@@ -923,7 +945,7 @@ TEST_F(StoreServiceTest, ConcurrentInPlaceSumsLoseNothingAndReadersSeeWholeVersi
   EXPECT_EQ(info->version(), 1 + kWriters);
 }
 
-TEST_F(StoreServiceTest, CallsThatReferenceEachOthersTensorsDoNotDeadlock) {
+TEST_P(StoreServiceTest, CallsThatReferenceEachOthersTensorsDoNotDeadlock) {
   // Each call updates one tensor in place and reads the other: taken in opposite orders, the
   // handles would deadlock; the server takes them in name order.
   const std::vector<float> values(64, 1.0f);
@@ -953,7 +975,7 @@ TEST_F(StoreServiceTest, CallsThatReferenceEachOthersTensorsDoNotDeadlock) {
   EXPECT_EQ(failures.load(), 0);
 }
 
-TEST_F(StoreServiceTest, ADownloadHoldsNoLockWhileTheClientReadsAndAbortsWhenTheTensorChanges) {
+TEST_P(StoreServiceTest, ADownloadHoldsNoLockWhileTheClientReadsAndAbortsWhenTheTensorChanges) {
   // 4 MiB in 64 KiB chunks, to a client whose flow-control window stays at HTTP/2's 64 KiB (no
   // BDP probing): the server cannot send the whole tensor while the client does not read.
   constexpr int64_t kElements = int64_t{1} << 20;
@@ -993,13 +1015,13 @@ TEST_F(StoreServiceTest, ADownloadHoldsNoLockWhileTheClientReadsAndAbortsWhenThe
                "get_tensor: tensor \"slow\" changed after");
 }
 
-TEST_F(StoreServiceTest, ServerInfoAndMetricsReportTheStoresFigures) {
+TEST_P(StoreServiceTest, ServerInfoAndMetricsReportTheStoresFigures) {
   absl::StatusOr<v1::ServerInfoResponse> empty = client_->ServerInfo();
   ASSERT_TRUE(empty.ok());
   EXPECT_EQ(empty->store().memory_bytes(), ServerOptions().store.memory_bytes);
   EXPECT_EQ(empty->store().tensors(), 0);
   EXPECT_EQ(empty->store().used_bytes(), 0);
-  EXPECT_EQ(empty->store().device(), "cpu");
+  EXPECT_EQ(empty->store().device(), StoreDevice());
   const std::vector<float> values = Floats(1000);
   ASSERT_TRUE(client_->PutTensor("a", TensorView(DataType::kFloat32, {1000}, values.data())).ok());
   ASSERT_TRUE(client_->PutTensor("b", TensorView(DataType::kFloat32, {10}, values.data())).ok());
@@ -1008,13 +1030,15 @@ TEST_F(StoreServiceTest, ServerInfoAndMetricsReportTheStoresFigures) {
   EXPECT_EQ(two->store().tensors(), 2);
   EXPECT_EQ(two->store().used_bytes(), 4040);
   const std::string scrape = server_->metrics().Scrape();
-  EXPECT_THAT(scrape, HasSubstr("tensorops_store_tensors{device=\"cpu\"} 2"));
-  EXPECT_THAT(scrape, HasSubstr("tensorops_store_bytes{device=\"cpu\"} 4040"));
+  EXPECT_THAT(scrape, HasSubstr(absl::StrFormat("tensorops_store_tensors{device=\"%s\"} 2",
+                                                StoreDevice())));
+  EXPECT_THAT(scrape, HasSubstr(absl::StrFormat("tensorops_store_bytes{device=\"%s\"} 4040",
+                                                StoreDevice())));
   EXPECT_THAT(scrape, HasSubstr(absl::StrCat("tensorops_store_limit_bytes ",
                                              ServerOptions().store.memory_bytes)));
 }
 
-TEST_F(StoreServiceTest, TheCppClientRunsStoredCallsWithAnUpdateId) {
+TEST_P(StoreServiceTest, TheCppClientRunsStoredCallsWithAnUpdateId) {
   const std::vector<float> zeros(4, 0.0f);
   ASSERT_TRUE(client_->PutTensor("acc", TensorView(DataType::kFloat32, {4}, zeros.data())).ok());
   const std::vector<int64_t> index = {0, 0, 3};
@@ -1067,7 +1091,7 @@ TEST_F(StoreServiceTest, TheCppClientRunsStoredCallsWithAnUpdateId) {
   EXPECT_EQ(client_->RunStored(plain).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST_F(StoreServiceTest, AShutdownWithAnUploadOpenStoresNothing) {
+TEST_P(StoreServiceTest, AShutdownWithAnUploadOpenStoresNothing) {
   grpc::ClientContext context;
   v1::PutTensorResponse response;
   std::unique_ptr<grpc::ClientWriter<v1::PutTensorRequest>> writer =
@@ -1090,7 +1114,7 @@ TEST_F(StoreServiceTest, AShutdownWithAnUploadOpenStoresNothing) {
   EXPECT_EQ(server_->store().used_bytes(), 0);
 }
 
-TEST_F(StoreServiceTest, AStreamWhoseClientDoesNotReadHoldsNoStoredTensor) {
+TEST_P(StoreServiceTest, AStreamWhoseClientDoesNotReadHoldsNoStoredTensor) {
   // A 4 MiB table; each stream request gathers all of it, to a client whose flow-control window
   // stays at 64 KiB (no BDP probing) and which reads nothing: the responses cannot all be sent.
   constexpr int64_t kRows = 1024;
@@ -1131,6 +1155,122 @@ TEST_F(StoreServiceTest, AStreamWhoseClientDoesNotReadHoldsNoStoredTensor) {
   const grpc::Status updated = stub_->Run(&context, update, &response);
   EXPECT_TRUE(updated.ok()) << updated.error_message();
   stream_context.TryCancel();
+}
+
+INSTANTIATE_TEST_SUITE_P(Placements, StoreServiceTest,
+                         ::testing::Values(StorePlacement::kHost, StorePlacement::kFakeDevice),
+                         [](const ::testing::TestParamInfo<StorePlacement>& info) {
+                           return info.param == StorePlacement::kHost ? "Host" : "FakeDevice";
+                         });
+
+// With the store in (fake) device memory, an op on stored tensors sends the GPU only its small
+// inline inputs: the stored ones are read where they are, and a result written in place or
+// stored stays there. (The fake then fails each call, which the CPU re-runs from host copies:
+// the results are checked against the same calls inline.)
+TEST(DeviceStoreTest, OpsOnStoredTensorsCopyOnlyTheirSmallInputsToTheGpu) {
+  testing::FakeDeviceMemory memory;
+  testing::StagingFakeExecutor executor(&memory);
+  ServerOptions options;
+  options.gpu.executor_for_testing = &executor;
+  options.store.device = DeviceChoice::kAuto;  // a GPU is there: its memory
+  std::unique_ptr<Server> server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<Client> client = ConnectClient(server->port());
+  std::unique_ptr<v1::TensorOps::Stub> stub = Connect(server->port());
+
+  constexpr int64_t kRows = 256;
+  constexpr int64_t kColumns = 64;
+  const std::vector<float> table = Floats(kRows * kColumns);
+  const TensorView table_view(DataType::kFloat32, {kRows, kColumns}, table.data());
+  absl::StatusOr<v1::TensorInfo> put = client->PutTensor("table", table_view);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(put->device(), "fakegpu:0");
+  EXPECT_EQ(memory.copied_in(), kRows * kColumns * 4);
+  executor.TakeSeen();
+
+  // A lookup: 16 rows of the table. The request is far below --gpu_min_bytes, but its table is
+  // on the GPU, so the call goes there.
+  std::vector<int64_t> rows(16);
+  for (int64_t i = 0; i < 16; ++i) rows[i] = (i * 37) % kRows;
+  v1::OpRequest lookup;
+  *lookup.mutable_index_select() =
+      MakeIndexSelectRequest(table_view, 0, TensorView(DataType::kInt64, {16}, rows.data()));
+  absl::StatusOr<Tensor> inline_lookup = client->Run(lookup);
+  ASSERT_TRUE(inline_lookup.ok()) << inline_lookup.status();
+  executor.TakeSeen();  // the inline call: every byte staged
+  lookup.mutable_index_select()->mutable_input()->Clear();
+  lookup.mutable_index_select()->mutable_input()->mutable_stored()->set_name("table");
+  absl::StatusOr<Tensor> by_reference = client->Run(lookup);
+  ASSERT_TRUE(by_reference.ok()) << by_reference.status();
+  EXPECT_EQ(Bytes(*by_reference), Bytes(*inline_lookup));
+  std::vector<testing::StagingFakeExecutor::Seen> seen = executor.TakeSeen();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].resident_bytes, kRows * kColumns * 4);
+  EXPECT_EQ(seen[0].staged_bytes, 16 * 8);  // the index alone
+  EXPECT_FALSE(seen[0].resident_result);
+  EXPECT_TRUE(seen[0].all_resident_in_memory);
+
+  // A gradient push in place: the table stays on the GPU, the index and rows go there.
+  std::vector<float> gradient(16 * kColumns);
+  for (size_t i = 0; i < gradient.size(); ++i) gradient[i] = static_cast<float>(i % 7) - 3.0f;
+  v1::OpRequest push;
+  *push.mutable_index_reduce() =
+      MakeIndexReduceRequest(table_view, 0, TensorView(DataType::kInt64, {16}, rows.data()),
+                             TensorView(DataType::kFloat32, {16, kColumns}, gradient.data()));
+  absl::StatusOr<Tensor> expected = client->Run(push);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  executor.TakeSeen();
+  push.mutable_index_reduce()->mutable_input()->Clear();
+  push.mutable_index_reduce()->mutable_input()->mutable_stored()->set_name("table");
+  push.mutable_index_reduce()->mutable_result_options()->set_in_place(true);
+  absl::StatusOr<v1::Tensor> pushed = RawRun(stub.get(), push);
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  EXPECT_EQ(pushed->stored().version(), put->version() + 1);
+  seen = executor.TakeSeen();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].resident_bytes, kRows * kColumns * 4);
+  EXPECT_EQ(seen[0].staged_bytes, 16 * 8 + 16 * kColumns * 4);  // index and rows
+  EXPECT_TRUE(seen[0].resident_result);
+  EXPECT_TRUE(seen[0].all_resident_in_memory);
+  absl::StatusOr<Tensor> updated = client->GetTensor("table");
+  ASSERT_TRUE(updated.ok()) << updated.status();
+  EXPECT_EQ(Bytes(*updated), Bytes(*expected));
+
+  // A result stored under a name is written on the GPU too.
+  v1::OpRequest keep = lookup;
+  keep.mutable_index_select()->mutable_result_options()->set_store_as("rows");
+  absl::StatusOr<v1::Tensor> kept = RawRun(stub.get(), keep);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  seen = executor.TakeSeen();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_TRUE(seen[0].resident_result);
+  EXPECT_TRUE(seen[0].all_resident_in_memory);
+  absl::StatusOr<Tensor> stored_rows = client->GetTensor("rows");
+  ASSERT_TRUE(stored_rows.ok()) << stored_rows.status();
+  lookup.mutable_index_select()->mutable_input()->mutable_stored()->set_name("table");
+  absl::StatusOr<Tensor> fresh_lookup = client->Run(lookup);
+  ASSERT_TRUE(fresh_lookup.ok()) << fresh_lookup.status();
+  EXPECT_EQ(Bytes(*stored_rows), Bytes(*fresh_lookup));
+}
+
+TEST(DeviceStoreTest, StoreDeviceCudaWithoutAGpuFailsAtStartUpAndAutoFallsBackToTheHost) {
+  ServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  options.device = DeviceChoice::kCpu;
+  options.store.device = DeviceChoice::kCuda;
+  absl::StatusOr<std::unique_ptr<Server>> refused = Server::Start(options);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr("--store_device=cuda"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("--device=cpu"));
+
+  options.store.device = DeviceChoice::kAuto;
+  std::unique_ptr<Server> server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<Client> client = ConnectClient(server->port());
+  absl::StatusOr<v1::ServerInfoResponse> info = client->ServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->store().device(), "cpu");
 }
 
 TEST(StoreAuthTest, UnauthenticatedStoreCallsAreRefused) {

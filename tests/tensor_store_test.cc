@@ -25,6 +25,7 @@
 #include "kernels/dtype.h"
 #include "kernels/shape.h"
 #include "kernels/tensor.h"
+#include "tests/fake_device.h"
 #include "tests/wait_for.h"
 
 namespace tensorops {
@@ -208,6 +209,39 @@ TEST(TensorStoreTest, PutCopiesAStridedViewContiguously) {
   ASSERT_OK_AND_ASSIGN(TensorStore::ReadHandle read, store.Read("", "t"));
   EXPECT_THAT(read.shape(), ElementsAre(3, 2));
   EXPECT_THAT(Values<int32_t>(read), ElementsAre(1, 4, 2, 5, 3, 6));
+}
+
+// A store in device memory (here a fake one the CPU cannot touch: tests/fake_device.h) takes its
+// bytes through copies only, and checks bools as they arrive rather than at Commit.
+TEST(TensorStoreTest, DeviceMemoryIsFilledAndReadThroughCopies) {
+  testing::FakeDeviceMemory memory;
+  TensorStore store(1 << 20, &memory);
+  EXPECT_EQ(store.device(), "fakegpu:0");
+  const std::vector<int32_t> values = {1, 2, 3, 4, 5, 6};
+  const TensorView transposed(DataType::kInt32, Shape{3, 2}, Shape{1, 3}, values.data());
+  ASSERT_TRUE(store.Put("", "t", transposed).ok());
+  EXPECT_EQ(memory.copied_in(), 24);
+  ASSERT_OK_AND_ASSIGN(TensorStore::ReadHandle read, store.Read("", "t"));
+  EXPECT_FALSE(read.memory().host_accessible());
+  EXPECT_TRUE(memory.Contains(read.view().data(), 24));
+  std::vector<int32_t> back(6);
+  ASSERT_TRUE(read.CopyToHost(0, 24, back.data()).ok());
+  EXPECT_THAT(back, ElementsAre(1, 4, 2, 5, 3, 6));
+  int32_t last = 0;
+  ASSERT_TRUE(read.CopyToHost(20, 4, &last).ok());
+  EXPECT_EQ(last, 6);
+  ASSERT_OK_AND_ASSIGN(TensorStore::Metadata info, store.Info("", "t"));
+  EXPECT_EQ(info.device, "fakegpu:0");
+
+  ASSERT_OK_AND_ASSIGN(TensorStore::Upload flags,
+                       store.BeginUpload("", "flags", DataType::kBool, {4}));
+  ASSERT_TRUE(flags.Write(0, std::string("\x01\x00", 2)).ok());
+  const absl::Status bad = flags.Write(2, std::string("\x01\x07", 2));
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.message(), HasSubstr("data[3] = 7 is not a valid bool"));
+  EXPECT_EQ(flags.bytes_received(), 2);  // the bad chunk counted nothing
+  ASSERT_TRUE(flags.Write(2, std::string("\x01\x01", 2)).ok());
+  EXPECT_TRUE(flags.Commit().ok());
 }
 
 TEST(TensorStoreTest, ScalarsAndEmptyTensors) {

@@ -101,10 +101,58 @@ class PinnedPool {
   int64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// ResidentMemory is the GPU's memory for stored tensors: plain cudaMalloc, not the batches' pool,
+// since a stored tensor lives long and its size is bounded by --store_memory_bytes instead.
+// Copies are synchronous (the legacy default stream, which waits for no other work of ours: the
+// store's locks keep kernels off a tensor while its bytes are copied).
+class ResidentMemory final : public TensorMemory {
+ public:
+  explicit ResidentMemory(int device) : device_(device) {}
+
+  std::string device() const override { return absl::StrFormat("cuda:%d", device_); }
+  bool host_accessible() const override { return false; }
+
+  void* Allocate(int64_t bytes) override {
+    void* data = nullptr;
+    if (cudaSetDevice(device_) != cudaSuccess || cudaMalloc(&data, bytes) != cudaSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    return data;
+  }
+  void Free(void* data) override {
+    cudaSetDevice(device_);
+    cudaFree(data);
+  }
+
+  absl::Status CopyToHost(void* host, const void* data, int64_t bytes) const override {
+    return Copy(host, data, bytes, cudaMemcpyDeviceToHost, "copying a stored tensor to the host");
+  }
+  absl::Status CopyFromHost(void* data, const void* host, int64_t bytes) const override {
+    return Copy(data, host, bytes, cudaMemcpyHostToDevice, "copying a stored tensor's bytes in");
+  }
+
+ private:
+  absl::Status Copy(void* to, const void* from, int64_t bytes, cudaMemcpyKind kind,
+                    std::string_view what) const {
+    if (bytes == 0) return absl::OkStatus();
+    cudaError_t error = cudaSetDevice(device_);
+    if (error == cudaSuccess) error = cudaMemcpy(to, from, static_cast<size_t>(bytes), kind);
+    if (error == cudaSuccess) return absl::OkStatus();
+    cudaGetLastError();
+    return absl::UnavailableError(CudaError(what, error));
+  }
+
+  const int device_;
+};
+
 class CudaExecutor final : public DeviceExecutor {
  public:
   CudaExecutor(const CudaExecutorOptions& options, std::vector<cudaStream_t> streams)
-      : options_(options), pinned_(options.pinned_cache_bytes), free_streams_(std::move(streams)) {
+      : options_(options),
+        pinned_(options.pinned_cache_bytes),
+        resident_(options.device),
+        free_streams_(std::move(streams)) {
     all_streams_ = free_streams_;
   }
 
@@ -124,10 +172,13 @@ class CudaExecutor final : public DeviceExecutor {
 
   std::string name() const override { return absl::StrFormat("cuda:%d", options_.device); }
 
+  TensorMemory* resident_memory() override { return &resident_; }
+
  private:
   // Where a batch's memory lies, in bytes from the start of its device block. The staging buffer
   // mirrors [0, copy_back_end): inputs, then results and error flags (the one copy back);
-  // workspaces live on the device only.
+  // workspaces live on the device only. Resident inputs and results have no place (offset -1):
+  // they are in the store's device memory.
   struct Layout {
     std::vector<std::vector<int64_t>> inputs;
     std::vector<int64_t> results;
@@ -169,6 +220,7 @@ class CudaExecutor final : public DeviceExecutor {
 
   const CudaExecutorOptions options_;
   PinnedPool pinned_;
+  ResidentMemory resident_;
   std::atomic<int64_t> device_in_use_{0};
   std::vector<cudaStream_t> all_streams_;
 
@@ -183,15 +235,15 @@ CudaExecutor::Layout CudaExecutor::PlanLayout(absl::Span<const DeviceCall* const
   int64_t at = 0;
   for (const DeviceCall* call : calls) {
     std::vector<int64_t>& offsets = layout.inputs.emplace_back();
-    for (const HostSpan& span : call->inputs()) {
-      offsets.push_back(at);
-      at += AlignUp(span.bytes);
+    for (const InputSpan& span : call->inputs()) {
+      offsets.push_back(span.resident ? -1 : at);
+      if (!span.resident) at += AlignUp(span.bytes);
     }
   }
   layout.inputs_end = at;
   for (const DeviceCall* call : calls) {
-    layout.results.push_back(at);
-    at += AlignUp(call->result_bytes());
+    layout.results.push_back(call->resident_result() != nullptr ? -1 : at);
+    if (call->resident_result() == nullptr) at += AlignUp(call->result_bytes());
   }
   layout.flags = at;
   at += AlignUp(static_cast<int64_t>(calls.size() * sizeof(int32_t)));
@@ -261,8 +313,9 @@ std::vector<DeviceOutcome> CudaExecutor::RunBatch(absl::Span<const DeviceCall* c
     char* device = static_cast<char*>(block);
     // Pack every input into the staging buffer, then one copy to the device.
     for (size_t c = 0; c < calls.size(); ++c) {
-      const std::vector<HostSpan>& spans = calls[c]->inputs();
+      const std::vector<InputSpan>& spans = calls[c]->inputs();
       for (size_t s = 0; s < spans.size(); ++s) {
+        if (spans[s].resident) continue;
         cpu::ParallelCopy(host + layout.inputs[c][s], spans[s].data, spans[s].bytes);
       }
     }
@@ -279,10 +332,15 @@ std::vector<DeviceOutcome> CudaExecutor::RunBatch(absl::Span<const DeviceCall* c
       for (size_t c = 0; c < calls.size(); ++c) {
         if (!outcomes[c].device_error.ok()) continue;
         copies.clear();
-        for (int64_t offset : layout.inputs[c]) copies.push_back(device + offset);
+        const std::vector<InputSpan>& spans = calls[c]->inputs();
+        for (size_t s = 0; s < spans.size(); ++s) {
+          copies.push_back(spans[s].resident ? const_cast<void*>(spans[s].data)
+                                             : device + layout.inputs[c][s]);
+        }
+        void* const resident_result = calls[c]->resident_result();
         const DeviceBuffers buffers{
             .inputs = copies,
-            .result = device + layout.results[c],
+            .result = resident_result != nullptr ? resident_result : device + layout.results[c],
             .workspace = device + layout.workspaces[c],
             .workspace_bytes = workspace_bytes[c],
             .error_flag = reinterpret_cast<int32_t*>(device + layout.flags) + c};
@@ -315,6 +373,7 @@ std::vector<DeviceOutcome> CudaExecutor::RunBatch(absl::Span<const DeviceCall* c
       outcome.index_error = true;
       continue;
     }
+    if (calls[c]->resident_result() != nullptr) continue;
     cpu::ParallelCopy(results[c], host + layout.results[c], calls[c]->result_bytes());
   }
   pinned_.Release(staging->first, staging->second);

@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kernels/device_call.h"
+#include "kernels/tensor_memory.h"
 
 namespace tensorops {
 
@@ -58,13 +59,18 @@ class DeviceExecutor {
   virtual ~DeviceExecutor() = default;
 
   // RunBatch runs `calls` as one batch; call i's result goes to `results[i]` (host memory of
-  // calls[i]->result_bytes()). Returns one outcome per call. Thread-safe.
+  // calls[i]->result_bytes()), or stays in its resident_result() (results[i] unused). Returns one
+  // outcome per call. Thread-safe. A call with a resident result that fails (either way) may have
+  // written part of it.
   virtual std::vector<DeviceOutcome> RunBatch(absl::Span<const DeviceCall* const> calls,
                                               absl::Span<void* const> results) = 0;
 
   virtual DeviceMemory memory() const = 0;
   // The device's name for logs and metrics: "cuda:0".
   virtual std::string name() const = 0;
+  // The device memory stored tensors live in with --store_device=cuda: a DeviceCall's resident
+  // inputs and results are in it. Lives as long as the executor. Null when it has none.
+  virtual TensorMemory* resident_memory() { return nullptr; }
 };
 
 struct CudaExecutorOptions {

@@ -18,8 +18,6 @@ namespace tensorops {
 
 namespace {
 
-constexpr std::align_val_t kAlignment{64};
-
 // Zero-byte tensors point here, so that their data pointer is never null and nothing is
 // allocated (or freed) for them.
 alignas(64) char empty_tensor_bytes[64];
@@ -223,17 +221,18 @@ absl::Status ValidateTensorName(std::string_view name) {
 // place in the map.
 struct TensorStore::Entry {
   Entry(std::string name_arg, DataType dtype_arg, Shape shape_arg, int64_t bytes_arg,
-        std::shared_ptr<MemoryPool> pool_arg, void* data_arg)
+        std::shared_ptr<MemoryPool> pool_arg, TensorMemory* memory_arg, void* data_arg)
       : name(std::move(name_arg)),
         dtype(dtype_arg),
         shape(std::move(shape_arg)),
         bytes(bytes_arg),
         pool(std::move(pool_arg)),
+        memory(memory_arg),
         data(data_arg) {}
 
   // The last handle (or the map) letting go frees the bytes and their share of the limit.
   ~Entry() {
-    if (data != empty_tensor_bytes) ::operator delete(data, kAlignment);
+    if (data != empty_tensor_bytes) memory->Free(data);
     pool->Release(bytes);
   }
 
@@ -245,6 +244,8 @@ struct TensorStore::Entry {
   const Shape shape;
   const int64_t bytes;
   const std::shared_ptr<MemoryPool> pool;
+  // Where `data` lives (it outlives every entry: see TensorStore's constructor).
+  TensorMemory* const memory;
   void* const data;
 
   // Guards the bytes (not the fields below): shared for a ReadHandle, exclusive for an
@@ -266,7 +267,7 @@ struct TensorStore::Entry {
                     .shape = shape,
                     .bytes = bytes,
                     .version = version,
-                    .device = kStoreCpuDevice,
+                    .device = memory->device(),
                     .created = created,
                     .updated = updated};
   }
@@ -275,7 +276,8 @@ struct TensorStore::Entry {
 // State is the store itself; uploads and update handles share it, so they may outlive the
 // TensorStore object.
 struct TensorStore::State {
-  explicit State(int64_t limit) : pool(std::make_shared<MemoryPool>(limit)) {}
+  State(int64_t limit, TensorMemory* memory_arg)
+      : pool(std::make_shared<MemoryPool>(limit)), memory(memory_arg) {}
 
   // FindLocked returns the name's current entry in `ns`, or null.
   Entry* FindLocked(std::string_view ns, std::string_view name) const
@@ -357,6 +359,7 @@ struct TensorStore::State {
   };
 
   const std::shared_ptr<MemoryPool> pool;
+  TensorMemory* const memory;
   mutable absl::Mutex mu;
   // Kept apart from `namespaces`: a namespace remembers its changes after its last name goes.
   absl::flat_hash_map<std::string, ChangeLog> changes ABSL_GUARDED_BY(mu);
@@ -368,7 +371,9 @@ struct TensorStore::State {
 
 // ---- TensorStore ----
 
-TensorStore::TensorStore(int64_t limit_bytes) : state_(std::make_shared<State>(limit_bytes)) {}
+TensorStore::TensorStore(int64_t limit_bytes, TensorMemory* memory)
+    : state_(
+          std::make_shared<State>(limit_bytes, memory == nullptr ? &HostTensorMemory() : memory)) {}
 
 TensorStore::~TensorStore() = default;
 
@@ -410,17 +415,19 @@ absl::StatusOr<TensorStore::Upload> TensorStore::BeginUpload(std::string_view ns
   void* data = empty_tensor_bytes;
   if (bytes > 0) {
     // No zero-fill: Commit accepts the bytes only once every one has been written.
-    data = ::operator new(static_cast<size_t>(bytes), kAlignment, std::nothrow);
+    // Rounded up to a multiple of 4: a device kernel writing a 16-bit result in place swaps
+    // whole 32-bit words (DeviceBuffers::result).
+    data = state_->memory->Allocate((bytes + 3) / 4 * 4);
     if (data == nullptr) {
       state_->pool->Release(bytes);
       return absl::ResourceExhaustedError(
-          absl::StrFormat("tensor store: cannot allocate %d bytes for tensor %s (out of memory)",
-                          bytes, QuoteName(name)));
+          absl::StrFormat("tensor store: cannot allocate %d bytes for tensor %s (out of %s memory)",
+                          bytes, QuoteName(name), state_->memory->device()));
     }
   }
   // From here the entry owns the bytes and the reservation.
   auto entry = std::make_shared<Entry>(std::string(name), dtype, Shape(shape.begin(), shape.end()),
-                                       bytes, state_->pool, data);
+                                       bytes, state_->pool, state_->memory, data);
   return Upload(state_, std::string(ns), std::move(entry), options);
 }
 
@@ -428,8 +435,17 @@ absl::StatusOr<int64_t> TensorStore::Put(std::string_view ns, std::string_view n
                                          const TensorView& value, const UploadOptions& options) {
   TENSOROPS_ASSIGN_OR_RETURN(Upload upload,
                              BeginUpload(ns, name, value.dtype(), value.shape(), options));
-  TENSOROPS_ASSIGN_OR_RETURN(absl::Span<char> bytes, upload.MutableChunk(0, upload.bytes()));
-  CopyElements(value, MutableTensorView(value.dtype(), value.shape(), bytes.data()));
+  if (state_->memory->host_accessible()) {
+    TENSOROPS_ASSIGN_OR_RETURN(absl::Span<char> bytes, upload.MutableChunk(0, upload.bytes()));
+    CopyElements(value, MutableTensorView(value.dtype(), value.shape(), bytes.data()));
+  } else {
+    // Made contiguous on the host, then one copy to the device.
+    Tensor contiguous(value.dtype(), value.shape());
+    CopyElements(value, contiguous.mutable_view());
+    TENSOROPS_RETURN_IF_ERROR(
+        upload.Write(0, std::string_view(static_cast<const char*>(contiguous.data()),
+                                         static_cast<size_t>(upload.bytes()))));
+  }
   return upload.Commit();
 }
 
@@ -513,6 +529,8 @@ int64_t TensorStore::used_bytes() const { return state_->pool->used(); }
 
 int64_t TensorStore::limit_bytes() const { return state_->pool->limit(); }
 
+std::string TensorStore::device() const { return state_->memory->device(); }
+
 int64_t TensorStore::tensor_count() const {
   absl::ReaderMutexLock lock(&state_->mu);
   return state_->count;
@@ -536,6 +554,8 @@ TensorStore::Upload& TensorStore::Upload::operator=(Upload&&) noexcept = default
 // An uncommitted entry is referenced only here: dropping it frees the bytes and the reservation.
 TensorStore::Upload::~Upload() = default;
 
+const TensorMemory& TensorStore::Upload::memory() const { return *entry_->memory; }
+
 absl::StatusOr<absl::Span<char>> TensorStore::Upload::MutableChunk(int64_t offset, int64_t size) {
   if (committed_) {
     return absl::FailedPreconditionError(
@@ -557,10 +577,29 @@ absl::StatusOr<absl::Span<char>> TensorStore::Upload::MutableChunk(int64_t offse
 }
 
 absl::Status TensorStore::Upload::Write(int64_t offset, std::string_view bytes) {
+  // Bytes bound for the device are checked here, while they are on the host (Commit checks host
+  // bytes in place). entry_ is null once committed: MutableChunk says so.
+  if (entry_ != nullptr && !entry_->memory->host_accessible()) {
+    TENSOROPS_RETURN_IF_ERROR(CheckBools(offset, bytes.data(), static_cast<int64_t>(bytes.size())));
+  }
   TENSOROPS_ASSIGN_OR_RETURN(absl::Span<char> dest,
                              MutableChunk(offset, static_cast<int64_t>(bytes.size())));
-  if (!bytes.empty()) std::memcpy(dest.data(), bytes.data(), bytes.size());
-  return absl::OkStatus();
+  if (bytes.empty()) return absl::OkStatus();
+  const absl::Status copied =
+      entry_->memory->CopyFromHost(dest.data(), bytes.data(), static_cast<int64_t>(bytes.size()));
+  if (!copied.ok()) received_ -= static_cast<int64_t>(bytes.size());
+  return copied;
+}
+
+absl::Status TensorStore::Upload::CheckBools(int64_t offset, const void* data, int64_t size) const {
+  // Ops read stored bools as they read inline ones, which the codec checks: so does the store.
+  if (dtype_ != DataType::kBool) return absl::OkStatus();
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  const auto* bad = std::find_if(bytes, bytes + size, [](uint8_t byte) { return byte > 1; });
+  if (bad == bytes + size) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("upload of tensor %s: data[%d] = %d is not a valid bool (0 or 1)",
+                      QuoteName(name_), offset + (bad - bytes), *bad));
 }
 
 absl::StatusOr<int64_t> TensorStore::Upload::Commit(std::string_view update_id) {
@@ -573,15 +612,8 @@ absl::StatusOr<int64_t> TensorStore::Upload::Commit(std::string_view update_id) 
         absl::StrFormat("upload of tensor %s is incomplete: received %d of its %d bytes",
                         QuoteName(name_), received_, bytes_));
   }
-  // Ops read stored bools as they read inline ones, which the codec checks: so does the store.
-  if (dtype_ == DataType::kBool) {
-    const auto* bytes = static_cast<const uint8_t*>(entry_->data);
-    const auto* bad = std::find_if(bytes, bytes + bytes_, [](uint8_t byte) { return byte > 1; });
-    if (bad != bytes + bytes_) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("upload of tensor %s: data[%d] = %d is not a valid bool (0 or 1)",
-                          QuoteName(name_), bad - bytes, *bad));
-    }
+  if (entry_->memory->host_accessible()) {
+    TENSOROPS_RETURN_IF_ERROR(CheckBools(0, entry_->data, bytes_));
   }
   // Destroyed after the lock is released (see Delete).
   std::shared_ptr<Entry> replaced;
@@ -650,6 +682,10 @@ TensorView TensorStore::ReadHandle::view() const {
   return TensorView(entry_->dtype, entry_->shape, entry_->data);
 }
 const std::string& TensorStore::ReadHandle::name() const { return entry_->name; }
+const TensorMemory& TensorStore::ReadHandle::memory() const { return *entry_->memory; }
+absl::Status TensorStore::ReadHandle::CopyToHost(int64_t offset, int64_t bytes, void* host) const {
+  return entry_->memory->CopyToHost(host, static_cast<const char*>(entry_->data) + offset, bytes);
+}
 DataType TensorStore::ReadHandle::dtype() const { return entry_->dtype; }
 const Shape& TensorStore::ReadHandle::shape() const { return entry_->shape; }
 int64_t TensorStore::ReadHandle::bytes() const { return entry_->bytes; }
@@ -693,6 +729,7 @@ MutableTensorView TensorStore::UpdateHandle::view() const {
   return MutableTensorView(entry_->dtype, entry_->shape, entry_->data);
 }
 const std::string& TensorStore::UpdateHandle::name() const { return entry_->name; }
+const TensorMemory& TensorStore::UpdateHandle::memory() const { return *entry_->memory; }
 DataType TensorStore::UpdateHandle::dtype() const { return entry_->dtype; }
 const Shape& TensorStore::UpdateHandle::shape() const { return entry_->shape; }
 int64_t TensorStore::UpdateHandle::bytes() const { return entry_->bytes; }

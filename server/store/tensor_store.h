@@ -37,6 +37,11 @@
 // in flight, and replaced or deleted values still held by a handle. A limit of 0 turns the store
 // off: every upload fails with RESOURCE_EXHAUSTED. Bytes are 64-byte aligned, never zero-filled,
 // and sized in int64, so one tensor may pass 2 GiB; a failed allocation is RESOURCE_EXHAUSTED.
+//
+// Placement. The bytes live in one TensorMemory (kernels/tensor_memory.h): host memory by
+// default, a GPU's with --store_device=cuda. Device bytes are never touched by the CPU here: an
+// upload's chunks are copied in (Upload::Write), a download's copied out (CopyToHost), and a
+// handle's view() points into device memory, for a device kernel to read or write.
 #ifndef TENSOROPS_SERVER_STORE_TENSOR_STORE_H_
 #define TENSOROPS_SERVER_STORE_TENSOR_STORE_H_
 
@@ -54,6 +59,7 @@
 #include "kernels/dtype.h"
 #include "kernels/shape.h"
 #include "kernels/tensor.h"
+#include "kernels/tensor_memory.h"
 
 namespace tensorops {
 
@@ -62,9 +68,6 @@ inline constexpr int64_t kMaxTensorNameBytes = 256;
 
 // kStoreMemoryFlag is the server flag that sets a store's limit; errors about the limit name it.
 inline constexpr char kStoreMemoryFlag[] = "--store_memory_bytes";
-
-// kStoreCpuDevice is the device every stored tensor lives on for now.
-inline constexpr char kStoreCpuDevice[] = "cpu";
 
 // ValidateTensorName returns OK for a valid name and otherwise INVALID_ARGUMENT naming the rule
 // broken and the name (escaped, and shortened when long, so that a binary or huge name stays
@@ -119,8 +122,9 @@ class TensorStore {
   using Metadata = TensorStoreMetadata;
   using Change = TensorStoreChange;
 
-  // A store whose tensors may hold up to `limit_bytes` in all (0: the store is off).
-  explicit TensorStore(int64_t limit_bytes);
+  // A store whose tensors may hold up to `limit_bytes` in all (0: the store is off), in `memory`
+  // (null: HostTensorMemory()), which must outlive the store and every handle on it.
+  explicit TensorStore(int64_t limit_bytes, TensorMemory* memory = nullptr);
   // Handles and uploads may outlive the store: they keep what they need alive.
   ~TensorStore();
 
@@ -180,6 +184,8 @@ class TensorStore {
   // Tensors visible by name, across every namespace.
   int64_t tensor_count() const;
   bool enabled() const { return limit_bytes() > 0; }
+  // The device the tensors live on: "cpu", "cuda:0".
+  std::string device() const;
 
  private:
   struct Entry;
@@ -198,13 +204,15 @@ class TensorStore::Upload {
   Upload& operator=(Upload&&) noexcept;
   ~Upload();
 
-  // Write copies `bytes` to `offset`. Chunks must arrive in order: `offset` must equal
-  // bytes_received(), and the chunk must end within bytes() (INVALID_ARGUMENT otherwise, the
-  // upload unchanged). FAILED_PRECONDITION after a successful Commit.
+  // Write copies `bytes` (host memory) to `offset`. Chunks must arrive in order: `offset` must
+  // equal bytes_received(), and the chunk must end within bytes() (INVALID_ARGUMENT otherwise,
+  // the upload unchanged). FAILED_PRECONDITION after a successful Commit. A bool tensor bound for
+  // device memory has its bytes checked here (INVALID_ARGUMENT), not at Commit.
   absl::Status Write(int64_t offset, std::string_view bytes);
 
   // MutableChunk is Write without the copy: it returns the `size` bytes at `offset` for the
-  // caller to fill before Commit, and counts them as received. Same rules as Write.
+  // caller to fill before Commit, and counts them as received. Same rules as Write. The bytes
+  // are in the store's memory: with device memory only a device kernel may fill them.
   absl::StatusOr<absl::Span<char>> MutableChunk(int64_t offset, int64_t size);
 
   // Commit makes the tensor visible under its name, atomically; returns its version (1 for a new
@@ -224,12 +232,17 @@ class TensorStore::Upload {
   const Shape& shape() const { return shape_; }
   int64_t bytes() const { return bytes_; }
   int64_t bytes_received() const { return received_; }
+  // Where the bytes are (MutableChunk's memory). Valid until Commit.
+  const TensorMemory& memory() const;
   bool committed() const { return committed_; }
 
  private:
   friend class TensorStore;
   Upload(std::shared_ptr<State> state, std::string ns, std::shared_ptr<Entry> entry,
          UploadOptions options);
+  // CheckBools: INVALID_ARGUMENT when a bool tensor's `size` bytes at `data` (host memory, the
+  // tensor's bytes from `offset`) hold a value other than 0 or 1.
+  absl::Status CheckBools(int64_t offset, const void* data, int64_t size) const;
 
   std::shared_ptr<State> state_;
   std::string ns_;
@@ -254,8 +267,13 @@ class TensorStore::ReadHandle {
   ReadHandle& operator=(ReadHandle&&) noexcept;
   ~ReadHandle();
 
-  // view is the whole tensor, contiguous; valid while the handle lives.
+  // view is the whole tensor, contiguous; valid while the handle lives. In device memory when
+  // !memory().host_accessible().
   TensorView view() const;
+  const TensorMemory& memory() const;
+  // CopyToHost copies `bytes` of the tensor from byte `offset` to `host` (in range: the caller
+  // checks). Errors are the memory's (a device error).
+  absl::Status CopyToHost(int64_t offset, int64_t bytes, void* host) const;
   const std::string& name() const;
   DataType dtype() const;
   const Shape& shape() const;
@@ -284,8 +302,9 @@ class TensorStore::UpdateHandle {
   ~UpdateHandle();
 
   // view is the whole tensor, contiguous and writable. It and the accessors below are valid
-  // while held(): Commit lets go of the bytes.
+  // while held(): Commit lets go of the bytes. In device memory when !memory().host_accessible().
   MutableTensorView view() const;
+  const TensorMemory& memory() const;
   const std::string& name() const;
   DataType dtype() const;
   const Shape& shape() const;

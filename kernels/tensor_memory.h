@@ -1,0 +1,50 @@
+// TensorMemory: where a resident tensor's bytes live, host memory or a GPU's, and the copies in
+// and out of it. The tensor store (server/store/tensor_store.h) allocates every stored tensor
+// from one TensorMemory: HostTensorMemory() on a CPU server, a DeviceExecutor's
+// resident_memory() with --store_device=cuda.
+//
+//   TensorMemory& memory = HostTensorMemory();
+//   void* bytes = memory.Allocate(4096);          // null when there is no room
+//   TENSOROPS_RETURN_IF_ERROR(memory.CopyFromHost(bytes, chunk.data(), chunk.size()));
+//   memory.Free(bytes);
+//
+// Device memory is not host_accessible(): the CPU must never dereference it, only copy through
+// CopyToHost and CopyFromHost; a DeviceCall names it as a resident input or result instead
+// (kernels/device_call.h).
+#ifndef TENSOROPS_KERNELS_TENSOR_MEMORY_H_
+#define TENSOROPS_KERNELS_TENSOR_MEMORY_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace tensorops {
+
+class TensorMemory {
+ public:
+  virtual ~TensorMemory() = default;
+
+  // The device the bytes are on, as ServerInfo and /metrics name it: "cpu", "cuda:0".
+  virtual std::string device() const = 0;
+  // True when the CPU may read and write the bytes directly.
+  virtual bool host_accessible() const = 0;
+
+  // Allocate returns `bytes` (>= 1) of uninitialized memory aligned to at least 256 bytes, or null
+  // when there is none to be had. Thread-safe.
+  virtual void* Allocate(int64_t bytes) = 0;
+  // Free releases what Allocate returned. Thread-safe.
+  virtual void Free(void* data) = 0;
+
+  // CopyToHost copies `bytes` from `data` (in this memory) to `host`; CopyFromHost the other way.
+  // They return once the copy is done. A device error is UNAVAILABLE naming the device.
+  virtual absl::Status CopyToHost(void* host, const void* data, int64_t bytes) const = 0;
+  virtual absl::Status CopyFromHost(void* data, const void* host, int64_t bytes) const = 0;
+};
+
+// HostTensorMemory is the process's host memory (device "cpu"). Never destroyed.
+TensorMemory& HostTensorMemory();
+
+}  // namespace tensorops
+
+#endif  // TENSOROPS_KERNELS_TENSOR_MEMORY_H_

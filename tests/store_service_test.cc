@@ -24,6 +24,7 @@
 #include "proto/codec.h"
 #include "proto/op_list.h"
 #include "server/server.h"
+#include "tests/device_runner.h"
 #include "tests/fake_device.h"
 #include "tests/service_test_util.h"
 #include "tests/wait_for.h"
@@ -64,17 +65,32 @@ enum class StorePlacement {
   // cannot touch, every call on it placed on the GPU and, the fake having no kernels, re-run on
   // the CPU from host copies of its operands.
   kFakeDevice,
+  // --store_device=cuda on the GPU: the same tests with the stored tensors in its memory and the
+  // calls on them run by its kernels. Skipped without a usable GPU.
+  kCuda,
 };
 
 class StoreServiceTest : public ::testing::TestWithParam<StorePlacement> {
  protected:
-  void SetUp() override { Start(ServerOptions()); }
+  void SetUp() override {
+    if (GetParam() == StorePlacement::kCuda) {
+      testing::SkipUnlessAvailable(testing::TestDevice::kCuda);
+      if (IsSkipped()) return;
+    }
+    Start(ServerOptions());
+  }
 
   void Start(ServerOptions options) {
     client_.reset();
     server_.reset();
     if (GetParam() == StorePlacement::kFakeDevice) {
       options.gpu.executor_for_testing = &executor_;
+      options.store.device = DeviceChoice::kCuda;
+    }
+    if (GetParam() == StorePlacement::kCuda) {
+      absl::StatusOr<DeviceExecutor*> gpu = testing::SharedCudaExecutor();
+      ASSERT_TRUE(gpu.ok()) << gpu.status();
+      options.gpu.executor_for_testing = *gpu;
       options.store.device = DeviceChoice::kCuda;
     }
     server_ = StartServer(std::move(options));
@@ -85,7 +101,15 @@ class StoreServiceTest : public ::testing::TestWithParam<StorePlacement> {
 
   // The device ServerInfo and the metrics name for the store.
   static std::string StoreDevice() {
-    return GetParam() == StorePlacement::kHost ? "cpu" : "fakegpu:0";
+    switch (GetParam()) {
+      case StorePlacement::kHost:
+        return "cpu";
+      case StorePlacement::kFakeDevice:
+        return "fakegpu:0";
+      case StorePlacement::kCuda:
+        return "cuda:0";
+    }
+    return "";
   }
 
   testing::FakeDeviceMemory device_memory_;
@@ -1158,9 +1182,18 @@ TEST_P(StoreServiceTest, AStreamWhoseClientDoesNotReadHoldsNoStoredTensor) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Placements, StoreServiceTest,
-                         ::testing::Values(StorePlacement::kHost, StorePlacement::kFakeDevice),
+                         ::testing::Values(StorePlacement::kHost, StorePlacement::kFakeDevice,
+                                           StorePlacement::kCuda),
                          [](const ::testing::TestParamInfo<StorePlacement>& info) {
-                           return info.param == StorePlacement::kHost ? "Host" : "FakeDevice";
+                           switch (info.param) {
+                             case StorePlacement::kHost:
+                               return "Host";
+                             case StorePlacement::kFakeDevice:
+                               return "FakeDevice";
+                             case StorePlacement::kCuda:
+                               return "Cuda";
+                           }
+                           return "";
                          });
 
 // With the store in (fake) device memory, an op on stored tensors sends the GPU only its small

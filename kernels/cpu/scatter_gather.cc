@@ -9,11 +9,16 @@
 // scatter_<dtypes>.cc files, two dtypes each, only to cut the build time: with them this file took
 // 5:43 min of one core and 3.6 GB to compile, now 8 s (the six others 32-49 s each). It keeps
 // Gather (one instantiation per element size, not per dtype) and Scatter's dtype dispatch.
+#include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "kernels/cpu/axis_walk.h"
 #include "kernels/cpu/item_size.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/scatter_impl.h"
 #include "kernels/cpu/streaming_store.h"
 #include "kernels/dispatch.h"
@@ -64,10 +69,164 @@ bool GatherWalk(const GatherPlan& plan, const MutableTensorView& result) {
   return walk.ForEachRun(run, /*ordered=*/false);
 }
 
+// OuterOffsets returns the offsets, in elements, of the `outer`-th position (row-major) over the
+// dimensions of `shape` before `axis`, in operands of the given strides.
+template <size_t N>
+std::array<int64_t, N> OuterOffsets(int64_t outer, ShapeSpan shape, int64_t axis,
+                                    const std::array<ShapeSpan, N>& strides) {
+  std::array<int64_t, N> offsets{};
+  for (int64_t d = axis - 1; d >= 0; --d) {
+    const int64_t coordinate = outer % shape[d];
+    outer /= shape[d];
+    for (size_t k = 0; k < N; ++k) offsets[k] += coordinate * strides[k][d];
+  }
+  return offsets;
+}
+
+// kMinRowBytes: blocks shorter than this are gathered by the element walk, whose loop costs less
+// per element than a memcpy call does per block.
+constexpr int64_t kMinRowBytes = 64;
+
+// CopiesRows is true when every index value of `plan` selects one contiguous block of the input:
+// the index is constant over the dimensions after the axis (IndexSelect, an embedding lookup,
+// a Gather whose index was broadcast) and the input is contiguous over them. Gather is then one
+// memcpy per block.
+bool CopiesRows(const GatherPlan& plan) {
+  const int64_t rank = plan.index.rank();
+  int64_t expected_stride = 1;
+  for (int64_t d = rank - 1; d > plan.axis; --d) {
+    if (plan.index.strides()[d] != 0 || plan.input.strides()[d] != expected_stride) return false;
+    expected_stride *= plan.index.size(d);
+  }
+  return expected_stride * ItemSize(plan.result_dtype) >= kMinRowBytes;
+}
+
+// GatherRows is Gather as one memcpy per selected block (CopiesRows): 4096 random rows of 64
+// float32 out of a 1 GiB table took 0.45 ms on one core against the element walk's 1.9 ms (median
+// of 50, this machine). Returns false on an out-of-range index.
+template <typename Index>
+bool GatherRows(const GatherPlan& plan, const MutableTensorView& result) {
+  const int64_t axis = plan.axis;
+  const int64_t positions = plan.index.size(axis);
+  const int64_t row_bytes =
+      NumElements(ShapeSpan(plan.index.shape()).subspan(axis + 1)) * ItemSize(plan.result_dtype);
+  const int64_t outer_count = NumElements(ShapeSpan(plan.index.shape()).subspan(0, axis));
+  const uint64_t axis_size = static_cast<uint64_t>(plan.input_axis_size);
+  const int64_t axis_stride_bytes = plan.input_axis_stride * ItemSize(plan.result_dtype);
+  const auto* input = static_cast<const char*>(plan.input.data());
+  auto* out = static_cast<char*>(result.data());
+  std::atomic<bool> ok = true;
+  ParallelFor(
+      outer_count * positions, std::max<int64_t>(1, kParallelGrainBytes / row_bytes),
+      [&](int64_t begin, int64_t end) {
+        for (int64_t row = begin; row < end; ++row) {
+          const auto [index_base, input_at] =
+              OuterOffsets<2>(row / positions, plan.index.shape(), axis,
+                              {plan.index.strides(), plan.input.strides()});
+          int64_t value =
+              plan.index
+                  .data_as<Index>()[index_base + (row % positions) * plan.index.strides()[axis]];
+          if (static_cast<uint64_t>(value) >= axis_size) [[unlikely]] {
+            if (!InRange(value, plan.input_axis_size)) {
+              ok = false;
+              return;
+            }
+            value += plan.input_axis_size;
+          }
+          std::memcpy(out + row * row_bytes,
+                      input + input_at * ItemSize(plan.result_dtype) + value * axis_stride_bytes,
+                      static_cast<size_t>(row_bytes));
+        }
+      });
+  return ok;
+}
+
+// AddsRows is true for a Scatter SUM in which every index value adds one contiguous block of the
+// source to one contiguous block of the result (index_add of rows: a gradient push into an
+// embedding table): include_self, a dtype that accumulates in itself, the index constant over the
+// dimensions after the axis, which it spans whole, and the source contiguous over them.
+bool AddsRows(const ScatterPlan& plan) {
+  if (plan.reduce != Reduction::kSum || !plan.include_self) return false;
+  const DataType dtype = plan.result_dtype;
+  if (dtype != DataType::kFloat32 && dtype != DataType::kFloat64 && dtype != DataType::kInt32 &&
+      dtype != DataType::kInt64) {
+    return false;
+  }
+  const int64_t rank = plan.index.rank();
+  if (plan.input.rank() != rank) return false;  // a rank-0 call iterates shape [1]
+  int64_t block = 1;
+  for (int64_t d = rank - 1; d > plan.axis; --d) {
+    if (plan.index.strides()[d] != 0 || plan.source.strides()[d] != block ||
+        plan.index.size(d) != plan.result_shape[d]) {
+      return false;
+    }
+    block *= plan.index.size(d);
+  }
+  return block * ItemSize(dtype) >= kMinRowBytes;
+}
+
+// kPrefetchRows: how far ahead ScatterRowsSum prefetches destination blocks. Random rows of a
+// large table miss the cache and the TLB; with the next blocks requested early their misses
+// overlap the current adds.
+constexpr int64_t kPrefetchRows = 16;
+
+// ScatterRowsSum is Scatter SUM as one add of a block per index value (AddsRows), in the element
+// walk's order (each destination element takes its updates in increasing position along the
+// axis, so the sums are the same bit for bit). 4096 random rows of 64 float32 added into a 1 GiB
+// table took 0.59-0.69 ms against the walk's 1.4-1.5 ms (one core, medians of 50, this machine).
+// Runs on one thread: rows may repeat, and a table's random rows are bound by memory latency, not
+// compute. Returns false on an out-of-range index.
+template <typename T, typename Index>
+bool ScatterRowsSum(const ScatterPlan& plan, const MutableTensorView& result) {
+  CopyElements(plan.input, result);
+  const int64_t axis = plan.axis;
+  const int64_t positions = plan.index.size(axis);
+  const int64_t block = NumElements(ShapeSpan(plan.index.shape()).subspan(axis + 1));
+  const int64_t outer_count = NumElements(ShapeSpan(plan.index.shape()).subspan(0, axis));
+  const int64_t axis_size = plan.result_shape[axis];
+  const Shape result_strides = ContiguousStrides(plan.result_shape);
+  const Index* index = plan.index.data_as<Index>();
+  const T* source = plan.source.data_as<T>();
+  T* out = result.data_as<T>();
+  const int64_t index_step = plan.index.strides()[axis];
+  const int64_t source_step = plan.source.strides()[axis];
+  const int64_t dest_step = result_strides[axis];
+  for (int64_t outer = 0; outer < outer_count; ++outer) {
+    const auto [index_base, source_base, dest_base] =
+        OuterOffsets<3>(outer, plan.index.shape(), axis,
+                        {plan.index.strides(), plan.source.strides(), result_strides});
+    for (int64_t position = 0; position < positions; ++position) {
+      if (position + kPrefetchRows < positions) {
+        const int64_t ahead = index[index_base + (position + kPrefetchRows) * index_step];
+        if (ahead >= 0 && ahead < axis_size) {
+          const auto* line = reinterpret_cast<const char*>(out + dest_base + ahead * dest_step);
+          for (int64_t byte = 0; byte < block * static_cast<int64_t>(sizeof(T)); byte += 64) {
+            __builtin_prefetch(line + byte, /*rw=*/1);
+          }
+        }
+      }
+      int64_t value = index[index_base + position * index_step];
+      if (!InRange(value, axis_size)) return false;
+      if (value < 0) value += axis_size;
+      T* dest = out + dest_base + value * dest_step;
+      const T* update = source + source_base + position * source_step;
+      for (int64_t i = 0; i < block; ++i) SumOp()(dest[i], update[i]);
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::Status Gather(const GatherPlan& plan, const MutableTensorView& result) {
   if (NumElements(result.shape()) == 0) return absl::OkStatus();
+  if (CopiesRows(plan)) {
+    const bool ok = DispatchIndexType(plan.index.dtype(), [&]<typename Index>(TypeTag<Index>) {
+      return GatherRows<Index>(plan, result);
+    });
+    if (ok) return absl::OkStatus();
+    return OutOfRangeError(plan.op, plan.original_index, plan.axis, plan.input_axis_size, "input");
+  }
   const bool ok = DispatchItemSize(ItemSize(plan.result_dtype), [&]<typename Elem>(TypeTag<Elem>) {
     return DispatchIndexType(plan.index.dtype(), [&]<typename Index>(TypeTag<Index>) {
       if constexpr (kCanStream<Elem>) {
@@ -102,6 +261,21 @@ absl::Status Scatter(const ScatterPlan& plan, const MutableTensorView& result) {
   if (plan.original_index.numel() == 0) {
     CopyElements(plan.input, result);
     return absl::OkStatus();
+  }
+  if (AddsRows(plan)) {
+    const bool ok = DispatchDataType(plan.result_dtype, [&]<typename T>(TypeTag<T>) {
+      return DispatchIndexType(plan.index.dtype(), [&]<typename Index>(TypeTag<Index>) {
+        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                      std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>) {
+          return ScatterRowsSum<T, Index>(plan, result);
+        } else {
+          return false;  // AddsRows takes no other dtype
+        }
+      });
+    });
+    if (ok) return absl::OkStatus();
+    return OutOfRangeError(plan.op, plan.original_index, plan.axis, plan.result_shape[plan.axis],
+                           "input");
   }
   return DispatchDataType(plan.result_dtype, [&]<typename T>(TypeTag<T>) {
     return scatter_gather_internal::ScatterAs<T>(plan, result);

@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "kernels/gather.h"
 #include "kernels/reduction.h"
+#include "kernels/scatter.h"
 #include "kernels/tensor.h"
 #include "tests/device_runner.h"
 #include "tests/extremum_rule.h"
@@ -328,6 +329,65 @@ TEST_P(IndexSelectRandomTest, EqualsGatherOfMaterializedIndex) {
 TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(IndexSelectRandomTest, ::testing::ValuesIn(kAllDataTypes),
                                       testing::DataTypeParamName);
 
+// Blocks of at least 64 bytes after the axis take the CPU's row copy (one memcpy per index value)
+// instead of the element walk: every dtype, blocks on either side of that size, random, negative
+// and duplicate-heavy indices, inputs strided before the axis, and an out-of-range index named as
+// the walk names it.
+// RowsCase is an input shape of rank 2 to 4 and an axis before its last dimension, which (1 to 80
+// elements) makes the blocks after the axis from a few bytes to a few hundred: on both sides of
+// the row paths' threshold.
+struct RowsCase {
+  Shape shape;
+  int64_t axis = 0;
+};
+RowsCase RandomRowsCase(absl::BitGen& gen) {
+  const int64_t rank = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 2, 4);
+  RowsCase rows{.shape = Shape(rank), .axis = absl::Uniform<int64_t>(gen, 0, rank - 1)};
+  for (int64_t d = 0; d < rank; ++d) {
+    rows.shape[d] = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, 5);
+  }
+  rows.shape[rank - 1] = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, 80);
+  return rows;
+}
+
+TEST_P(IndexSelectRandomTest, RowsOfEveryLengthMatchTheReference) {
+  const DataType dtype = leading_param();
+  for (uint64_t seed = 0; seed < 40; ++seed) {
+    absl::BitGen gen =
+        SeededGen(static_cast<uint64_t>(dtype) * 31 + seed + 700000, kIndexOpsSeedSalt);
+    const auto [input_shape, axis] = RandomRowsCase(gen);
+    const IndexPattern pattern = testing::RandomIndexPattern(gen);
+    const int64_t length = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, 40);
+    const Tensor index = RandomIndex(
+        absl::Bernoulli(gen, 0.5) ? DataType::kInt32 : DataType::kInt64,
+        {pattern == IndexPattern::kUnique ? std::min(length, input_shape[axis]) : length}, 0,
+        input_shape[axis], pattern, gen);
+    const Tensor input = RandomTensor(dtype, input_shape, gen);
+    const bool strided_input = absl::Bernoulli(gen, 0.3);
+    const LaidOutTensor stepped = SteppedCopy(input);
+    const TensorView input_view = strided_input ? stepped.view : input.view();
+    SCOPED_TRACE(absl::StrCat("input ", ShapeString(input_shape), strided_input ? " strided" : "",
+                              " axis ", axis, " ", testing::IndexPatternName(pattern)));
+    const absl::StatusOr<Tensor> actual =
+        runner().Run(IndexSelectArgs{.input = input_view, .index = index.view(), .axis = axis});
+    if (HasNoDeviceForm(actual.status())) continue;
+    const absl::StatusOr<Tensor> expected = ReferenceIndexSelect(input_view, axis, index.view());
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    ASSERT_TRUE(actual.ok()) << actual.status();
+    ExpectTensorsNear(*actual, *expected);
+  }
+  // An index out of range in the middle of a row copy.
+  const Tensor input = Tensor::Zeros(dtype, {6, 3, 40});
+  const Tensor index = IndexTensor({5}, {0, -6, 5, 9, 1});
+  const absl::StatusOr<Tensor> bad =
+      runner().Run(IndexSelectArgs{.input = input.view(), .index = index.view(), .axis = 0});
+  if (!HasNoDeviceForm(bad.status())) {
+    ExpectInvalidArgument(
+        bad.status(),
+        {"index_select: index[3] = 9 is out of range for axis 0 of input with size 6"});
+  }
+}
+
 // ~300k output elements: the multi-threaded Gather walk.
 TEST(IndexSelectTest, LargeMatchesReference) {
   absl::BitGen gen = SeededGen(4242, kIndexOpsSeedSalt);
@@ -602,6 +662,90 @@ TEST(IndexSelectTest, PlanBroadcastsTheIndexAlongAxis) {
 }
 
 Tensor Ones53() { return TensorFromValues(DataType::kFloat32, {5, 3}, std::vector<double>(15, 1)); }
+
+// index_add of blocks of at least 64 bytes (float32/64, int32/64) takes the CPU's row adds instead
+// of the element walk. They must give the walk's sums bit for bit: the same call as a Scatter SUM
+// of the index materialized at the source's shape (which the row adds never take), and the
+// reference, in place and not, with alpha, duplicate-heavy and negative indices, strided operands.
+TEST(IndexReduceTest, RowAddsEqualTheElementWalkBitForBit) {
+  for (const DataType dtype :
+       {DataType::kFloat32, DataType::kFloat64, DataType::kInt32, DataType::kInt64}) {
+    for (uint64_t seed = 0; seed < 30; ++seed) {
+      absl::BitGen gen =
+          SeededGen(static_cast<uint64_t>(dtype) * 17 + seed + 800000, kIndexOpsSeedSalt);
+      const auto [input_shape, axis] = RandomRowsCase(gen);
+      const IndexPattern pattern = absl::Bernoulli(gen, 0.5) ? IndexPattern::kDuplicateHeavy
+                                                             : testing::RandomIndexPattern(gen);
+      int64_t length = absl::Uniform<int64_t>(absl::IntervalClosed, gen, 1, 30);
+      if (pattern == IndexPattern::kUnique) length = std::min(length, input_shape[axis]);
+      const Tensor index =
+          RandomIndex(DataType::kInt64, {length}, 0, input_shape[axis], pattern, gen);
+      Shape source_shape = input_shape;
+      source_shape[axis] = length;
+      const Tensor input = RandomTensor(dtype, input_shape, gen);
+      const Tensor source = RandomTensor(dtype, source_shape, gen);
+      const LaidOutTensor stepped_source = SteppedCopy(source);
+      const bool strided = absl::Bernoulli(gen, 0.3);
+      const TensorView source_view = strided ? stepped_source.view : source.view();
+      const int64_t alpha = absl::Bernoulli(gen, 0.3) ? 3 : 1;
+      SCOPED_TRACE(absl::StrCat(std::string(DataTypeName(dtype)), " input ",
+                                ShapeString(input_shape), " axis ", axis, " ",
+                                testing::IndexPatternName(pattern), " alpha ", alpha,
+                                strided ? " strided source" : ""));
+      const IndexReduceArgs args{.input = input.view(),
+                                 .index = index.view(),
+                                 .source = source_view,
+                                 .axis = axis,
+                                 .alpha = Scalar(alpha)};
+      const absl::StatusOr<Tensor> rows = IndexReduce(args);
+      ASSERT_TRUE(rows.ok()) << rows.status();
+
+      // The walk: Scatter SUM with the index written out at the source's shape.
+      const std::vector<double> values = ToDoubles(index);
+      std::vector<int64_t> full(static_cast<size_t>(NumElements(source_shape)));
+      for (size_t position = 0; position < full.size(); ++position) {
+        const Shape at =
+            testing::reference_internal::Unravel(static_cast<int64_t>(position), source_shape);
+        full[position] = static_cast<int64_t>(values[at[axis]]);
+      }
+      const Tensor full_index = IndexTensor(source_shape, full);
+      absl::StatusOr<ScatterPlan> scaled = PlanIndexReduce(args);  // owns alpha * source
+      ASSERT_TRUE(scaled.ok()) << scaled.status();
+      const TensorView scaled_source =
+          scaled->source_storage.has_value() ? scaled->source_storage->view() : source_view;
+      const absl::StatusOr<Tensor> walk = Scatter({.input = input.view(),
+                                                   .index = full_index.view(),
+                                                   .source = scaled_source,
+                                                   .axis = axis,
+                                                   .reduce = Reduction::kSum});
+      ASSERT_TRUE(walk.ok()) << walk.status();
+      ASSERT_EQ(rows->nbytes(), walk->nbytes());
+      EXPECT_EQ(std::memcmp(rows->data(), walk->data(), static_cast<size_t>(rows->nbytes())), 0);
+      const absl::StatusOr<Tensor> expected = ReferenceIndexReduce(
+          input.view(), axis, index.view(), source_view, Reduction::kSum, true, alpha);
+      ASSERT_TRUE(expected.ok()) << expected.status();
+      ExpectTensorsNear(*rows, *expected, ToleranceFor(dtype, Reduction::kSum, length + 1));
+
+      // In place: the result is the input's own memory.
+      Tensor in_place = input.Clone();
+      absl::StatusOr<ScatterPlan> plan = PlanIndexReduce({.input = in_place.view(),
+                                                          .index = index.view(),
+                                                          .source = source_view,
+                                                          .axis = axis,
+                                                          .alpha = Scalar(alpha)});
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      ASSERT_TRUE(cpu::Scatter(*plan, in_place.mutable_view()).ok());
+      EXPECT_EQ(std::memcmp(in_place.data(), rows->data(), static_cast<size_t>(rows->nbytes())), 0);
+    }
+  }
+  // An out-of-range index is named as the walk names it.
+  const Tensor input = Tensor::Zeros(DataType::kFloat32, {4, 32});
+  const Tensor index = IndexTensor({3}, {1, -4, 4});
+  const Tensor source = Tensor::Zeros(DataType::kFloat32, {3, 32});
+  ExpectInvalidArgument(
+      IndexReduce({.input = input.view(), .index = index.view(), .source = source.view()}).status(),
+      {"index_reduce: index[2] = 4 is out of range for axis 0 of input with size 4"});
+}
 
 TEST(IndexReduceTest, IndexAddDocExample) {
   const Tensor x = Ones53();

@@ -18,6 +18,7 @@
 #include "proto/op_list.h"
 #include "server/parsed_request.h"
 #include "server/prepared_op.h"
+#include "server/put_tensor_message.h"
 #include "server/quick_unary_call.h"
 #include "server/store/tensor_store.h"
 #include "server/stored_operands.h"
@@ -71,10 +72,11 @@ std::optional<int64_t> OptionalVersion(const Message& message, Has has, Get get)
 }
 
 // PutTensorReactor receives one PutTensor stream: the header begins an upload in the store, each
-// chunk is written into it as it arrives (the one copy from the message into the store's bytes),
-// and the client's half-close commits it. Any error, a cancelled call or a broken stream destroys
-// the upload uncommitted, which leaves nothing behind. Deletes itself when gRPC is done with it.
-class PutTensorReactor final : public grpc::ServerReadReactor<Parsed<v1::PutTensorRequest>> {
+// chunk is written into it as it arrives (the one copy, from gRPC's buffers into the store's
+// bytes: server/put_tensor_message.h), and the client's half-close commits it. Any error, a
+// cancelled call or a broken stream destroys the upload uncommitted, which leaves nothing behind.
+// Deletes itself when gRPC is done with it.
+class PutTensorReactor final : public grpc::ServerReadReactor<PutTensorMessage> {
  public:
   PutTensorReactor(const ServingContext& serving, grpc::CallbackServerContext* context,
                    v1::PutTensorResponse* response)
@@ -113,14 +115,16 @@ class PutTensorReactor final : public grpc::ServerReadReactor<Parsed<v1::PutTens
  private:
   // Consume takes one message of the stream.
   absl::Status Consume() {
-    if (!message_.ok) return MalformedRequestError(message_);
-    const v1::PutTensorRequest& request = message_.message;
+    if (message_.is_data) {
+      TENSOROPS_RETURN_IF_ERROR(CheckChunk(static_cast<int64_t>(message_.data_bytes)));
+      return message_.ForEachDataPiece([this](std::string_view piece) {
+        return upload_->Write(upload_->bytes_received(), piece);
+      });
+    }
+    if (!message_.parsed.ok) return MalformedRequestError(message_.parsed);
+    const v1::PutTensorRequest& request = message_.parsed.message;
     if (!upload_.has_value()) {
-      if (request.part_case() != v1::PutTensorRequest::kHeader) {
-        return absl::InvalidArgumentError(
-            "put_tensor: the first message must be the header (name, dtype, shape); the tensor's "
-            "data follows it");
-      }
+      if (request.part_case() != v1::PutTensorRequest::kHeader) return NoHeaderError();
       return Begin(request.header());
     }
     if (request.part_case() != v1::PutTensorRequest::kData) {
@@ -129,13 +133,26 @@ class PutTensorReactor final : public grpc::ServerReadReactor<Parsed<v1::PutTens
           upload_->name()));
     }
     const std::string& data = request.data();
-    if (static_cast<int64_t>(data.size()) > upload_->bytes() - upload_->bytes_received()) {
+    TENSOROPS_RETURN_IF_ERROR(CheckChunk(static_cast<int64_t>(data.size())));
+    return upload_->Write(upload_->bytes_received(), data);
+  }
+
+  // CheckChunk checks that a data chunk of `size` bytes may come now: after the header, and
+  // within the tensor's bytes.
+  absl::Status CheckChunk(int64_t size) const {
+    if (!upload_.has_value()) return NoHeaderError();
+    if (size > upload_->bytes() - upload_->bytes_received()) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "put_tensor: tensor \"%s\" is %d bytes, but the chunks sent hold more (%d so far)",
-          upload_->name(), upload_->bytes(),
-          upload_->bytes_received() + static_cast<int64_t>(data.size())));
+          upload_->name(), upload_->bytes(), upload_->bytes_received() + size));
     }
-    return upload_->Write(upload_->bytes_received(), data);
+    return absl::OkStatus();
+  }
+
+  static absl::Status NoHeaderError() {
+    return absl::InvalidArgumentError(
+        "put_tensor: the first message must be the header (name, dtype, shape); the tensor's "
+        "data follows it");
   }
 
   // Begin checks the header against the server's limits and begins the upload. The message size
@@ -201,7 +218,7 @@ class PutTensorReactor final : public grpc::ServerReadReactor<Parsed<v1::PutTens
   v1::PutTensorResponse* const response_;
   const std::string ns_;
   const absl::Time start_ = absl::Now();
-  Parsed<v1::PutTensorRequest> message_;
+  PutTensorMessage message_;
   std::optional<TensorStore::Upload> upload_;
   int64_t request_bytes_ = 0;
 };
@@ -435,8 +452,7 @@ void TensorOpsService::HandleRunStream() {
 void TensorOpsService::HandleStoreRpcs() {
   MarkMethodCallback(
       MethodIndex("PutTensor"),
-      new grpc::internal::CallbackClientStreamingHandler<Parsed<v1::PutTensorRequest>,
-                                                         v1::PutTensorResponse>(
+      new grpc::internal::CallbackClientStreamingHandler<PutTensorMessage, v1::PutTensorResponse>(
           [this](grpc::CallbackServerContext* context, v1::PutTensorResponse* response) {
             return new PutTensorReactor(serving_, context, response);
           }));

@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "proto/codec.h"
 #include "proto/op_list.h"
+#include "server/put_tensor_message.h"
 #include "server/server.h"
 #include "tests/device_runner.h"
 #include "tests/fake_device.h"
@@ -1304,6 +1305,58 @@ TEST(DeviceStoreTest, StoreDeviceCudaWithoutAGpuFailsAtStartUpAndAutoFallsBackTo
   absl::StatusOr<v1::ServerInfoResponse> info = client->ServerInfo();
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->store().device(), "cpu");
+}
+
+// A data message is recognised by its first bytes however gRPC's slices cut them, and its bytes
+// are read from the slices in order; anything else is parsed as a whole.
+TEST(PutTensorMessageTest, DataMessagesStayInTheirSlicesAndTheRestIsParsed) {
+  std::string payload(300, '\0');
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 7);
+  v1::PutTensorRequest data;
+  data.set_data(payload);
+  const std::string wire = data.SerializeAsString();  // 0x12, a 2-byte varint, 300 bytes
+  for (const size_t cut : {size_t{1}, size_t{2}, size_t{3}, size_t{50}, wire.size()}) {
+    SCOPED_TRACE(absl::StrCat("slices of ", cut, " bytes"));
+    std::vector<grpc::Slice> slices;
+    for (size_t at = 0; at < wire.size(); at += cut) {
+      slices.emplace_back(wire.data() + at, std::min(cut, wire.size() - at));
+    }
+    grpc::ByteBuffer buffer(slices.data(), slices.size());
+    PutTensorMessage message;
+    ASSERT_TRUE(grpc::SerializationTraits<PutTensorMessage>::Deserialize(&buffer, &message).ok());
+    ASSERT_TRUE(message.is_data);
+    EXPECT_EQ(message.bytes, wire.size());
+    EXPECT_EQ(message.data_bytes, payload.size());
+    std::string read;
+    ASSERT_TRUE(message
+                    .ForEachDataPiece([&](std::string_view piece) {
+                      read.append(piece);
+                      return absl::OkStatus();
+                    })
+                    .ok());
+    EXPECT_EQ(read, payload);
+  }
+  // A header, and a data message with a second field after it, are parsed.
+  v1::PutTensorRequest header;
+  header.mutable_header()->set_name("w");
+  std::string twice = wire + wire;  // two data fields: valid protobuf, the last one wins
+  for (const std::string& bytes : {header.SerializeAsString(), twice}) {
+    grpc::Slice slice(bytes.data(), bytes.size());
+    grpc::ByteBuffer buffer(&slice, 1);
+    PutTensorMessage message;
+    ASSERT_TRUE(grpc::SerializationTraits<PutTensorMessage>::Deserialize(&buffer, &message).ok());
+    EXPECT_FALSE(message.is_data);
+    EXPECT_TRUE(message.parsed.ok);
+  }
+  size_t header_bytes = 0;
+  EXPECT_EQ(DataFieldLength(std::string_view("\x12\x05", 2), 7, &header_bytes), 5);
+  EXPECT_EQ(header_bytes, 2u);
+  EXPECT_EQ(DataFieldLength(std::string_view("\x12\x05", 2), 8, &header_bytes), -1);  // more after
+  EXPECT_EQ(DataFieldLength(std::string_view("\x12\x85", 2), 7, &header_bytes), -1);  // cut varint
+  EXPECT_EQ(DataFieldLength(std::string_view("\x0a\x05", 2), 7, &header_bytes), -1);  // a header
+  EXPECT_EQ(DataFieldLength(std::string_view("\x12\xff\xff\xff\xff\xff\xff\xff\xff\xff\x7f", 11),
+                            12, &header_bytes),
+            -1);  // a length past 64 bits
 }
 
 TEST(StoreAuthTest, UnauthenticatedStoreCallsAreRefused) {

@@ -1,7 +1,12 @@
 #include "kernels/tensor_memory.h"
 
+#include <cstdint>
 #include <cstring>
 #include <new>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace tensorops {
 namespace {
@@ -10,15 +15,54 @@ namespace {
 // view is aligned for any vectorized kernel wherever it lives.
 constexpr std::align_val_t kHostAlignment{256};
 
+// kHugePageBytes: tensors of at least this size get pages of this size where the kernel has them
+// (Linux's transparent huge pages, asked for with MADV_HUGEPAGE: the usual setting, "madvise",
+// gives them to no one else). A table's random rows then miss the TLB 512 times less often, and
+// an upload's fresh memory faults in 512 times fewer pieces.
+constexpr int64_t kHugePageBytes = int64_t{2} << 20;
+
+// HugePagesBytes is `bytes` rounded up to whole huge pages.
+int64_t HugePagesBytes(int64_t bytes) {
+  return (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+}
+
 class HostMemory final : public TensorMemory {
  public:
   std::string device() const override { return "cpu"; }
   bool host_accessible() const override { return true; }
 
   void* Allocate(int64_t bytes) override {
+#if defined(__linux__)
+    if (bytes >= kHugePageBytes) {
+      // mmap'd directly, so that Free gives it back whole, with one huge page to spare: the
+      // kernel maps only whole aligned huge pages, so the bytes start at the first boundary, and
+      // the spare before and after goes back at once.
+      const size_t used = static_cast<size_t>(HugePagesBytes(bytes));
+      const size_t mapped = used + kHugePageBytes;
+      void* map = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (map == MAP_FAILED) return nullptr;
+      char* const begin = static_cast<char*>(map);
+      char* const aligned =
+          begin +
+          (kHugePageBytes - reinterpret_cast<uintptr_t>(begin) % kHugePageBytes) % kHugePageBytes;
+      if (aligned > begin) munmap(begin, static_cast<size_t>(aligned - begin));
+      char* const end = begin + mapped;
+      if (aligned + used < end) munmap(aligned + used, static_cast<size_t>(end - (aligned + used)));
+      madvise(aligned, used, MADV_HUGEPAGE);  // a hint: where none are to be had, small pages serve
+      return aligned;
+    }
+#endif
     return ::operator new(static_cast<size_t>(bytes), kHostAlignment, std::nothrow);
   }
-  void Free(void* data) override { ::operator delete(data, kHostAlignment); }
+  void Free(void* data, int64_t bytes) override {
+#if defined(__linux__)
+    if (bytes >= kHugePageBytes) {
+      munmap(data, static_cast<size_t>(HugePagesBytes(bytes)));
+      return;
+    }
+#endif
+    ::operator delete(data, kHostAlignment);
+  }
 
   absl::Status CopyToHost(void* host, const void* data, int64_t bytes) const override {
     if (bytes > 0) std::memcpy(host, data, static_cast<size_t>(bytes));

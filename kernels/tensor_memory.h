@@ -6,7 +6,7 @@
 //   TensorMemory& memory = HostTensorMemory();
 //   void* bytes = memory.Allocate(4096);          // null when there is no room
 //   TENSOROPS_RETURN_IF_ERROR(memory.CopyFromHost(bytes, chunk.data(), chunk.size()));
-//   memory.Free(bytes);
+//   memory.Free(bytes, 4096);
 //
 // Device memory is not host_accessible(): the CPU must never dereference it, only copy through
 // CopyToHost and CopyFromHost; a DeviceCall names it as a resident input or result instead
@@ -33,8 +33,8 @@ class TensorMemory {
   // Allocate returns `bytes` (>= 1) of uninitialized memory aligned to at least 256 bytes, or null
   // when there is none to be had. Thread-safe.
   virtual void* Allocate(int64_t bytes) = 0;
-  // Free releases what Allocate returned. Thread-safe.
-  virtual void Free(void* data) = 0;
+  // Free releases what Allocate returned for `bytes`. Thread-safe.
+  virtual void Free(void* data, int64_t bytes) = 0;
 
   // CopyToHost copies `bytes` from `data` (in this memory) to `host`; CopyFromHost the other way.
   // They return once the copy is done. A device error is UNAVAILABLE naming the device.

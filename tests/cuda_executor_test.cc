@@ -239,7 +239,7 @@ TEST_F(CudaExecutorTest, ResidentInputsAreReadAndResidentResultsWrittenInPlace) 
   Tensor updated(DataType::kFloat32, {kRows, kColumns});
   ASSERT_TRUE(memory->CopyToHost(updated.data(), resident, table.nbytes()).ok());
   EXPECT_EQ(std::memcmp(updated.data(), expected.data(), table.nbytes()), 0);
-  memory->Free(resident);
+  memory->Free(resident, table.nbytes());
 }
 
 class FailingCall final : public DeviceCall {

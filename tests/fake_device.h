@@ -47,7 +47,7 @@ class FakeDeviceMemory final : public TensorMemory {
     sizes_[device] = bytes;
     return device;
   }
-  void Free(void* data) override {
+  void Free(void* data, int64_t /*bytes*/) override {
     {
       absl::MutexLock lock(&mu_);
       sizes_.erase(data);

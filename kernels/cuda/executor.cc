@@ -120,7 +120,7 @@ class ResidentMemory final : public TensorMemory {
     }
     return data;
   }
-  void Free(void* data) override {
+  void Free(void* data, int64_t /*bytes*/) override {
     cudaSetDevice(device_);
     cudaFree(data);
   }

@@ -22,6 +22,10 @@ namespace {
 // allocated (or freed) for them.
 alignas(64) char empty_tensor_bytes[64];
 
+// AllocatedBytes is what a tensor of `bytes` allocates: rounded up to a multiple of 4, since a
+// device kernel writing a 16-bit result in place swaps whole 32-bit words (DeviceBuffers::result).
+int64_t AllocatedBytes(int64_t bytes) { return (bytes + 3) / 4 * 4; }
+
 constexpr char kNameRule[] =
     "names are 1..256 bytes of [A-Za-z0-9._/-], not starting with '/' or '.'";
 
@@ -232,7 +236,7 @@ struct TensorStore::Entry {
 
   // The last handle (or the map) letting go frees the bytes and their share of the limit.
   ~Entry() {
-    if (data != empty_tensor_bytes) memory->Free(data);
+    if (data != empty_tensor_bytes) memory->Free(data, AllocatedBytes(bytes));
     pool->Release(bytes);
   }
 
@@ -415,9 +419,7 @@ absl::StatusOr<TensorStore::Upload> TensorStore::BeginUpload(std::string_view ns
   void* data = empty_tensor_bytes;
   if (bytes > 0) {
     // No zero-fill: Commit accepts the bytes only once every one has been written.
-    // Rounded up to a multiple of 4: a device kernel writing a 16-bit result in place swaps
-    // whole 32-bit words (DeviceBuffers::result).
-    data = state_->memory->Allocate((bytes + 3) / 4 * 4);
+    data = state_->memory->Allocate(AllocatedBytes(bytes));
     if (data == nullptr) {
       state_->pool->Release(bytes);
       return absl::ResourceExhaustedError(

@@ -91,32 +91,29 @@ absl::StatusOr<PreparedOp> Prepare(std::string_view op, Plan plan, Kernel kernel
                                    std::shared_ptr<StoredOperands> operands,
                                    std::function<absl::StatusOr<Plan>()> plan_on_host) {
   auto shared_plan = std::make_shared<const Plan>(std::move(plan));
-  const bool operands_on_device = operands->on_device();
-  PreparedOp prepared{.op = op,
-                      .run = [kernel, shared_plan, result_tensor, input_data, target, operands,
-                              plan_on_host = std::move(plan_on_host)]() mutable -> absl::Status {
-                        if (operands->on_device()) {
-                          TENSOROPS_RETURN_IF_ERROR(operands->MirrorOnHost());
-                          TENSOROPS_ASSIGN_OR_RETURN(Plan host_plan, plan_on_host());
-                          shared_plan = std::make_shared<const Plan>(std::move(host_plan));
-                        }
-                        if constexpr (requires { shared_plan->input; }) {
-                          // A referenced input's bytes are the store's, never input_data's:
-                          // TakeInput finds they differ (an empty input.data) and leaves them
-                          // alone.
-                          if (target->in_response()) {
-                            if (std::optional<MutableTensorView> in_place =
-                                    TakeInput(*shared_plan, input_data, result_tensor)) {
-                              return kernel(*shared_plan, *in_place);
-                            }
-                          }
-                        }
-                        TENSOROPS_ASSIGN_OR_RETURN(
-                            MutableTensorView result,
-                            target->Allocate(shared_plan->result_dtype, shared_plan->result_shape));
-                        return kernel(*shared_plan, result);
-                      },
-                      .operands_on_device = operands_on_device};
+  auto run = [kernel, shared_plan, result_tensor, input_data, target, operands,
+              plan_on_host = std::move(plan_on_host)]() mutable -> absl::Status {
+    if (operands->on_device()) {
+      TENSOROPS_RETURN_IF_ERROR(operands->MirrorOnHost());
+      TENSOROPS_ASSIGN_OR_RETURN(Plan host_plan, plan_on_host());
+      shared_plan = std::make_shared<const Plan>(std::move(host_plan));
+    }
+    if constexpr (requires { shared_plan->input; }) {
+      // A referenced input's bytes are the store's, never input_data's: TakeInput finds they
+      // differ (an empty input.data) and leaves them alone.
+      if (target->in_response()) {
+        if (std::optional<MutableTensorView> in_place =
+                TakeInput(*shared_plan, input_data, result_tensor)) {
+          return kernel(*shared_plan, *in_place);
+        }
+      }
+    }
+    TENSOROPS_ASSIGN_OR_RETURN(
+        MutableTensorView result,
+        target->Allocate(shared_plan->result_dtype, shared_plan->result_shape));
+    return kernel(*shared_plan, result);
+  };
+  PreparedOp prepared{.op = op, .run = std::move(run), .operands_on_device = operands->on_device()};
   if (!target->in_response()) prepared.finish = [target] { return target->Finish(); };
   if constexpr (requires(const Plan& p) { MakeDeviceCall(p); }) {
     prepared.device = [shared_plan, target, operands]() -> absl::StatusOr<DeviceRun> {
@@ -223,8 +220,11 @@ absl::StatusOr<PreparedOp> PrepareFor(const typename Op::Request& request,
   using Plan = typename std::remove_cvref_t<decltype(Serving::kPlan(args))>::value_type;
   std::function<absl::StatusOr<Plan>()> plan_on_host;
   if (operands->on_device()) {
-    plan_on_host = [&request, decoder]() -> absl::StatusOr<Plan> {
-      TENSOROPS_ASSIGN_OR_RETURN(auto host_args, Serving::Decode(request, decoder));
+    plan_on_host = [&request, op, limits, operands,
+                    stays =
+                        ChangesStore(options) && !options.return_data()]() -> absl::StatusOr<Plan> {
+      const ArgDecoder host_decoder(op, limits, operands, stays);
+      TENSOROPS_ASSIGN_OR_RETURN(auto host_args, Serving::Decode(request, host_decoder));
       return Serving::kPlan(host_args);
     };
   }

@@ -134,6 +134,17 @@ void OpCall::CompleteOnDevice() {
   End(op_.finish ? GuardExceptions(op_.op, op_.finish) : absl::OkStatus());
 }
 
+void OpCall::FailOnDevice(const absl::Status& why) {
+  timeline_.device = "cuda";
+  timeline_.run_end = absl::Now();
+  // Nothing is committed: the stored tensor keeps its version, but its bytes may have changed.
+  // DATA_LOSS, which no client retries: running the update again would apply it twice.
+  End(absl::DataLossError(absl::StrFormat(
+      "%s: the GPU failed after it began writing the result into the stored tensor, which may "
+      "now be partly updated (its version is unchanged; put it again to be sure of it): %s",
+      op_.op, why.message())));
+}
+
 void OpCall::End(const absl::Status& status) {
   code_ = status.code();
   timeline_.finished = absl::Now();

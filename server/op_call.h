@@ -150,6 +150,7 @@ class OpCall : public Scheduler::Work {
   void Drop(const absl::Status& why) final;
   std::optional<DeviceTask> PrepareDevice() final;
   void CompleteOnDevice() final;
+  void FailOnDevice(const absl::Status& why) final;
   bool OperandsOnDevice() const final { return op_.operands_on_device; }
 
   // End records the outcome (metrics of a refusal, the log line) and delivers it.

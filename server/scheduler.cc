@@ -248,6 +248,12 @@ void Scheduler::RunBatch(const std::vector<Work*>& batch) {
       on_device[i]->CompleteOnDevice();
       continue;
     }
+    if (outcomes[i].resident_result_touched) {
+      on_device[i]->FailOnDevice(outcomes[i].device_error.ok()
+                                     ? absl::InternalError("a kernel raised its error flag")
+                                     : outcomes[i].device_error);
+      continue;
+    }
     if (!outcomes[i].device_error.ok() && options_.on_device_fallback) {
       options_.on_device_fallback(outcomes[i].device_error);
     }

@@ -133,6 +133,10 @@ class Scheduler {
     // CompleteOnDevice ends a call the executor ran successfully: its result is in place. (A call
     // the device failed ends with Run instead.)
     virtual void CompleteOnDevice() {}
+    // FailOnDevice ends a call the device failed after it may have written part of its resident
+    // result (DeviceOutcome::resident_result_touched), which a CPU run must not update again;
+    // `why` is the device's error. By default the call runs on the CPU after all (Run).
+    virtual void FailOnDevice(const absl::Status& /*why*/) { Run(); }
     // OperandsOnDevice: the call reads tensors kept in device memory, so it goes to the GPU
     // whatever its size (gpu_min_bytes is for calls whose bytes would cross PCIe). Valid once the
     // call is enqueued.

@@ -115,6 +115,10 @@ class StagingFakeExecutor final : public DeviceExecutor {
 
   explicit StagingFakeExecutor(FakeDeviceMemory* memory) : memory_(memory) {}
 
+  // From now on, report each call with a resident result as failed after its kernels began
+  // writing it (DeviceOutcome::resident_result_touched).
+  void TouchResidentResults() { touch_resident_results_ = true; }
+
   std::vector<DeviceOutcome> RunBatch(absl::Span<const DeviceCall* const> calls,
                                       absl::Span<void* const> /*results*/) override {
     std::vector<DeviceOutcome> outcomes(calls.size());
@@ -139,6 +143,7 @@ class StagingFakeExecutor final : public DeviceExecutor {
         seen_.push_back(seen);
       }
       outcomes[c].device_error = absl::UnavailableError("fake device: it has no kernels");
+      outcomes[c].resident_result_touched = seen.resident_result && touch_resident_results_;
     }
     return outcomes;
   }
@@ -157,6 +162,7 @@ class StagingFakeExecutor final : public DeviceExecutor {
 
  private:
   FakeDeviceMemory* const memory_;
+  std::atomic<bool> touch_resident_results_{false};
   absl::Mutex mu_;
   std::vector<Seen> seen_ ABSL_GUARDED_BY(mu_);
 };

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -43,7 +44,7 @@ using ::testing::UnorderedElementsAre;
 // each result, standing in for a kernel.
 class FakeExecutor final : public DeviceExecutor {
  public:
-  enum class Mode { kSucceed, kDeviceError, kIndexError };
+  enum class Mode { kSucceed, kDeviceError, kIndexError, kResidentResultTouched };
   explicit FakeExecutor(Mode mode) : mode_(mode) {}
 
   std::vector<DeviceOutcome> RunBatch(absl::Span<const DeviceCall* const> calls,
@@ -63,6 +64,10 @@ class FakeExecutor final : public DeviceExecutor {
           break;
         case Mode::kIndexError:
           outcomes[i].index_error = true;
+          break;
+        case Mode::kResidentResultTouched:
+          outcomes[i].device_error = absl::UnavailableError("fake: launch failed");
+          outcomes[i].resident_result_touched = true;
           break;
       }
     }
@@ -108,6 +113,9 @@ class PlacedWork final : public Scheduler::Work {
   void CompleteOnDevice() override {
     EXPECT_EQ(static_cast<unsigned char>(result_[0]), 0x5A);
     End("device");
+  }
+  void FailOnDevice(const absl::Status& why) override {
+    End(absl::StrCat("failed: ", why.message()));
   }
   bool OperandsOnDevice() const override { return operands_on_device_; }
 
@@ -227,6 +235,20 @@ TEST(PlacementTest, ADeviceErrorReRunsTheCallOnTheCpuAndCountsAFallback) {
   absl::MutexLock lock(&recorded.mu);
   EXPECT_THAT(recorded.fallbacks,
               ElementsAre("fake: out of device memory", "fake: out of device memory"));
+}
+
+// A call the device failed after it began writing its resident result (a stored tensor updated in
+// place) ends with FailOnDevice, never re-running on the CPU, and counts no fallback.
+TEST(PlacementTest, AFailureAfterWritingAResidentResultFailsTheCallInsteadOfReRunningIt) {
+  FakeExecutor device(FakeExecutor::Mode::kResidentResultTouched);
+  Recorded recorded;
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(&device, &recorded);
+  ASSERT_NE(scheduler, nullptr);
+  PlacedWork work(1000, true);
+  ASSERT_TRUE(scheduler->Enqueue(&work).ok());
+  EXPECT_EQ(work.WaitForEnd(), "failed: fake: launch failed");
+  absl::MutexLock lock(&recorded.mu);
+  EXPECT_TRUE(recorded.fallbacks.empty());
 }
 
 TEST(PlacementTest, AnIndexErrorReRunsOnTheCpuWithoutAFallback) {

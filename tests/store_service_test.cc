@@ -1285,6 +1285,20 @@ TEST(DeviceStoreTest, OpsOnStoredTensorsCopyOnlyTheirSmallInputsToTheGpu) {
   absl::StatusOr<Tensor> fresh_lookup = client->Run(lookup);
   ASSERT_TRUE(fresh_lookup.ok()) << fresh_lookup.status();
   EXPECT_EQ(Bytes(*stored_rows), Bytes(*fresh_lookup));
+
+  // A GPU that fails after it began writing an in-place result: the call fails with DATA_LOSS
+  // (which no client retries) instead of running again on the CPU, which would apply the update
+  // twice; nothing is committed.
+  executor.TouchResidentResults();
+  absl::StatusOr<v1::Tensor> lost = RawRun(stub.get(), push);
+  EXPECT_EQ(lost.status().code(), absl::StatusCode::kDataLoss) << lost.status();
+  EXPECT_THAT(lost.status().message(), HasSubstr("may now be partly updated"));
+  absl::StatusOr<v1::TensorInfo> info = client->TensorInfo("table");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->version(), pushed->stored().version());
+  absl::StatusOr<Tensor> unchanged = client->GetTensor("table");
+  ASSERT_TRUE(unchanged.ok()) << unchanged.status();
+  EXPECT_EQ(Bytes(*unchanged), Bytes(*updated));  // the fake wrote nothing
 }
 
 TEST(DeviceStoreTest, StoreDeviceCudaWithoutAGpuFailsAtStartUpAndAutoFallsBackToTheHost) {

@@ -270,6 +270,8 @@ std::vector<DeviceOutcome> CudaExecutor::RunBatch(absl::Span<const DeviceCall* c
     return AllFailed(calls.size(), absl::UnavailableError(CudaError(name(), error)));
   }
   std::vector<DeviceOutcome> outcomes(calls.size());
+  // Whose kernels were (or may have been) launched.
+  std::vector<bool> launched(calls.size(), false);
   std::vector<int64_t> workspace_bytes(calls.size(), 0);
   for (size_t c = 0; c < calls.size(); ++c) {
     absl::StatusOr<int64_t> bytes = calls[c]->WorkspaceBytes();
@@ -345,6 +347,7 @@ std::vector<DeviceOutcome> CudaExecutor::RunBatch(absl::Span<const DeviceCall* c
             .workspace_bytes = workspace_bytes[c],
             .error_flag = reinterpret_cast<int32_t*>(device + layout.flags) + c};
         outcomes[c].device_error = calls[c]->Enqueue(buffers, stream);
+        launched[c] = true;
         // A launch error stays in the thread's last error until read: a call that failed without
         // reading it would have the next call of the batch report it as its own.
         if (!outcomes[c].device_error.ok()) cudaGetLastError();
@@ -368,6 +371,9 @@ std::vector<DeviceOutcome> CudaExecutor::RunBatch(absl::Span<const DeviceCall* c
   for (size_t c = 0; c < calls.size(); ++c) {
     DeviceOutcome& outcome = outcomes[c];
     if (!batch_error.ok()) outcome.device_error = batch_error;
+    if (!outcome.device_error.ok() || flags[c] != 0) {
+      outcome.resident_result_touched = launched[c] && calls[c]->resident_result() != nullptr;
+    }
     if (!outcome.device_error.ok()) continue;
     if (flags[c] != 0) {
       outcome.index_error = true;

@@ -41,6 +41,10 @@ struct DeviceOutcome {
   // A kernel met an out-of-range index (or a too-small source): run it on the CPU, whose kernel
   // returns the INVALID_ARGUMENT naming it. Not a fallback: the CPU would fail the same way.
   bool index_error = false;
+  // The call failed after its kernels were launched, and its result is resident (a stored tensor
+  // updated in place or stored by the call): part of it may have been written. Running the call
+  // again would apply an update twice, so the call must fail instead.
+  bool resident_result_touched = false;
 
   bool ok() const { return device_error.ok() && !index_error; }
 };

@@ -166,39 +166,44 @@ absl::StatusOr<TensorView> StoredOperands::View(const v1::Tensor& tensor,
   return *view;
 }
 
+bool StoredOperands::Unmirrored(const std::string& name, const TensorMemory& memory) const {
+  return !memory.host_accessible() && !mirrors_.contains(name);
+}
+
+bool StoredOperands::UpdateUnmirrored() const {
+  return update_.has_value() && update_->held() && Unmirrored(update_->name(), update_->memory());
+}
+
 bool StoredOperands::on_device() const {
   for (const auto& [name, read] : reads_) {
-    if (!read.memory().host_accessible() && !mirrors_.contains(name)) return true;
+    if (Unmirrored(name, read.memory())) return true;
   }
-  return update_.has_value() && update_->held() && !update_->memory().host_accessible() &&
-         !mirrors_.contains(update_->name());
+  return UpdateUnmirrored();
 }
 
 void StoredOperands::MarkResident(DeviceCall& call) const {
   for (const auto& [name, read] : reads_) {
-    if (!read.memory().host_accessible() && !mirrors_.contains(name)) {
-      call.MarkResident(read.view().data(), read.bytes());
-    }
+    if (Unmirrored(name, read.memory())) call.MarkResident(read.view().data(), read.bytes());
   }
-  if (update_.has_value() && update_->held() && !update_->memory().host_accessible() &&
-      !mirrors_.contains(update_->name())) {
-    call.MarkResident(update_->view().data(), update_->bytes());
-  }
+  if (UpdateUnmirrored()) call.MarkResident(update_->view().data(), update_->bytes());
+}
+
+absl::Status StoredOperands::Mirror(const std::string& name, const TensorView& view,
+                                    const TensorMemory& memory) {
+  Tensor copy(view.dtype(), view.shape());
+  TENSOROPS_RETURN_IF_ERROR(memory.CopyToHost(copy.data(), view.data(), copy.nbytes()));
+  mirrors_.emplace(name, std::move(copy));
+  return absl::OkStatus();
 }
 
 absl::Status StoredOperands::MirrorOnHost(bool include_update) {
   for (const auto& [name, read] : reads_) {
-    if (read.memory().host_accessible() || mirrors_.contains(name)) continue;
-    Tensor copy(read.dtype(), read.shape());
-    TENSOROPS_RETURN_IF_ERROR(read.CopyToHost(0, read.bytes(), copy.mutable_view().data()));
-    mirrors_.emplace(name, std::move(copy));
+    if (Unmirrored(name, read.memory())) {
+      TENSOROPS_RETURN_IF_ERROR(Mirror(name, read.view(), read.memory()));
+    }
   }
-  if (include_update && update_.has_value() && update_->held() &&
-      !update_->memory().host_accessible() && !mirrors_.contains(update_->name())) {
-    Tensor copy(update_->dtype(), update_->shape());
-    TENSOROPS_RETURN_IF_ERROR(update_->memory().CopyToHost(
-        copy.mutable_view().data(), update_->view().data(), update_->bytes()));
-    mirrors_.emplace(update_->name(), std::move(copy));
+  if (include_update && UpdateUnmirrored()) {
+    TENSOROPS_RETURN_IF_ERROR(Mirror(update_->name(), update_->view(), update_->memory()));
   }
   return absl::OkStatus();
 }

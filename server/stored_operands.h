@@ -94,6 +94,12 @@ class StoredOperands {
 
  private:
   explicit StoredOperands(std::string_view op) : op_(op) {}
+  // Unmirrored: the tensor `name`, in `memory`, is device memory with no host copy yet;
+  // UpdateUnmirrored: so is the tensor updated in place.
+  bool Unmirrored(const std::string& name, const TensorMemory& memory) const;
+  bool UpdateUnmirrored() const;
+  // Mirror copies `view` (the whole stored tensor `name`, in `memory`) to a host copy.
+  absl::Status Mirror(const std::string& name, const TensorView& view, const TensorMemory& memory);
 
   std::string_view op_;
   absl::btree_map<std::string, TensorStore::ReadHandle> reads_;

@@ -175,7 +175,8 @@ const void* DeviceCall::Relocate(const void* host, absl::Span<void* const> copie
 
 TensorView DeviceCall::Relocate(const TensorView& view, absl::Span<void* const> copies) const {
   const void* data = view.numel() == 0 ? nullptr : Relocate(view.data(), copies);
-  return TensorView(view.dtype(), view.shape(), view.strides(), data);
+  // The copy is device memory: only the device kernel reads it.
+  return TensorView(view.dtype(), view.shape(), view.strides(), data).InSpace(MemorySpace::kDevice);
 }
 
 GatherPlan RelocatePlan(const GatherPlan& plan, const DeviceCall& call,

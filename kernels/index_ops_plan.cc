@@ -18,6 +18,7 @@
 #include "kernels/index_ops.h"
 #include "kernels/plan_checks.h"
 #include "kernels/status_macros.h"
+#include "kernels/tensor_memory.h"
 
 namespace tensorops {
 namespace {
@@ -41,7 +42,7 @@ using internal::WalkShape;
 TensorView BroadcastIndexAlongAxis(const TensorView& index, const Shape& shape, int64_t axis) {
   Shape strides(shape.size(), 0);
   if (index.rank() == 1) strides[axis] = index.strides()[0];
-  return TensorView(index.dtype(), shape, strides, index.data());
+  return index.Relaid(shape, strides);
 }
 
 bool IsOne(const Scalar& alpha) {
@@ -122,7 +123,7 @@ absl::StatusOr<GatherPlan> PlanIndexSelect(const IndexSelectArgs& args) {
   plan.input_axis_stride = input.strides[axis];
   Shape input_strides = input.strides;
   input_strides[axis] = 0;
-  plan.input = TensorView(args.input.dtype(), iteration_shape, input_strides, args.input.data());
+  plan.input = args.input.Relaid(iteration_shape, input_strides);
   plan.index = BroadcastIndexAlongAxis(args.index, iteration_shape, axis);
   plan.original_index = args.index;
   return plan;
@@ -175,8 +176,10 @@ absl::StatusOr<ScatterPlan> PlanIndexReduce(const IndexReduceArgs& args) {
   plan.result_shape = args.input.shape();
   plan.input = args.input;
   plan.index = BroadcastIndexAlongAxis(args.index, source.shape, axis);
-  plan.source = TensorView(dtype, source.shape, source.strides, args.source.data());
+  plan.source = args.source.Relaid(dtype, source.shape, source.strides);
   if (scale) {
+    // The scaled source is computed here, on the host.
+    TENSOROPS_RETURN_IF_ERROR(RequireHostBytes(kOp, "src", plan.source));
     TENSOROPS_ASSIGN_OR_RETURN(const Tensor alpha, ScalarToTensor(args.alpha, dtype, kOp, "alpha"));
     Tensor scaled = Tensor::FromView(plan.source);
     ScaleInPlace(scaled, alpha);
@@ -244,7 +247,7 @@ absl::StatusOr<Gradients> Backward(const IndexSelectArgs& args, const TensorView
   TENSOROPS_RETURN_IF_ERROR(CheckGradOutput(kOp, grad, plan.result_dtype, plan.result_shape));
   // index_add of grad into zeros; a rank-0 index is one index.
   TensorView index = args.index;
-  if (index.rank() == 0) index = TensorView(index.dtype(), {1}, {1}, index.data());
+  if (index.rank() == 0) index = index.Relaid(Shape{1}, Shape{1});
   const Tensor zeros = Tensor::Zeros(args.input.dtype(), args.input.shape());
   const Tensor grad_copy = Tensor::FromView(grad);
   TENSOROPS_ASSIGN_OR_RETURN(Tensor grad_input,

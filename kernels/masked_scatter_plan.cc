@@ -39,12 +39,10 @@ absl::StatusOr<MaskedScatterPlan> PlanMaskedScatter(const MaskedScatterArgs& arg
   MaskedScatterPlan plan;
   plan.result_dtype = input.dtype();
   plan.result_shape = std::move(result_shape);
-  plan.input =
-      TensorView(input.dtype(), plan.result_shape,
-                 BroadcastStrides(input.shape(), input.strides(), plan.result_shape), input.data());
-  plan.mask =
-      TensorView(mask.dtype(), plan.result_shape,
-                 BroadcastStrides(mask.shape(), mask.strides(), plan.result_shape), mask.data());
+  plan.input = input.Relaid(plan.result_shape,
+                            BroadcastStrides(input.shape(), input.strides(), plan.result_shape));
+  plan.mask = mask.Relaid(plan.result_shape,
+                          BroadcastStrides(mask.shape(), mask.strides(), plan.result_shape));
   plan.source = args.source;
   return plan;
 }

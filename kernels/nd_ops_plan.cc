@@ -112,7 +112,7 @@ absl::Status PlanAxesForm(std::string_view op, const Shape& input_shape, const T
   }
   if (input_rank == 0) {
     plan.positions = {1};
-    plan.index = TensorView(index.dtype(), Shape{1, k}, Shape{0, index.strides()[0]}, index.data());
+    plan.index = index.Relaid(Shape{1, k}, Shape{0, index.strides()[0]});
   } else {
     plan.positions = SubShape(index.shape(), 0, input_rank);
     plan.index = index;
@@ -157,7 +157,7 @@ absl::Status PlanAddressing(std::string_view op, const Shape& input_shape, const
 TensorView WithoutCoordinateDim(const TensorView& index) {
   const Shape shape = SubShape(index.shape(), 0, index.rank() - 1);
   const Shape strides = SubShape(index.strides(), 0, index.rank() - 1);
-  return TensorView(index.dtype(), shape, strides, index.data());
+  return index.Relaid(shape, strides);
 }
 
 }  // namespace
@@ -235,7 +235,7 @@ absl::StatusOr<NdPlan> PlanScatterNd(const ScatterNdArgs& args) {
             kOp, d, plan.positions[d], d, source.shape[d]));
       }
     }
-    plan.source = TensorView(dtype, plan.positions, source.strides, args.source.data());
+    plan.source = args.source.Relaid(dtype, plan.positions, source.strides);
   }
 
   plan.result_dtype = dtype;
@@ -346,8 +346,7 @@ absl::StatusOr<Gradients> Backward(const ScatterNdArgs& args, const TensorView& 
   if (!args.axes.empty() && args.index.rank() >= 1) {
     const Shape block_shape(args.index.shape().begin(), args.index.shape().end() - 1);
     if (static_cast<int64_t>(block_shape.size()) == args.source.rank()) {
-      source_block =
-          TensorView(args.source.dtype(), block_shape, args.source.strides(), args.source.data());
+      source_block = args.source.Relaid(block_shape, args.source.strides());
     }
   }
   const Tensor source = ConvertTo(source_block, compute);

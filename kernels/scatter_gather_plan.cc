@@ -110,8 +110,8 @@ absl::StatusOr<GatherPlan> PlanGather(const GatherArgs& args) {
   // The input is walked at the index's shape; the kernel adds index * input_axis_stride.
   Shape input_strides = input.strides;
   input_strides[axis] = 0;
-  plan.input = TensorView(args.input.dtype(), index.shape, input_strides, args.input.data());
-  plan.index = TensorView(args.index.dtype(), index.shape, index.strides, args.index.data());
+  plan.input = args.input.Relaid(index.shape, input_strides);
+  plan.index = args.index.Relaid(index.shape, index.strides);
   plan.original_index = args.index;
   return plan;
 }
@@ -179,9 +179,9 @@ absl::StatusOr<ScatterPlan> PlanScatter(const ScatterArgs& args) {
   plan.result_dtype = dtype;
   plan.result_shape = args.input.shape();
   plan.input = args.input;
-  plan.index = TensorView(args.index.dtype(), index.shape, index.strides, args.index.data());
+  plan.index = args.index.Relaid(index.shape, index.strides);
   // The source is walked at the index's shape: its leading block when it is larger.
-  plan.source = TensorView(dtype, index.shape, src.strides, source.data());
+  plan.source = source.Relaid(dtype, index.shape, src.strides);
   plan.axis = axis;
   plan.reduce = args.reduce;
   plan.include_self = args.include_self;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <string>
 
 #include "kernels/cpu/parallel.h"
 
@@ -11,6 +12,16 @@ namespace tensorops {
 namespace {
 constexpr std::align_val_t kAlignment{64};
 }  // namespace
+
+namespace internal {
+
+void ThrowDeviceMemoryOnHost(const char* what) {
+  throw DeviceMemoryOnHost(std::string(what) +
+                           ": the tensor is in device memory, which the host must not read or "
+                           "write (copy it to the host first)");
+}
+
+}  // namespace internal
 
 void Tensor::AlignedDelete::operator()(std::byte* bytes) const {
   ::operator delete[](bytes, kAlignment);
@@ -30,6 +41,7 @@ Tensor Tensor::Zeros(DataType dtype, ShapeSpan shape) {
 }
 
 Tensor Tensor::FromView(const TensorView& view) {
+  internal::CheckHostAccess(view.space(), "Tensor::FromView");
   Tensor tensor(view.dtype(), view.shape());
   CopyElements(view, tensor.mutable_view());
   return tensor;
@@ -134,6 +146,8 @@ void StridedCopy(const CopyLayout& layout, const Elem* source, Elem* dest) {
 }  // namespace
 
 void CopyElements(const TensorView& source, const MutableTensorView& dest) {
+  internal::CheckHostAccess(source.space(), "CopyElements (source)");
+  internal::CheckHostAccess(dest.space(), "CopyElements (destination)");
   const int64_t itemsize = source.itemsize();
   if (source.numel() == 0) return;
   if (source.data() == dest.data() && source.strides() == dest.strides()) return;

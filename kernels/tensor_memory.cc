@@ -3,6 +3,11 @@
 #include <cstdint>
 #include <cstring>
 #include <new>
+#include <string_view>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -10,6 +15,9 @@
 
 namespace tensorops {
 namespace {
+
+// The payload that marks RequireHostBytes's status.
+constexpr absl::string_view kNeedsHostBytesUrl = "type.googleapis.com/tensorops.NeedsHostBytes";
 
 // Host bytes are aligned as device buffers are (kDeviceAlignment), so that a stored tensor's
 // view is aligned for any vectorized kernel wherever it lives.
@@ -79,6 +87,19 @@ class HostMemory final : public TensorMemory {
 TensorMemory& HostTensorMemory() {
   static HostMemory* const memory = new HostMemory();
   return *memory;
+}
+
+absl::Status RequireHostBytes(std::string_view op, std::string_view arg, const TensorView& view) {
+  if (!view.on_device()) return absl::OkStatus();
+  absl::Status status = absl::FailedPreconditionError(absl::StrFormat(
+      "%s: %s is in device memory, and planning this call reads its elements on the host", op,
+      arg));
+  status.SetPayload(kNeedsHostBytesUrl, absl::Cord(absl::string_view(arg.data(), arg.size())));
+  return status;
+}
+
+bool NeedsHostBytes(const absl::Status& status) {
+  return status.GetPayload(kNeedsHostBytesUrl).has_value();
 }
 
 }  // namespace tensorops

@@ -16,8 +16,10 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
+#include "kernels/tensor.h"
 
 namespace tensorops {
 
@@ -29,6 +31,10 @@ class TensorMemory {
   virtual std::string device() const = 0;
   // True when the CPU may read and write the bytes directly.
   virtual bool host_accessible() const = 0;
+  // space is what views of these bytes say of them (kernels/tensor.h).
+  MemorySpace space() const {
+    return host_accessible() ? MemorySpace::kHost : MemorySpace::kDevice;
+  }
 
   // Allocate returns `bytes` (>= 1) of uninitialized memory aligned to at least 256 bytes, or null
   // when there is none to be had. Thread-safe.
@@ -44,6 +50,13 @@ class TensorMemory {
 
 // HostTensorMemory is the process's host memory (device "cpu"). Never destroyed.
 TensorMemory& HostTensorMemory();
+
+// Planning works from what is on the host: shapes, dtypes, the request's own bytes. A plan that
+// must also read an operand's elements calls RequireHostBytes first; for a view of device memory
+// it returns FAILED_PRECONDITION marked so that NeedsHostBytes recognizes it, and the server then
+// copies the call's operands to the host deliberately and plans again (server/prepared_op.cc).
+absl::Status RequireHostBytes(std::string_view op, std::string_view arg, const TensorView& view);
+bool NeedsHostBytes(const absl::Status& status);
 
 }  // namespace tensorops
 

@@ -135,6 +135,13 @@ void OpCall::CompleteOnDevice() {
 }
 
 void OpCall::FailOnDevice(const absl::Status& why) {
+  if (!device_run_.result_shared) {
+    // The kernels wrote only a new stored tensor's upload, which nobody sees before the call
+    // commits it: the CPU runs the call again into it and reports what the GPU found (an index
+    // out of range is the client's INVALID_ARGUMENT, as on a host store).
+    Run();
+    return;
+  }
   timeline_.device = "cuda";
   timeline_.run_end = absl::Now();
   // Nothing is committed: the stored tensor keeps its version, but its bytes may have changed.

@@ -23,6 +23,7 @@
 #include "kernels/in_place_checks.h"
 #include "kernels/shape.h"
 #include "kernels/status_macros.h"
+#include "kernels/tensor_memory.h"
 #include "proto/op_list.h"
 #include "server/op_table.h"
 #include "server/result_target.h"
@@ -75,6 +76,25 @@ int64_t PlannedResultBytes(const Plan& plan, const ResultTarget& target,
   return std::min(bytes, limits.max_bytes);
 }
 
+// CheckOnHost is INTERNAL when some tensor `plan` reads is still in device memory: the CPU form
+// runs on host views only (a bug, caught here rather than as a crash in the kernel).
+template <typename Plan>
+absl::Status CheckOnHost(std::string_view op, const Plan& plan) {
+  std::vector<std::string> on_device;
+  auto check = [&](std::string_view name, const TensorView& view) {
+    if (view.on_device()) on_device.emplace_back(name);
+  };
+  if constexpr (requires { plan.input; }) check("input", plan.input);
+  if constexpr (requires { plan.index; }) check("index", plan.index);
+  if constexpr (requires { plan.source; }) check("src", plan.source);
+  if constexpr (requires { plan.src; }) check("src", plan.src);
+  if constexpr (requires { plan.mask; }) check("mask", plan.mask);
+  if (on_device.empty()) return absl::OkStatus();
+  return absl::InternalError(absl::StrFormat(
+      "%s: the CPU was about to read %s in device memory; the call was stopped instead", op,
+      absl::StrJoin(on_device, ", ")));
+}
+
 // Prepare is the common tail of every PrepareOp: take the plan and return the op that allocates
 // the result where `target` says (the response by default) and runs the kernel into it, and, for
 // plans with GPU kernels, its GPU form. With `input_data` (the request's input.data, which the
@@ -91,13 +111,14 @@ absl::StatusOr<PreparedOp> Prepare(std::string_view op, Plan plan, Kernel kernel
                                    std::shared_ptr<StoredOperands> operands,
                                    std::function<absl::StatusOr<Plan>()> plan_on_host) {
   auto shared_plan = std::make_shared<const Plan>(std::move(plan));
-  auto run = [kernel, shared_plan, result_tensor, input_data, target, operands,
+  auto run = [op, kernel, shared_plan, result_tensor, input_data, target, operands,
               plan_on_host = std::move(plan_on_host)]() mutable -> absl::Status {
     if (operands->on_device()) {
       TENSOROPS_RETURN_IF_ERROR(operands->MirrorOnHost());
       TENSOROPS_ASSIGN_OR_RETURN(Plan host_plan, plan_on_host());
       shared_plan = std::make_shared<const Plan>(std::move(host_plan));
     }
+    TENSOROPS_RETURN_IF_ERROR(CheckOnHost(op, *shared_plan));
     if constexpr (requires { shared_plan->input; }) {
       // A referenced input's bytes are the store's, never input_data's: TakeInput finds they
       // differ (an empty input.data) and leaves them alone.
@@ -125,7 +146,7 @@ absl::StatusOr<PreparedOp> Prepare(std::string_view op, Plan plan, Kernel kernel
                                                   shared_plan->result_shape, KernelSide::kDevice));
       if (target->on_device()) {
         call->set_resident_result(result.data());
-        return DeviceRun{.call = std::move(call)};
+        return DeviceRun{.call = std::move(call), .result_shared = target->in_place()};
       }
       return DeviceRun{.call = std::move(call), .result = result.data()};
     };
@@ -215,9 +236,19 @@ absl::StatusOr<PreparedOp> PrepareFor(const typename Op::Request& request,
       op, limits, operands,
       /*result_stays_in_store=*/ChangesStore(options) && !options.return_data());
   TENSOROPS_ASSIGN_OR_RETURN(auto args, Serving::Decode(request, decoder));
+  auto planned = Serving::kPlan(args);
+  if (!planned.ok() && NeedsHostBytes(planned.status())) {
+    // The plan reads an operand's elements (not only its shape), which are in device memory:
+    // copy the operands to the host (the tensor updated in place stays where it is) and plan on
+    // the copies. The GPU form, if it runs, then takes them as small inputs.
+    TENSOROPS_RETURN_IF_ERROR(operands->MirrorOnHost(/*include_update=*/false));
+    TENSOROPS_ASSIGN_OR_RETURN(args, Serving::Decode(request, decoder));
+    planned = Serving::kPlan(args);
+  }
+  TENSOROPS_ASSIGN_OR_RETURN(auto plan, std::move(planned));
   // The same plan again, on the host copies of operands in device memory (a CPU run). The
   // request outlives the PreparedOp.
-  using Plan = typename std::remove_cvref_t<decltype(Serving::kPlan(args))>::value_type;
+  using Plan = decltype(plan);
   std::function<absl::StatusOr<Plan>()> plan_on_host;
   if (operands->on_device()) {
     plan_on_host = [&request, op, limits, operands,
@@ -234,7 +265,6 @@ absl::StatusOr<PreparedOp> PrepareFor(const typename Op::Request& request,
       Serving::kUpdatesInput && reuse == InputReuse::kMayTakeInput && !ChangesStore(options)
           ? const_cast<std::string*>(&request.input().data())
           : nullptr;
-  TENSOROPS_ASSIGN_OR_RETURN(auto plan, Serving::kPlan(args));
   if constexpr (Serving::kUpdatesInput) {
     if (options.in_place()) {
       TENSOROPS_RETURN_IF_ERROR(CheckInPlacePlan(op, plan, *operands->update()));

@@ -36,6 +36,10 @@ struct DeviceRun {
   std::unique_ptr<DeviceCall> call;
   // Null when the result stays on the device (call->resident_result()).
   void* result = nullptr;
+  // The resident result is a stored tensor's own bytes, which other calls read (in place): a
+  // device failure after the kernels began writing them cannot be undone by a CPU run. (A
+  // store_as result is a new upload that nobody sees before the call commits it.)
+  bool result_shared = false;
 };
 
 // PreparedOp is a planned op.

@@ -170,7 +170,8 @@ absl::StatusOr<MutableTensorView> ResultTarget::Allocate(DataType dtype, ShapeSp
       upload_.emplace(*std::move(upload));
       TENSOROPS_ASSIGN_OR_RETURN(absl::Span<char> bytes,
                                  upload_->MutableChunk(0, upload_->bytes()));
-      upload_bytes_ = MutableTensorView(dtype, shape, bytes.data());
+      upload_bytes_ =
+          MutableTensorView(dtype, shape, bytes.data()).InSpace(upload_->memory().space());
       if (upload_->memory().host_accessible()) {
         allocated_ = upload_bytes_;
       } else if (side == KernelSide::kDevice) {

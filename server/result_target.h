@@ -88,6 +88,8 @@ class ResultTarget {
   // The response is the target: the op may write its result there however it likes (taking
   // the request's input bytes).
   bool in_response() const { return kind_ == Kind::kResponse; }
+  // The stored input itself is the target (result_options.in_place).
+  bool in_place() const { return kind_ == Kind::kInPlace; }
   // response_carries_data: the response will hold the result's bytes (the response is the
   // target, or return_data copies a stored result there).
   bool response_carries_data() const { return in_response() || options_.return_data(); }

@@ -17,6 +17,7 @@
 #include "kernels/scalar.h"
 #include "kernels/shape.h"
 #include "kernels/tensor.h"
+#include "kernels/tensor_memory.h"
 #include "tests/reference.h"
 
 namespace tensorops {
@@ -651,6 +652,48 @@ TEST(TensorTest, FromViewCopiesStridedAndBroadcastViews) {
   EXPECT_EQ(testing::ToDoubles(Tensor::FromView(broadcast)),
             (std::vector<double>{1, 2, 3, 1, 2, 3}));
   EXPECT_EQ(testing::ToDoubles(source.Clone()), (std::vector<double>{1, 2, 3, 4, 5, 6}));
+}
+
+// A view of device memory keeps saying so through every view derived from it, and every host
+// path that would read or write its elements throws DeviceMemoryOnHost (which the server turns
+// into the call's INTERNAL error) instead of touching the memory. The address is one no process
+// maps: a read through it would crash the test.
+TEST(MemorySpaceTest, HostPathsRefuseViewsOfDeviceMemory) {
+  const void* device_address = reinterpret_cast<const void*>(uintptr_t{1} << 62);
+  const TensorView device =
+      TensorView(DataType::kFloat32, {2, 3}, device_address).InSpace(MemorySpace::kDevice);
+  EXPECT_TRUE(device.on_device());
+  EXPECT_TRUE(device.Relaid(Shape{3, 2}, Shape{1, 3}).on_device());
+  EXPECT_TRUE(device.Relaid(DataType::kInt32, Shape{6}, Shape{1}).on_device());
+  EXPECT_EQ(device.device_data_as<float>(), device_address);  // a launch's pointer, unchecked
+  EXPECT_THROW(device.data_as<float>(), DeviceMemoryOnHost);
+  EXPECT_THROW(Tensor::FromView(device), DeviceMemoryOnHost);
+  Tensor host(DataType::kFloat32, {2, 3});
+  EXPECT_THROW(CopyElements(device, host.mutable_view()), DeviceMemoryOnHost);
+  const MutableTensorView device_out =
+      MutableTensorView(DataType::kFloat32, {2, 3}, const_cast<void*>(device_address))
+          .InSpace(MemorySpace::kDevice);
+  EXPECT_THROW(CopyElements(host.view(), device_out), DeviceMemoryOnHost);
+  EXPECT_THROW(device_out.data_as<float>(), DeviceMemoryOnHost);
+  EXPECT_TRUE(static_cast<TensorView>(device_out).on_device());
+  try {
+    Tensor::FromView(device);
+    ADD_FAILURE() << "FromView read device memory";
+  } catch (const DeviceMemoryOnHost& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("Tensor::FromView: the tensor is in device memory"));
+  }
+
+  // Planning that needs an operand's elements refuses device memory with a status the server
+  // recognizes (it then copies the operands to the host and plans again).
+  const absl::Status refused = RequireHostBytes("index_reduce", "src", device);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.message(), ::testing::HasSubstr("index_reduce: src is in device memory"));
+  EXPECT_TRUE(NeedsHostBytes(refused));
+  EXPECT_FALSE(NeedsHostBytes(absl::FailedPreconditionError("index_reduce: other")));
+  EXPECT_TRUE(RequireHostBytes("index_reduce", "src", host.view()).ok());
+  // Host views are unchanged by it all.
+  EXPECT_FALSE(host.view().on_device());
+  EXPECT_FALSE(host.view().Relaid(Shape{6}, Shape{1}).on_device());
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "client/cpp/client.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/descriptor.h"
@@ -1182,6 +1183,361 @@ TEST_P(StoreServiceTest, AStreamWhoseClientDoesNotReadHoldsNoStoredTensor) {
   stream_context.TryCancel();
 }
 
+// ---- The sweep: every op, every tensor argument by reference, in every mode and route ----
+
+// SweepTensor is a tensor of `dtype` (float32 or int32 values, int32 or int64 indices, bool
+// masks) holding `values` (floats as halves of them).
+v1::Tensor SweepTensor(v1::DataType dtype, const std::vector<int64_t>& shape,
+                       const std::vector<int64_t>& values) {
+  v1::Tensor tensor;
+  tensor.set_dtype(dtype);
+  tensor.mutable_shape()->Assign(shape.begin(), shape.end());
+  std::string* data = tensor.mutable_data();
+  auto append = [&](const auto value) {
+    data->append(reinterpret_cast<const char*>(&value), sizeof(value));
+  };
+  for (const int64_t value : values) {
+    switch (dtype) {
+      case v1::DATA_TYPE_FLOAT32:
+        append(0.5f * static_cast<float>(value));
+        break;
+      case v1::DATA_TYPE_INT32:
+        append(static_cast<int32_t>(value));
+        break;
+      case v1::DATA_TYPE_INT64:
+        append(value);
+        break;
+      case v1::DATA_TYPE_BOOL:
+        append(static_cast<uint8_t>(value != 0));
+        break;
+      default:
+        ADD_FAILURE() << "SweepTensor: no dtype " << v1::DataType_Name(dtype);
+    }
+  }
+  return tensor;
+}
+
+int64_t Count(const std::vector<int64_t>& shape) {
+  int64_t count = 1;
+  for (const int64_t size : shape) count *= size;
+  return count;
+}
+
+// SweepRequests is one call of every op and of the forms whose planning differs (a scalar value,
+// alpha, the axes and zeros forms of the Nd ops, a broadcast mask), with `value_dtype` values and
+// `index_dtype` indices full of duplicates.
+std::vector<v1::OpRequest> SweepRequests(v1::DataType value_dtype, v1::DataType index_dtype) {
+  auto values = [&](std::vector<int64_t> shape, int64_t seed) {
+    std::vector<int64_t> pattern(Count(shape));
+    for (size_t i = 0; i < pattern.size(); ++i)
+      pattern[i] = (static_cast<int64_t>(i) * 7 + seed) % 23 - 11;
+    return SweepTensor(value_dtype, shape, pattern);
+  };
+  // Index values in [0, bound), each repeated.
+  auto indices = [&](std::vector<int64_t> shape, int64_t bound, int64_t seed) {
+    std::vector<int64_t> pattern(Count(shape));
+    for (size_t i = 0; i < pattern.size(); ++i) {
+      pattern[i] = (static_cast<int64_t>(i) * 3 + seed) % std::max<int64_t>(1, bound - 1);
+    }
+    return SweepTensor(index_dtype, shape, pattern);
+  };
+  auto scalar = [&](int64_t value) {
+    v1::Scalar scalar;
+    if (value_dtype == v1::DATA_TYPE_FLOAT32) {
+      scalar.set_float_value(static_cast<double>(value));
+    } else {
+      scalar.set_int_value(value);
+    }
+    return scalar;
+  };
+  std::vector<v1::OpRequest> requests;
+  {
+    auto* op = requests.emplace_back().mutable_gather();
+    *op->mutable_input() = values({3, 5}, 1);
+    *op->mutable_index() = indices({3, 4}, 5, 2);
+    op->set_axis(1);
+  }
+  {
+    // Large enough (4800 bytes) that the inline call takes its input as the result.
+    auto* op = requests.emplace_back().mutable_scatter();
+    *op->mutable_input() = values({4, 300}, 2);
+    *op->mutable_index() = indices({3, 8}, 4, 1);
+    *op->mutable_src() = values({3, 8}, 3);
+    op->set_reduce(v1::REDUCTION_SUM);
+    op->set_include_self(false);
+  }
+  {
+    auto* op = requests.emplace_back().mutable_scatter();
+    *op->mutable_input() = values({4, 6}, 4);
+    *op->mutable_index() = indices({2, 6}, 6, 3);
+    *op->mutable_value() = scalar(4);
+    op->set_axis(1);
+    op->set_reduce(v1::REDUCTION_AMAX);
+  }
+  {
+    // ASSIGN with duplicates: the last index wins.
+    auto* op = requests.emplace_back().mutable_scatter();
+    *op->mutable_input() = values({5, 4}, 5);
+    *op->mutable_index() = indices({6, 4}, 5, 4);
+    *op->mutable_src() = values({6, 4}, 6);
+  }
+  {
+    auto* op = requests.emplace_back().mutable_index_select();
+    *op->mutable_input() = values({5, 3}, 7);
+    *op->mutable_index() = indices({7}, 5, 1);
+  }
+  {
+    // index_add with alpha: planning scales src on the host.
+    auto* op = requests.emplace_back().mutable_index_reduce();
+    *op->mutable_input() = values({4, 3}, 8);
+    *op->mutable_index() = indices({6}, 4, 2);
+    *op->mutable_src() = values({6, 3}, 9);
+    op->set_reduce(v1::REDUCTION_SUM);
+    *op->mutable_alpha() = scalar(2);
+  }
+  {
+    auto* op = requests.emplace_back().mutable_index_reduce();
+    *op->mutable_input() = values({3, 4}, 10);
+    *op->mutable_index() = indices({5}, 4, 1);
+    *op->mutable_src() = values({3, 5}, 11);
+    op->set_axis(1);
+    op->set_reduce(v1::REDUCTION_AMAX);
+    op->set_include_self(false);
+  }
+  {
+    auto* op = requests.emplace_back().mutable_select_scatter();
+    *op->mutable_input() = values({3, 4}, 12);
+    *op->mutable_src() = values({4}, 13);
+    op->set_index(-1);
+  }
+  {
+    auto* op = requests.emplace_back().mutable_slice_scatter();
+    *op->mutable_input() = values({6, 3}, 14);
+    *op->mutable_src() = values({3, 3}, 15);
+    op->set_step(2);
+  }
+  {
+    auto* op = requests.emplace_back().mutable_diagonal_scatter();
+    *op->mutable_input() = values({3, 4}, 16);
+    *op->mutable_src() = values({3}, 17);
+    op->set_offset(1);
+  }
+  {
+    auto* op = requests.emplace_back().mutable_gather_nd();
+    *op->mutable_input() = values({3, 4}, 18);
+    *op->mutable_index() = indices({5, 2}, 3, 1);
+  }
+  {
+    auto* op = requests.emplace_back().mutable_gather_nd();
+    *op->mutable_input() = values({3, 5}, 19);
+    *op->mutable_index() = indices({3, 4, 1}, 5, 2);
+    op->add_axes(1);
+  }
+  {
+    auto* op = requests.emplace_back().mutable_scatter_nd();
+    *op->mutable_input() = values({5, 3}, 20);
+    *op->mutable_index() = indices({6, 1}, 5, 3);
+    *op->mutable_src() = values({6, 3}, 21);
+    op->set_reduce(v1::REDUCTION_SUM);
+  }
+  {
+    auto* op = requests.emplace_back().mutable_scatter_nd();
+    *op->mutable_input() = values({4, 6}, 22);
+    *op->mutable_index() = indices({3, 8, 1}, 6, 1);
+    *op->mutable_src() = values({3, 8}, 23);
+    op->add_axes(1);
+    op->set_reduce(v1::REDUCTION_SUM);
+  }
+  {
+    // The zeros form: no input.
+    auto* op = requests.emplace_back().mutable_scatter_nd();
+    *op->mutable_index() = indices({6, 1}, 5, 2);
+    *op->mutable_src() = values({6, 3}, 24);
+    op->add_shape(5);
+    op->add_shape(3);
+    op->set_reduce(v1::REDUCTION_SUM);
+  }
+  {
+    auto* op = requests.emplace_back().mutable_masked_scatter();
+    *op->mutable_input() = values({3, 4}, 25);
+    *op->mutable_mask() =
+        SweepTensor(v1::DATA_TYPE_BOOL, {3, 4}, {1, 0, 0, 1, 1, 1, 0, 1, 0, 0, 1, 1});
+    *op->mutable_src() = values({12}, 26);
+  }
+  {
+    auto* op = requests.emplace_back().mutable_masked_scatter();
+    *op->mutable_input() = values({3, 4}, 27);
+    *op->mutable_mask() = SweepTensor(v1::DATA_TYPE_BOOL, {4}, {0, 1, 1, 0});
+    *op->mutable_src() = values({7}, 28);
+  }
+  return requests;
+}
+
+// Route is how a sweep call reaches the server.
+enum class Route { kRun, kTyped, kStream };
+
+// ResultMode is what a sweep call asks for its result.
+enum class ResultMode { kPlain, kStoreAs, kInPlace };
+
+std::string RouteName(Route route) {
+  switch (route) {
+    case Route::kRun:
+      return "Run";
+    case Route::kTyped:
+      return "the op's RPC";
+    case Route::kStream:
+      return "RunStream";
+  }
+  return "";
+}
+
+// StreamRun sends `request` as the one message of a RunStream and returns its result as it came.
+absl::StatusOr<v1::Tensor> StreamRun(v1::TensorOps::Stub* stub, const v1::OpRequest& request) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto stream = stub->RunStream(&context);
+  v1::RunStreamRequest message;
+  message.set_request_id(7);
+  *message.mutable_op() = request;
+  if (!stream->Write(message)) return absl::UnavailableError("RunStream: the write failed");
+  stream->WritesDone();
+  v1::RunStreamResponse response;
+  const bool read = stream->Read(&response);
+  const grpc::Status status = stream->Finish();
+  if (!status.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  }
+  if (!read) return absl::UnavailableError("RunStream: no response");
+  if (response.has_error()) {
+    return absl::Status(static_cast<absl::StatusCode>(response.error().code()),
+                        response.error().message());
+  }
+  return response.result();
+}
+
+// Every op, with every tensor argument given by reference (all at once and each alone), with
+// int32 and int64 indices, a float and an integer dtype, its result returned, stored under a name
+// and (for the ops that update their input) written in place, through Run, the op's own RPC and
+// RunStream: the same bytes as the call inline. With the store in (fake) device memory this is
+// every path by which planning or a CPU run could read a stored operand on the host.
+TEST_P(StoreServiceTest, EveryOpEveryArgumentByReferenceInEveryModeAndRouteMatchesInline) {
+  auto channel = grpc::CreateChannel(absl::StrFormat("127.0.0.1:%d", server_->port()),
+                                     grpc::InsecureChannelCredentials());
+  auto call = [&](Route route, const v1::OpRequest& request) -> absl::StatusOr<v1::Tensor> {
+    switch (route) {
+      case Route::kRun:
+        return RawRun(stub_.get(), request);
+      case Route::kTyped:
+        return Typed(channel.get(), request);
+      case Route::kStream:
+        return StreamRun(stub_.get(), request);
+    }
+    return absl::InternalError("no route");
+  };
+  auto stored_bytes = [&](const std::string& name) -> std::string {
+    absl::StatusOr<Tensor> stored = client_->GetTensor(name);
+    EXPECT_TRUE(stored.ok()) << stored.status();
+    return stored.ok() ? Bytes(*stored) : std::string();
+  };
+  int64_t compared = 0;
+  for (const v1::DataType value_dtype : {v1::DATA_TYPE_FLOAT32, v1::DATA_TYPE_INT32}) {
+    for (const v1::DataType index_dtype : {v1::DATA_TYPE_INT32, v1::DATA_TYPE_INT64}) {
+      for (const v1::OpRequest& request : SweepRequests(value_dtype, index_dtype)) {
+        const std::string op(ops::NameOfCase(request.op_case()));
+        SCOPED_TRACE(absl::StrCat(op, " ", v1::DataType_Name(value_dtype), " index ",
+                                  v1::DataType_Name(index_dtype), ": ",
+                                  request.ShortDebugString().substr(0, 200)));
+        absl::StatusOr<v1::Tensor> expected = RawRun(stub_.get(), request);
+        ASSERT_TRUE(expected.ok()) << expected.status();
+
+        // Every argument stored under its own name; the variants reference all, then each alone.
+        std::vector<std::string> arguments;
+        v1::OpRequest original = request;
+        ForEachTensorArgument(
+            OpMessage(&original), [&](const std::string& argument, v1::Tensor* tensor) {
+              arguments.push_back(argument);
+              absl::StatusOr<TensorView> view = wire::DecodeTensor(*tensor, op, argument, {});
+              ASSERT_TRUE(view.ok()) << view.status();
+              ASSERT_TRUE(
+                  client_->PutTensor(absl::StrCat("sweep/", argument), *view, {.overwrite = true})
+                      .ok());
+            });
+        auto by_reference = [&](const std::vector<std::string>& names) {
+          v1::OpRequest variant = request;
+          ForEachTensorArgument(
+              OpMessage(&variant), [&](const std::string& argument, v1::Tensor* tensor) {
+                if (std::find(names.begin(), names.end(), argument) == names.end()) return;
+                tensor->Clear();
+                tensor->mutable_stored()->set_name(absl::StrCat("sweep/", argument));
+              });
+          return variant;
+        };
+        std::vector<std::vector<std::string>> variants = {arguments};
+        if (arguments.size() > 1) {
+          for (const std::string& argument : arguments) variants.push_back({argument});
+        }
+        const bool has_input =
+            std::find(arguments.begin(), arguments.end(), "input") != arguments.end();
+        for (const std::vector<std::string>& names : variants) {
+          const bool input_stored = std::find(names.begin(), names.end(), "input") != names.end();
+          for (const ResultMode mode :
+               {ResultMode::kPlain, ResultMode::kStoreAs, ResultMode::kInPlace}) {
+            if (mode == ResultMode::kInPlace &&
+                (!UpdatesItsInput(op) || !has_input || !input_stored)) {
+              continue;
+            }
+            for (const Route route : {Route::kRun, Route::kTyped, Route::kStream}) {
+              SCOPED_TRACE(absl::StrCat("by reference: ", absl::StrJoin(names, ", "), "; mode ",
+                                        static_cast<int>(mode), "; ", RouteName(route)));
+              v1::OpRequest variant = by_reference(names);
+              v1::ResultOptions* options = ResultOptionsOf(&variant);
+              if (mode == ResultMode::kStoreAs) {
+                options->set_store_as("sweep/out");
+                options->set_overwrite(true);
+              }
+              if (mode == ResultMode::kInPlace) options->set_in_place(true);
+              absl::StatusOr<v1::Tensor> result = call(route, variant);
+              ASSERT_TRUE(result.ok()) << result.status();
+              EXPECT_EQ(result->dtype(), expected->dtype());
+              EXPECT_THAT(result->shape(), ::testing::ElementsAreArray(expected->shape()));
+              switch (mode) {
+                case ResultMode::kPlain:
+                  EXPECT_EQ(result->data(), expected->data());
+                  break;
+                case ResultMode::kStoreAs:
+                  EXPECT_EQ(result->stored().name(), "sweep/out");
+                  EXPECT_EQ(stored_bytes("sweep/out"), expected->data());
+                  break;
+                case ResultMode::kInPlace: {
+                  EXPECT_EQ(result->stored().name(), "sweep/input");
+                  EXPECT_EQ(stored_bytes("sweep/input"), expected->data());
+                  // The next call reads the original input again.
+                  absl::StatusOr<TensorView> input =
+                      wire::DecodeTensor(*InputOf(&original), op, "input", {});
+                  ASSERT_TRUE(input.ok());
+                  ASSERT_TRUE(client_->PutTensor("sweep/input", *input, {.overwrite = true}).ok());
+                  break;
+                }
+              }
+              ++compared;
+            }
+          }
+        }
+        // No call changed a stored argument but by updating it in place.
+        ForEachTensorArgument(
+            OpMessage(&original), [&](const std::string& argument, v1::Tensor* tensor) {
+              EXPECT_EQ(stored_bytes(absl::StrCat("sweep/", argument)), tensor->data()) << argument;
+            });
+        for (const std::string& argument : arguments) {
+          ASSERT_TRUE(client_->DeleteTensor(absl::StrCat("sweep/", argument)).ok());
+        }
+      }
+    }
+  }
+  // 17 requests x 4 dtype pairs, each in 2-4 variants, 2-3 modes and 3 routes.
+  EXPECT_GT(compared, 1500);
+}
+
 INSTANTIATE_TEST_SUITE_P(Placements, StoreServiceTest,
                          ::testing::Values(StorePlacement::kHost, StorePlacement::kFakeDevice,
                                            StorePlacement::kCuda),
@@ -1299,6 +1655,24 @@ TEST(DeviceStoreTest, OpsOnStoredTensorsCopyOnlyTheirSmallInputsToTheGpu) {
   absl::StatusOr<Tensor> unchanged = client->GetTensor("table");
   ASSERT_TRUE(unchanged.ok()) << unchanged.status();
   EXPECT_EQ(Bytes(*unchanged), Bytes(*updated));  // the fake wrote nothing
+
+  // A stored result is a new upload that no one sees before the call commits it: a GPU that
+  // fails while writing it has the CPU run the call again, which stores the right bytes, or
+  // finds a bad index and answers INVALID_ARGUMENT (as on a host store) storing nothing.
+  v1::OpRequest keep_again = keep;
+  keep_again.mutable_index_select()->mutable_result_options()->set_store_as("rows_again");
+  absl::StatusOr<v1::Tensor> kept_again = RawRun(stub.get(), keep_again);
+  ASSERT_TRUE(kept_again.ok()) << kept_again.status();
+  absl::StatusOr<Tensor> stored_again = client->GetTensor("rows_again");
+  ASSERT_TRUE(stored_again.ok()) << stored_again.status();
+  EXPECT_EQ(Bytes(*stored_again), Bytes(*fresh_lookup));
+  v1::OpRequest bad_keep = keep;
+  bad_keep.mutable_index_select()->mutable_result_options()->set_store_as("bad_rows");
+  *bad_keep.mutable_index_select()->mutable_index() = MakeTensor<int64_t>({2}, {3, kRows + 5});
+  absl::StatusOr<v1::Tensor> refused = RawRun(stub.get(), bad_keep);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr("index_select"));
+  EXPECT_EQ(client->TensorInfo("bad_rows").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(DeviceStoreTest, StoreDeviceCudaWithoutAGpuFailsAtStartUpAndAutoFallsBackToTheHost) {

@@ -31,9 +31,9 @@ struct MaskAt {
 using MaskFlags = thrust::transform_iterator<MaskAt, thrust::counting_iterator<int64_t>>;
 
 MaskFlags Flags(const MaskedScatterPlan& plan) {
-  return MaskFlags(
-      thrust::counting_iterator<int64_t>(0),
-      MaskAt{plan.mask.data_as<bool>(), MakeWalk<1>(plan.result_shape, {plan.mask.strides()})});
+  return MaskFlags(thrust::counting_iterator<int64_t>(0),
+                   MaskAt{plan.mask.device_data_as<bool>(),
+                          MakeWalk<1>(plan.result_shape, {plan.mask.strides()})});
 }
 
 int64_t AlignUp(int64_t bytes) {
@@ -92,7 +92,7 @@ absl::Status LaunchMaskedScatter(const MaskedScatterPlan& plan, void* result, vo
   const Walk<2> walk = MakeWalk<2>(plan.result_shape, {plan.input.strides(), plan.mask.strides()});
   return cpu::DispatchItemSize(ItemSize(plan.result_dtype), [&]<typename Elem>(TypeTag<Elem>) {
     MaskedScatterKernel<Elem><<<GridFor(count), kThreadsPerBlock, 0, cuda_stream>>>(
-        walk, count, static_cast<const Elem*>(plan.input.data()), plan.mask.data_as<bool>(),
+        walk, count, static_cast<const Elem*>(plan.input.data()), plan.mask.device_data_as<bool>(),
         positions, static_cast<const Elem*>(plan.source.data()), plan.source.numel(),
         static_cast<Elem*>(result), error_flag);
     return LaunchStatus("masked_scatter");

@@ -251,9 +251,12 @@ struct Scratch {
   long long* winners = nullptr;
 };
 
+// InitKernel copies the input into the result (or its shadow) and fills the scratch. `input` and
+// `result` are the same memory in place: no __restrict__ (each element is read, then written
+// with the same value, by one thread).
 template <typename T, typename A>
-__global__ void InitKernel(Walk<2> walk, int64_t count, const T* __restrict__ input,
-                           T* __restrict__ result, Scratch scratch, unsigned long long initial) {
+__global__ void InitKernel(Walk<2> walk, int64_t count, const T* input, T* result, Scratch scratch,
+                           unsigned long long initial) {
   TENSOROPS_GRID_STRIDE_LOOP(position, count) {
     int64_t at[2];
     walk.Offsets(position, at);
@@ -523,8 +526,8 @@ absl::Status LaunchSortedScatter(const ScatterPlan& plan, const UpdateWalk& upda
   const Key sentinel = static_cast<Key>(numel);
 
   KeysKernel<T, Index, Op><<<GridFor(updates.count), kThreadsPerBlock, 0, stream>>>(
-      updates, plan.index.data_as<Index>(), plan.source.data_as<T>(), sentinel, keys.Current(),
-      values.Current(), lengths, error);
+      updates, plan.index.device_data_as<Index>(), plan.source.device_data_as<T>(), sentinel,
+      keys.Current(), values.Current(), lengths, error);
   TENSOROPS_RETURN_IF_ERROR(LaunchStatus(plan.op));
   size_t temp_bytes = temp_capacity;
   cudaError_t status = cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, values,
@@ -560,12 +563,20 @@ absl::Status LaunchScatterTyped(const ScatterPlan& plan, T* result, char* worksp
   A* acc =
       scratch.shadow != nullptr ? static_cast<A*>(scratch.shadow) : reinterpret_cast<A*>(result);
 
-  // 1. init, walking the (possibly strided) input at the result's shape.
+  // 1. init, walking the (possibly strided) input at the result's shape. In place (a stored
+  // tensor updated where it lies: the result is the contiguous input itself) the copy would read
+  // and write the whole tensor to change nothing, which for a pushed-into embedding table is most
+  // of the call: it runs only when a shadow, counts or winners need their initial values.
   const Shape result_strides = ContiguousStrides(plan.result_shape);
-  const Walk<2> copy = MakeWalk<2>(plan.result_shape, {plan.input.strides(), result_strides});
-  InitKernel<T, A><<<GridFor(numel), kThreadsPerBlock, 0, stream>>>(
-      copy, numel, plan.input.data_as<T>(), result, scratch, plan.include_self ? 1 : 0);
-  TENSOROPS_RETURN_IF_ERROR(LaunchStatus(plan.op));
+  const bool in_place = plan.input.device_data_as<T>() == result && plan.input.is_contiguous();
+  const bool scratch_needs_init =
+      scratch.shadow != nullptr || scratch.counts != nullptr || scratch.winners != nullptr;
+  if (!in_place || scratch_needs_init) {
+    const Walk<2> copy = MakeWalk<2>(plan.result_shape, {plan.input.strides(), result_strides});
+    InitKernel<T, A><<<GridFor(numel), kThreadsPerBlock, 0, stream>>>(
+        copy, numel, plan.input.device_data_as<T>(), result, scratch, plan.include_self ? 1 : 0);
+    TENSOROPS_RETURN_IF_ERROR(LaunchStatus(plan.op));
+  }
 
   UpdateWalk updates;
   updates.count = plan.index.numel();
@@ -577,8 +588,8 @@ absl::Status LaunchScatterTyped(const ScatterPlan& plan, T* result, char* worksp
     dest_strides[plan.axis] = 0;
     updates.walk = MakeWalk<3>(plan.index.shape(),
                                {plan.index.strides(), plan.source.strides(), dest_strides});
-    const Index* index = plan.index.data_as<Index>();
-    const T* source = plan.source.data_as<T>();
+    const Index* index = plan.index.device_data_as<Index>();
+    const T* source = plan.source.device_data_as<T>();
     const unsigned grid = GridFor(updates.count);
     if constexpr (std::is_same_v<Op, AssignOp>) {
       WinnerKernel<Index>
@@ -653,8 +664,9 @@ absl::Status LaunchGather(const GatherPlan& plan, void* result, int32_t* error_f
     return DispatchIndexType(plan.index.dtype(), [&]<typename Index>(TypeTag<Index>) {
       GatherKernel<Elem, Index>
           <<<GridFor(count), kThreadsPerBlock, 0, static_cast<cudaStream_t>(stream)>>>(
-              walk, count, plan.index.data_as<Index>(), static_cast<const Elem*>(plan.input.data()),
-              static_cast<Elem*>(result), plan.input_axis_size, plan.input_axis_stride, error_flag);
+              walk, count, plan.index.device_data_as<Index>(),
+              static_cast<const Elem*>(plan.input.data()), static_cast<Elem*>(result),
+              plan.input_axis_size, plan.input_axis_stride, error_flag);
       return LaunchStatus(plan.op);
     });
   });

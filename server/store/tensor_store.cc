@@ -681,7 +681,7 @@ void TensorStore::ReadHandle::Release() {
 }
 
 TensorView TensorStore::ReadHandle::view() const {
-  return TensorView(entry_->dtype, entry_->shape, entry_->data);
+  return TensorView(entry_->dtype, entry_->shape, entry_->data).InSpace(entry_->memory->space());
 }
 const std::string& TensorStore::ReadHandle::name() const { return entry_->name; }
 const TensorMemory& TensorStore::ReadHandle::memory() const { return *entry_->memory; }
@@ -728,7 +728,8 @@ void TensorStore::UpdateHandle::Release() {
 }
 
 MutableTensorView TensorStore::UpdateHandle::view() const {
-  return MutableTensorView(entry_->dtype, entry_->shape, entry_->data);
+  return MutableTensorView(entry_->dtype, entry_->shape, entry_->data)
+      .InSpace(entry_->memory->space());
 }
 const std::string& TensorStore::UpdateHandle::name() const { return entry_->name; }
 const TensorMemory& TensorStore::UpdateHandle::memory() const { return *entry_->memory; }

@@ -39,7 +39,7 @@ type TensorInfo struct {
 	// The size of its data: numel(shape) * itemsize(dtype).
 	Bytes   int64 `protobuf:"varint,4,opt,name=bytes,proto3" json:"bytes,omitempty"`
 	Version int64 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
-	// Where it is kept: "cpu".
+	// Where it is kept: "cpu" (host memory), or the GPU's name with --store_device=cuda ("cuda:0").
 	Device string `protobuf:"bytes,6,opt,name=device,proto3" json:"device,omitempty"`
 	// When the name was first stored (kept across overwrites) and when its value last changed, in
 	// nanoseconds since the Unix epoch.

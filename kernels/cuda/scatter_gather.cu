@@ -349,35 +349,48 @@ __global__ void FinalizeKernel(int64_t count, const A* acc, const unsigned long 
 // For `deterministic` float SUM/MEAN/PROD: every update becomes (destination, value); a stable
 // radix sort by destination keeps each destination's values in row-major order of the updates; an
 // integer run-length encoding and its exclusive sum give each destination's run (where it starts,
-// how long it is: MEAN's count); then one warp per run reduces it in an order fixed by the run's
-// length alone (lane l takes elements l, l + 32, ... in turn, then a fixed shuffle tree) and
-// writes its destination once. Every step is exact integer work or arithmetic in an order the data
-// fixes, so repeated calls agree bit for bit. (CUB's ReduceByKey would not: it combines the
-// partial results of a run that spans several thread blocks in an order that depends on timing.)
+// how long it is: MEAN's count); then one thread per run combines the destination's input (with
+// include_self) and the run's values one after another, in that order, and writes the destination
+// once. That is the CPU's order exactly (kernels/cpu/reducing_scatter.h), and every sum and product
+// is rounded as the CPU rounds it (CombineOp: no fused multiply-add), so the result is the CPU's
+// bytes: a call that falls back to the CPU, or runs there by size, returns the same bits.
+// (CUB's ReduceByKey would not even repeat itself: it combines the partial results of a run that
+// spans several thread blocks in an order that depends on timing.) A long run is a serial loop,
+// which is what the promise costs: about a nanosecond per update of the longest run.
 
 template <typename T>
 constexpr bool kSortable = kIsHalf<T> || std::is_floating_point_v<T> || kIsComplex<T>;
 
+// Add, Sub and Mul round each operation on its own, as the CPU does: nvcc would otherwise fuse a
+// product and a sum into one fused multiply-add, which rounds once and gives other bits.
+__device__ __forceinline__ float Add(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double Add(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ float Sub(float a, float b) { return __fsub_rn(a, b); }
+__device__ __forceinline__ double Sub(double a, double b) { return __dsub_rn(a, b); }
+__device__ __forceinline__ float Mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double Mul(double a, double b) { return __dmul_rn(a, b); }
+
+// CombineOp: `a` (the running value) combined with `b`, as the CPU's SumOp/ProdOp combine them; a
+// complex product is GCC's (ac - bd, ad + bc) for finite operands.
 template <typename Op>
 struct CombineOp {
   template <typename A>
-  __host__ __device__ __forceinline__ A operator()(const A& a, const A& b) const {
+  __device__ __forceinline__ A operator()(const A& a, const A& b) const {
     if constexpr (kIsComplex<A>) {
       if constexpr (std::is_same_v<Op, ProdOp>) {
-        return {a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re};
+        return {Sub(Mul(a.re, b.re), Mul(a.im, b.im)), Add(Mul(a.re, b.im), Mul(a.im, b.re))};
       } else {
-        return {a.re + b.re, a.im + b.im};
+        return {Add(a.re, b.re), Add(a.im, b.im)};
       }
     } else if constexpr (std::is_same_v<Op, ProdOp>) {
-      return a * b;
+      return Mul(a, b);
     } else {
-      return a + b;
+      return Add(a, b);
     }
   }
 };
 
 using Key = unsigned long long;
-constexpr int kWarpSize = 32;
 
 // EndBit: the key bits to sort on. Destinations are < numel and the sentinel (an update whose
 // index was out of range) is numel itself.
@@ -456,45 +469,24 @@ __global__ void KeysKernel(UpdateWalk updates, const Index* __restrict__ index,
   }
 }
 
-template <typename A>
-__device__ __forceinline__ A ShuffleDown(A value, int delta) {
-  if constexpr (kIsComplex<A>) {
-    return {__shfl_down_sync(0xffffffffu, value.re, delta),
-            __shfl_down_sync(0xffffffffu, value.im, delta)};
-  } else {
-    return __shfl_down_sync(0xffffffffu, value, delta);
-  }
-}
-
-// ReduceRunsKernel: one warp per run (the grid-stride loop is over warps, so every branch below is
-// uniform across a warp, as the shuffles need). `starts[run]` and `starts[run + 1]` bound the
-// run's values in sorted order.
+// ReduceRunsKernel: one thread per run. `starts[run]` and `starts[run + 1]` bound the run's values
+// in sorted order, which is the updates' row-major order.
 template <typename T, typename Op>
 __global__ void ReduceRunsKernel(const int64_t* __restrict__ runs, const Key* __restrict__ unique,
                                  const int64_t* __restrict__ starts,
                                  const Acc<T, Op>* __restrict__ values, Key sentinel,
                                  bool include_self, bool mean, T* result) {
   using A = Acc<T, Op>;
-  const int lane = static_cast<int>(threadIdx.x % kWarpSize);
-  const int64_t first_warp = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / kWarpSize;
-  const int64_t warps = int64_t{gridDim.x} * blockDim.x / kWarpSize;
   const int64_t run_count = *runs;
-  for (int64_t run = first_warp; run < run_count; run += warps) {
+  TENSOROPS_GRID_STRIDE_LOOP(run, run_count) {
     const Key dest = unique[run];
     if (dest == sentinel) continue;
     const int64_t begin = starts[run];
     const int64_t length = starts[run + 1] - begin;
-    // Identities (0, 1) fill the lanes a short run leaves empty: x + 0 and x * 1 are exact.
-    A value = ResetValue<Op, A>();
-    for (int64_t i = lane; i < length; i += kWarpSize) {
-      value = CombineOp<Op>{}(value, values[begin + i]);
-    }
-    for (int delta = kWarpSize / 2; delta > 0; delta /= 2) {
-      value = CombineOp<Op>{}(value, ShuffleDown(value, delta));
-    }
-    if (lane != 0) continue;
-    // The input first, then the updates: the CPU's order, up to the grouping of the sums.
-    if (include_self) value = CombineOp<Op>{}(ToAcc<A>(result[dest]), value);
+    // The input first, then the updates in order: the CPU's order (include_self = false starts
+    // from the identity, as the CPU's reset does).
+    A value = include_self ? ToAcc<A>(result[dest]) : ResetValue<Op, A>();
+    for (int64_t i = 0; i < length; ++i) value = CombineOp<Op>{}(value, values[begin + i]);
     if (mean) {
       const int64_t n = length + (include_self ? 1 : 0);
       if constexpr (kIsComplex<A>) {
@@ -541,7 +533,7 @@ absl::Status LaunchSortedScatter(const ScatterPlan& plan, const UpdateWalk& upda
   temp_bytes = temp_capacity;
   status = cub::DeviceScan::ExclusiveSum(temp, temp_bytes, lengths, updates.count + 1, stream);
   if (status != cudaSuccess) return CubStatus("scanning the runs of scatter updates", status);
-  ReduceRunsKernel<T, Op><<<GridFor(updates.count * kWarpSize), kThreadsPerBlock, 0, stream>>>(
+  ReduceRunsKernel<T, Op><<<GridFor(updates.count), kThreadsPerBlock, 0, stream>>>(
       runs, unique, lengths, values.Current(), sentinel, plan.include_self,
       plan.reduce == Reduction::kMean, result);
   return LaunchStatus(plan.op);

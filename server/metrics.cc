@@ -391,6 +391,12 @@ class Metrics::Impl {
                                     "that re-ran on the CPU.")
                               .Register(*registry_)
                               .Add({})),
+        device_stages_(prometheus::BuildHistogram()
+                           .Name("tensorops_device_stage_duration_seconds")
+                           .Help("Where each device batch's time went: staging (packing its "
+                                 "inputs into pinned memory, on the host), copy_in, kernels and "
+                                 "copy_out (CUDA events on its stream).")
+                           .Register(*registry_)),
         device_memory_(prometheus::BuildGauge()
                            .Name("tensorops_device_memory_bytes")
                            .Help("Memory of the GPU executor, sampled as each device batch "
@@ -537,6 +543,16 @@ class Metrics::Impl {
   }
 
   void DeviceFallback() { device_fallbacks_.Increment(); }
+  void DeviceBatchStages(const DeviceStageTimes& stages) {
+    const std::pair<const char*, absl::Duration> observed[] = {{"staging", stages.staging},
+                                                               {"copy_in", stages.copy_in},
+                                                               {"kernels", stages.kernels},
+                                                               {"copy_out", stages.copy_out}};
+    for (const auto& [stage, duration] : observed) {
+      device_stages_.Add({{"stage", stage}}, stage_buckets_)
+          .Observe(std::max(0.0, absl::ToDoubleSeconds(duration)));
+    }
+  }
   void SetDeviceMemory(int64_t pinned_allocated, int64_t pinned_in_use, int64_t device_in_use) {
     pinned_allocated_.Set(static_cast<double>(pinned_allocated));
     pinned_in_use_.Set(static_cast<double>(pinned_in_use));
@@ -622,6 +638,7 @@ class Metrics::Impl {
   prometheus::Gauge& streams_open_;
   prometheus::Family<prometheus::Histogram>& batch_size_;
   prometheus::Counter& device_fallbacks_;
+  prometheus::Family<prometheus::Histogram>& device_stages_;
   prometheus::Family<prometheus::Gauge>& device_memory_;
   prometheus::Gauge& pinned_allocated_;
   prometheus::Gauge& pinned_in_use_;
@@ -716,6 +733,10 @@ void Metrics::BatchTaken(std::string_view device, int64_t calls) {
 void Metrics::StreamClosed() { impl_->StreamClosed(); }
 
 void Metrics::DeviceFallback() { impl_->DeviceFallback(); }
+
+void Metrics::DeviceBatchStages(const DeviceStageTimes& stages) {
+  impl_->DeviceBatchStages(stages);
+}
 
 void Metrics::SetDeviceMemory(int64_t pinned_allocated, int64_t pinned_in_use,
                               int64_t device_in_use) {

@@ -30,6 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "kernels/cuda/executor.h"
 
 namespace tensorops {
 
@@ -83,6 +84,10 @@ struct CallStages {
 //   tensorops_streams_open                            gauge, StreamOpened minus StreamClosed
 //   tensorops_batch_size{device}                      histogram, calls per batch and device
 //   tensorops_device_fallbacks_total                  counter, one per DeviceFallback
+//   tensorops_device_stage_duration_seconds{stage}    histogram, one device batch's staging
+//                                                     (packing inputs into pinned memory),
+//                                                     copy_in, kernels and copy_out; the stage
+//                                                     buckets
 //   tensorops_device_memory_bytes{kind}               gauge, kind = pinned_allocated|
 //                                                      pinned_in_use|device_in_use
 //   tensorops_store_tensors{device}                   gauge, tensors in the tensor store
@@ -186,6 +191,9 @@ class Metrics {
 
   // DeviceFallback counts a call the GPU failed and the CPU re-ran.
   void DeviceFallback();
+  // DeviceBatchStages observes where one device batch's time went, in
+  // tensorops_device_stage_duration_seconds (stages that took no time still count, at 0).
+  void DeviceBatchStages(const DeviceStageTimes& stages);
   // SetDeviceMemory sets the GPU executor's memory gauges, in bytes.
   void SetDeviceMemory(int64_t pinned_allocated, int64_t pinned_in_use, int64_t device_in_use);
 

@@ -242,6 +242,9 @@ void Scheduler::RunBatch(const std::vector<Work*>& batch) {
     for (Work* work : on_cpu) group.run([work] { work->Run(); });
   });
   const std::vector<DeviceOutcome> outcomes = options_.device->RunBatch(calls, results);
+  if (options_.on_device_stages && !outcomes.empty() && outcomes.front().stages.measured) {
+    options_.on_device_stages(outcomes.front().stages);
+  }
   std::vector<Work*> failed;
   for (size_t i = 0; i < on_device.size(); ++i) {
     if (outcomes[i].ok()) {

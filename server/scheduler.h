@@ -95,6 +95,9 @@ struct SchedulerOptions {
   // Called for each call the device failed and the CPU re-ran, with the device's error, outside
   // the lock. May be empty.
   std::function<void(const absl::Status& device_error)> on_device_fallback;
+  // Called for each device batch the executor timed (DeviceStageTimes::measured), with its stage
+  // times, outside the lock. May be empty.
+  std::function<void(const DeviceStageTimes& stages)> on_device_stages;
 };
 
 // Scheduler owns the worker threads. Thread-safe. Not copyable. The destructor stops it (Stop).

@@ -303,7 +303,9 @@ absl::Status Server::StartScheduler(const ServerOptions& options, Placement& pla
             metrics->DeviceFallback();
             spdlog::warn("a call failed on the GPU and re-ran on the CPU: {}",
                          device_error.ToString());
-          }};
+          },
+      .on_device_stages =
+          [metrics](const DeviceStageTimes& stages) { metrics->DeviceBatchStages(stages); }};
   // One worker per core by default: each kernel also splits itself across the cores, so more
   // workers would only interleave calls, not finish them sooner.
   if (scheduler_options.queue.max_concurrent_calls == 0) {

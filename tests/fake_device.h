@@ -22,6 +22,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "kernels/cuda/executor.h"
 #include "kernels/device_call.h"
@@ -102,7 +103,7 @@ class FakeDeviceMemory final : public TensorMemory {
 // StagingFakeExecutor does what the CUDA executor does before its first launch: it copies every
 // input that is not resident (which would crash on a device pointer wrongly staged) and checks
 // that every resident input and result is in its device memory. Then it fails each call as a
-// device error: it has no kernels. What it saw is kept per call.
+// device error: it has no kernels (with made-up stage times). What it saw is kept per call.
 class StagingFakeExecutor final : public DeviceExecutor {
  public:
   // What the executor saw of one call.
@@ -143,6 +144,12 @@ class StagingFakeExecutor final : public DeviceExecutor {
         seen_.push_back(seen);
       }
       outcomes[c].device_error = absl::UnavailableError("fake device: it has no kernels");
+      // Stage times as a real executor reports them: staging the bytes it copied.
+      outcomes[c].stages = {.staging = absl::Nanoseconds(seen.staged_bytes),
+                            .copy_in = absl::Microseconds(2),
+                            .kernels = absl::Microseconds(3),
+                            .copy_out = absl::Microseconds(1),
+                            .measured = true};
       outcomes[c].resident_result_touched = seen.resident_result && touch_resident_results_;
     }
     return outcomes;

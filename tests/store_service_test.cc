@@ -1673,6 +1673,14 @@ TEST(DeviceStoreTest, OpsOnStoredTensorsCopyOnlyTheirSmallInputsToTheGpu) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
   EXPECT_THAT(refused.status().message(), HasSubstr("index_select"));
   EXPECT_EQ(client->TensorInfo("bad_rows").status().code(), absl::StatusCode::kNotFound);
+
+  // Every device batch's stage times reach the metrics.
+  const std::string scrape = server->metrics().Scrape();
+  for (const char* stage : {"staging", "copy_in", "kernels", "copy_out"}) {
+    EXPECT_THAT(scrape, HasSubstr(absl::StrFormat(
+                            "tensorops_device_stage_duration_seconds_count{stage=\"%s\"}", stage)))
+        << stage;
+  }
 }
 
 TEST(DeviceStoreTest, StoreDeviceCudaWithoutAGpuFailsAtStartUpAndAutoFallsBackToTheHost) {

@@ -146,6 +146,50 @@ class ResidentMemory final : public TensorMemory {
   const int device_;
 };
 
+// StageEvents are CUDA events recorded on a batch's stream between its stages (DeviceStageTimes);
+// Elapsed reads the time between two once the stream has synchronized. An event that could not be
+// created or recorded leaves the times it bounds unmeasured: timing never fails a batch.
+class StageEvents {
+ public:
+  enum Mark { kStart, kCopiedIn, kKernelsDone, kCopiedOut, kMarks };
+
+  StageEvents() {
+    for (cudaEvent_t& event : events_) {
+      if (cudaEventCreate(&event) != cudaSuccess) {
+        cudaGetLastError();
+        event = nullptr;
+      }
+    }
+  }
+  ~StageEvents() {
+    for (cudaEvent_t event : events_) {
+      if (event != nullptr) cudaEventDestroy(event);
+    }
+  }
+  StageEvents(const StageEvents&) = delete;
+  StageEvents& operator=(const StageEvents&) = delete;
+
+  void Record(Mark mark, cudaStream_t stream) {
+    recorded_[mark] =
+        events_[mark] != nullptr && cudaEventRecord(events_[mark], stream) == cudaSuccess;
+    if (!recorded_[mark]) cudaGetLastError();
+  }
+  // The time from `from` to `to`; zero when either was not recorded.
+  absl::Duration Elapsed(Mark from, Mark to) const {
+    float ms = 0;
+    if (!recorded_[from] || !recorded_[to]) return absl::ZeroDuration();
+    if (cudaEventElapsedTime(&ms, events_[from], events_[to]) != cudaSuccess) {
+      cudaGetLastError();
+      return absl::ZeroDuration();
+    }
+    return absl::Microseconds(static_cast<double>(ms) * 1000);
+  }
+
+ private:
+  cudaEvent_t events_[kMarks] = {};
+  bool recorded_[kMarks] = {};
+};
+
 class CudaExecutor final : public DeviceExecutor {
  public:
   CudaExecutor(const CudaExecutorOptions& options, std::vector<cudaStream_t> streams)
@@ -304,6 +348,8 @@ std::vector<DeviceOutcome> CudaExecutor::RunBatch(absl::Span<const DeviceCall* c
   char* host = static_cast<char*>(staging->first);
 
   const cudaStream_t stream = AcquireStream();
+  DeviceStageTimes stages;
+  StageEvents events;
   absl::Status batch_error;
   bool poisoned = false;
   void* block = nullptr;
@@ -314,6 +360,7 @@ std::vector<DeviceOutcome> CudaExecutor::RunBatch(absl::Span<const DeviceCall* c
   } else {
     char* device = static_cast<char*>(block);
     // Pack every input into the staging buffer, then one copy to the device.
+    const absl::Time packing = absl::Now();
     for (size_t c = 0; c < calls.size(); ++c) {
       const std::vector<InputSpan>& spans = calls[c]->inputs();
       for (size_t s = 0; s < spans.size(); ++s) {
@@ -321,11 +368,14 @@ std::vector<DeviceOutcome> CudaExecutor::RunBatch(absl::Span<const DeviceCall* c
         cpu::ParallelCopy(host + layout.inputs[c][s], spans[s].data, spans[s].bytes);
       }
     }
+    stages.staging = absl::Now() - packing;
+    events.Record(StageEvents::kStart, stream);
     cudaError_t error =
         cudaMemcpyAsync(device, host, layout.inputs_end, cudaMemcpyHostToDevice, stream);
     if (error == cudaSuccess) {
       error = cudaMemsetAsync(device + layout.flags, 0, calls.size() * sizeof(int32_t), stream);
     }
+    events.Record(StageEvents::kCopiedIn, stream);
     if (error != cudaSuccess) {
       batch_error = absl::UnavailableError(CudaError("copying the batch to the device", error));
       poisoned = cuda::ContextLost(error, stream);
@@ -352,10 +402,18 @@ std::vector<DeviceOutcome> CudaExecutor::RunBatch(absl::Span<const DeviceCall* c
         // reading it would have the next call of the batch report it as its own.
         if (!outcomes[c].device_error.ok()) cudaGetLastError();
       }
+      events.Record(StageEvents::kKernelsDone, stream);
       error =
           cudaMemcpyAsync(host + layout.inputs_end, device + layout.inputs_end,
                           layout.copy_back_end - layout.inputs_end, cudaMemcpyDeviceToHost, stream);
+      events.Record(StageEvents::kCopiedOut, stream);
       if (error == cudaSuccess) error = cudaStreamSynchronize(stream);
+      if (error == cudaSuccess) {
+        stages.copy_in = events.Elapsed(StageEvents::kStart, StageEvents::kCopiedIn);
+        stages.kernels = events.Elapsed(StageEvents::kCopiedIn, StageEvents::kKernelsDone);
+        stages.copy_out = events.Elapsed(StageEvents::kKernelsDone, StageEvents::kCopiedOut);
+        stages.measured = true;
+      }
       if (error != cudaSuccess) {
         batch_error = absl::UnavailableError(CudaError("running the batch", error));
         poisoned = cuda::ContextLost(error, stream);
@@ -370,6 +428,7 @@ std::vector<DeviceOutcome> CudaExecutor::RunBatch(absl::Span<const DeviceCall* c
   const auto* flags = reinterpret_cast<const int32_t*>(host + layout.flags);
   for (size_t c = 0; c < calls.size(); ++c) {
     DeviceOutcome& outcome = outcomes[c];
+    outcome.stages = stages;
     if (!batch_error.ok()) outcome.device_error = batch_error;
     if (!outcome.device_error.ok() || flags[c] != 0) {
       outcome.resident_result_touched = launched[c] && calls[c]->resident_result() != nullptr;

@@ -27,11 +27,25 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "kernels/device_call.h"
 #include "kernels/tensor_memory.h"
 
 namespace tensorops {
+
+// DeviceStageTimes is where one device batch's time went, for the server's stage metrics: packing
+// its inline inputs into pinned staging memory (host time), then, timed by CUDA events on its
+// stream, the copy to the device, the kernels, and the copy back of the results and error flags.
+// A stage the batch did not reach stays zero.
+struct DeviceStageTimes {
+  absl::Duration staging;
+  absl::Duration copy_in;
+  absl::Duration kernels;
+  absl::Duration copy_out;
+  // Whether the times were measured (an executor without timing leaves them all out).
+  bool measured = false;
+};
 
 // DeviceOutcome is how one call of a batch ended on the device.
 struct DeviceOutcome {
@@ -45,6 +59,8 @@ struct DeviceOutcome {
   // updated in place or stored by the call): part of it may have been written. Running the call
   // again would apply an update twice, so the call must fail instead.
   bool resident_result_touched = false;
+  // The batch's stage times (the same in every outcome of one batch).
+  DeviceStageTimes stages;
 
   bool ok() const { return device_error.ok() && !index_error; }
 };

@@ -56,7 +56,13 @@ ABSL_FLAG(int64_t, inline_max_bytes, int64_t{64} << 10,
           "compare).");
 ABSL_FLAG(std::string, only, "",
           "'echo' or 'tensorops': drive only that server (for profiling one side; ratios then "
-          "read 1.00x and the batching table is skipped).");
+          "read 1.00x and the batching table is skipped); 'batching': only the batching table.");
+ABSL_FLAG(tensorops::DeviceChoice, device, tensorops::DeviceChoice::kAuto,
+          "Where the tensorops servers run calls (tensorops-server's --device): auto, cpu or "
+          "cuda; with cuda every call goes to the GPU, however small.");
+ABSL_FLAG(std::vector<std::string>, batching_payloads, std::vector<std::string>({"1024"}),
+          "Payload sizes in bytes (multiples of 1024) of the batching table, e.g. "
+          "1024,16384,65536.");
 
 namespace tensorops::bench {
 namespace {
@@ -88,6 +94,7 @@ std::unique_ptr<Server> StartTensorOps(int max_batch, absl::Duration max_queue_d
   options.queue.max_batch = max_batch;
   options.queue.max_queue_delay = max_queue_delay;
   options.queue.inline_max_bytes = absl::GetFlag(FLAGS_inline_max_bytes);
+  options.device = absl::GetFlag(FLAGS_device);
   absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
   if (!server.ok()) {
     absl::FPrintF(stderr, "tensorops server: %s\n", server.status().ToString());
@@ -158,14 +165,10 @@ std::string SizeName(int64_t bytes) {
 
 double MBps(int64_t payload_bytes, double calls_per_s) { return payload_bytes * calls_per_s / 1e6; }
 
-int Run() {
-  const bool quick = absl::GetFlag(FLAGS_quick);
-  const std::string only = absl::GetFlag(FLAGS_only);
-  RunSettings settings{
-      .repetitions = quick ? 1 : absl::GetFlag(FLAGS_repetitions),
-      .seconds_per_cell = absl::Seconds(quick ? 0.2 : absl::GetFlag(FLAGS_seconds_per_cell)),
-      .max_calls_per_cell = absl::GetFlag(FLAGS_max_calls_per_cell)};
-  const int64_t max_inflight = quick ? int64_t{64} << 20 : absl::GetFlag(FLAGS_max_inflight_bytes);
+// RunTransportTable measures tensorops against the raw gRPC echo at every payload and
+// concurrency (`only`: one side alone), adding the targets' verdicts to `verdicts`.
+void RunTransportTable(const RunSettings& settings, const std::string& only, int64_t max_inflight,
+                       std::vector<std::string>* verdicts) {
   std::vector<int64_t> payloads;
   for (const std::string& p : absl::GetFlag(FLAGS_payloads)) payloads.push_back(std::stoll(p));
   std::vector<int> concurrencies;
@@ -190,7 +193,6 @@ int Run() {
       "echo calls/s | ours calls/s | echo MB/s | ours MB/s | throughput ratio |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::fflush(stdout);
-  std::vector<std::string> verdicts;
   for (int64_t payload : payloads) {
     Workload workload = MakeWorkload(payload);
     for (int concurrency : concurrencies) {
@@ -246,60 +248,110 @@ int Run() {
           throughput_ratio);
       std::fflush(stdout);
       if (payload == 1024 && concurrency == 1) {
-        verdicts.push_back(
+        verdicts->push_back(
             absl::StrFormat("- 1 KiB, concurrency 1: p50 ratio %.2fx, target <= 1.25x: %s",
                             p50_ratio, p50_ratio <= 1.25 ? "met" : "NOT met"));
       }
       if (payload == (int64_t{64} << 20)) {
-        verdicts.push_back(absl::StrFormat(
+        verdicts->push_back(absl::StrFormat(
             "- 64 MiB, concurrency %d: throughput ratio %.2fx, target >= 0.8x: %s", concurrency,
             throughput_ratio, throughput_ratio >= 0.8 ? "met" : "NOT met"));
       }
     }
   }
-  tensorops_stub.reset();
-  tensorops_server.reset();
-  if (!only.empty()) return 0;
+}
 
-  // Batching on versus off: 1 KiB at concurrency 64, each on a server of its own.
-  constexpr int64_t kBatchPayload = 1024;
-  constexpr int kBatchConcurrency = 64;
-  const absl::Duration delay = absl::Microseconds(absl::GetFlag(FLAGS_batch_delay_us));
-  Workload workload = MakeWorkload(kBatchPayload);
-  std::unique_ptr<Server> batch_on = StartTensorOps(8, delay);
-  std::unique_ptr<Server> batch_off = StartTensorOps(1, absl::ZeroDuration());
-  auto on_stub = tensorops::v1::TensorOps::NewStub(Connect(batch_on->port()));
-  auto off_stub = tensorops::v1::TensorOps::NewStub(Connect(batch_off->port()));
-  std::vector<CellResult> on_reps, off_reps;
-  std::vector<double> p50_ratios, throughput_ratios;
-  std::string error;
-  for (int rep = 0; rep < settings.repetitions && error.empty(); ++rep) {
-    CellResult off = Measure(TensorOpsSlots(off_stub.get(), &workload.slice_scatter),
-                             kBatchConcurrency, kBatchPayload, settings);
-    CellResult on = Measure(TensorOpsSlots(on_stub.get(), &workload.slice_scatter),
-                            kBatchConcurrency, kBatchPayload, settings);
-    error = off.error + on.error;
-    off_reps.push_back(off);
-    on_reps.push_back(on);
-    p50_ratios.push_back(on.p50_ms / off.p50_ms);
-    throughput_ratios.push_back(on.calls_per_s / off.calls_per_s);
-  }
+// RunBatchingTable measures small calls at concurrency 64 on three servers of their own, for each
+// --batching_payloads size: batching off (max_batch=1), the default (max_batch=8, no wait) and
+// the default with --batch_delay_us of waiting for a batch to fill. On a GPU (--device=cuda)
+// batching is what DESIGN promises pays off: the verdict asks for 3x the calls/s of batching off.
+void RunBatchingTable(const RunSettings& settings, std::vector<std::string>* verdicts) {
+  constexpr int kConcurrency = 64;
+  const int delay_us = absl::GetFlag(FLAGS_batch_delay_us);
+  const tensorops::DeviceChoice device = absl::GetFlag(FLAGS_device);
+  struct Config {
+    std::string name;
+    int max_batch;
+    absl::Duration delay;
+  };
+  const std::vector<Config> configs = {
+      {"off: max_batch=1", 1, absl::ZeroDuration()},
+      {"default: max_batch=8", 8, absl::ZeroDuration()},
+      {absl::StrFormat("max_batch=8, max_queue_delay=%dus", delay_us), 8,
+       absl::Microseconds(delay_us)}};
   absl::PrintF(
-      "\n## Service: batching on vs off, 1 KiB SliceScatter, concurrency 64\n\n"
-      "ratio = on / off\n\n"
-      "| server | p50 ms | p99 ms | calls/s | MB/s |\n|---|---|---|---|---|\n");
-  if (!error.empty()) {
-    absl::PrintF("failed: %s\n", error);
-  } else {
-    const Summary off = Summarize(off_reps), on = Summarize(on_reps);
-    absl::PrintF("| off: max_batch=1 | %.3f | %.3f | %.0f | %.1f |\n", off.p50_ms, off.p99_ms,
-                 off.calls_per_s, MBps(kBatchPayload, off.calls_per_s));
-    absl::PrintF("| on: max_batch=8, max_queue_delay=%dus | %.3f | %.3f | %.0f | %.1f |\n",
-                 absl::GetFlag(FLAGS_batch_delay_us), on.p50_ms, on.p99_ms, on.calls_per_s,
-                 MBps(kBatchPayload, on.calls_per_s));
-    absl::PrintF("| ratio on/off | %.2fx | | %.2fx | |\n", Median(p50_ratios),
-                 Median(throughput_ratios));
+      "\n## Service: batching, SliceScatter at concurrency %d, --device=%s\n\n"
+      "median of %d repetition(s); ratio = config / off (calls/s: higher is better)\n\n"
+      "| payload | server | p50 ms | p99 ms | calls/s | MB/s | calls/s ratio |\n"
+      "|---|---|---|---|---|---|---|\n",
+      kConcurrency, tensorops::DeviceChoiceName(device), settings.repetitions);
+  std::fflush(stdout);
+  for (const std::string& size : absl::GetFlag(FLAGS_batching_payloads)) {
+    const int64_t payload = std::stoll(size);
+    Workload workload = MakeWorkload(payload);
+    std::vector<std::unique_ptr<Server>> servers;
+    std::vector<std::unique_ptr<tensorops::v1::TensorOps::Stub>> stubs;
+    for (const Config& config : configs) {
+      servers.push_back(StartTensorOps(config.max_batch, config.delay));
+      stubs.push_back(tensorops::v1::TensorOps::NewStub(Connect(servers.back()->port())));
+    }
+    // reps[c]: config c's repetitions; ratios[c]: its calls/s over off's, per repetition.
+    std::vector<std::vector<CellResult>> reps(configs.size());
+    std::vector<std::vector<double>> ratios(configs.size());
+    std::string error;
+    for (int rep = 0; rep < settings.repetitions && error.empty(); ++rep) {
+      // Configs in turn, starting from another one each repetition.
+      std::vector<CellResult> cells(configs.size());
+      for (size_t k = 0; k < configs.size(); ++k) {
+        const size_t c = (k + rep) % configs.size();
+        cells[c] = Measure(TensorOpsSlots(stubs[c].get(), &workload.slice_scatter), kConcurrency,
+                           payload, settings);
+        if (!cells[c].error.empty()) error = configs[c].name + ": " + cells[c].error;
+      }
+      for (size_t c = 0; c < configs.size(); ++c) {
+        reps[c].push_back(cells[c]);
+        ratios[c].push_back(cells[c].calls_per_s / cells[0].calls_per_s);
+      }
+    }
+    if (!error.empty()) {
+      absl::PrintF("| %s | failed: %s ||||||\n", SizeName(payload), error);
+      continue;
+    }
+    double best_ratio = 0;
+    for (size_t c = 0; c < configs.size(); ++c) {
+      const Summary summary = Summarize(reps[c]);
+      const double ratio = Median(ratios[c]);
+      if (c > 0) best_ratio = std::max(best_ratio, ratio);
+      absl::PrintF("| %s | %s | %.3f | %.3f | %.0f | %.1f | %.2fx |\n", SizeName(payload),
+                   configs[c].name, summary.p50_ms, summary.p99_ms, summary.calls_per_s,
+                   MBps(payload, summary.calls_per_s), ratio);
+    }
+    std::fflush(stdout);
+    if (device == tensorops::DeviceChoice::kCuda) {
+      verdicts->push_back(absl::StrFormat(
+          "- batching on the GPU, %s at concurrency %d: best calls/s ratio %.2fx, "
+          "target >= 3x: %s",
+          SizeName(payload), kConcurrency, best_ratio, best_ratio >= 3 ? "met" : "NOT met"));
+    }
   }
+}
+
+int Run() {
+  const bool quick = absl::GetFlag(FLAGS_quick);
+  const std::string only = absl::GetFlag(FLAGS_only);
+  if (!only.empty() && only != "echo" && only != "tensorops" && only != "batching") {
+    absl::FPrintF(stderr, "--only=%s: expected echo, tensorops or batching\n", only);
+    return 2;
+  }
+  RunSettings settings{
+      .repetitions = quick ? 1 : absl::GetFlag(FLAGS_repetitions),
+      .seconds_per_cell = absl::Seconds(quick ? 0.2 : absl::GetFlag(FLAGS_seconds_per_cell)),
+      .max_calls_per_cell = absl::GetFlag(FLAGS_max_calls_per_cell)};
+  const int64_t max_inflight = quick ? int64_t{64} << 20 : absl::GetFlag(FLAGS_max_inflight_bytes);
+  std::vector<std::string> verdicts;
+  if (only != "batching") RunTransportTable(settings, only, max_inflight, &verdicts);
+  if (only == "echo" || only == "tensorops") return 0;
+  RunBatchingTable(settings, &verdicts);
   absl::PrintF("\n### Service targets\n\n%s\n", absl::StrJoin(verdicts, "\n"));
   return 0;
 }

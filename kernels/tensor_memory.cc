@@ -62,6 +62,12 @@ class HostMemory final : public TensorMemory {
 #endif
     return ::operator new(static_cast<size_t>(bytes), kHostAlignment, std::nothrow);
   }
+  int64_t FootprintBytes(int64_t bytes) const override {
+#if defined(__linux__)
+    if (bytes >= kHugePageBytes) return HugePagesBytes(bytes);
+#endif
+    return bytes;
+  }
   void Free(void* data, int64_t bytes) override {
 #if defined(__linux__)
     if (bytes >= kHugePageBytes) {

@@ -39,6 +39,9 @@ class TensorMemory {
   // Allocate returns `bytes` (>= 1) of uninitialized memory aligned to at least 256 bytes, or null
   // when there is none to be had. Thread-safe.
   virtual void* Allocate(int64_t bytes) = 0;
+  // FootprintBytes is the memory Allocate(bytes) really takes, which a limit on memory counts:
+  // `bytes` itself unless the allocation is rounded up (to whole huge pages on the host).
+  virtual int64_t FootprintBytes(int64_t bytes) const { return bytes; }
   // Free releases what Allocate returned for `bytes`. Thread-safe.
   virtual void Free(void* data, int64_t bytes) = 0;
 

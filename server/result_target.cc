@@ -84,9 +84,11 @@ absl::Status AnswerRemembered(std::string_view op, const TensorStore::Change& ch
     absl::StatusOr<TensorStore::ReadHandle> read =
         stored.store->Read(stored.ns, change.name, change.version);
     if (!read.ok()) {
-      return absl::AbortedError(absl::StrFormat(
+      // Not ABORTED, which the clients retry: a retry would find the same.
+      return absl::FailedPreconditionError(absl::StrFormat(
           "%s: update %s was already applied, making tensor %s version %d; its bytes cannot be "
-          "returned because the tensor has changed since (%s)",
+          "returned because the tensor has changed since (%s); get the tensor for its current "
+          "bytes",
           op, Quoted(options.update_id()), Quoted(change.name), change.version,
           read.status().message()));
     }

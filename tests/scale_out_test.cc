@@ -203,7 +203,7 @@ TEST(ScaleOutOptionsTest, ServiceConfigNamesThePolicyAndTheRetries) {
   EXPECT_THAT(ServiceConfigJson(options),
               HasSubstr(R"("loadBalancingConfig":[{"round_robin":{}}])"));
   EXPECT_THAT(ServiceConfigJson(options),
-              HasSubstr(R"("retryableStatusCodes":["UNAVAILABLE","CANCELLED"])"));
+              HasSubstr(R"("retryableStatusCodes":["UNAVAILABLE","CANCELLED","ABORTED"])"));
   EXPECT_THAT(ServiceConfigJson(options), HasSubstr(R"("service":"tensorops.v1.TensorOps")"));
   // PutTensor and DeleteTensor carry no update id: an entry of their own, without retries.
   EXPECT_THAT(ServiceConfigJson(options),

@@ -723,14 +723,14 @@ TEST_P(StoreServiceTest, ARetriedUpdateWithItsIdAppliesOnce) {
   absl::StatusOr<v1::Tensor> with_data = RawRun(stub_.get(), request);
   ASSERT_TRUE(with_data.ok()) << with_data.status();
   EXPECT_EQ(with_data->data(), Bytes(*counts));
-  // ...and ABORTED once it has moved on.
+  // ...and FAILED_PRECONDITION once it has moved on (not ABORTED, which clients retry).
   scatter->mutable_result_options()->set_update_id("push-0002");
   scatter->mutable_result_options()->set_return_data(false);
   ASSERT_TRUE(RawRun(stub_.get(), request).ok());
   scatter->mutable_result_options()->set_update_id("push-0001");
   scatter->mutable_result_options()->set_return_data(true);
   absl::StatusOr<v1::Tensor> gone = RawRun(stub_.get(), request);
-  EXPECT_EQ(gone.status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(gone.status().message(), HasSubstr("update \"push-0001\" was already applied"));
 }
 

@@ -304,6 +304,36 @@ TEST(TensorStoreTest, VisibleOnlyAtCommit) {
   EXPECT_EQ(store.tensor_count(), 1);
 }
 
+// A host tensor of 2 MiB or more takes whole 2 MiB huge pages, and the limit counts them: thirty
+// tensors of 2 MiB + 1 byte under a 64 MiB limit fit 16 times (4 MiB each), not 30 (which would
+// take 120 MiB of memory under a 64 MiB flag). Smaller tensors count their size rounded to 4.
+TEST(TensorStoreTest, TheLimitCountsTheMemoryTensorsReallyTake) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  TensorStore store(64 * kMiB);
+  int admitted = 0;
+  absl::Status refused;
+  for (int i = 0; i < 30; ++i) {
+    absl::StatusOr<int64_t> put = Put<uint8_t>(store, "", absl::StrCat("t", i), {2 * kMiB + 1},
+                                               std::vector<uint8_t>(2 * kMiB + 1, 7));
+    if (put.ok()) {
+      ++admitted;
+    } else {
+      refused = put.status();
+    }
+  }
+  EXPECT_EQ(admitted, 16);
+  EXPECT_EQ(store.used_bytes(), 64 * kMiB);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.message(),
+              HasSubstr("needs 2097153 bytes (4194304 in memory, allocated in whole 2 MiB huge "
+                        "pages)"));
+  ASSERT_TRUE(store.Delete("", "t0").ok());
+  EXPECT_EQ(store.used_bytes(), 60 * kMiB);
+  // Below a huge page: the size rounded up to a multiple of 4.
+  ASSERT_TRUE(Put<uint8_t>(store, "", "small", {5}, std::vector<uint8_t>(5, 1)).ok());
+  EXPECT_EQ(store.used_bytes(), 60 * kMiB + 8);
+}
+
 TEST(TensorStoreTest, AbandonedUploadLeavesNothingAndFreesItsReservation) {
   TensorStore store(100);
   {
@@ -635,7 +665,8 @@ TEST(TensorStoreTest, LimitIsEnforcedWithAMessageNamingTheFlag) {
   ASSERT_TRUE(store.Delete("", "a").ok());
   EXPECT_EQ(store.used_bytes(), 36);
   ASSERT_TRUE(Put<uint8_t>(store, "", "rest", {2}, {1, 2}, {.overwrite = true}).ok());
-  EXPECT_EQ(store.used_bytes(), 2);
+  EXPECT_EQ(store.used_bytes(),
+            4);  // its 2 bytes take 4 (TheLimitCountsTheMemoryTensorsReallyTake)
 }
 
 TEST(TensorStoreTest, ZeroLimitTurnsTheStoreOff) {

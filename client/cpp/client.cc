@@ -170,7 +170,7 @@ std::string ServiceConfigJson(const ClientOptions& options) {
           ? ""
           : absl::StrFormat(
                 R"(,"retryPolicy":{"maxAttempts":%d,"initialBackoff":"0.05s","maxBackoff":"1s",)"
-                R"("backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE","CANCELLED"]})",
+                R"("backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE","CANCELLED","ABORTED"]})",
                 options.max_attempts);
   // A method named on its own takes its config from that entry, not the service's: PutTensor and
   // DeleteTensor get none, so no retries (see ClientOptions::max_attempts).

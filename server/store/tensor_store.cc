@@ -26,6 +26,13 @@ alignas(64) char empty_tensor_bytes[64];
 // device kernel writing a 16-bit result in place swaps whole 32-bit words (DeviceBuffers::result).
 int64_t AllocatedBytes(int64_t bytes) { return (bytes + 3) / 4 * 4; }
 
+// ChargedBytes is what a tensor of `bytes` in `memory` counts against the store's limit: the
+// memory its allocation really takes (a host tensor of 2 MiB or more takes whole huge pages), so
+// that --store_memory_bytes bounds what the process holds, not just the tensors' sizes.
+int64_t ChargedBytes(const TensorMemory& memory, int64_t bytes) {
+  return bytes == 0 ? 0 : memory.FootprintBytes(AllocatedBytes(bytes));
+}
+
 constexpr char kNameRule[] =
     "names are 1..256 bytes of [A-Za-z0-9._/-], not starting with '/' or '.'";
 
@@ -119,8 +126,9 @@ class MemoryPool {
  public:
   explicit MemoryPool(int64_t limit) : limit_(std::max<int64_t>(limit, 0)) {}
 
-  // Reserve takes `bytes` of the limit for `name`, or returns RESOURCE_EXHAUSTED.
-  absl::Status Reserve(std::string_view name, int64_t bytes) {
+  // Reserve takes `charged` bytes of the limit for `name`, a tensor of `bytes` (ChargedBytes), or
+  // returns RESOURCE_EXHAUSTED.
+  absl::Status Reserve(std::string_view name, int64_t bytes, int64_t charged) {
     if (limit_ == 0) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "the tensor store is off (%s=0): cannot store tensor %s; start the server with "
@@ -129,12 +137,16 @@ class MemoryPool {
     }
     int64_t used = used_.load(std::memory_order_relaxed);
     do {
-      if (bytes > limit_ - used) {
+      if (charged > limit_ - used) {
+        const std::string in_memory =
+            charged == bytes
+                ? std::string()
+                : absl::StrFormat(" (%d in memory, allocated in whole 2 MiB huge pages)", charged);
         return absl::ResourceExhaustedError(absl::StrFormat(
-            "tensor store is full: tensor %s needs %d bytes, but only %d of %s=%d are free",
-            QuoteName(name), bytes, limit_ - used, kStoreMemoryFlag, limit_));
+            "tensor store is full: tensor %s needs %d bytes%s, but only %d of %s=%d are free",
+            QuoteName(name), bytes, in_memory, limit_ - used, kStoreMemoryFlag, limit_));
       }
-    } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+    } while (!used_.compare_exchange_weak(used, used + charged, std::memory_order_relaxed));
     return absl::OkStatus();
   }
 
@@ -237,7 +249,7 @@ struct TensorStore::Entry {
   // The last handle (or the map) letting go frees the bytes and their share of the limit.
   ~Entry() {
     if (data != empty_tensor_bytes) memory->Free(data, AllocatedBytes(bytes));
-    pool->Release(bytes);
+    pool->Release(ChargedBytes(*memory, bytes));
   }
 
   Entry(const Entry&) = delete;
@@ -415,13 +427,14 @@ absl::StatusOr<TensorStore::Upload> TensorStore::BeginUpload(std::string_view ns
         options));
   }
 
-  TENSOROPS_RETURN_IF_ERROR(state_->pool->Reserve(name, bytes));
+  const int64_t charged = ChargedBytes(*state_->memory, bytes);
+  TENSOROPS_RETURN_IF_ERROR(state_->pool->Reserve(name, bytes, charged));
   void* data = empty_tensor_bytes;
   if (bytes > 0) {
     // No zero-fill: Commit accepts the bytes only once every one has been written.
     data = state_->memory->Allocate(AllocatedBytes(bytes));
     if (data == nullptr) {
-      state_->pool->Release(bytes);
+      state_->pool->Release(charged);
       return absl::ResourceExhaustedError(
           absl::StrFormat("tensor store: cannot allocate %d bytes for tensor %s (out of %s memory)",
                           bytes, QuoteName(name), state_->memory->device()));

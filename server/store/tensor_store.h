@@ -34,9 +34,12 @@
 // Memory. Every upload reserves its bytes against the limit when it begins, and the reservation
 // becomes the stored tensor's at Commit; so overwriting a tensor needs room for both values until
 // the commit frees the old one. used_bytes() counts everything so held: stored tensors, uploads
-// in flight, and replaced or deleted values still held by a handle. A limit of 0 turns the store
-// off: every upload fails with RESOURCE_EXHAUSTED. Bytes are 64-byte aligned, never zero-filled,
-// and sized in int64, so one tensor may pass 2 GiB; a failed allocation is RESOURCE_EXHAUSTED.
+// in flight, and replaced or deleted values still held by a handle, each as the memory it really
+// takes (TensorMemory::FootprintBytes: on the host a tensor of 2 MiB or more is allocated in
+// whole 2 MiB huge pages, and counts so), so that the limit bounds the process's memory. A limit
+// of 0 turns the store off: every upload fails with RESOURCE_EXHAUSTED. Bytes are 64-byte
+// aligned, never zero-filled, and sized in int64, so one tensor may pass 2 GiB; a failed
+// allocation is RESOURCE_EXHAUSTED.
 //
 // Placement. The bytes live in one TensorMemory (kernels/tensor_memory.h): host memory by
 // default, a GPU's with --store_device=cuda. Device bytes are never touched by the CPU here: an
@@ -178,7 +181,7 @@ class TensorStore {
   absl::StatusOr<Metadata> Info(std::string_view ns, std::string_view name) const;
 
   // Bytes held against the limit: stored tensors, uploads in flight, and replaced or deleted
-  // values that a handle still holds.
+  // values that a handle still holds, each as the memory it takes (see Memory above).
   int64_t used_bytes() const;
   int64_t limit_bytes() const;
   // Tensors visible by name, across every namespace.

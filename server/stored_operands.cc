@@ -54,9 +54,18 @@ struct Wanted {
 };
 
 // StoreError puts the op and the argument in front of the store's message (which names the
-// tensor), and turns the store's bare NOT_FOUND into a sentence about the reference.
-absl::Status StoreError(std::string_view op, std::string_view arg, std::string_view name,
-                        const absl::Status& status) {
+// tensor), and turns the store's bare NOT_FOUND into a sentence about the reference. With the
+// store off nothing can exist in it, so a missing name says that instead, with the code and
+// wording of the refused upload (TensorStore::BeginUpload): "does not exist" would send the
+// client looking for a PutTensor that the server could never have kept.
+absl::Status StoreError(const TensorStore& store, std::string_view op, std::string_view arg,
+                        std::string_view name, const absl::Status& status) {
+  if (absl::IsNotFound(status) && !store.enabled()) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%s: %s refers to stored tensor %s, but the tensor store is off (%s=0); start the "
+        "server with %s greater than 0 to keep tensors on it",
+        op, arg, Quoted(name), kStoreMemoryFlag, kStoreMemoryFlag));
+  }
   if (absl::IsNotFound(status)) {
     return absl::NotFoundError(absl::StrFormat(
         "%s: %s refers to stored tensor %s, which does not exist", op, arg, Quoted(name)));
@@ -123,12 +132,14 @@ absl::StatusOr<std::shared_ptr<StoredOperands>> StoredOperands::Acquire(
     if (entry.update) {
       absl::StatusOr<TensorStore::UpdateHandle> update =
           stored.store->Update(stored.ns, name, entry.version, in_place.update_id);
-      if (!update.ok()) return StoreError(op, entry.args.front(), name, update.status());
+      if (!update.ok()) {
+        return StoreError(*stored.store, op, entry.args.front(), name, update.status());
+      }
       operands->update_.emplace(*std::move(update));
     } else {
       absl::StatusOr<TensorStore::ReadHandle> read =
           stored.store->Read(stored.ns, name, entry.version);
-      if (!read.ok()) return StoreError(op, entry.args.front(), name, read.status());
+      if (!read.ok()) return StoreError(*stored.store, op, entry.args.front(), name, read.status());
       operands->reads_.emplace(name, *std::move(read));
     }
   }
@@ -157,11 +168,22 @@ absl::StatusOr<TensorView> StoredOperands::View(const v1::Tensor& tensor,
       tensor.shape_size() > 0 && !std::equal(tensor.shape().begin(), tensor.shape().end(),
                                              view->shape().begin(), view->shape().end());
   if (dtype_differs || shape_differs) {
+    // What the reference says, in the stored side's terms: its dtype, its shape, or both.
+    std::vector<std::string> says;
+    if (tensor.dtype() != v1::DATA_TYPE_UNSPECIFIED) {
+      const absl::StatusOr<DataType> dtype = wire::DataTypeFromProto(tensor.dtype(), op_, arg);
+      says.push_back(dtype.ok() ? std::string(DataTypeName(*dtype))
+                                : v1::DataType_Name(tensor.dtype()));
+    }
+    if (tensor.shape_size() > 0) {
+      says.push_back(absl::StrFormat("%s[%s]", says.empty() ? "shape " : "",
+                                     absl::StrJoin(tensor.shape(), ", ")));
+    }
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: %s refers to stored tensor %s (%s [%s]) but says it is %s [%s]; a reference's dtype "
+        "%s: %s refers to stored tensor %s (%s [%s]) but says it is %s; a reference's dtype "
         "and shape, when given, must be the stored tensor's",
         op_, arg, Quoted(name), DataTypeName(view->dtype()), absl::StrJoin(view->shape(), ", "),
-        v1::DataType_Name(tensor.dtype()), absl::StrJoin(tensor.shape(), ", ")));
+        absl::StrJoin(says, " ")));
   }
   return *view;
 }

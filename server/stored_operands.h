@@ -62,7 +62,8 @@ class StoredOperands {
   // a ReadHandle, or the UpdateHandle of `in_place`, whose tensor no other argument may name.
   // Errors name `op` and the argument (the field's name): INVALID_ARGUMENT for a reference that
   // carries data, two references to one name that expect different versions, or another
-  // argument naming the tensor updated in place; NOT_FOUND for a name that does not exist;
+  // argument naming the tensor updated in place; NOT_FOUND for a name that does not exist
+  // (RESOURCE_EXHAUSTED saying the store is off when it is: --store_memory_bytes=0);
   // FAILED_PRECONDITION for a version mismatch or when `stored.store` is null.
   static absl::StatusOr<std::shared_ptr<StoredOperands>> Acquire(
       std::string_view op, const google::protobuf::Message& request, const StoredTensors& stored,

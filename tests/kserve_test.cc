@@ -5,9 +5,11 @@
 // tests/kserve/ runs stock tritonclient against the same server.
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -15,6 +17,9 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/descriptor.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/client_unary_call.h"
+#include "grpcpp/impl/rpc_method.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "gtest/gtest.h"
 #include "inference/grpc_service.grpc.pb.h"
 #include "proto/op_list.h"
@@ -389,6 +394,263 @@ TEST_F(KServeTest, StoredTensorsAsInputsAndResults) {
   const grpc::Status missing = Infer(request, &response);
   EXPECT_EQ(missing.error_code(), grpc::StatusCode::NOT_FOUND) << missing.error_message();
   EXPECT_THAT(missing.error_message(), HasSubstr("nobody"));
+}
+
+// An input that references a stored tensor while the store is off (--store_memory_bytes=0) is
+// refused as an upload is then (RESOURCE_EXHAUSTED, "the tensor store is off"), not NOT_FOUND:
+// the name could never have been stored. tensorops.v1's Run shares the reference code.
+TEST(KServeStoreOffTest, StoredInputWhileTheStoreIsOffSaysTheStoreIsOff) {
+  ServerOptions options;
+  options.store.memory_bytes = 0;
+  std::unique_ptr<Server> server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  std::mt19937 rng(19);
+  const Case gather = Cases(rng)[0];
+  ModelInferRequest request;
+  request.set_model_name("gather");
+  ModelInferRequest::InferInputTensor* stored = request.add_inputs();
+  stored->set_name("input");
+  (*stored->mutable_parameters())["stored"].set_string_param("weights");
+  AddInput("index", gather.v1.gather().index(), &request);
+  SetInt("axis", 1, &request);
+  ModelInferResponse response;
+  grpc::ClientContext context;
+  const grpc::Status status =
+      ConnectInference(server->port())->ModelInfer(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("gather: input refers to stored tensor \"weights\", but the tensor store "
+                        "is off (--store_memory_bytes=0); start the server with "
+                        "--store_memory_bytes greater than 0"));
+
+  v1::OpRequest run = gather.v1;
+  run.mutable_gather()->mutable_input()->Clear();
+  run.mutable_gather()->mutable_input()->mutable_stored()->set_name("weights");
+  v1::OpResponse run_response;
+  grpc::ClientContext run_context;
+  const grpc::Status run_status = Connect(server->port())->Run(&run_context, run, &run_response);
+  EXPECT_EQ(run_status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << run_status.error_message();
+  EXPECT_THAT(run_status.error_message(), HasSubstr("the tensor store is off"));
+}
+
+TEST_F(KServeTest, ScatterGivenBothSrcAndValueIsRefusedNamingBoth) {
+  std::mt19937 rng(23);
+  ModelInferRequest scatter = Cases(rng)[1].kserve;
+  ASSERT_EQ(scatter.model_name(), "scatter");
+  ASSERT_NE(kserve::FindModel("scatter", "").value()->FindInput("src"), nullptr);
+  SetInt("value", 5, &scatter);
+  ModelInferResponse response;
+  const grpc::Status status = Infer(scatter, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("scatter: input \"src\" and parameter \"value\" are alternatives"));
+
+  // Either one alone runs.
+  ModelInferRequest value_only = scatter;
+  value_only.mutable_inputs()->RemoveLast();
+  value_only.mutable_raw_input_contents()->RemoveLast();
+  const grpc::Status value_status = Infer(value_only, &response);
+  EXPECT_TRUE(value_status.ok()) << value_status.error_message();
+  scatter.mutable_parameters()->erase("value");
+  const grpc::Status src_status = Infer(scatter, &response);
+  EXPECT_TRUE(src_status.ok()) << src_status.error_message();
+}
+
+// A stored input's datatype and shape are each checked when given, the shape without the
+// datatype too.
+TEST_F(KServeTest, StoredInputsDatatypeAndShapeAreCheckedEachOnItsOwn) {
+  absl::StatusOr<std::unique_ptr<Client>> client =
+      Client::Create(absl::StrFormat("127.0.0.1:%d", server_->port()));
+  ASSERT_TRUE(client.ok()) << client.status();
+  const std::vector<float> values = {1, 2, 3, 4, 5, 6};
+  ASSERT_TRUE(
+      (*client)->PutTensor("w", TensorView(DataType::kFloat32, {3, 2}, values.data())).ok());
+  const auto request = [](const std::string& datatype, std::vector<int64_t> shape) {
+    ModelInferRequest r;
+    r.set_model_name("gather");
+    ModelInferRequest::InferInputTensor* stored = r.add_inputs();
+    stored->set_name("input");
+    stored->set_datatype(datatype);
+    stored->mutable_shape()->Assign(shape.begin(), shape.end());
+    (*stored->mutable_parameters())["stored"].set_string_param("w");
+    AddInput("index", MakeTensor<int64_t>({3, 1}, {1, 0, 1}), &r);
+    SetInt("axis", 1, &r);
+    return r;
+  };
+  ModelInferResponse response;
+  const grpc::Status shape_only = Infer(request("", {7}), &response);
+  EXPECT_EQ(shape_only.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << shape_only.error_message();
+  EXPECT_THAT(shape_only.error_message(), HasSubstr("gather: input refers to stored tensor \"w\""));
+  EXPECT_THAT(shape_only.error_message(), HasSubstr("[3, 2]"));
+  EXPECT_THAT(shape_only.error_message(), HasSubstr("[7]"));
+
+  const grpc::Status datatype_only = Infer(request("FP64", {}), &response);
+  EXPECT_EQ(datatype_only.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << datatype_only.error_message();
+  EXPECT_THAT(datatype_only.error_message(), HasSubstr("gather: input refers to stored tensor"));
+
+  const grpc::Status both_wrong_shape = Infer(request("FP32", {2, 3}), &response);
+  EXPECT_EQ(both_wrong_shape.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << both_wrong_shape.error_message();
+
+  // Matching ones, or none, run on the stored tensor.
+  for (const ModelInferRequest& good :
+       {request("", {3, 2}), request("FP32", {}), request("FP32", {3, 2}), request("", {})}) {
+    const grpc::Status status = Infer(good, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_THAT(response.outputs(0).shape(), ::testing::ElementsAre(3, 1));
+  }
+}
+
+// Shared memory is not served: an output (or an input) that names a region is refused, with the
+// same code and words for both, instead of coming back inline while the client reads the region.
+TEST_F(KServeTest, TensorsInSharedMemoryAreRefused) {
+  std::mt19937 rng(29);
+  const ModelInferRequest gather = Cases(rng)[0].kserve;
+  struct BadCase {
+    std::string what;
+    std::function<void(ModelInferRequest*)> change;
+    std::string message;
+  };
+  const auto output_parameter = [](ModelInferRequest* r, const std::string& name) {
+    ModelInferRequest::InferRequestedOutputTensor* output =
+        r->outputs_size() > 0 ? r->mutable_outputs(0) : r->add_outputs();
+    output->set_name("output");
+    return &(*output->mutable_parameters())[name];
+  };
+  const std::vector<BadCase> bad = {
+      {"output region",
+       [&](ModelInferRequest* r) {
+         output_parameter(r, "shared_memory_region")->set_string_param("out0");
+         output_parameter(r, "shared_memory_byte_size")->set_int64_param(48);
+       },
+       "gather: output \"output\" has parameter \"shared_memory_region\", which places it in a "
+       "shared-memory region, but tensorops serves no shared memory"},
+      {"output size alone",
+       [&](ModelInferRequest* r) {
+         output_parameter(r, "shared_memory_byte_size")->set_int64_param(48);
+       },
+       "output \"output\" has parameter \"shared_memory_byte_size\""},
+      {"output offset alone",
+       [&](ModelInferRequest* r) {
+         output_parameter(r, "shared_memory_offset")->set_int64_param(8);
+       },
+       "store_as"},
+      {"input region",
+       [](ModelInferRequest* r) {
+         (*r->mutable_inputs(0)->mutable_parameters())["shared_memory_region"].set_string_param(
+             "in0");
+       },
+       "gather: input \"input\" has parameter \"shared_memory_region\", which places it in a "
+       "shared-memory region, but tensorops serves no shared memory"},
+      {"another output parameter",
+       [&](ModelInferRequest* r) { output_parameter(r, "classification")->set_int64_param(2); },
+       "gather: output \"output\" has parameter \"classification\" (int64); an output takes no "
+       "parameters"},
+  };
+  for (const BadCase& c : bad) {
+    SCOPED_TRACE(c.what);
+    ModelInferRequest request = gather;
+    c.change(&request);
+    ModelInferResponse response;
+    const grpc::Status status = Infer(request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr(c.message));
+  }
+}
+
+// RawCall calls `method` of inference.GRPCInferenceService with `request`'s bytes: the methods
+// grpc_service.proto does not declare have no stub.
+grpc::Status RawCall(int port, const std::string& method, const std::string& request,
+                     std::string* response) {
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(
+      absl::StrFormat("127.0.0.1:%d", port), grpc::InsecureChannelCredentials());
+  const std::string path = "/inference.GRPCInferenceService/" + method;
+  grpc::Slice request_slice(request);
+  grpc::ByteBuffer request_buffer(&request_slice, 1);
+  grpc::ByteBuffer response_buffer;
+  grpc::ClientContext context;
+  const grpc::Status status = grpc::internal::BlockingUnaryCall(
+      channel.get(), grpc::internal::RpcMethod(path.c_str(), grpc::internal::RpcMethod::NORMAL_RPC),
+      &context, request_buffer, &response_buffer);
+  response->clear();
+  std::vector<grpc::Slice> slices;
+  if (status.ok() && response_buffer.Dump(&slices).ok()) {
+    for (const grpc::Slice& slice : slices) {
+      response->append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+    }
+  }
+  return status;
+}
+
+TEST_F(KServeTest, RepositoryIndexListsEveryModelReady) {
+  std::vector<std::string> expected;
+  for (const kserve::Model& model : kserve::AllModels()) expected.push_back(model.name);
+  ASSERT_THAT(expected, ::testing::Contains("gather_backward"));
+  // Every model, then only the ready ones: the same, all being ready.
+  for (const bool ready : {false, true}) {
+    grpc::ClientContext context;
+    inference::RepositoryIndexRequest request;
+    request.set_ready(ready);
+    inference::RepositoryIndexResponse index;
+    const grpc::Status status = kserve_->RepositoryIndex(&context, request, &index);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    std::vector<std::string> names;
+    for (const inference::RepositoryIndexResponse::ModelIndex& model : index.models()) {
+      names.push_back(model.name());
+      EXPECT_EQ(model.version(), "1") << model.name();
+      EXPECT_EQ(model.state(), "READY") << model.name();
+    }
+    EXPECT_EQ(names, expected);
+  }
+  // One repository, unnamed: a name is refused, naming it.
+  grpc::ClientContext context;
+  inference::RepositoryIndexRequest named;
+  named.set_repository_name("main");
+  inference::RepositoryIndexResponse index;
+  const grpc::Status status = kserve_->RepositoryIndex(&context, named, &index);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("repository_name = \"main\""));
+}
+
+TEST_F(KServeTest, ServerMetadataListsTheExtensionsServedParametersIncluded) {
+  grpc::ClientContext context;
+  inference::ServerMetadataResponse metadata;
+  ASSERT_TRUE(kserve_->ServerMetadata(&context, {}, &metadata).ok());
+  EXPECT_EQ(metadata.name(), "tensorops");
+  EXPECT_THAT(metadata.extensions(),
+              ::testing::UnorderedElementsAre("model_configuration", "parameters", "statistics"));
+}
+
+// The methods of Triton's service tensorops does not serve answer UNIMPLEMENTED saying what is
+// missing and what to use instead, never gRPC's bare UNIMPLEMENTED.
+TEST_F(KServeTest, UnservedMethodsSayWhatIsNotImplementedAndWhatToUseInstead) {
+  const std::vector<std::pair<std::string, std::string>> methods = {
+      {"RepositoryModelLoad", "always loaded"},
+      {"RepositoryModelUnload", "cannot be unloaded"},
+      {"SystemSharedMemoryStatus", "raw_input_contents"},
+      {"SystemSharedMemoryRegister", "\"stored\""},
+      {"SystemSharedMemoryUnregister", "no shared memory"},
+      {"CudaSharedMemoryStatus", "no shared memory"},
+      {"CudaSharedMemoryRegister", "raw_input_contents"},
+      {"CudaSharedMemoryUnregister", "no shared memory"},
+      {"TraceSetting", "ModelStatistics"},
+      {"LogSettings", "--log_level"},
+  };
+  for (const auto& [method, instead] : methods) {
+    SCOPED_TRACE(method);
+    std::string bytes;
+    const grpc::Status status = RawCall(server_->port(), method, "", &bytes);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr(method + " is not implemented: "));
+    EXPECT_THAT(status.error_message(), HasSubstr(instead));
+  }
+  // A method Triton does not have either stays gRPC's own answer.
+  std::string bytes;
+  EXPECT_EQ(RawCall(server_->port(), "NoSuchMethod", "", &bytes).error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
 }
 
 }  // namespace

@@ -521,7 +521,18 @@ TEST_P(StoreServiceTest, MissingAndStaleReferencesNameTheArgument) {
   EXPECT_EQ(other_dtype.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(other_dtype.status().message(),
               HasSubstr("gather: input refers to stored tensor \"w\" (float32 [2, 3]) but says it "
-                        "is DATA_TYPE_INT32 [2, 3]"));
+                        "is int32 [2, 3]"));
+  // Only a shape, another one: named as a shape.
+  gather->mutable_input()->set_dtype(v1::DATA_TYPE_UNSPECIFIED);
+  gather->mutable_input()->clear_shape();
+  gather->mutable_input()->add_shape(7);
+  absl::StatusOr<Tensor> other_shape = client_->Run(request);
+  EXPECT_EQ(other_shape.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(other_shape.status().message(),
+              HasSubstr("(float32 [2, 3]) but says it is shape [7]; a reference's dtype"));
+  gather->mutable_input()->clear_shape();
+  gather->mutable_input()->add_shape(2);
+  gather->mutable_input()->add_shape(3);
   gather->mutable_input()->set_dtype(v1::DATA_TYPE_FLOAT32);
   gather->mutable_input()->set_data(std::string(24, '\0'));
   absl::StatusOr<Tensor> both = client_->Run(request);

@@ -15,6 +15,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/map.h"
 #include "kernels/status_macros.h"
 #include "proto/op_list.h"
 #include "tensorops/v1/tensor.pb.h"
@@ -39,6 +41,12 @@ bool IsIgnoredReservedParameter(std::string_view name) {
 }
 constexpr std::string_view kSequenceParameters[] = {"sequence_id", "sequence_start",
                                                     "sequence_end"};
+// The parameters with which Triton's clients place an input or an output in a registered
+// shared-memory region (set_shared_memory). tensorops serves no shared-memory extension, so a
+// tensor that names one is refused rather than sent inline behind the client's back: the client
+// would wait for bytes in a region nobody writes.
+constexpr std::string_view kSharedMemoryParameters[] = {
+    "shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"};
 
 // KindOf names an InferParameter's kind for messages.
 std::string_view KindOf(const InferParameter& parameter) {
@@ -57,6 +65,22 @@ std::string_view KindOf(const InferParameter& parameter) {
       break;
   }
   return "empty";
+}
+
+// SharedMemoryError is INVALID_ARGUMENT when `parameters` (those of the input or output `tensor`,
+// `kind` saying which) place it in shared memory, saying what to do `instead`; OK otherwise.
+absl::Status SharedMemoryError(const Model& model, std::string_view kind, std::string_view tensor,
+                               const google::protobuf::Map<std::string, InferParameter>& parameters,
+                               std::string_view instead) {
+  // Checked in a fixed order (a map's is not), so the message names the same one every time.
+  for (const std::string_view name : kSharedMemoryParameters) {
+    if (!parameters.contains(std::string(name))) continue;
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %s \"%s\" has parameter \"%s\", which places it in a shared-memory region, but "
+        "tensorops serves no shared memory (neither system nor CUDA); %s",
+        model.name, kind, Escaped(tensor), name, instead));
+  }
+  return absl::OkStatus();
 }
 
 // ParameterInt is an integer parameter's value (int64, or uint64 that fits).
@@ -267,6 +291,10 @@ absl::Status TypedContents(const Model& model, const ModelInferRequest::InferInp
 // when the input has neither typed contents nor a stored tensor.
 absl::Status InputTensor(const Model& model, ModelInferRequest::InferInputTensor* input,
                          ModelInferRequest* request, int* raw, v1::Tensor* tensor) {
+  TENSOROPS_RETURN_IF_ERROR(SharedMemoryError(
+      model, "input", input->name(), input->parameters(),
+      "send its bytes in raw_input_contents (or contents), or keep the tensor on the server "
+      "(PutTensor) and name it with the input parameter \"stored\""));
   std::optional<std::string> stored;
   for (const auto& [name, parameter] : input->parameters()) {
     if (name == "stored" && parameter.has_string_param()) {
@@ -291,13 +319,15 @@ absl::Status InputTensor(const Model& model, ModelInferRequest::InferInputTensor
           "%s: input \"%s\" names stored tensor \"%s\" and also sends contents; send one",
           model.name, input->name(), Escaped(*stored)));
     }
-    // A reference may state the stored tensor's dtype and shape; the store checks they match.
+    // A reference may state the stored tensor's datatype, its shape, or both; each one given is
+    // checked against the stored tensor on its own (StoredOperands::View), so a shape without a
+    // datatype is not taken on trust.
     if (!input->datatype().empty()) {
       TENSOROPS_ASSIGN_OR_RETURN(DataType dtype,
                                  DatatypeFromName(input->datatype(), model.name, input->name()));
       tensor->set_dtype(wire::DataTypeToProto(dtype));
-      tensor->mutable_shape()->Assign(input->shape().begin(), input->shape().end());
     }
+    tensor->mutable_shape()->Assign(input->shape().begin(), input->shape().end());
     return absl::OkStatus();
   }
   TENSOROPS_ASSIGN_OR_RETURN(DataType dtype,
@@ -407,6 +437,17 @@ absl::StatusOr<std::unique_ptr<InferCall>> InferCall::Translate(ModelInferReques
           absl::StrFormat("%s: input \"%s\" is given twice", model->name, input.name()));
     }
     given[position] = true;
+    // An input that shares a oneof with a parameter (scatter's src and value) is an alternative
+    // to it: setting the input would clear the parameter without a word.
+    const google::protobuf::OneofDescriptor* oneof =
+        model_input->field == nullptr ? nullptr : model_input->field->real_containing_oneof();
+    if (oneof != nullptr && op_request->GetReflection()->HasOneof(*op_request, oneof)) {
+      const FieldDescriptor* other =
+          op_request->GetReflection()->GetOneofFieldDescriptor(*op_request, oneof);
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: input \"%s\" and parameter \"%s\" are alternatives (one of %s); send only one",
+          model->name, input.name(), other->name(), oneof->name()));
+    }
     v1::Tensor* tensor = model_input->field == nullptr
                              ? call->backward_.mutable_grad_output()
                              : static_cast<v1::Tensor*>(op_request->GetReflection()->MutableMessage(
@@ -432,6 +473,24 @@ absl::StatusOr<std::unique_ptr<InferCall>> InferCall::Translate(ModelInferReques
       return absl::InvalidArgumentError(
           absl::StrFormat("%s: \"%s\" is not an output of this model (outputs: %s)", model->name,
                           Escaped(output.name()), absl::StrJoin(model->outputs, ", ")));
+    }
+    TENSOROPS_RETURN_IF_ERROR(SharedMemoryError(
+        *model, "output", output.name(), output.parameters(),
+        model->FindParameter("store_as") != nullptr
+            ? "its bytes come back in raw_output_contents, or set the request parameter "
+              "\"store_as\" to keep the result on the server"
+            : "its bytes come back in raw_output_contents"));
+    // Anything else asks for an output other than the tensor (Triton's "classification"):
+    // refused as an input's unknown parameter is, not ignored. The first name in order, so the
+    // message names the same one every time.
+    if (!output.parameters().empty()) {
+      auto first = output.parameters().begin();
+      for (auto it = first; it != output.parameters().end(); ++it) {
+        if (it->first < first->first) first = it;
+      }
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: output \"%s\" has parameter \"%s\" (%s); an output takes no parameters", model->name,
+          output.name(), Escaped(first->first), KindOf(first->second)));
     }
     call->requested_outputs_.push_back(output.name());
   }

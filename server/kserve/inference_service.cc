@@ -12,7 +12,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/descriptor.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/slice.h"
 #include "kernels/status_macros.h"
+#include "proto/grpc_status.h"
 #include "server/build_info.h"
 #include "server/kserve/infer_call.h"
 #include "server/kserve/models.h"
@@ -36,8 +39,116 @@ int MethodIndex(std::string_view method) {
   return tensorops::MethodIndex(InferenceDescriptor(), method);
 }
 
-// The extensions of the protocol this server serves (ServerMetadata.extensions).
-constexpr std::string_view kExtensions[] = {"model_configuration", "statistics"};
+// The extensions of the protocol this server serves (ServerMetadata.extensions). `parameters`:
+// every attribute of an op travels as a request parameter. Not model_repository: of its methods
+// only RepositoryIndex is served, since the models are built in and cannot be loaded.
+constexpr std::string_view kExtensions[] = {"model_configuration", "parameters", "statistics"};
+
+// The methods of Triton's GRPCInferenceService that grpc_service.proto does not declare, as
+// gRPC names them in a call (it keeps the pointer: literals), each with what it is counted as in
+// the metrics and why it is not implemented. Triton's clients call them (tritonclient's
+// get_system_shared_memory_status, load_model, ...); without a handler gRPC would answer
+// UNIMPLEMENTED with an empty message.
+struct UndeclaredMethod {
+  const char* path;
+  std::string_view method;
+  std::string_view op;
+  std::string_view reason;
+};
+constexpr std::string_view kNoSharedMemory =
+    "tensorops serves no shared memory (neither system nor CUDA); send tensors in "
+    "raw_input_contents, or keep them on the server (PutTensor) and name them with the input "
+    "parameter \"stored\", so that they cross the network once";
+constexpr UndeclaredMethod kUnimplementedMethods[] = {
+    {"/inference.GRPCInferenceService/RepositoryModelLoad", "RepositoryModelLoad",
+     "repository_model_load",
+     "tensorops' models are its ops, built into the server and always loaded (RepositoryIndex "
+     "lists them); call a model by name without loading it"},
+    {"/inference.GRPCInferenceService/RepositoryModelUnload", "RepositoryModelUnload",
+     "repository_model_unload",
+     "tensorops' models are its ops, built into the server, and cannot be unloaded; a model "
+     "nobody calls holds no memory"},
+    {"/inference.GRPCInferenceService/SystemSharedMemoryStatus", "SystemSharedMemoryStatus",
+     "system_shared_memory_status", kNoSharedMemory},
+    {"/inference.GRPCInferenceService/SystemSharedMemoryRegister", "SystemSharedMemoryRegister",
+     "system_shared_memory_register", kNoSharedMemory},
+    {"/inference.GRPCInferenceService/SystemSharedMemoryUnregister", "SystemSharedMemoryUnregister",
+     "system_shared_memory_unregister", kNoSharedMemory},
+    {"/inference.GRPCInferenceService/CudaSharedMemoryStatus", "CudaSharedMemoryStatus",
+     "cuda_shared_memory_status", kNoSharedMemory},
+    {"/inference.GRPCInferenceService/CudaSharedMemoryRegister", "CudaSharedMemoryRegister",
+     "cuda_shared_memory_register", kNoSharedMemory},
+    {"/inference.GRPCInferenceService/CudaSharedMemoryUnregister", "CudaSharedMemoryUnregister",
+     "cuda_shared_memory_unregister", kNoSharedMemory},
+    {"/inference.GRPCInferenceService/TraceSetting", "TraceSetting", "trace_setting",
+     "tensorops traces no requests; ModelStatistics and /metrics give each model's time queued, "
+     "decoding, running and encoding, and --log_level=debug logs a line per call"},
+    {"/inference.GRPCInferenceService/LogSettings", "LogSettings", "log_settings",
+     "the log is set when the server starts (--log_level) and does not change while it runs"},
+};
+
+// NewRawUnaryHandler is NewQuickUnaryHandler (server/quick_unary_call.h) for an undeclared method,
+// whose messages tensorops has no type for: the same token check, log line and metrics, with the
+// request's and the response's bytes. `handle(request, response)` returns the call's status.
+template <typename Handle>
+grpc::internal::MethodHandler* NewRawUnaryHandler(const ServingContext& serving,
+                                                  const UndeclaredMethod& method, Handle handle) {
+  return new grpc::internal::CallbackUnaryHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
+      [&serving, &method, handle](grpc::CallbackServerContext* context,
+                                  const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
+        const absl::Time start = absl::Now();
+        absl::Status status = Authenticate(serving, *context);
+        std::string request_bytes;
+        if (status.ok()) {
+          grpc::Slice slice;
+          // gRPC hands a call whose request never came to the handler with no buffer.
+          if (!request->Valid() || !request->DumpToSingleSlice(&slice).ok()) {
+            status = absl::CancelledError(absl::StrFormat(
+                "no %s request arrived: the client cancelled the call, or closed its side of the "
+                "call without sending the request",
+                method.method));
+          } else {
+            request_bytes.assign(reinterpret_cast<const char*>(slice.begin()), slice.size());
+          }
+        }
+        std::string response_bytes;
+        if (status.ok()) {
+          status =
+              GuardExceptions(method.op, [&] { return handle(request_bytes, &response_bytes); });
+        }
+        if (status.ok()) {
+          grpc::Slice slice(response_bytes);
+          *response = grpc::ByteBuffer(&slice, 1);
+        }
+        FinishQuickCall(serving, *context, method.method, method.op, start, status,
+                        static_cast<int64_t>(request_bytes.size()),
+                        static_cast<int64_t>(response_bytes.size()));
+        grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+        reactor->Finish(wire::ToGrpcStatus(status));
+        return reactor;
+      });
+}
+
+// IndexRepository answers RepositoryIndex: every model (models.h), READY, or UNAVAILABLE once
+// shutdown has begun (as ModelReady answers false then); with `ready` set, only the READY ones.
+absl::Status IndexRepository(const inference::RepositoryIndexRequest& request, bool shutting_down,
+                             inference::RepositoryIndexResponse* response) {
+  if (!request.repository_name().empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "RepositoryIndex: repository_name = \"%s\", but tensorops has one model repository, its "
+        "ops, which has no name; leave repository_name empty",
+        absl::CHexEscape(request.repository_name())));
+  }
+  if (request.ready() && shutting_down) return absl::OkStatus();
+  for (const Model& model : AllModels()) {
+    inference::RepositoryIndexResponse::ModelIndex* index = response->add_models();
+    index->set_name(model.name);
+    index->set_version(std::string(kModelVersion));
+    index->set_state(shutting_down ? "UNAVAILABLE" : "READY");
+    if (shutting_down) index->set_reason("the server is shutting down");
+  }
+  return absl::OkStatus();
+}
 
 uint64_t Nanos(absl::Duration duration) {
   return static_cast<uint64_t>(std::max<int64_t>(0, absl::ToInt64Nanoseconds(duration)));
@@ -120,6 +231,7 @@ InferenceService::InferenceService(const ServingContext& serving) : serving_(ser
   HandleHealthAndMetadata();
   HandleModelInfer();
   HandleModelStreamInfer();
+  HandleUndeclaredMethods();
 }
 
 void InferenceService::BeginShutdown() {
@@ -192,6 +304,14 @@ void InferenceService::HandleHealthAndMetadata() {
             return absl::OkStatus();
           }));
   MarkMethodCallback(
+      MethodIndex("RepositoryIndex"),
+      NewQuickUnaryHandler<inference::RepositoryIndexRequest, inference::RepositoryIndexResponse>(
+          serving_, "RepositoryIndex", "repository_index",
+          [this](grpc::CallbackServerContext&, const inference::RepositoryIndexRequest& request,
+                 inference::RepositoryIndexResponse* response) {
+            return IndexRepository(request, shutting_down_.load(), response);
+          }));
+  MarkMethodCallback(
       MethodIndex("ModelStatistics"),
       NewQuickUnaryHandler<inference::ModelStatisticsRequest, inference::ModelStatisticsResponse>(
           serving_, "ModelStatistics", "model_statistics",
@@ -209,6 +329,24 @@ void InferenceService::HandleHealthAndMetadata() {
             Describe(*model, *serving_.metrics, response->add_model_stats());
             return absl::OkStatus();
           }));
+}
+
+void InferenceService::HandleUndeclaredMethods() {
+  // The generated service holds one method per declared one, in order; these follow.
+  int index = InferenceDescriptor()->method_count();
+  const auto add = [&](const UndeclaredMethod& method, grpc::internal::MethodHandler* handler) {
+    // A method the proto declares has its generated handler: take it out of the lists above.
+    GPR_ASSERT(InferenceDescriptor()->FindMethodByName(std::string(method.method)) == nullptr);
+    AddMethod(new grpc::internal::RpcServiceMethod(
+        method.path, grpc::internal::RpcMethod::NORMAL_RPC, /*handler=*/nullptr));
+    MarkMethodRawCallback(index++, handler);
+  };
+  for (const UndeclaredMethod& method : kUnimplementedMethods) {
+    add(method, NewRawUnaryHandler(serving_, method, [&method](std::string_view, std::string*) {
+          return absl::UnimplementedError(
+              absl::StrFormat("%s is not implemented: %s", method.method, method.reason));
+        }));
+  }
 }
 
 void InferenceService::HandleModelInfer() {

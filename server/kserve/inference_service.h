@@ -37,6 +37,10 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
 
  private:
   void HandleHealthAndMetadata();
+  // HandleUndeclaredMethods answers the methods of Triton's service that grpc_service.proto does
+  // not declare: RepositoryIndex, and every other one UNIMPLEMENTED with a message that says
+  // what to use instead (gRPC alone would answer them UNIMPLEMENTED with none).
+  void HandleUndeclaredMethods();
   void HandleModelInfer();
   void HandleModelStreamInfer();
 

@@ -703,7 +703,7 @@ def test_server_metadata(triton, v1):
     metadata = triton.get_server_metadata()
     assert metadata.name == "tensorops"
     assert metadata.version == v1.server_info().version
-    assert set(metadata.extensions) == {"model_configuration", "statistics"}
+    assert set(metadata.extensions) == {"model_configuration", "parameters", "statistics"}
 
 
 @pytest.mark.parametrize("model", ALL_MODELS)
@@ -765,12 +765,19 @@ def test_metadata_and_config_of_unknown_model(triton):
         triton.get_model_metadata("gather", "2")
 
 
-def test_other_triton_methods_are_unimplemented(triton):
-    """Model repository, shared memory, trace and logging are not served."""
-    for call in [triton.get_model_repository_index, triton.get_system_shared_memory_status,
+def test_repository_index_lists_every_model_ready(triton):
+    index = triton.get_model_repository_index()
+    assert sorted(model.name for model in index.models) == sorted(ALL_MODELS)
+    for model in index.models:
+        assert (model.version, model.state) == ("1", "READY"), model.name
+
+
+def test_other_triton_methods_are_unimplemented_saying_what_to_use(triton):
+    """Loading models, shared memory, trace and logging are not served; each says so."""
+    for call in [triton.get_system_shared_memory_status,
                  triton.get_cuda_shared_memory_status, triton.get_trace_settings,
                  triton.get_log_settings, lambda: triton.load_model("gather")]:
-        with raises("UNIMPLEMENTED"):
+        with raises("UNIMPLEMENTED", "is not implemented: "):
             call()
 
 

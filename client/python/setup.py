@@ -39,6 +39,16 @@ def protobuf_requirement():
         return "protobuf>=3.20"
 
 
+def grpcio_requirement():
+    """grpcio >= the grpcio-tools that generates the stubs, when it does: the *_pb2_grpc.py of
+    grpcio-tools 1.63 and later refuse to import with an older grpcio (Debian 12's is 1.51)."""
+    if generate_stubs._grpc_tools_usable():
+        import importlib.metadata
+
+        return f"grpcio>={importlib.metadata.version('grpcio-tools')}"
+    return "grpcio>=1.46"
+
+
 class BuildPyWithStubs(build_py):
     def run(self):
         super().run()
@@ -66,4 +76,4 @@ class SdistWithProtos(sdist):
 
 
 setup(cmdclass={"build_py": BuildPyWithStubs, "sdist": SdistWithProtos},
-      install_requires=["grpcio>=1.46", "numpy>=1.21", protobuf_requirement()])
+      install_requires=[grpcio_requirement(), "numpy>=1.21", protobuf_requirement()])

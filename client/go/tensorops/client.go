@@ -19,7 +19,8 @@
 //
 // Errors from calls are the gRPC status errors of the call, unwrapped, so status.Code(err) and
 // status.FromError(err) give the server's code (codes.InvalidArgument for bad input) and message.
-// Deadlines and cancellation come from the context.
+// A call that reaches no server is Unavailable with the message "no tensorops server answers at
+// TARGET (is it running?)" (see Dial). Deadlines and cancellation come from the context.
 //
 // The stubs in tensorops/v1 are generated from proto/tensorops/v1 by ../generate.sh.
 package tensorops
@@ -32,6 +33,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"os"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -64,8 +66,10 @@ type Option struct {
 }
 
 type settings struct {
-	tlsConfig       *tls.Config
-	token           string
+	tlsConfig *tls.Config
+	token     string
+	// The option that set token ("WithBearerToken" or "WithBearerTokenFile"), to refuse both.
+	tokenOption     string
 	maxMessageBytes int
 	dialOptions     []grpc.DialOption
 	serviceConfig   string // "": Dial uses ServiceConfig(true, MaxAttemptsCap).
@@ -114,22 +118,68 @@ func WithTLSFiles(files TLSFiles) Option {
 	}}
 }
 
+// tokenRule is what a bearer token may hold, in the errors of WithBearerToken and
+// WithBearerTokenFile.
+const tokenRule = "a bearer token is one or more visible ASCII characters (0x21 to 0x7E) once the whitespace around it is stripped"
+
+// checkedToken returns token without the whitespace around it, or an InvalidArgument error that
+// names `what` and the rule. No error shows the token or any part of it: it is a secret.
+func checkedToken(what, token string) (string, error) {
+	token = strings.TrimSpace(token)
+	if token == "" {
+		return "", status.Errorf(codes.InvalidArgument,
+			"tensorops: %s is not a valid bearer token: %s, and this one is empty (the token is not shown)", what, tokenRule)
+	}
+	for i := 0; i < len(token); i++ {
+		if token[i] < 0x21 || token[i] > 0x7E {
+			return "", status.Errorf(codes.InvalidArgument,
+				"tensorops: %s is not a valid bearer token: %s, and this one has a character outside that range (the token is not shown)", what, tokenRule)
+		}
+	}
+	return token, nil
+}
+
+// setToken records the token an option gives; a second option giving one is InvalidArgument.
+func (s *settings) setToken(option, token string) error {
+	if s.tokenOption != "" && s.tokenOption != option {
+		return status.Errorf(codes.InvalidArgument,
+			"tensorops: give WithBearerToken or WithBearerTokenFile, not both")
+	}
+	s.token, s.tokenOption = token, option
+	return nil
+}
+
 // WithBearerToken sends "authorization: Bearer <token>" on every call, for servers started with
-// --auth_token_file. The token must be printable ASCII without spaces (else InvalidArgument).
-// Over a plaintext channel anyone who can see the traffic can read it.
+// --auth_token_file. The whitespace around token (a trailing newline, say) is stripped; what is
+// left must be visible ASCII, 0x21 to 0x7E, and not empty, else Dial fails with InvalidArgument
+// (its message does not show the token). Over a plaintext channel anyone who can see the traffic
+// can read it. It and WithBearerTokenFile exclude each other.
 func WithBearerToken(token string) Option {
 	return Option{func(s *settings) error {
-		if token == "" {
-			return status.Error(codes.InvalidArgument, "tensorops: empty bearer token")
+		token, err := checkedToken("WithBearerToken's token", token)
+		if err != nil {
+			return err
 		}
-		for _, c := range token {
-			if c <= ' ' || c > '~' {
-				return status.Error(codes.InvalidArgument,
-					"tensorops: a bearer token is printable ASCII without spaces")
-			}
+		return s.setToken("WithBearerToken", token)
+	}}
+}
+
+// WithBearerTokenFile is WithBearerToken with the token read from the file at path, stripped of
+// the whitespace around it (as `echo TOKEN > file` leaves a newline), so that it stays out of the
+// program's source and command line. Dial fails with InvalidArgument naming the path when the
+// file cannot be read or holds no valid token; no message shows what the file holds.
+func WithBearerTokenFile(path string) Option {
+	return Option{func(s *settings) error {
+		contents, err := os.ReadFile(path)
+		if err != nil {
+			// A *PathError: the operation, the path and the reason.
+			return status.Errorf(codes.InvalidArgument, "tensorops: WithBearerTokenFile: cannot read the token: %v", err)
 		}
-		s.token = token
-		return nil
+		token, err := checkedToken(fmt.Sprintf("the token in WithBearerTokenFile's %s", path), string(contents))
+		if err != nil {
+			return err
+		}
+		return s.setToken("WithBearerTokenFile", token)
 	}}
 }
 
@@ -175,7 +225,7 @@ func ServiceConfig(roundRobin bool, maxAttempts int) (string, error) {
 	}
 	retry := ""
 	if maxAttempts > 1 {
-		retry = fmt.Sprintf(`,"retryPolicy":{"maxAttempts":%d,"initialBackoff":"0.05s","maxBackoff":"1s","backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE","CANCELLED"]}`, maxAttempts)
+		retry = fmt.Sprintf(`,"retryPolicy":{"maxAttempts":%d,"initialBackoff":"0.05s","maxBackoff":"1s","backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE","CANCELLED","ABORTED"]}`, maxAttempts)
 	}
 	neverRetried := `{"name":[{"service":"tensorops.v1.TensorOps","method":"PutTensor"},{"service":"tensorops.v1.TensorOps","method":"DeleteTensor"}]}`
 	return fmt.Sprintf(`{"loadBalancingConfig":[{%q:{}}],"methodConfig":[{"name":[{"service":"tensorops.v1.TensorOps"}]%s},%s]}`, policy, retry, neverRetried), nil
@@ -248,7 +298,10 @@ func newClient(conn grpc.ClientConnInterface, s *settings) *Client {
 // replicas as "dns:///name:port" or, as gRPC C-core spells a list, "ipv4:host:port,host:port" or
 // "ipv6:[host]:port,...", which Dial resolves itself; see WithLoadBalancing). Like
 // grpc.Dial it does not wait for the connection: a server that is down shows as Unavailable on
-// the first call. It fails only for invalid options (InvalidArgument).
+// the first call, with the message "no tensorops server answers at TARGET (is it running?)", a
+// hint when the connection was closed as it was set up (a TLS mismatch: a plaintext client of a
+// TLS server, or a server that requires a client certificate) and gRPC's own message in
+// brackets. It fails only for invalid options (InvalidArgument).
 func Dial(target string, opts ...Option) (*Client, error) {
 	s, err := applyOptions(opts)
 	if err != nil {
@@ -259,6 +312,8 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	if s.tlsConfig != nil {
 		transport = grpc.WithTransportCredentials(credentials.NewTLS(s.tlsConfig))
 	}
+	// Calls that reach no server say so, naming the target as the caller gave it.
+	noServer := unreachable{target: target, tlsConfig: s.tlsConfig}
 	target, isList, err := addressListTarget(target)
 	if err != nil {
 		return nil, err
@@ -270,7 +325,10 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	if serviceConfig == "" {
 		serviceConfig, _ = ServiceConfig(true, MaxAttemptsCap)
 	}
-	conn, err := grpc.Dial(target, append([]grpc.DialOption{transport, grpc.WithDefaultServiceConfig(serviceConfig)}, s.dialOptions...)...)
+	conn, err := grpc.Dial(target, append([]grpc.DialOption{
+		transport, grpc.WithDefaultServiceConfig(serviceConfig),
+		grpc.WithChainUnaryInterceptor(noServer.unary), grpc.WithChainStreamInterceptor(noServer.stream),
+	}, s.dialOptions...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -280,8 +338,10 @@ func Dial(target string, opts ...Option) (*Client, error) {
 }
 
 // NewClient returns a Client that calls through conn, which the caller owns: Close leaves it
-// open. WithBearerToken and WithMaxMessageBytes apply; WithTLS, WithTLSFiles, WithLoadBalancing
-// and WithDialOptions configure a connection that Dial opens, so NewClient fails with InvalidArgument when given them.
+// open. WithBearerToken, WithBearerTokenFile and WithMaxMessageBytes apply; WithTLS,
+// WithTLSFiles, WithLoadBalancing and WithDialOptions configure a connection that Dial opens, so
+// NewClient fails with InvalidArgument when given them. Its calls' errors are gRPC's as they come
+// (Dial's rewrite of "no server answers" errors is an interceptor of the connection it opens).
 func NewClient(conn grpc.ClientConnInterface, opts ...Option) (*Client, error) {
 	s, err := applyOptions(opts)
 	if err != nil {
@@ -360,8 +420,8 @@ func (c *Client) IndexSelect(ctx context.Context, input Tensor, axis int64, inde
 	return unary(response, err)
 }
 
-// IndexReduce returns torch.index_copy (the default), index_add (Reduce: Sum, with Alpha) or
-// index_reduce (Prod, Mean, AMax, AMin) of input along axis.
+// IndexReduce returns torch.index_add (the default, Reduce: Sum, with Alpha), index_copy
+// (Reduce: Assign) or index_reduce (Prod, Mean, AMax, AMin) of input along axis.
 func (c *Client) IndexReduce(ctx context.Context, input Tensor, axis int64, index Tensor, src Tensor, opts ...IndexReduceOptions) (Tensor, error) {
 	op := withUpdateID(IndexReduceOp(input, axis, index, src, opts...), true)
 	response, err := c.stub.IndexReduce(ctx, op.message.GetIndexReduce(), c.callOpts...)

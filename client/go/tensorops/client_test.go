@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"reflect"
 	"strings"
 	"testing"
@@ -179,8 +180,15 @@ func TestOps(t *testing.T) {
 			tensorops.IndexReduceOptions{Reduce: tensorops.Sum, Alpha: tensorops.IntScalar(2)})
 		expectTensor(t, "index_add alpha 2", out, err, tensorops.Float32, []int64{5, 3},
 			[]float32{3, 5, 7, 1, 1, 1, 15, 17, 19, 1, 1, 1, 9, 11, 13})
-		// index_copy: the default.
+		// index_add: the default, as in the C++ client and the CLI.
 		out, err = client.IndexReduce(ctx, ones, 0, index, source)
+		expectTensor(t, "index_add by default", out, err, tensorops.Float32, []int64{5, 3},
+			[]float32{2, 3, 4, 1, 1, 1, 8, 9, 10, 1, 1, 1, 5, 6, 7})
+		out, err = client.IndexReduce(ctx, ones, 0, index, source, tensorops.IndexReduceOptions{Alpha: tensorops.IntScalar(2)})
+		expectTensor(t, "index_add alpha 2 by default", out, err, tensorops.Float32, []int64{5, 3},
+			[]float32{3, 5, 7, 1, 1, 1, 15, 17, 19, 1, 1, 1, 9, 11, 13})
+		// index_copy: Assign.
+		out, err = client.IndexReduce(ctx, ones, 0, index, source, tensorops.IndexReduceOptions{Reduce: tensorops.Assign})
 		expectTensor(t, "index_copy", out, err, tensorops.Float32, []int64{5, 3},
 			[]float32{1, 2, 3, 1, 1, 1, 7, 8, 9, 1, 1, 1, 4, 5, 6})
 		// torch.index_reduce_'s documentation example: full((5, 3), 2), index [0, 4, 2, 0].
@@ -477,6 +485,60 @@ func TestServerInfo(t *testing.T) {
 	if info.GetTls() || info.GetAuthTokenRequired() {
 		t.Errorf("tls = %v, auth_token_required = %v on a plain server", info.GetTls(), info.GetAuthTokenRequired())
 	}
+}
+
+// freeAddress returns "127.0.0.1:PORT" for a port nothing listens on: one the kernel picked for a
+// listener that is closed again.
+func freeAddress(t *testing.T) string {
+	t.Helper()
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	address := listener.Addr().String()
+	listener.Close()
+	return address
+}
+
+func TestNoServerAnswers(t *testing.T) {
+	address := freeAddress(t)
+	client, err := tensorops.Dial(address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ctx := testContext(t)
+	input := tensorops.FromInt64([]int64{1, 2})
+	want := "no tensorops server answers at " + address + " (is it running?) [gRPC: "
+
+	_, err = client.ServerInfo(ctx)
+	expectStatus(t, "ServerInfo", err, codes.Unavailable, want)
+	if !strings.HasPrefix(status.Convert(err).Message(), want) {
+		t.Errorf("ServerInfo: message %q does not start with %q", status.Convert(err).Message(), want)
+	}
+	_, err = client.Gather(ctx, input, 0, input)
+	expectStatus(t, "Gather", err, codes.Unavailable, want)
+	_, err = client.Put(ctx, "x", input)
+	expectStatus(t, "Put", err, codes.Unavailable, want)
+	_, err = client.Get(ctx, "x")
+	expectStatus(t, "Get", err, codes.Unavailable, want)
+	stream, err := client.RunStream(ctx)
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	expectStatus(t, "RunStream", err, codes.Unavailable, want)
+	_, err = client.Stub().ListTensors(ctx, &tensoropsv1.ListTensorsRequest{}, client.CallOptions()...)
+	expectStatus(t, "the stub's ListTensors", err, codes.Unavailable, want)
+
+	// A target of several replicas is named as given.
+	list := "ipv4:" + address + "," + freeAddress(t)
+	listClient, err := tensorops.Dial(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listClient.Close()
+	_, err = listClient.ServerInfo(ctx)
+	expectStatus(t, "two replicas", err, codes.Unavailable, "no tensorops server answers at "+list+" (is it running?)")
 }
 
 func TestNewClientUsesTheCallersConnection(t *testing.T) {

@@ -7,18 +7,33 @@ import (
 )
 
 // Reduction says how Scatter-like ops combine a source element with its destination
-// (docs/semantics.md, Reductions). The zero value is Assign.
+// (docs/semantics.md, Reductions). The zero value, DefaultReduction, is the op's default: Assign
+// for Scatter and ScatterNd, Sum for IndexReduce (index_add, as in the C++ client and the CLI).
+// Its values are not the wire's numbers.
 type Reduction int32
 
-// The reductions of the wire's tensorops.v1.Reduction.
+// The reductions of the wire's tensorops.v1.Reduction, and the op's default.
 const (
-	Assign = Reduction(tensoropsv1.Reduction_REDUCTION_ASSIGN) // The last source in row-major order of the index wins.
-	Sum    = Reduction(tensoropsv1.Reduction_REDUCTION_SUM)
-	Prod   = Reduction(tensoropsv1.Reduction_REDUCTION_PROD)
-	Mean   = Reduction(tensoropsv1.Reduction_REDUCTION_MEAN) // Integer dtypes use floor division.
-	AMax   = Reduction(tensoropsv1.Reduction_REDUCTION_AMAX)
-	AMin   = Reduction(tensoropsv1.Reduction_REDUCTION_AMIN)
+	DefaultReduction Reduction = iota // The zero value: Assign, or Sum for IndexReduce.
+	Assign                            // The last source in row-major order of the index wins.
+	Sum
+	Prod
+	Mean // Integer dtypes use floor division.
+	AMax
+	AMin
 )
+
+// proto returns the wire's reduction, with DefaultReduction as `byDefault`. A value other than
+// the constants above is sent as it is, for the server to reject.
+func (r Reduction) proto(byDefault Reduction) tensoropsv1.Reduction {
+	if r == DefaultReduction {
+		r = byDefault
+	}
+	if r < Assign || r > AMin {
+		return tensoropsv1.Reduction(r)
+	}
+	return tensoropsv1.Reduction(r - Assign)
+}
 
 // Scalar is a single number given in place of a tensor (Scatter's value, IndexReduce's alpha);
 // the server converts it to the dtype of the tensor it applies to. The zero Scalar is "absent".
@@ -65,6 +80,7 @@ type GatherOptions struct {
 
 // ScatterOptions are the optional arguments of Scatter and ScatterValue.
 type ScatterOptions struct {
+	// DefaultReduction (the zero value) is Assign.
 	Reduce Reduction
 	// Whether the destination's original value takes part in the reduction; nil means true.
 	IncludeSelf *bool
@@ -82,9 +98,10 @@ type IndexSelectOptions struct {
 	Result ResultOptions
 }
 
-// IndexReduceOptions are the optional arguments of IndexReduce. The zero value is index_copy
-// (Assign); torch.index_add is Reduce: Sum.
+// IndexReduceOptions are the optional arguments of IndexReduce. The zero value is
+// torch.index_add (Sum), the C++ client's and the CLI's default; index_copy is Reduce: Assign.
 type IndexReduceOptions struct {
+	// DefaultReduction (the zero value) is Sum.
 	Reduce Reduction
 	// nil means true.
 	IncludeSelf *bool
@@ -134,7 +151,8 @@ type GatherNdOptions struct {
 type ScatterNdOptions struct {
 	Axes      []int64
 	BatchDims int64
-	Reduce    Reduction
+	// DefaultReduction (the zero value) is Assign.
+	Reduce Reduction
 	// nil means true.
 	IncludeSelf *bool
 	// Ask for bitwise reproducible floating Sum/Mean/Prod.
@@ -186,7 +204,7 @@ func GatherOp(input Tensor, axis int64, index Tensor, opts ...GatherOptions) Op 
 func scatterRequest(input Tensor, axis int64, index Tensor, o ScatterOptions) *tensoropsv1.ScatterRequest {
 	return &tensoropsv1.ScatterRequest{
 		Input: input.Proto(), Index: index.Proto(), Axis: axis,
-		Reduce: tensoropsv1.Reduction(o.Reduce), IncludeSelf: o.IncludeSelf,
+		Reduce: o.Reduce.proto(Assign), IncludeSelf: o.IncludeSelf,
 		Broadcast: o.Broadcast, Deterministic: o.Deterministic, ResultOptions: o.Result.proto(),
 	}
 }
@@ -212,13 +230,13 @@ func IndexSelectOp(input Tensor, axis int64, index Tensor, opts ...IndexSelectOp
 		Input: input.Proto(), Index: index.Proto(), Axis: axis, ResultOptions: o.Result.proto()}}}}
 }
 
-// IndexReduceOp is IndexReduce's request: torch.index_copy / index_add / index_reduce(input,
-// axis, index, src).
+// IndexReduceOp is IndexReduce's request: torch.index_add (the default) / index_copy /
+// index_reduce(input, axis, index, src).
 func IndexReduceOp(input Tensor, axis int64, index Tensor, src Tensor, opts ...IndexReduceOptions) Op {
 	o := optional("IndexReduce", opts)
 	return Op{&tensoropsv1.OpRequest{Op: &tensoropsv1.OpRequest_IndexReduce{IndexReduce: &tensoropsv1.IndexReduceRequest{
 		Input: input.Proto(), Index: index.Proto(), Src: src.Proto(), Axis: axis,
-		Reduce: tensoropsv1.Reduction(o.Reduce), IncludeSelf: o.IncludeSelf, Alpha: o.Alpha.Proto(),
+		Reduce: o.Reduce.proto(Sum), IncludeSelf: o.IncludeSelf, Alpha: o.Alpha.Proto(),
 		ResultOptions: o.Result.proto()}}}}
 }
 
@@ -258,7 +276,7 @@ func GatherNdOp(input Tensor, index Tensor, opts ...GatherNdOptions) Op {
 func scatterNdRequest(index Tensor, src Tensor, o ScatterNdOptions) *tensoropsv1.ScatterNdRequest {
 	return &tensoropsv1.ScatterNdRequest{
 		Index: index.Proto(), Src: src.Proto(), Axes: o.Axes, BatchDims: o.BatchDims,
-		Reduce: tensoropsv1.Reduction(o.Reduce), IncludeSelf: o.IncludeSelf, Deterministic: o.Deterministic,
+		Reduce: o.Reduce.proto(Assign), IncludeSelf: o.IncludeSelf, Deterministic: o.Deterministic,
 		ResultOptions: o.Result.proto(),
 	}
 }

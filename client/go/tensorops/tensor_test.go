@@ -104,6 +104,42 @@ func TestOptionsAreChecked(t *testing.T) {
 	}
 }
 
+func TestReductionsOnTheWire(t *testing.T) {
+	input, index := tensorops.FromFloat32([]float32{1}), tensorops.FromInt64([]int64{0})
+	indexReduce := func(o ...tensorops.IndexReduceOptions) tensoropsv1.Reduction {
+		return tensorops.IndexReduceOp(input, 0, index, input, o...).Proto().GetIndexReduce().GetReduce()
+	}
+	scatter := func(o ...tensorops.ScatterOptions) tensoropsv1.Reduction {
+		return tensorops.ScatterOp(input, 0, index, input, o...).Proto().GetScatter().GetReduce()
+	}
+	scatterNd := func(o ...tensorops.ScatterNdOptions) tensoropsv1.Reduction {
+		return tensorops.ScatterNdOp(input, index, input, o...).Proto().GetScatterNd().GetReduce()
+	}
+	for _, c := range []struct {
+		what      string
+		got, want tensoropsv1.Reduction
+	}{
+		// IndexReduce defaults to Sum (index_add) as the C++ client and the CLI do; the others to
+		// Assign, the wire's default.
+		{"IndexReduce without options", indexReduce(), tensoropsv1.Reduction_REDUCTION_SUM},
+		{"IndexReduce zero options", indexReduce(tensorops.IndexReduceOptions{}), tensoropsv1.Reduction_REDUCTION_SUM},
+		{"IndexReduce Assign", indexReduce(tensorops.IndexReduceOptions{Reduce: tensorops.Assign}), tensoropsv1.Reduction_REDUCTION_ASSIGN},
+		{"IndexReduce AMin", indexReduce(tensorops.IndexReduceOptions{Reduce: tensorops.AMin}), tensoropsv1.Reduction_REDUCTION_AMIN},
+		{"Scatter without options", scatter(), tensoropsv1.Reduction_REDUCTION_ASSIGN},
+		{"Scatter Assign", scatter(tensorops.ScatterOptions{Reduce: tensorops.Assign}), tensoropsv1.Reduction_REDUCTION_ASSIGN},
+		{"Scatter Sum", scatter(tensorops.ScatterOptions{Reduce: tensorops.Sum}), tensoropsv1.Reduction_REDUCTION_SUM},
+		{"Scatter Prod", scatter(tensorops.ScatterOptions{Reduce: tensorops.Prod}), tensoropsv1.Reduction_REDUCTION_PROD},
+		{"Scatter Mean", scatter(tensorops.ScatterOptions{Reduce: tensorops.Mean}), tensoropsv1.Reduction_REDUCTION_MEAN},
+		{"Scatter AMax", scatter(tensorops.ScatterOptions{Reduce: tensorops.AMax}), tensoropsv1.Reduction_REDUCTION_AMAX},
+		{"ScatterNd without options", scatterNd(), tensoropsv1.Reduction_REDUCTION_ASSIGN},
+		{"ScatterNd Sum", scatterNd(tensorops.ScatterNdOptions{Reduce: tensorops.Sum}), tensoropsv1.Reduction_REDUCTION_SUM},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %v on the wire, want %v", c.what, c.got, c.want)
+		}
+	}
+}
+
 func TestReferences(t *testing.T) {
 	latest := tensorops.Ref("emb")
 	if message := latest.Proto(); message.GetStored().GetName() != "emb" || message.GetStored().Version != nil ||

@@ -63,7 +63,7 @@ def service_config(round_robin=True, max_attempts=5):
     if max_attempts > 1:
         method["retryPolicy"] = {"maxAttempts": max_attempts, "initialBackoff": "0.05s",
                                  "maxBackoff": "1s", "backoffMultiplier": 2,
-                                 "retryableStatusCodes": ["UNAVAILABLE", "CANCELLED"]}
+                                 "retryableStatusCodes": ["UNAVAILABLE", "CANCELLED", "ABORTED"]}
     never_retried = {"name": [{"service": service, "method": name}
                               for name in _NEVER_RETRIED]}
     return json.dumps({"loadBalancingConfig": [{"round_robin" if round_robin else "pick_first": {}}],
@@ -95,16 +95,63 @@ class TLS:
                                             certificate_chain=pem(self.cert))
 
 
+# What a bearer token may hold, once the whitespace around it is stripped: visible ASCII.
+_TOKEN_RULE = ("a bearer token is one or more visible ASCII characters (0x21 to 0x7E) once the "
+               "whitespace around it is stripped")
+
+
+def _checked_token(token, argument):
+    """`token` (str or bytes) stripped of surrounding whitespace, or ValueError naming `argument`
+    and the rule. No message shows the token or any part of it: it is a secret."""
+    if isinstance(token, (bytes, bytearray)):
+        token = bytes(token).strip()
+        valid = all(0x21 <= byte <= 0x7E for byte in token)
+    elif isinstance(token, str):
+        token = token.strip()
+        valid = all("!" <= c <= "~" for c in token)
+    else:
+        raise TypeError(f"{argument} must be a str (or bytes), not {type(token).__name__}")
+    if not token or not valid:
+        problem = "is empty" if not token else "has a character outside that range"
+        raise ValueError(f"{argument} is not a valid bearer token: {_TOKEN_RULE}, and this one "
+                         f"{problem} (the token is not shown)") from None
+    return token.decode("ascii") if isinstance(token, bytes) else token
+
+
+def _read_token_file(path):
+    """The bearer token in the file at `path`, stripped as `token=` is. An unreadable file is an
+    OSError naming the path; a file that holds no valid token, a ValueError; neither shows what
+    the file holds."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            contents = f.read()
+    except OSError as e:
+        message = f"token_file: cannot read {path!r}: {e.strerror or e}"
+        raise (OSError(e.errno, message) if e.errno else OSError(message)) from None
+    return _checked_token(contents, f"token_file {path!r}")
+
+
+def _bearer_token(token, token_file):
+    """The token to send (None: none) from Client's token= and token_file= arguments."""
+    if token is not None and token_file is not None:
+        raise ValueError("give token= or token_file=, not both")
+    if token_file is not None:
+        return _read_token_file(token_file)
+    return None if token is None else _checked_token(token, "token")
+
+
 class _Base:
     """Channel options, metadata and response decoding shared by both clients."""
 
-    def __init__(self, target, *, timeout=None, tls=None, token=None,
+    def __init__(self, target, *, timeout=None, tls=None, token=None, token_file=None,
                  max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES, round_robin=True, max_attempts=5,
                  copy=False, options=()):
         self.target = target
         self.timeout = timeout
         self.copy = copy
         self.max_message_bytes = max_message_bytes
+        token = _bearer_token(token, token_file)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         self._options = [("grpc.max_send_message_length", max_message_bytes),
                          ("grpc.max_receive_message_length", max_message_bytes),
@@ -112,12 +159,18 @@ class _Base:
                          *options]
         if tls is True:
             tls = TLS()
+        self._tls = tls
         if tls is not None and tls.server_name:
             self._options.append(("grpc.ssl_target_name_override", tls.server_name))
         self._credentials = tls._credentials() if tls is not None else None
 
     def _timeout(self, timeout):
         return self.timeout if timeout is None else timeout
+
+    def _error(self, rpc_error):
+        """The tensorops.Error of a failed call: a call that reached no server names the
+        target."""
+        return from_rpc_error(rpc_error, self.target, self._tls)
 
     def _decoding(self, copy, arguments, options=None):
         """How to return a call's result: `copy` (None: the client's), torch out when one of
@@ -277,7 +330,11 @@ class Client(_Base):
     target: "host:port", or several replicas: "dns:///name:port" (one record each) or
     "ipv4:10.0.0.1:50051,10.0.0.2:50051". timeout: default seconds per call (None: no deadline).
     tls: a TLS (or True for gRPC's default roots); None is plaintext. token: the bearer token, sent
-    as "authorization: Bearer <token>" on every call. round_robin and max_attempts: how calls
+    as "authorization: Bearer <token>" on every call; token_file: a file to read it from instead
+    (either way the whitespace around it is stripped, and anything but visible ASCII left is a
+    ValueError that does not show the token). A call that reaches no server raises
+    tensorops.Unavailable, "no tensorops server answers at TARGET (is it running?)", with a hint
+    when TLS settings look like the cause. round_robin and max_attempts: how calls
     spread over the replicas and how often one that fails with UNAVAILABLE is tried (see
     tensorops.service_config). copy: whether results are writable arrays of their own (one
     copy) rather than read-only views over the response. Every op method takes the arguments of
@@ -310,7 +367,7 @@ class Client(_Base):
             return getattr(self._stub, rpc)(request, timeout=self._timeout(timeout),
                                             metadata=self._metadata)
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise self._error(e) from None
 
     def run(self, op, *args, copy=None, timeout=None, **kwargs):
         """Runs any op through the generic Run RPC: op is an OpRequest or a builder's name.
@@ -366,7 +423,7 @@ class Client(_Base):
             for response in responses:
                 download.add(response)
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise self._error(e) from None
         finally:
             responses.cancel()
         return download.result()
@@ -414,7 +471,7 @@ class Client(_Base):
             for response in responses:
                 yield self._stream_outcome(response, decoding)
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise self._error(e) from None
         finally:
             responses.cancel()
 

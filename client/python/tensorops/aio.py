@@ -9,7 +9,7 @@ import grpc
 import grpc.aio
 
 from tensorops._client import _add_op_methods, _Base
-from tensorops._errors import Error, from_rpc_error
+from tensorops._errors import Error
 from tensorops._store import DEFAULT_CHUNK_BYTES, Download, TensorInfo
 from tensorops._tensor import Ref
 from tensorops.v1 import server_info_pb2, service_pb2_grpc, store_pb2
@@ -40,7 +40,7 @@ class Client(_Base):
             return await getattr(self._stub, rpc)(request, timeout=self._timeout(timeout),
                                                   metadata=self._metadata)
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise self._error(e) from None
 
     async def run(self, op, *args, copy=None, timeout=None, **kwargs):
         """As tensorops.Client.run."""
@@ -73,7 +73,7 @@ class Client(_Base):
             async for response in call:
                 download.add(response)
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise self._error(e) from None
         finally:
             call.cancel()
         return download.result()
@@ -120,7 +120,7 @@ class Client(_Base):
             async for response in call:
                 yield self._stream_outcome(response, decoding)
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise self._error(e) from None
         finally:
             call.cancel()
 

@@ -99,10 +99,11 @@ def index_select(input, axis, index):
         input=to_tensor(input, "input"), index=to_tensor(index, "index"), axis=axis))
 
 
-def index_reduce(input, axis, index, source, reduce, *, include_self=True, alpha=None):
+def index_reduce(input, axis, index, source, reduce="sum", *, include_self=True, alpha=None):
     """torch.index_reduce(input, axis, index, source, reduce, include_self=True).
 
-    reduce: 'prod', 'mean', 'amax', 'amin'; also 'sum' (with alpha) and 'assign' (index_copy).
+    reduce: 'prod', 'mean', 'amax', 'amin'; also 'sum' (with alpha), the default, as in the C++
+    client and the CLI (index_add), and 'assign' (index_copy).
     """
     input_tensor = to_tensor(input, "input")
     request = ops_pb2.IndexReduceRequest(

@@ -56,13 +56,44 @@ def test_deadline_exceeded(client):
     assert info.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
 
 
-def test_closed_port_is_unavailable():
+def free_port():
     with socket.socket() as s:  # a port nothing listens on once the socket is closed
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with tensorops.Client(f"127.0.0.1:{port}", timeout=10) as c:
-        with pytest.raises(tensorops.Unavailable):
-            c.server_info()
+        return s.getsockname()[1]
+
+
+def test_closed_port_is_unavailable():
+    target = f"127.0.0.1:{free_port()}"
+    with tensorops.Client(target, timeout=10) as c:
+        for call in (c.server_info, lambda: c.gather(np.ones(2), 0, np.zeros(1, np.int64)),
+                     lambda: c.get("x"), lambda: list(c.run_stream([]))):
+            with pytest.raises(tensorops.Unavailable) as info:
+                call()
+            error = info.value
+            assert error.code == grpc.StatusCode.UNAVAILABLE
+            assert error.message.startswith(
+                f"no tensorops server answers at {target} (is it running?) [gRPC: "), error.message
+            assert str(error).startswith(f"UNAVAILABLE: no tensorops server answers at {target}")
+
+
+def test_closed_port_aio_client_is_unavailable():
+    target = f"127.0.0.1:{free_port()}"
+
+    async def main():
+        async with tensorops.aio.Client(target, timeout=10) as c:
+            with pytest.raises(tensorops.Unavailable) as info:
+                await c.server_info()
+            return info.value
+
+    error = asyncio.run(main())
+    assert error.code == grpc.StatusCode.UNAVAILABLE
+    assert error.message.startswith(f"no tensorops server answers at {target} (is it running?)")
+
+
+def test_server_unavailable_messages_are_kept():
+    # An UNAVAILABLE the server sent (it is shutting down) keeps the server's words.
+    message = "the server is shutting down and takes no new calls"
+    assert tensorops._errors.unreachable_message("127.0.0.1:1", message) is None
 
 
 def test_server_info(client):

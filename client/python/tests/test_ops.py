@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import reference as ref
+import tensorops
 
 RNG = np.random.default_rng(2024)
 REDUCES = ["assign", "sum", "prod", "mean", "amax", "amin"]
@@ -109,6 +110,19 @@ def test_index_copy(client):
     source = rand((3, 2), np.int64)
     check(client.index_copy(x, 1, index, source), ref.index_reduce(x, 1, index, source, "assign"),
           np.int64)
+
+
+def test_index_reduce_defaults_to_sum(client):
+    # As the C++ client's IndexReduceOptions and tensorops-cli index_reduce: index_add.
+    x = rand((5, 3), np.float32)
+    index = np.array([0, 4, 0], np.int64)
+    source = rand((3, 3), np.float32)
+    request = tensorops.requests.index_reduce(x, 0, index, source)
+    assert request.index_reduce.reduce == tensorops.REDUCTIONS["sum"]
+    check(client.index_reduce(x, 0, index, source),
+          ref.index_reduce(x, 0, index, source, "sum"), np.float32)
+    check(client.index_reduce(x, 0, index, source, alpha=2),
+          ref.index_reduce(x, 0, index, source, "sum", alpha=2), np.float32)
 
 
 @pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])

@@ -26,7 +26,7 @@ def test_service_config():
     config = json.loads(tensorops.service_config())
     assert config["loadBalancingConfig"] == [{"round_robin": {}}]
     policy = config["methodConfig"][0]["retryPolicy"]
-    assert policy["retryableStatusCodes"] == ["UNAVAILABLE", "CANCELLED"]
+    assert policy["retryableStatusCodes"] == ["UNAVAILABLE", "CANCELLED", "ABORTED"]
     assert policy["maxAttempts"] == 5
     config = json.loads(tensorops.service_config(round_robin=False, max_attempts=1))
     assert config["loadBalancingConfig"] == [{"pick_first": {}}]

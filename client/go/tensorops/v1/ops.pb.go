@@ -531,11 +531,13 @@ type IndexReduceRequest struct {
 	sizeCache     protoimpl.SizeCache
 	unknownFields protoimpl.UnknownFields
 
-	Input       *Tensor   `protobuf:"bytes,1,opt,name=input,proto3" json:"input,omitempty"`
-	Index       *Tensor   `protobuf:"bytes,2,opt,name=index,proto3" json:"index,omitempty"` // 1-D, INT32 or INT64, one entry per slice of src along axis.
-	Src         *Tensor   `protobuf:"bytes,3,opt,name=src,proto3" json:"src,omitempty"`     // input's shape with axis sized like index; input's dtype.
-	Axis        int64     `protobuf:"varint,4,opt,name=axis,proto3" json:"axis,omitempty"`
-	Reduce      Reduction `protobuf:"varint,5,opt,name=reduce,proto3,enum=tensorops.v1.Reduction" json:"reduce,omitempty"`        // Absent means ASSIGN (index_copy); index_add sends SUM.
+	Input *Tensor `protobuf:"bytes,1,opt,name=input,proto3" json:"input,omitempty"`
+	Index *Tensor `protobuf:"bytes,2,opt,name=index,proto3" json:"index,omitempty"` // 1-D, INT32 or INT64, one entry per slice of src along axis.
+	Src   *Tensor `protobuf:"bytes,3,opt,name=src,proto3" json:"src,omitempty"`     // input's shape with axis sized like index; input's dtype.
+	Axis  int64   `protobuf:"varint,4,opt,name=axis,proto3" json:"axis,omitempty"`
+	// Absent on the wire means ASSIGN (index_copy); every client (C++, CLI, Python, Go) sends SUM
+	// (index_add) unless told otherwise.
+	Reduce      Reduction `protobuf:"varint,5,opt,name=reduce,proto3,enum=tensorops.v1.Reduction" json:"reduce,omitempty"`
 	IncludeSelf *bool     `protobuf:"varint,6,opt,name=include_self,json=includeSelf,proto3,oneof" json:"include_self,omitempty"` // Absent means true.
 	Alpha       *Scalar   `protobuf:"bytes,7,opt,name=alpha,proto3" json:"alpha,omitempty"`                                       // Absent means 1; SUM only.
 	// Where the result goes: returned (the default), stored under a name, or written in place.

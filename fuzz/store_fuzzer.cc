@@ -126,11 +126,13 @@ void StoredOp(FuzzedDataProvider& input, TensorStore& store, const char* ns, con
                            tensorops::StoredTensors{.store = &store, .ns = ns}));
 }
 
-// CheckAccounting: with no handle or upload alive, the store holds exactly its tensors' bytes.
+// CheckAccounting: with no handle or upload alive, the store holds exactly its tensors' memory.
 void CheckAccounting(const TensorStore& store) {
   int64_t stored = 0;
   for (const char* ns : kNamespaces) {
-    for (const TensorStore::Metadata& metadata : store.List(ns)) stored += metadata.bytes;
+    for (const TensorStore::Metadata& metadata : store.List(ns)) {
+      stored += store.FootprintOf(metadata.bytes);
+    }
   }
   if (store.used_bytes() != stored || store.used_bytes() > kStoreBytes) {
     tensorops::fuzz::Fail("the store's bytes are not its tensors' bytes");

@@ -542,6 +542,10 @@ absl::StatusOr<TensorStore::Metadata> TensorStore::Info(std::string_view ns,
 
 int64_t TensorStore::used_bytes() const { return state_->pool->used(); }
 
+int64_t TensorStore::FootprintOf(int64_t bytes) const {
+  return ChargedBytes(*state_->memory, bytes);
+}
+
 int64_t TensorStore::limit_bytes() const { return state_->pool->limit(); }
 
 std::string TensorStore::device() const { return state_->memory->device(); }

@@ -184,6 +184,8 @@ class TensorStore {
   // values that a handle still holds, each as the memory it takes (see Memory above).
   int64_t used_bytes() const;
   int64_t limit_bytes() const;
+  // FootprintOf is what a tensor of `bytes` counts against the limit (see Memory above).
+  int64_t FootprintOf(int64_t bytes) const;
   // Tensors visible by name, across every namespace.
   int64_t tensor_count() const;
   bool enabled() const { return limit_bytes() > 0; }

@@ -3,6 +3,7 @@
 // kernels (the same code the server runs, so exactly), with the independent reference in
 // reference.h, and with hand cases from PyTorch's documentation.
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -1650,6 +1651,13 @@ TEST(ServerProcessTest, WithoutAGpuTheStartUpLineSaysItServesOnTheCpu) {
   absl::StatusOr<v1::ServerInfoResponse> info = (*client)->ServerInfo();
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_NE(info->gpu_note(), "");
+  // A machine without the NVIDIA driver is told so, not that its driver is too old.
+  void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (driver != nullptr) {
+    dlclose(driver);
+  } else if (QueryDevices().cuda_built) {
+    EXPECT_THAT(info->gpu_note(), HasSubstr("no NVIDIA driver found"));
+  }
 }
 
 // --device parses into its choices as every flag parses: a typo is a usage error listing the

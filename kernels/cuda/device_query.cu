@@ -23,9 +23,9 @@ std::string WhyNoDevice(cudaError_t status) {
              std::to_string(CUDART_VERSION / 1000) + "." +
              std::to_string(CUDART_VERSION % 1000 / 10) + "): update the driver";
     }
-    return "no NVIDIA driver found (libcuda.so.1 cannot be loaded): serving on the CPU";
+    return "no NVIDIA driver found (libcuda.so.1 cannot be loaded)";
   }
-  if (status == cudaErrorNoDevice) return "no NVIDIA GPU found: serving on the CPU";
+  if (status == cudaErrorNoDevice) return "no NVIDIA GPU found";
   return std::string("CUDA runtime: ") + cudaGetErrorString(status);
 }
 

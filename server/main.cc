@@ -67,7 +67,8 @@ ABSL_FLAG(int64_t, inline_max_bytes, int64_t{64} << 10,
 ABSL_FLAG(tensorops::DeviceChoice, device, tensorops::DeviceChoice::kAuto,
           "Where calls run: auto (a usable GPU for calls of at least --gpu_min_bytes, else the "
           "CPU), cpu, or cuda (every call with a GPU kernel on the GPU; fail at start-up without "
-          "one). A call the GPU fails re-runs on the CPU.");
+          "one). A call the GPU fails re-runs on the CPU. Calls on tensors stored in host memory "
+          "run on the CPU (see --store_device).");
 ABSL_FLAG(int, streams, 4, "CUDA streams, i.e. batches on the GPU at once (>= 1).");
 ABSL_FLAG(int64_t, gpu_min_bytes, int64_t{1} << 20,
           "Under --device=auto, calls with a smaller request run on the CPU, where they cost less "
@@ -79,7 +80,8 @@ ABSL_FLAG(int64_t, store_memory_bytes, int64_t{1} << 30,
           "Most bytes the tensor store (PutTensor, results stored by any op, referenced by any "
           "op) holds in all (>= 0; 0 turns the store off).");
 ABSL_FLAG(tensorops::DeviceChoice, store_device, tensorops::DeviceChoice::kCpu,
-          "Where stored tensors live: cpu (host memory), cuda (the GPU's memory, so that ops on "
+          "Where stored tensors live, and so where calls on them run: cpu (host memory), cuda (the "
+          "GPU's memory, so that ops on "
           "them copy nothing across PCIe but their small inputs; fail at start-up unless calls "
           "run on a GPU), or auto (cuda when calls run on a GPU, else cpu).");
 ABSL_FLAG(int, metrics_port, -1,

@@ -152,6 +152,7 @@ class OpCall : public Scheduler::Work {
   void CompleteOnDevice() final;
   void FailOnDevice(const absl::Status& why) final;
   bool OperandsOnDevice() const final { return op_.operands_on_device; }
+  bool OperandsInHostMemory() const final { return op_.operands_in_host_memory; }
 
   // End records the outcome (metrics of a refusal, the log line) and delivers it.
   void End(const absl::Status& status);

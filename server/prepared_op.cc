@@ -134,7 +134,10 @@ absl::StatusOr<PreparedOp> Prepare(std::string_view op, Plan plan, Kernel kernel
         target->Allocate(shared_plan->result_dtype, shared_plan->result_shape));
     return kernel(*shared_plan, result);
   };
-  PreparedOp prepared{.op = op, .run = std::move(run), .operands_on_device = operands->on_device()};
+  PreparedOp prepared{.op = op,
+                      .run = std::move(run),
+                      .operands_on_device = operands->on_device(),
+                      .operands_in_host_memory = operands->in_host_memory()};
   if (!target->in_response()) prepared.finish = [target] { return target->Finish(); };
   if constexpr (requires(const Plan& p) { MakeDeviceCall(p); }) {
     prepared.device = [shared_plan, target, operands]() -> absl::StatusOr<DeviceRun> {

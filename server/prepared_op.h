@@ -69,6 +69,10 @@ struct PreparedOp {
   // Some stored operand is in device memory (--store_device=cuda): the call belongs on the GPU
   // whatever its size; on the CPU, `run` first copies those operands to the host.
   bool operands_on_device = false;
+  // Some stored operand is in host memory (--store_device=cpu): the call runs on the CPU
+  // whatever its size and --device, since the GPU would copy each such tensor in (and an updated
+  // one out) on every call, a whole 1 GiB table for a 4096-row lookup.
+  bool operands_in_host_memory = false;
 };
 
 // InputReuse says whether `run` may take the request's input bytes for the result.

@@ -282,8 +282,9 @@ void Scheduler::RunOnCpu(const std::vector<Work*>& calls) {
 }
 
 bool Scheduler::ForDevice(const Work& work) const {
-  return options_.device != nullptr &&
-         (work.bytes() >= options_.gpu_min_bytes || work.OperandsOnDevice());
+  if (options_.device == nullptr) return false;
+  if (work.OperandsOnDevice()) return true;
+  return !work.OperandsInHostMemory() && work.bytes() >= options_.gpu_min_bytes;
 }
 
 void Scheduler::NotifyLoadLocked() {

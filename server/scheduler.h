@@ -144,6 +144,10 @@ class Scheduler {
     // whatever its size (gpu_min_bytes is for calls whose bytes would cross PCIe). Valid once the
     // call is enqueued.
     virtual bool OperandsOnDevice() const { return false; }
+    // OperandsInHostMemory: the call reads or updates tensors kept in host memory, so it runs on
+    // the CPU whatever its size and the device (the GPU would copy each of them in every time),
+    // unless OperandsOnDevice too. Valid once the call is enqueued.
+    virtual bool OperandsInHostMemory() const { return false; }
 
    private:
     friend class Scheduler;

@@ -203,6 +203,13 @@ bool StoredOperands::on_device() const {
   return UpdateUnmirrored();
 }
 
+bool StoredOperands::in_host_memory() const {
+  for (const auto& [name, read] : reads_) {
+    if (read.memory().host_accessible()) return true;
+  }
+  return update_.has_value() && update_->held() && update_->memory().host_accessible();
+}
+
 void StoredOperands::MarkResident(DeviceCall& call) const {
   for (const auto& [name, read] : reads_) {
     if (Unmirrored(name, read.memory())) call.MarkResident(read.view().data(), read.bytes());

@@ -79,6 +79,8 @@ class StoredOperands {
 
   // on_device: some operand's View is in device memory (not yet mirrored on the host).
   bool on_device() const;
+  // in_host_memory: some operand lives in the store's host memory (--store_device=cpu).
+  bool in_host_memory() const;
   // MarkResident marks the call's inputs that are operands in device memory as resident.
   void MarkResident(DeviceCall& call) const;
 

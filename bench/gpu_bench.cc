@@ -28,6 +28,7 @@
 #include "kernels/device_call.h"
 #include "kernels/index_ops.h"
 #include "kernels/masked_scatter.h"
+#include "kernels/nd_ops.h"
 #include "kernels/view_scatter.h"
 
 namespace tensorops {
@@ -292,6 +293,19 @@ std::vector<Case> Cases(int64_t elements) {
                it, s, b);
          }});
     cases.push_back(
+        {"masked_scatter broadcast mask " + type, [=](int it, cudaStream_t s, int64_t* b) {
+           Tensor x = Values(dtype, {rows, cols}, 24);
+           Tensor mask(DataType::kBool, {1, cols});
+           Lcg lcg(25);
+           for (int64_t k = 0; k < cols; ++k) {
+             mask.mutable_view().data_as<bool>()[k] = lcg.Next() % 2 == 0;
+           }
+           Tensor src = Values(dtype, {rows, cols}, 26);
+           return RunPlan(
+               PlanMaskedScatter({.input = x.view(), .mask = mask.view(), .source = src.view()}),
+               it, s, b);
+         }});
+    cases.push_back(
         {"select_scatter " + type, [=](int it, cudaStream_t s, int64_t* b) {
            Tensor x = Values(dtype, {rows, cols}, 11);
            Tensor src = Values(dtype, {cols}, 12);
@@ -318,6 +332,37 @@ std::vector<Case> Cases(int64_t elements) {
                        return RunPlan(PlanDiagonalScatter({.input = x.view(), .src = src.view()}),
                                       it, s, b);
                      }});
+    // ScatterNd's general (TensorFlow) form: whole rows addressed by one coordinate (an embedding
+    // push; PyTorch: index_put with accumulate), and single elements addressed by two, 2^24 of
+    // them (the index is two int64 per update).
+    cases.push_back({"scatter_nd rows sum random " + type, [=](int it, cudaStream_t s, int64_t* b) {
+                       Tensor x = Values(dtype, {rows, cols}, 17);
+                       Tensor i = Indices({rows, 1}, rows, 18);
+                       Tensor src = Values(dtype, {rows, cols}, 19);
+                       return RunPlan(PlanScatterNd({.input = x.view(),
+                                                     .index = i.view(),
+                                                     .source = src.view(),
+                                                     .reduce = Reduction::kSum}),
+                                      it, s, b);
+                     }});
+    cases.push_back(
+        {"scatter_nd elements sum random " + type, [=](int it, cudaStream_t s, int64_t* b) {
+           const int64_t updates = elements / 4;
+           Tensor x = Values(dtype, {rows, cols}, 20);
+           Tensor i(DataType::kInt64, {updates, 2});
+           const Tensor row = Indices({updates}, rows, 21);
+           const Tensor col = Indices({updates}, cols, 22);
+           for (int64_t k = 0; k < updates; ++k) {
+             i.mutable_view().data_as<int64_t>()[2 * k] = row.view().data_as<int64_t>()[k];
+             i.mutable_view().data_as<int64_t>()[2 * k + 1] = col.view().data_as<int64_t>()[k];
+           }
+           Tensor src = Values(dtype, {updates}, 23);
+           return RunPlan(PlanScatterNd({.input = x.view(),
+                                         .index = i.view(),
+                                         .source = src.view(),
+                                         .reduce = Reduction::kSum}),
+                          it, s, b);
+         }});
   }
   return cases;
 }

@@ -89,6 +89,8 @@ def main():
         mask = torch.rand(elements, device=device) < 0.5
         flat_src = values(dtype, (elements,))
         results[f"masked_scatter half {name}"] = timed(lambda: flat.masked_scatter(mask, flat_src))
+        row_mask = torch.rand((1, cols), device=device) < 0.5
+        results[f"masked_scatter broadcast mask {name}"] = timed(lambda: x.masked_scatter(row_mask, src))
         row = values(dtype, (cols,))
         results[f"select_scatter {name}"] = timed(lambda: torch.select_scatter(x, row, 0, rows // 2))
         half = values(dtype, (rows, cols // 2))
@@ -100,6 +102,17 @@ def main():
         square = values(dtype, (side, side))
         diagonal = values(dtype, (side,))
         results[f"diagonal_scatter {name}"] = timed(lambda: torch.diagonal_scatter(square, diagonal))
+        # ScatterNd's general form as PyTorch writes it: index_put with accumulate (out of place,
+        # as ours: the result is a new tensor).
+        rows_index = indices((rows,), rows)
+        results[f"scatter_nd rows sum random {name}"] = timed(
+            lambda: x.index_put((rows_index,), src, accumulate=True))
+        updates = elements // 4
+        row_index = indices((updates,), rows)
+        col_index = indices((updates,), cols)
+        element_src = values(dtype, (updates,))
+        results[f"scatter_nd elements sum random {name}"] = timed(
+            lambda: x.index_put((row_index, col_index), element_src, accumulate=True))
     print(json.dumps(results, indent=1))
 
 

@@ -62,24 +62,22 @@ class ScatterCall final : public DeviceCall {
   const ScatterPlan& plan_;
 };
 
-// ViewScatterCall: SelectScatter, SliceScatter and DiagonalScatter as one fused pass.
+// ViewScatterCall: SelectScatter, SliceScatter and DiagonalScatter: a copy and a window write.
 class ViewScatterCall final : public DeviceCall {
  public:
-  ViewScatterCall(const ViewScatterPlan& plan, const cuda::WindowMap& map)
-      : plan_(plan), map_(map) {
+  explicit ViewScatterCall(const ViewScatterPlan& plan) : plan_(plan) {
     AddInput(plan.input);
     AddInput(plan.src);
     result_bytes_ = NumElements(plan.result_shape) * ItemSize(plan.result_dtype);
   }
 
   absl::Status Enqueue(const DeviceBuffers& buffers, void* stream) const override {
-    return cuda::LaunchViewScatter(RelocatePlan(plan_, *this, buffers.inputs), map_, buffers.result,
+    return cuda::LaunchViewScatter(RelocatePlan(plan_, *this, buffers.inputs), buffers.result,
                                    stream);
   }
 
  private:
   const ViewScatterPlan& plan_;
-  const cuda::WindowMap map_;
 };
 
 class MaskedScatterCall final : public DeviceCall {
@@ -118,6 +116,41 @@ class GatherNdCall final : public DeviceCall {
     return cuda::LaunchGatherNd(plan_, Relocate(plan_.input.data(), buffers.inputs),
                                 Relocate(plan_.index.data(), buffers.inputs), buffers.result,
                                 buffers.error_flag, stream);
+  }
+
+ private:
+  const NdPlan& plan_;
+};
+
+// ScatterNdCall: ScatterNd's general form (the TensorFlow form, or the axes form over several
+// axes): Scatter's pipeline over the updates its index rows address.
+class ScatterNdCall final : public DeviceCall {
+ public:
+  explicit ScatterNdCall(const NdPlan& plan) : plan_(plan) {
+    // Without an input the result starts as zeros: nothing to copy.
+    if (plan.input.data() != nullptr) AddInput(plan.input);
+    if (NumElements(plan.positions) > 0) {
+      AddInput(plan.index);
+      AddInput(plan.source);
+    }
+    result_bytes_ = NumElements(plan.result_shape) * ItemSize(plan.result_dtype);
+  }
+
+  absl::StatusOr<int64_t> WorkspaceBytes() const override {
+    const cuda::ScatterSizes sizes = cuda::SizesOf(plan_);
+    const cuda::ScatterWorkspace layout = cuda::PlanScatterWorkspace(sizes);
+    int64_t bytes = cuda::ScatterNdDestinationBytes(plan_) + layout.bytes;
+    if (layout.sorted >= 0) {
+      TENSOROPS_ASSIGN_OR_RETURN(const int64_t sorted_bytes, cuda::SortedReductionBytes(sizes));
+      bytes += sorted_bytes;
+    }
+    return bytes;
+  }
+
+  absl::Status Enqueue(const DeviceBuffers& buffers, void* stream) const override {
+    return cuda::LaunchScatterNd(RelocatePlan(plan_, *this, buffers.inputs), buffers.result,
+                                 buffers.workspace, buffers.workspace_bytes, buffers.error_flag,
+                                 stream);
   }
 
  private:
@@ -222,6 +255,28 @@ MaskedScatterPlan RelocatePlan(const MaskedScatterPlan& plan, const DeviceCall& 
   return relocated;
 }
 
+NdPlan RelocatePlan(const NdPlan& plan, const DeviceCall& call, absl::Span<void* const> copies) {
+  // Field by field: the single-axis plans (not copyable) are not this form's, and original_index
+  // stays on the host, where only the CPU's error message reads it.
+  NdPlan relocated;
+  relocated.op = plan.op;
+  relocated.result_dtype = plan.result_dtype;
+  relocated.result_shape = plan.result_shape;
+  relocated.input = call.Relocate(plan.input, copies);
+  relocated.positions = plan.positions;
+  relocated.index = call.Relocate(plan.index, copies);
+  relocated.position_strides = plan.position_strides;
+  relocated.component_axes = plan.component_axes;
+  relocated.component_sizes = plan.component_sizes;
+  relocated.component_strides = plan.component_strides;
+  relocated.slice_size = plan.slice_size;
+  relocated.source = call.Relocate(plan.source, copies);
+  relocated.reduce = plan.reduce;
+  relocated.include_self = plan.include_self;
+  relocated.deterministic = plan.deterministic;
+  return relocated;
+}
+
 bool DeviceScatterSupported(DataType dtype, Reduction reduce) {
   // complex128 products would need a 128-bit compare-and-swap: they stay on the CPU.
   return !(dtype == DataType::kComplex128 && reduce == Reduction::kProd);
@@ -240,9 +295,7 @@ std::unique_ptr<DeviceCall> MakeDeviceCall(const ScatterPlan& plan) {
 
 std::unique_ptr<DeviceCall> MakeDeviceCall(const ViewScatterPlan& plan) {
   if (NumElements(plan.result_shape) == 0) return nullptr;
-  std::optional<cuda::WindowMap> map = cuda::MakeWindowMap(plan);
-  if (!map.has_value()) return nullptr;
-  return std::make_unique<ViewScatterCall>(plan, *map);
+  return std::make_unique<ViewScatterCall>(plan);
 }
 
 std::unique_ptr<DeviceCall> MakeDeviceCall(const MaskedScatterPlan& plan) {
@@ -255,13 +308,14 @@ std::unique_ptr<DeviceCall> MakeDeviceCall(const NdPlan& plan) {
   // Along a single axis GatherNd and ScatterNd are Gather and Scatter (the plan says which).
   if (plan.single_axis_gather.has_value()) return MakeDeviceCall(*plan.single_axis_gather);
   if (plan.single_axis_scatter.has_value()) return MakeDeviceCall(*plan.single_axis_scatter);
-  // The general GatherNd reads its input as the contiguous tensor the request holds; ScatterNd's
-  // general form has no GPU kernel yet.
-  if (plan.op == "gather_nd" && NumElements(plan.result_shape) > 0 && plan.input.is_contiguous() &&
-      plan.index.is_contiguous()) {
+  if (NumElements(plan.result_shape) == 0) return nullptr;
+  // The general GatherNd reads its input as the contiguous tensor the request holds.
+  if (plan.op == "gather_nd") {
+    if (!plan.input.is_contiguous() || !plan.index.is_contiguous()) return nullptr;
     return std::make_unique<GatherNdCall>(plan);
   }
-  return nullptr;
+  if (!DeviceScatterSupported(plan.result_dtype, plan.reduce)) return nullptr;
+  return std::make_unique<ScatterNdCall>(plan);
 }
 
 }  // namespace tensorops

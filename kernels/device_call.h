@@ -128,6 +128,8 @@ ViewScatterPlan RelocatePlan(const ViewScatterPlan& plan, const DeviceCall& call
                              absl::Span<void* const> copies);
 MaskedScatterPlan RelocatePlan(const MaskedScatterPlan& plan, const DeviceCall& call,
                                absl::Span<void* const> copies);
+// ScatterNd's general form (its input, index and source; an absent input stays absent).
+NdPlan RelocatePlan(const NdPlan& plan, const DeviceCall& call, absl::Span<void* const> copies);
 
 // DeviceScatterSupported: whether `dtype` scattered with `reduce` has a GPU kernel.
 bool DeviceScatterSupported(DataType dtype, Reduction reduce);

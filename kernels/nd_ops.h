@@ -98,6 +98,9 @@ struct NdPlan {
   TensorView source;
   Reduction reduce = Reduction::kAssign;
   bool include_self = true;
+  // ScatterNd on the GPU only, as ScatterPlan::deterministic: float SUM/MEAN/PROD in the CPU's
+  // order, giving its bytes. The CPU kernels always are.
+  bool deterministic = false;
   // The index as the caller sent it, for error messages.
   TensorView original_index;
   // Set when the call is a Gather or Scatter along one axis: the axes form with one axis (and,

@@ -283,9 +283,10 @@ struct OpServing<ops::ScatterNd>
     TENSOROPS_RETURN_IF_ERROR(decoder.ShapeField(args.source.dtype(), args.shape, "shape"));
     return args;
   }
-  // Only the single-axis form runs on the GPU (as a Scatter); the flag picks its sorted
-  // reduction.
+  // The flag picks the GPU's sorted reduction, in either form (the single-axis one runs as a
+  // Scatter).
   static void SetGpuOptions(const v1::ScatterNdRequest& request, NdPlan* plan) {
+    plan->deterministic = request.deterministic();
     if (plan->single_axis_scatter.has_value()) {
       plan->single_axis_scatter->deterministic = request.deterministic();
     }

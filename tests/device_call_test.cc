@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <optional>
 #include <random>
 #include <string>
@@ -19,7 +20,6 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/launch.h"
-#include "kernels/cuda/window_map.h"
 #include "kernels/device.h"
 #include "kernels/index_ops.h"
 
@@ -106,6 +106,23 @@ void ExpectSpansDisjoint(const DeviceCall& call) {
       EXPECT_TRUE(a + spans[i].bytes <= b || b + spans[j].bytes <= a) << i << " overlaps " << j;
     }
   }
+}
+
+// ExpectRelocatedRunMatches: `kernel`, the plan's CPU kernel, run on the plan relocated onto
+// copies of the call's spans, with the original tensors `originals` poisoned, gives `expected`:
+// the call's spans hold everything the plan reads.
+template <typename Plan, typename Kernel>
+void ExpectRelocatedRunMatches(const Plan& plan, const DeviceCall& call, Kernel kernel,
+                               std::initializer_list<Tensor*> originals, const Tensor& expected,
+                               const std::string& what) {
+  ExpectSpansDisjoint(call);
+  const Copies copies(call);
+  for (Tensor* original : originals) Poison(*original);
+  Tensor relocated(plan.result_dtype, plan.result_shape);
+  ASSERT_TRUE(
+      kernel(OnHost(RelocatePlan(plan, call, copies.pointers())), relocated.mutable_view()).ok())
+      << what;
+  EXPECT_TRUE(SameBytes(expected, relocated)) << what;
 }
 
 // ExpectRelocatedGatherMatches: the call of `plan`, run on copies of its spans after `input` and
@@ -274,17 +291,9 @@ TEST(DeviceCallTest, ScatterReadsOnlyItsInputSpans) {
     ASSERT_NE(call, nullptr);
     ++device_calls;
     EXPECT_EQ(call->WorkspaceBytes().value_or(-1), cuda::PlanScatterWorkspace(*plan).bytes);
-    ExpectSpansDisjoint(*call);
-    const Copies copies(*call);
-    Poison(input);
-    Poison(index);
-    Poison(source);
-    Tensor relocated(plan->result_dtype, plan->result_shape);
-    ASSERT_TRUE(cpu::Scatter(OnHost(RelocatePlan(*plan, *call, copies.pointers())),
-                             relocated.mutable_view())
-                    .ok());
-    EXPECT_TRUE(SameBytes(expected, relocated))
-        << "trial " << trial << " " << DataTypeName(dtype) << " " << ReductionName(reduce);
+    ExpectRelocatedRunMatches(*plan, *call, cpu::Scatter, {&input, &index, &source}, expected,
+                              absl::StrCat("trial ", trial, " ", std::string(DataTypeName(dtype)),
+                                           " ", std::string(ReductionName(reduce))));
   }
   EXPECT_GT(device_calls, 400);
 }
@@ -417,37 +426,18 @@ TEST(DeviceCallTest, DeterministicFloatSumsTakeTheSortedReduction) {
   EXPECT_FALSE(cuda::UsesSortedReduction(relaxed));
 }
 
-// The fused view-scatter pass on the host: WindowMap::Locate, run for every result element as the
-// GPU kernel does, must give the CPU's copy-then-write result, and the call must read only its
-// spans.
-void ExpectFusedViewScatterMatches(const ViewScatterPlan& plan, Tensor& input, Tensor& src,
-                                   const std::string& what) {
+// ExpectViewScatterReadsOnlyItsSpans: the CPU kernel on copies of the call's spans (input and src
+// poisoned) gives the CPU's result: the GPU's copy and window write read nothing else.
+void ExpectViewScatterReadsOnlyItsSpans(const ViewScatterPlan& plan, Tensor& input, Tensor& src,
+                                        const std::string& what) {
   Tensor expected(plan.result_dtype, plan.result_shape);
   ASSERT_TRUE(cpu::ViewScatter(plan, expected.mutable_view()).ok()) << what;
   std::unique_ptr<DeviceCall> call = MakeDeviceCall(plan);
   ASSERT_NE(call, nullptr) << what;
-  std::optional<cuda::WindowMap> map = cuda::MakeWindowMap(plan);
-  ASSERT_TRUE(map.has_value()) << what;
-  const Copies copies(*call);
-  Poison(input);
-  Poison(src);
-  const ViewScatterPlan relocated = OnHost(RelocatePlan(plan, *call, copies.pointers()));
-  const int64_t itemsize = ItemSize(plan.result_dtype);
-  Tensor fused(plan.result_dtype, plan.result_shape);
-  auto* out = static_cast<char*>(fused.mutable_view().data());
-  for (int64_t position = 0; position < fused.numel(); ++position) {
-    int64_t input_offset = 0;
-    const int64_t source_offset = map->Locate(position, &input_offset);
-    const char* from =
-        source_offset >= 0
-            ? static_cast<const char*>(relocated.src.data()) + source_offset * itemsize
-            : static_cast<const char*>(relocated.input.data()) + input_offset * itemsize;
-    std::memcpy(out + position * itemsize, from, static_cast<size_t>(itemsize));
-  }
-  EXPECT_TRUE(SameBytes(expected, fused)) << what;
+  ExpectRelocatedRunMatches(plan, *call, cpu::ViewScatter, {&input, &src}, expected, what);
 }
 
-TEST(DeviceCallTest, FusedSelectAndSliceScatterMatchTheCpu) {
+TEST(DeviceCallTest, SelectAndSliceScatterReadOnlyTheirSpans) {
   absl::BitGen gen;
   for (int trial = 0; trial < 200; ++trial) {
     const DataType dtype = kAllDataTypes[trial % std::size(kAllDataTypes)];
@@ -463,7 +453,7 @@ TEST(DeviceCallTest, FusedSelectAndSliceScatterMatchTheCpu) {
       absl::StatusOr<ViewScatterPlan> plan = PlanSelectScatter(
           {.input = input.view(), .src = src.view(), .axis = axis, .index = index});
       ASSERT_TRUE(plan.ok()) << plan.status();
-      ExpectFusedViewScatterMatches(*plan, input, src, absl::StrCat("select trial ", trial));
+      ExpectViewScatterReadsOnlyItsSpans(*plan, input, src, absl::StrCat("select trial ", trial));
     } else {
       const int64_t start = absl::Uniform<int64_t>(gen, 0, shape[axis]);
       const int64_t end = absl::Uniform<int64_t>(gen, start, shape[axis] + 1);
@@ -479,12 +469,12 @@ TEST(DeviceCallTest, FusedSelectAndSliceScatterMatchTheCpu) {
                                                                .step = step});
       ASSERT_TRUE(plan.ok()) << plan.status();
       if (NumElements(plan->result_shape) == 0) continue;
-      ExpectFusedViewScatterMatches(*plan, input, src, absl::StrCat("slice trial ", trial));
+      ExpectViewScatterReadsOnlyItsSpans(*plan, input, src, absl::StrCat("slice trial ", trial));
     }
   }
 }
 
-TEST(DeviceCallTest, FusedDiagonalScatterMatchesTheCpu) {
+TEST(DeviceCallTest, DiagonalScatterReadsOnlyItsSpans) {
   absl::BitGen gen;
   for (int trial = 0; trial < 200; ++trial) {
     const DataType dtype = kAllDataTypes[trial % std::size(kAllDataTypes)];
@@ -511,7 +501,7 @@ TEST(DeviceCallTest, FusedDiagonalScatterMatchesTheCpu) {
                                                                 .axis1 = axis1,
                                                                 .axis2 = axis2});
     ASSERT_TRUE(plan.ok()) << plan.status();
-    ExpectFusedViewScatterMatches(*plan, input, src, absl::StrCat("diagonal trial ", trial));
+    ExpectViewScatterReadsOnlyItsSpans(*plan, input, src, absl::StrCat("diagonal trial ", trial));
   }
 }
 
@@ -556,7 +546,7 @@ TEST(DeviceCallTest, NdCallsHaveTheirDeviceForms) {
       PlanGatherNd({.input = input.view(), .index = index.view(), .axes = {1}});
   ASSERT_TRUE(single.ok()) << single.status();
   EXPECT_NE(MakeDeviceCall(*single), nullptr);
-  // The TensorFlow form has its own GatherNd kernel, but ScatterNd's has none yet.
+  // The TensorFlow form has GatherNd and ScatterNd kernels of its own.
   Tensor points = Tensor::Zeros(DataType::kInt64, {3, 2});
   absl::StatusOr<NdPlan> general = PlanGatherNd({.input = input.view(), .index = points.view()});
   ASSERT_TRUE(general.ok()) << general.status();
@@ -568,7 +558,81 @@ TEST(DeviceCallTest, NdCallsHaveTheirDeviceForms) {
   absl::StatusOr<NdPlan> scatter =
       PlanScatterNd({.input = input.view(), .index = points.view(), .source = updates.view()});
   ASSERT_TRUE(scatter.ok()) << scatter.status();
-  EXPECT_EQ(MakeDeviceCall(*scatter), nullptr);
+  EXPECT_NE(MakeDeviceCall(*scatter), nullptr);
+}
+
+// ScatterNd's general form in both forms, every dtype and reduction, with and without an input,
+// a strided source: the CPU kernel on copies of the call's spans (the originals poisoned) gives
+// the CPU's result, and the workspace holds the destinations and Scatter's parts.
+TEST(DeviceCallTest, ScatterNdReadsOnlyItsInputSpans) {
+  absl::BitGen gen;
+  int device_calls = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const DataType dtype = kAllDataTypes[trial % std::size(kAllDataTypes)];
+    const Reduction reduce = kReductions[(trial / 12) % 6];
+    if (IsComplex(dtype) && (reduce == Reduction::kAmax || reduce == Reduction::kAmin)) continue;
+    if (dtype == DataType::kBool && reduce == Reduction::kMean) continue;
+    const bool axes_form = trial % 2 == 0;
+    const bool zeros = trial % 5 == 0;
+    const Shape input_shape = RandomShape(gen, 3, 5);
+    const int64_t positions = absl::Uniform<int64_t>(gen, 1, 12);
+    // Axes form: axes 0 and 2 of the input, one element per position of B = input_shape with
+    // dimension 0 replaced by `positions`. TensorFlow form: rows of input_shape[2] addressed by
+    // two coordinates.
+    Shape position_shape =
+        axes_form ? Shape{positions, input_shape[1], input_shape[2]} : Shape{positions};
+    Shape index_shape = position_shape;
+    index_shape.push_back(2);
+    Tensor index(DataType::kInt64, index_shape);
+    for (int64_t i = 0; i < index.numel(); i += 2) {
+      const int64_t second = axes_form ? input_shape[2] : input_shape[1];
+      index.mutable_view().data_as<int64_t>()[i] =
+          absl::Uniform<int64_t>(gen, -input_shape[0], input_shape[0]);
+      index.mutable_view().data_as<int64_t>()[i + 1] = absl::Uniform<int64_t>(gen, -second, second);
+    }
+    Shape source_shape = position_shape;
+    if (!axes_form) source_shape.push_back(input_shape[2]);
+    // The source is every other element of its last dimension.
+    Shape backing_shape = source_shape;
+    backing_shape.back() *= 2;
+    Tensor backing = RandomTensor(gen, dtype, backing_shape);
+    Shape source_strides = ContiguousStrides(backing_shape);
+    source_strides.back() = 2;
+    const TensorView source(dtype, source_shape, source_strides, backing.view().data());
+    Tensor input = RandomTensor(gen, dtype, input_shape);
+    ScatterNdArgs args{.index = index.view(),
+                       .source = source,
+                       .reduce = reduce,
+                       .include_self = absl::Bernoulli(gen, 0.5)};
+    if (axes_form) args.axes = {0, 2};
+    if (zeros) {
+      args.shape = input_shape;
+    } else {
+      args.input = input.view();
+    }
+    absl::StatusOr<NdPlan> plan = PlanScatterNd(args);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    Tensor expected(plan->result_dtype, plan->result_shape);
+    ASSERT_TRUE(cpu::ScatterNd(*plan, expected.mutable_view()).ok());
+
+    std::unique_ptr<DeviceCall> call = MakeDeviceCall(*plan);
+    if (!DeviceScatterSupported(dtype, reduce)) {
+      EXPECT_EQ(call, nullptr);
+      continue;
+    }
+    ASSERT_NE(call, nullptr);
+    ++device_calls;
+    const cuda::ScatterSizes sizes = cuda::SizesOf(*plan);
+    EXPECT_EQ(sizes.updates, source.numel());
+    EXPECT_EQ(call->WorkspaceBytes().value_or(-1),
+              cuda::ScatterNdDestinationBytes(*plan) + cuda::PlanScatterWorkspace(sizes).bytes);
+    EXPECT_GE(cuda::ScatterNdDestinationBytes(*plan), NumElements(position_shape) * 8);
+    EXPECT_EQ(call->inputs().size(), zeros ? 2u : 3u);
+    ExpectRelocatedRunMatches(*plan, *call, cpu::ScatterNd, {&input, &index, &backing}, expected,
+                              absl::StrCat("trial ", trial, " ", std::string(DataTypeName(dtype)),
+                                           " ", std::string(ReductionName(reduce))));
+  }
+  EXPECT_GT(device_calls, 250);
 }
 
 TEST(DeviceCallTest, EmptyAndCpuOnlyCallsHaveNoDeviceForm) {

@@ -150,7 +150,10 @@ inline std::string WhyNoDeviceForm(const NdPlan& plan) {
   if (plan.single_axis_gather.has_value()) return WhyNoDeviceForm(*plan.single_axis_gather);
   if (plan.single_axis_scatter.has_value()) return WhyNoDeviceForm(*plan.single_axis_scatter);
   if (NumElements(plan.result_shape) == 0) return WhyNoDeviceForm(plan.op, plan.result_shape);
-  if (plan.op == "scatter_nd") return "scatter_nd: the general form has no GPU kernel";
+  if (plan.op == "scatter_nd") {
+    return absl::StrCat("scatter_nd: ", std::string(DataTypeName(plan.result_dtype)), " ",
+                        std::string(ReductionName(plan.reduce)), " has no GPU kernel");
+  }
   return "gather_nd: the input or the index is not contiguous";
 }
 
@@ -401,6 +404,75 @@ inline Tensor SmallIntegerValues(absl::BitGen& gen, DataType dtype, const Shape&
     }
   });
   return tensor;
+}
+
+// UnitFactors is a tensor of +-1 (bool: true, false), every seventh element -1: products of
+// many of them stay exact in every dtype (float16 has 11 bits, so factors of 3 would not).
+inline Tensor UnitFactors(DataType dtype, const Shape& shape) {
+  Tensor tensor(dtype, shape);
+  DispatchDataType(dtype, [&]<typename T>(TypeTag<T>) {
+    T* data = tensor.data_as<T>();
+    for (int64_t i = 0; i < tensor.numel(); ++i) {
+      if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
+        data[i] = T(i % 7 == 0 ? -1.0f : 1.0f);
+      } else if constexpr (std::is_same_v<T, bool>) {
+        data[i] = i % 7 != 0;
+      } else {
+        data[i] = static_cast<T>(i % 7 == 0 ? -1 : 1);
+      }
+    }
+  });
+  return tensor;
+}
+
+// RoundingValues is a tensor of a floating `dtype` whose sums (`product_friendly`: products) are
+// rounded differently in every order: reals uniform in [0, 1) (near 1 for products, so that they
+// neither overflow nor vanish), imaginary parts within 0.001.
+inline Tensor RoundingValues(absl::BitGen& gen, DataType dtype, const Shape& shape,
+                             bool product_friendly) {
+  const double low = product_friendly ? 0.999 : 0;
+  const double high = product_friendly ? 1.001 : 1;
+  Tensor tensor(dtype, shape);
+  DispatchDataType(dtype, [&]<typename T>(TypeTag<T>) {
+    T* data = tensor.data_as<T>();
+    for (int64_t i = 0; i < tensor.numel(); ++i) {
+      const double value = absl::Uniform<double>(gen, low, high);
+      const double imaginary = absl::Uniform<double>(gen, -0.001, 0.001);
+      if constexpr (std::is_same_v<T, std::complex<float>>) {
+        data[i] = T(static_cast<float>(value), static_cast<float>(imaginary));
+      } else if constexpr (std::is_same_v<T, std::complex<double>>) {
+        data[i] = T(value, imaginary);
+      } else if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Float16>) {
+        data[i] = T(static_cast<float>(value));
+      } else if constexpr (std::is_floating_point_v<T>) {
+        data[i] = static_cast<T>(value);
+      }
+    }
+  });
+  return tensor;
+}
+
+// ExpectTheCpusBytesOnCuda runs a scatter-like `plan` (Scatter's, ScatterNd's) of exact values
+// on CUDA: its result must be the CPU's bytes (but for the signs of a complex product's zero
+// parts, which depend on the order of the factors), and with `deterministic` exactly the CPU's.
+// A plan without a GPU form must be one that DeviceScatterSupported refuses.
+template <typename Plan>
+void ExpectTheCpusBytesOnCuda(Plan& plan) {
+  const absl::StatusOr<Tensor> cpu = RunOn(TestDevice::kCpu, plan);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  const absl::StatusOr<Tensor> gpu = RunOn(TestDevice::kCuda, plan);
+  if (HasNoDeviceForm(gpu.status())) {
+    EXPECT_FALSE(DeviceScatterSupported(plan.result_dtype, plan.reduce));
+    return;
+  }
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  if (!(IsComplex(plan.result_dtype) && plan.reduce == Reduction::kProd)) {
+    ExpectSameBytes(*gpu, *cpu);
+  }
+  plan.deterministic = true;
+  const absl::StatusOr<Tensor> deterministic = RunOn(TestDevice::kCuda, plan);
+  ASSERT_TRUE(deterministic.ok()) << deterministic.status();
+  ExpectSameBytes(*deterministic, *cpu);
 }
 
 // UniformIndices is an int64 tensor of values uniform in [-bound, bound): valid, negatives

@@ -354,7 +354,7 @@ TEST(ServerPlacementTest, EveryCallTheDeviceFailsIsAnsweredFromTheCpu) {
   testing::ExpectStatus(stub->Gather(&bad_context, gather, &gathered),
                         grpc::StatusCode::INVALID_ARGUMENT, "index[1, 0] = 7 is out of range");
 
-  // SelectScatter has a GPU form too (the fused view-scatter pass).
+  // SelectScatter has a GPU form too (a copy of the input, then the window's kernel).
   v1::SelectScatterRequest select;
   *select.mutable_input() = testing::MakeTensor<float>({2, 2}, {1, 2, 3, 4});
   *select.mutable_src() = testing::MakeTensor<float>({2}, {9, 9});
@@ -365,7 +365,7 @@ TEST(ServerPlacementTest, EveryCallTheDeviceFailsIsAnsweredFromTheCpu) {
   ASSERT_TRUE(stub->SelectScatter(&select_context, select, &selected).ok());
   EXPECT_THAT(testing::Values<float>(selected.result()), ElementsAre(1, 2, 9, 9));
 
-  // ScatterNd's TensorFlow form has no GPU kernel: it never reaches the device.
+  // So does ScatterNd's TensorFlow form (Scatter's pipeline after a kernel that resolves rows).
   // scatter_nd(zeros(2, 2), [[1, 0]], [5]) = [[0, 0], [5, 0]]
   v1::ScatterNdRequest scatter_nd;
   *scatter_nd.mutable_input() = testing::MakeTensor<float>({2, 2}, {0, 0, 0, 0});
@@ -376,8 +376,21 @@ TEST(ServerPlacementTest, EveryCallTheDeviceFailsIsAnsweredFromTheCpu) {
   ASSERT_TRUE(stub->ScatterNd(&scatter_nd_context, scatter_nd, &scattered_nd).ok());
   EXPECT_THAT(testing::Values<float>(scattered_nd.result()), ElementsAre(0, 0, 5, 0));
 
-  EXPECT_THAT(device.batches(), ElementsAre(1, 1, 1, 1));
-  EXPECT_EQ(FallbackCount(*server), 4);
+  // A complex128 product has no GPU kernel: it never reaches the device.
+  // scatter of [2i] into [1 + 0i, 3 + 0i] at [1] with PROD = [1, 6i]
+  v1::ScatterRequest product;
+  *product.mutable_input() = testing::MakeTensor<std::complex<double>>({2}, {{1, 0}, {3, 0}});
+  *product.mutable_index() = testing::MakeTensor<int64_t>({1}, {1});
+  *product.mutable_src() = testing::MakeTensor<std::complex<double>>({1}, {{0, 2}});
+  product.set_reduce(v1::REDUCTION_PROD);
+  grpc::ClientContext product_context;
+  v1::ScatterResponse multiplied;
+  ASSERT_TRUE(stub->Scatter(&product_context, product, &multiplied).ok());
+  EXPECT_THAT(testing::Values<std::complex<double>>(multiplied.result()),
+              ElementsAre(std::complex<double>(1, 0), std::complex<double>(0, 6)));
+
+  EXPECT_THAT(device.batches(), ElementsAre(1, 1, 1, 1, 1));
+  EXPECT_EQ(FallbackCount(*server), 5);
   // A call is counted when gRPC is done with it, which may be a moment after its client has the
   // answer.
   EXPECT_TRUE(testing::WaitFor([&] {

@@ -3,6 +3,7 @@
 #ifndef TENSOROPS_TESTS_SERVICE_TEST_UTIL_H_
 #define TENSOROPS_TESTS_SERVICE_TEST_UTIL_H_
 
+#include <complex>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -32,6 +33,10 @@ inline v1::DataType WireDtype<int64_t>() {
 template <>
 inline v1::DataType WireDtype<float>() {
   return v1::DATA_TYPE_FLOAT32;
+}
+template <>
+inline v1::DataType WireDtype<std::complex<double>>() {
+  return v1::DATA_TYPE_COMPLEX128;
 }
 
 // MakeTensor builds a wire tensor of `shape` holding `values` (row-major).

@@ -10,10 +10,10 @@
 #define TENSOROPS_KERNELS_CUDA_LAUNCH_H_
 
 #include <cstdint>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kernels/cuda/window_map.h"
 #include "kernels/device_call.h"
 #include "kernels/gather.h"
 #include "kernels/masked_scatter.h"
@@ -23,13 +23,48 @@
 
 namespace tensorops::cuda {
 
-// UsesSortedReduction: whether a Scatter reduces by sorting its updates by destination and
+// ScatterSizes is what a scatter's workspace depends on: Scatter's (and IndexReduce's) and
+// ScatterNd's alike, which share their GPU pipeline.
+struct ScatterSizes {
+  // The op, for errors.
+  std::string_view op;
+  DataType dtype = DataType::kFloat32;
+  Reduction reduce = Reduction::kAssign;
+  bool deterministic = false;
+  // The result's elements, and the source elements combined into them.
+  int64_t numel = 0;
+  int64_t updates = 0;
+};
+
+inline ScatterSizes SizesOf(const ScatterPlan& plan) {
+  return {.op = plan.op,
+          .dtype = plan.result_dtype,
+          .reduce = plan.reduce,
+          .deterministic = plan.deterministic,
+          .numel = NumElements(plan.result_shape),
+          .updates = plan.index.numel()};
+}
+
+// ScatterNd's updates: one per element of each position's slice.
+inline ScatterSizes SizesOf(const NdPlan& plan) {
+  return {.op = plan.op,
+          .dtype = plan.result_dtype,
+          .reduce = plan.reduce,
+          .deterministic = plan.deterministic,
+          .numel = NumElements(plan.result_shape),
+          .updates = NumElements(plan.positions) * plan.slice_size};
+}
+
+// UsesSortedReduction: whether a scatter reduces by sorting its updates by destination and
 // reducing each run (deterministic float SUM/MEAN/PROD) instead of with atomics.
+inline bool UsesSortedReduction(const ScatterSizes& sizes) {
+  return sizes.deterministic &&
+         (sizes.reduce == Reduction::kSum || sizes.reduce == Reduction::kMean ||
+          sizes.reduce == Reduction::kProd) &&
+         (IsFloating(sizes.dtype) || IsComplex(sizes.dtype));
+}
 inline bool UsesSortedReduction(const ScatterPlan& plan) {
-  return plan.deterministic &&
-         (plan.reduce == Reduction::kSum || plan.reduce == Reduction::kMean ||
-          plan.reduce == Reduction::kProd) &&
-         (IsFloating(plan.result_dtype) || IsComplex(plan.result_dtype));
+  return UsesSortedReduction(SizesOf(plan));
 }
 
 // ScatterWorkspace is where Scatter's scratch lies inside its workspace, in bytes from its start;
@@ -49,11 +84,14 @@ struct ScatterWorkspace {
   int64_t bytes = 0;
 };
 
-// SortedReductionBytes: the scratch of the sorted reduction of `plan` (keys, values, runs and
-// CUB's temporary storage) on the current device, whose kind decides CUB's share; 0 where the plan
+// SortedReductionBytes: the scratch of the sorted reduction (keys, values, runs and CUB's
+// temporary storage) on the current device, whose kind decides CUB's share; 0 where the scatter
 // has none, and without CUDA. An error (UNAVAILABLE) when CUB's size query fails, e.g. where no
 // device is usable; RESOURCE_EXHAUSTED beyond 2^31 - 1 updates, which CUB cannot count.
-absl::StatusOr<int64_t> SortedReductionBytes(const ScatterPlan& plan);
+absl::StatusOr<int64_t> SortedReductionBytes(const ScatterSizes& sizes);
+inline absl::StatusOr<int64_t> SortedReductionBytes(const ScatterPlan& plan) {
+  return SortedReductionBytes(SizesOf(plan));
+}
 
 // NeedsShadow: whether Scatter reduces elements of `dtype` with `reduce` in a 32-bit shadow.
 // AMAX/AMIN of the 16-bit floats select one operand's bits: they work on the result itself.
@@ -72,32 +110,43 @@ inline bool NeedsShadow(DataType dtype, Reduction reduce) {
   }
 }
 
-// PlanScatterWorkspace lays out the parts of Scatter's workspace that host arithmetic sizes; the
-// whole workspace is `bytes`, plus SortedReductionBytes where `sorted` >= 0.
-inline ScatterWorkspace PlanScatterWorkspace(const ScatterPlan& plan) {
-  constexpr int64_t kAlign = kDeviceAlignment;
-  const auto align = [](int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; };
-  const int64_t numel = NumElements(plan.result_shape);
+// PlanScatterWorkspace lays out the parts of a scatter's workspace that host arithmetic sizes;
+// the whole workspace is `bytes`, plus SortedReductionBytes where `sorted` >= 0.
+inline ScatterWorkspace PlanScatterWorkspace(const ScatterSizes& sizes) {
+  const auto align = [](int64_t bytes) {
+    return (bytes + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
+  };
+  const int64_t numel = sizes.numel;
   ScatterWorkspace workspace;
-  if (plan.reduce == Reduction::kAssign) {
+  if (sizes.reduce == Reduction::kAssign) {
     workspace.winners = workspace.bytes;
     workspace.bytes += align(numel * 8);
     return workspace;
   }
-  if (UsesSortedReduction(plan)) {
+  if (UsesSortedReduction(sizes)) {
     // Each destination is written once, from its run: no shadow, no counts per destination.
     workspace.sorted = workspace.bytes;
     return workspace;
   }
-  if (NeedsShadow(plan.result_dtype, plan.reduce)) {
+  if (NeedsShadow(sizes.dtype, sizes.reduce)) {
     workspace.shadow = workspace.bytes;
     workspace.bytes += align(numel * 4);
   }
-  if (plan.reduce == Reduction::kMean) {
+  if (sizes.reduce == Reduction::kMean) {
     workspace.counts = workspace.bytes;
     workspace.bytes += align(numel * 8);
   }
   return workspace;
+}
+inline ScatterWorkspace PlanScatterWorkspace(const ScatterPlan& plan) {
+  return PlanScatterWorkspace(SizesOf(plan));
+}
+
+// ScatterNdDestinationBytes: the front of ScatterNd's workspace, each position's destination
+// (int64, -1 for an index out of range); Scatter's workspace for SizesOf(plan) follows.
+inline int64_t ScatterNdDestinationBytes(const NdPlan& plan) {
+  const int64_t bytes = NumElements(plan.positions) * int64_t{8};
+  return (bytes + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
 }
 
 absl::Status LaunchGather(const GatherPlan& plan, void* result, int32_t* error_flag, void* stream);
@@ -112,9 +161,15 @@ absl::Status LaunchScatter(const ScatterPlan& plan, void* result, void* workspac
 absl::Status LaunchGatherNd(const NdPlan& plan, const void* input, const void* index, void* result,
                             int32_t* error_flag, void* stream);
 
-// The view scatters, given the window of `plan` as a WindowMap (window_map.h).
-absl::Status LaunchViewScatter(const ViewScatterPlan& plan, const WindowMap& map, void* result,
-                               void* stream);
+// ScatterNd in its general form, on the device copies of plan.input (absent: zeros), plan.index
+// and plan.source. `workspace_bytes`: the size of `workspace`, ScatterNdDestinationBytes(plan)
+// plus PlanScatterWorkspace(SizesOf(plan)).bytes plus SortedReductionBytes(SizesOf(plan)).
+absl::Status LaunchScatterNd(const NdPlan& plan, void* result, void* workspace,
+                             int64_t workspace_bytes, int32_t* error_flag, void* stream);
+
+// The view scatters: the input copied into the result (unless it is the result, in place), then
+// the source written into the window.
+absl::Status LaunchViewScatter(const ViewScatterPlan& plan, void* result, void* stream);
 
 // MaskedScatter's workspace: the prefix sum of the mask (int64 per element) and CUB's scratch, on
 // the current device; UNAVAILABLE when CUB's size query fails; 0 without CUDA.

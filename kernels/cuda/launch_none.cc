@@ -25,12 +25,16 @@ absl::Status LaunchGatherNd(const NdPlan& plan, const void*, const void*, void*,
   return NoCuda(plan.op);
 }
 
-absl::Status LaunchViewScatter(const ViewScatterPlan&, const WindowMap&, void*, void*) {
+absl::Status LaunchScatterNd(const NdPlan& plan, void*, void*, int64_t, int32_t*, void*) {
+  return NoCuda(plan.op);
+}
+
+absl::Status LaunchViewScatter(const ViewScatterPlan&, void*, void*) {
   return NoCuda("view_scatter");
 }
 
 // Without CUDA there is no CUB to ask; nothing runs in these workspaces anyway.
-absl::StatusOr<int64_t> SortedReductionBytes(const ScatterPlan&) { return 0; }
+absl::StatusOr<int64_t> SortedReductionBytes(const ScatterSizes&) { return 0; }
 
 absl::StatusOr<int64_t> MaskedScatterWorkspaceBytes(const MaskedScatterPlan&) { return 0; }
 

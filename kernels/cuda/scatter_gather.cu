@@ -1,32 +1,18 @@
 // CUDA kernels of Gather and Scatter (and of IndexSelect and IndexReduce, which plan into them).
 //
 // Gather is one pass: each thread reads its index, checks it and copies one element. Scatter runs
-// the same steps as the CPU's ReducingScatter, each a kernel over the result or over the updates:
-//   1. init:      result (or its 32-bit shadow) = input; MEAN's counts; ASSIGN's winners = -1;
-//   2. reset:     without include_self, every destination that receives an update = identity;
-//   3. reduce:    atomics on the destination (compare-and-swap where the GPU has no native op);
-//                 ASSIGN instead records the largest update position per destination ...
-//   4. assign:    ... and the update at that position writes: last writer in row-major order, as
-//                 on the CPU, whatever order the threads run in;
-//   5. finalize:  MEAN divides by the counts; the shadow rounds into the result.
-// Integer, ASSIGN, AMAX and AMIN results equal the CPU's exactly (AMAX/AMIN by the rule of
-// docs/semantics.md for NaNs and signed zeros, which does not depend on the order); float sums and
-// products differ only by the order of rounding (docs/semantics.md, Identities). A `deterministic`
-// float SUM, MEAN or PROD replaces steps 2, 3 and 5 with a sort of the updates by destination and a
-// reduction of each destination's run (below), whose order is fixed, so that its results repeat bit
-// for bit.
+// the reduction pipeline it shares with ScatterNd (reducing_scatter.cuh); what is Scatter's own is
+// where an update goes: its index value along the axis, the rest of its position as it is.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "absl/strings/str_format.h"
-#include "cub/device/device_radix_sort.cuh"
-#include "cub/device/device_run_length_encode.cuh"
-#include "cub/device/device_scan.cuh"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/reducing_scatter.cuh"
 #include "kernels/cuda/walk.cuh"
 #include "kernels/dispatch.h"
 #include "kernels/reduction.h"
@@ -53,597 +39,150 @@ __global__ void GatherKernel(Walk<3> walk, int64_t count, const Index* __restric
   }
 }
 
-// ---- Scatter: accumulators and atomics ----
-
-template <typename T>
-constexpr bool kIsHalf = std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>;
-template <typename T>
-constexpr bool kIsComplex = std::is_same_v<T, Complex<float>> || std::is_same_v<T, Complex<double>>;
-template <typename Op>
-constexpr bool kIsOrdered = std::is_same_v<Op, MaxOp> || std::is_same_v<Op, MinOp>;
-
-// kHasDeviceReduction: whether the GPU reduces T with Op. Planning rejects AMAX/AMIN on complex;
-// complex128 PROD (a 128-bit compare-and-swap) stays on the CPU (DeviceScatterSupported).
-template <typename T, typename Op>
-constexpr bool kHasDeviceReduction =
-    !std::is_same_v<Op, AssignOp> &&
-    !(kIsComplex<T> && kIsOrdered<Op>)&&!(std::is_same_v<T, Complex<double>> &&
-                                          std::is_same_v<Op, ProdOp>);
-
-// Acc<T, Op> is what a destination accumulates in: float for the 16-bit floats' sums and products,
-// int32 for bool and the 8/16-bit integers (the GPU has no atomics narrower than 32 bits), T
-// otherwise. AMAX/AMIN of the 16-bit floats select one of their operands, so they work on the
-// elements themselves (a compare-and-swap of the 32-bit word holding one): a float shadow would
-// rewrite the bits of NaNs it rounds back, where the CPU keeps them. NeedsShadow (launch.h) says
-// the same on the host.
-template <typename T, typename Op>
-using Acc = std::conditional_t<kIsHalf<T>, std::conditional_t<kIsOrdered<Op>, T, float>,
-                               std::conditional_t<(sizeof(T) < 4 && !kIsHalf<T>), int32_t, T>>;
-
-// ToAcc and FromAcc convert between an element and its accumulator A. Kernels whose work does
-// not depend on the reduction take A rather than Op, so that the reductions sharing an
-// accumulator share their instantiations.
-template <typename A, typename T>
-__device__ __forceinline__ A ToAcc(T value) {
-  if constexpr (std::is_same_v<A, T>) {
-    return value;
-  } else if constexpr (kIsHalf<T>) {
-    return static_cast<float>(value);
-  } else {
-    return static_cast<A>(value);
+// GatherRowsKernel: a Gather whose index value holds along a contiguous innermost run of the
+// input and the result, a row (IndexSelect's rows; a Gather whose index is broadcast along the
+// last axis): one warp per row copies it in `Unit`s of up to 16 bytes, instead of one thread per
+// element each reading the index and dividing its position. `rows` walks the rows, its result and
+// input strides counted in Units.
+template <typename Unit, typename Index>
+__global__ void GatherRowsKernel(Walk<3> rows, int64_t row_count, int64_t row_units,
+                                 const Index* __restrict__ index, const Unit* __restrict__ input,
+                                 Unit* __restrict__ out, int64_t axis_size, int64_t axis_stride,
+                                 int32_t* error) {
+  constexpr int kWarp = 32;
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  const int64_t warps = int64_t{gridDim.x} * blockDim.x / kWarp;
+  for (int64_t row = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / kWarp; row < row_count;
+       row += warps) {
+    int64_t at[3];
+    rows.Offsets(row, at);
+    const int64_t value = index[at[0]];
+    if (!InRange(value, axis_size)) {
+      if (lane == 0) *error = 1;
+      continue;
+    }
+    const Unit* from = input + at[2] + WrapIndex(value, axis_size) * axis_stride;
+    Unit* to = out + at[1];
+    for (int64_t u = lane; u < row_units; u += kWarp) to[u] = from[u];
   }
 }
 
-template <typename T, typename A>
-__device__ __forceinline__ T FromAcc(A value) {
-  if constexpr (std::is_same_v<A, T>) {
-    return value;
-  } else if constexpr (kIsHalf<T>) {
-    return T(value);
-  } else if constexpr (std::is_same_v<T, bool>) {
-    return value != 0;
-  } else {
-    // Integers narrower than 32 bits wrap, as the CPU's accumulation in T does.
-    return static_cast<T>(value);
+// RowUnitBytes: the widest unit (16, 8, 4, 2 or 1 bytes, at least one element) that every row of
+// `walk` (its last dimension being the rows' run) starts on and is made of, or 0 when there is
+// none or the walk's last dimension is no row: the index moves along it, or the input or the
+// result does not run contiguously, or rows are under 64 bytes (a warp per row would idle).
+int64_t RowUnitBytes(const Walk<3>& walk, const GatherPlan& plan, const void* result,
+                     int64_t itemsize) {
+  if (walk.rank == 0) return 0;
+  const int last = walk.rank - 1;
+  if (walk.strides[0][last] != 0 || walk.strides[1][last] != 1 || walk.strides[2][last] != 1) {
+    return 0;
   }
-}
-
-// AtomicCombine applies `combine(old) -> new` to *dest atomically with a compare-and-swap loop. A
-// combination that leaves the bits as they are writes nothing: AMAX/AMIN updates that lose (most
-// of them, once a destination holds a large value) then cost one load and no contention.
-template <typename A, typename Combine>
-__device__ __forceinline__ void AtomicCombine(A* dest, Combine combine) {
-  static_assert(sizeof(A) == 4 || sizeof(A) == 8);
-  using Bits = std::conditional_t<sizeof(A) == 4, unsigned int, unsigned long long>;
-  Bits* address = reinterpret_cast<Bits*>(dest);
-  Bits observed = *address;
-  Bits expected;
-  do {
-    expected = observed;
-    const Bits next = BitCast<Bits>(combine(BitCast<A>(expected)));
-    if (next == expected) return;
-    observed = atomicCAS(address, expected, next);
-  } while (observed != expected);
-}
-
-// AtomicCombineHalf is AtomicCombine for a 16-bit element: a compare-and-swap of the aligned
-// 32-bit word that holds it, leaving the other half (a neighbour, which other threads may update
-// meanwhile: the loop then retries) as it finds it. The word may reach two bytes past the last
-// element: every buffer the executor hands a call is padded to kDeviceAlignment.
-template <typename H, typename Combine>
-__device__ __forceinline__ void AtomicCombineHalf(H* dest, Combine combine) {
-  static_assert(sizeof(H) == 2);
-  const auto address_bits = reinterpret_cast<uintptr_t>(dest);
-  auto* word = reinterpret_cast<unsigned int*>(address_bits & ~uintptr_t{3});
-  const unsigned int shift = (address_bits & 2) != 0 ? 16 : 0;
-  unsigned int observed = *word;
-  unsigned int expected;
-  do {
-    expected = observed;
-    const H old = H::FromBits(static_cast<uint16_t>(expected >> shift));
-    const H next = combine(old);
-    if (next.bits == old.bits) return;
-    const unsigned int desired =
-        (expected & ~(0xffffu << shift)) | (static_cast<unsigned int>(next.bits) << shift);
-    observed = atomicCAS(word, expected, desired);
-  } while (observed != expected);
-}
-
-template <typename Real>
-__device__ __forceinline__ Complex<Real> Multiply(Complex<Real> a, Complex<Real> b) {
-  return {a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re};
-}
-
-// AtomicReduce combines `value` into *dest with `Op` as docs/semantics.md defines it for element
-// type T; `dest` holds an Acc<T, Op>.
-template <typename T, typename Op>
-__device__ __forceinline__ void AtomicReduce(Acc<T, Op>* dest, Acc<T, Op> value) {
-  using A = Acc<T, Op>;
-  if constexpr (std::is_same_v<T, bool>) {
-    // On bool SUM and AMAX are logical or, PROD and AMIN logical and: max and min of 0/1.
-    if constexpr (std::is_same_v<Op, SumOp> || std::is_same_v<Op, MaxOp>) {
-      atomicMax(dest, value);
-    } else {
-      atomicMin(dest, value);
+  const int64_t row_bytes = walk.sizes[last] * itemsize;
+  if (row_bytes < 64) return 0;
+  for (int64_t unit = 16; unit >= itemsize; unit /= 2) {
+    bool fits = row_bytes % unit == 0 && (plan.input_axis_stride * itemsize) % unit == 0 &&
+                reinterpret_cast<uintptr_t>(plan.input.data()) % unit == 0 &&
+                reinterpret_cast<uintptr_t>(result) % unit == 0;
+    for (int d = 0; d < last && fits; ++d) {
+      fits = (walk.strides[1][d] * itemsize) % unit == 0 &&
+             (walk.strides[2][d] * itemsize) % unit == 0;
     }
-  } else if constexpr (std::is_same_v<Op, SumOp>) {
-    if constexpr (std::is_same_v<A, int64_t>) {
-      atomicAdd(reinterpret_cast<unsigned long long*>(dest),
-                static_cast<unsigned long long>(value));
-    } else if constexpr (kIsComplex<A>) {
-      atomicAdd(&dest->re, value.re);
-      atomicAdd(&dest->im, value.im);
-    } else {
-      atomicAdd(dest, value);
-    }
-  } else if constexpr (std::is_same_v<Op, ProdOp>) {
-    if constexpr (std::is_same_v<A, Complex<float>>) {
-      AtomicCombine(dest, [value](A old) { return Multiply(old, value); });
-    } else if constexpr (std::is_integral_v<A>) {
-      // Unsigned arithmetic: wrapping products, as the CPU's, without signed overflow.
-      using U = std::make_unsigned_t<A>;
-      AtomicCombine(dest, [value](A old) {
-        return static_cast<A>(static_cast<U>(old) * static_cast<U>(value));
-      });
-    } else {
-      AtomicCombine(dest, [value](A old) { return static_cast<A>(old * value); });
-    }
-  } else if constexpr (std::is_integral_v<A>) {
-    // AMAX / AMIN on integers: native atomics (int64 through its long long overload).
-    using Native = std::conditional_t<std::is_same_v<A, int64_t>, long long, A>;
-    if constexpr (std::is_same_v<Op, MaxOp>) {
-      atomicMax(reinterpret_cast<Native*>(dest), static_cast<Native>(value));
-    } else {
-      atomicMin(reinterpret_cast<Native*>(dest), static_cast<Native>(value));
-    }
-  } else {
-    // AMAX / AMIN on floats: the shared functor, whose NaN and signed-zero rule makes the result
-    // the same whatever order the compare-and-swaps land in.
-    const auto combine = [value](A old) {
-      Op{}(old, value);
-      return old;
-    };
-    if constexpr (kIsHalf<A>) {
-      AtomicCombineHalf(dest, combine);
-    } else {
-      AtomicCombine(dest, combine);
-    }
+    if (fits) return unit;
   }
+  return 0;
 }
 
-// ResetValue is the identity of Op in the accumulator type (what include_self=false starts from).
-template <typename Op, typename A>
-__device__ __forceinline__ A ResetValue() {
-  if constexpr (kIsComplex<A>) {
-    return {std::is_same_v<Op, ProdOp> ? 1 : 0, 0};
-  } else {
-    return Identity<Op, A>();
+// DispatchUnit is cpu::DispatchItemSize but for 16 bytes, which get uint4 (aligned to 16, where
+// complex128's storage is aligned to 8): one 128-bit load and store per unit.
+template <typename Fn>
+decltype(auto) DispatchUnit(int64_t bytes, Fn&& fn) {
+  if (bytes == 16) return fn(TypeTag<uint4>{});
+  return cpu::DispatchItemSize(bytes, std::forward<Fn>(fn));
+}
+
+template <typename Unit, typename Index>
+absl::Status LaunchGatherRows(const GatherPlan& plan, const Walk<3>& walk, void* result,
+                              int32_t* error_flag, cudaStream_t stream) {
+  const int64_t per_unit = static_cast<int64_t>(sizeof(Unit)) / ItemSize(plan.result_dtype);
+  Walk<3> rows = walk;
+  rows.rank = walk.rank - 1;
+  for (int d = 0; d < rows.rank; ++d) {
+    rows.strides[1][d] /= per_unit;
+    rows.strides[2][d] /= per_unit;
   }
+  const int64_t row_units = walk.sizes[walk.rank - 1] / per_unit;
+  const int64_t row_count = NumElements(plan.result_shape) / walk.sizes[walk.rank - 1];
+  GatherRowsKernel<Unit, Index><<<GridFor(row_count * 32), kThreadsPerBlock, 0, stream>>>(
+      rows, row_count, row_units, plan.index.device_data_as<Index>(),
+      static_cast<const Unit*>(plan.input.data()), static_cast<Unit*>(result), plan.input_axis_size,
+      plan.input_axis_stride / per_unit, error_flag);
+  return LaunchStatus(plan.op);
 }
 
-// ---- Scatter: the kernels ----
+// ---- Scatter ----
 
-// Destination of one update: `walk` gives (index, source, destination without the axis term).
-struct UpdateWalk {
+// AxisUpdates: Scatter's updates for the shared pipeline. `walk` gives an update's index, source
+// and destination offsets, the destination's without the axis term, which the index value adds.
+template <typename Index>
+struct AxisUpdates {
   Walk<3> walk;
   int64_t count = 0;
   int64_t axis_size = 0;
   int64_t axis_stride = 0;
-};
+  const Index* index = nullptr;
 
-template <typename Index>
-__device__ __forceinline__ bool Destination(const UpdateWalk& updates, const Index* index,
-                                            int64_t position, int64_t (&at)[3], int64_t* dest,
-                                            int32_t* error) {
-  updates.walk.Offsets(position, at);
-  const int64_t value = index[at[0]];
-  if (!InRange(value, updates.axis_size)) {
-    *error = 1;
-    return false;
-  }
-  *dest = at[2] + WrapIndex(value, updates.axis_size) * updates.axis_stride;
-  return true;
-}
-
-struct Scratch {
-  void* shadow = nullptr;
-  unsigned long long* counts = nullptr;
-  long long* winners = nullptr;
-};
-
-// InitKernel copies the input into the result (or its shadow) and fills the scratch. `input` and
-// `result` are the same memory in place: no __restrict__ (each element is read, then written
-// with the same value, by one thread).
-template <typename T, typename A>
-__global__ void InitKernel(Walk<2> walk, int64_t count, const T* input, T* result, Scratch scratch,
-                           unsigned long long initial) {
-  TENSOROPS_GRID_STRIDE_LOOP(position, count) {
-    int64_t at[2];
+  __device__ __forceinline__ bool Locate(int64_t position, int64_t* source, int64_t* dest,
+                                         int32_t* error) const {
+    int64_t at[3];
     walk.Offsets(position, at);
-    const T value = input[at[0]];
-    if (scratch.shadow != nullptr) {
-      static_cast<A*>(scratch.shadow)[at[1]] = ToAcc<A>(value);
-    } else {
-      result[at[1]] = value;
+    const int64_t value = index[at[0]];
+    if (!InRange(value, axis_size)) {
+      *error = 1;
+      return false;
     }
-    if (scratch.counts != nullptr) scratch.counts[at[1]] = initial;
-    if (scratch.winners != nullptr) scratch.winners[at[1]] = -1;
-  }
-}
-
-template <typename T, typename Index, typename Op>
-__global__ void ResetKernel(UpdateWalk updates, const Index* __restrict__ index, Acc<T, Op>* acc,
-                            int32_t* error) {
-  TENSOROPS_GRID_STRIDE_LOOP(position, updates.count) {
-    int64_t at[3];
-    int64_t dest;
-    if (Destination(updates, index, position, at, &dest, error))
-      acc[dest] = ResetValue<Op, Acc<T, Op>>();
-  }
-}
-
-// The atomics make the order of the updates at one destination depend on timing: exact for
-// integers and AMAX/AMIN, a matter of rounding for float sums and products (which `deterministic`
-// takes to the sorted reduction below).
-template <typename T, typename Index, typename Op>
-__global__ void ReduceKernel(UpdateWalk updates, const Index* __restrict__ index,
-                             const T* __restrict__ source, Acc<T, Op>* acc,
-                             unsigned long long* counts, int32_t* error) {
-  TENSOROPS_GRID_STRIDE_LOOP(position, updates.count) {
-    int64_t at[3];
-    int64_t dest;
-    if (!Destination(updates, index, position, at, &dest, error)) continue;
-    AtomicReduce<T, Op>(acc + dest, ToAcc<Acc<T, Op>>(source[at[1]]));
-    if (counts != nullptr) atomicAdd(counts + dest, 1ull);
-  }
-}
-
-template <typename Index>
-__global__ void WinnerKernel(UpdateWalk updates, const Index* __restrict__ index,
-                             long long* winners, int32_t* error) {
-  TENSOROPS_GRID_STRIDE_LOOP(position, updates.count) {
-    int64_t at[3];
-    int64_t dest;
-    if (Destination(updates, index, position, at, &dest, error)) {
-      atomicMax(winners + dest, static_cast<long long>(position));
-    }
-  }
-}
-
-template <typename Elem, typename Index>
-__global__ void AssignKernel(UpdateWalk updates, const Index* __restrict__ index,
-                             const Elem* __restrict__ source, Elem* result,
-                             const long long* __restrict__ winners, int32_t* error) {
-  TENSOROPS_GRID_STRIDE_LOOP(position, updates.count) {
-    int64_t at[3];
-    int64_t dest;
-    if (!Destination(updates, index, position, at, &dest, error)) continue;
-    if (winners[dest] == position) result[dest] = source[at[1]];
-  }
-}
-
-template <typename T, typename A>
-__global__ void FinalizeKernel(int64_t count, const A* acc, const unsigned long long* counts,
-                               T* result) {
-  TENSOROPS_GRID_STRIDE_LOOP(i, count) {
-    A value = acc[i];
-    if (counts != nullptr) {
-      // A destination nobody wrote (count 0 without include_self) keeps its value.
-      const int64_t n = counts[i] > 1 ? static_cast<int64_t>(counts[i]) : 1;
-      if constexpr (std::is_integral_v<T>) {
-        result[i] = FloorDivide(FromAcc<T>(value), n);
-        continue;
-      } else if constexpr (kIsComplex<A>) {
-        value.re /= static_cast<decltype(value.re)>(n);
-        value.im /= static_cast<decltype(value.im)>(n);
-      } else {
-        value = value / static_cast<A>(n);
-      }
-    }
-    result[i] = FromAcc<T>(value);
-  }
-}
-
-// ---- Scatter: the sorted (deterministic) reduction ----
-//
-// For `deterministic` float SUM/MEAN/PROD: every update becomes (destination, value); a stable
-// radix sort by destination keeps each destination's values in row-major order of the updates; an
-// integer run-length encoding and its exclusive sum give each destination's run (where it starts,
-// how long it is: MEAN's count); then one thread per run combines the destination's input (with
-// include_self) and the run's values one after another, in that order, and writes the destination
-// once. That is the CPU's order exactly (kernels/cpu/reducing_scatter.h), and every sum and product
-// is rounded as the CPU rounds it (CombineOp: no fused multiply-add), so the result is the CPU's
-// bytes: a call that falls back to the CPU, or runs there by size, returns the same bits.
-// (CUB's ReduceByKey would not even repeat itself: it combines the partial results of a run that
-// spans several thread blocks in an order that depends on timing.) A long run is a serial loop,
-// which is what the promise costs: about a nanosecond per update of the longest run.
-
-template <typename T>
-constexpr bool kSortable = kIsHalf<T> || std::is_floating_point_v<T> || kIsComplex<T>;
-
-// Add, Sub and Mul round each operation on its own, as the CPU does: nvcc would otherwise fuse a
-// product and a sum into one fused multiply-add, which rounds once and gives other bits.
-__device__ __forceinline__ float Add(float a, float b) { return __fadd_rn(a, b); }
-__device__ __forceinline__ double Add(double a, double b) { return __dadd_rn(a, b); }
-__device__ __forceinline__ float Sub(float a, float b) { return __fsub_rn(a, b); }
-__device__ __forceinline__ double Sub(double a, double b) { return __dsub_rn(a, b); }
-__device__ __forceinline__ float Mul(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ double Mul(double a, double b) { return __dmul_rn(a, b); }
-
-// CombineOp: `a` (the running value) combined with `b`, as the CPU's SumOp/ProdOp combine them; a
-// complex product is GCC's (ac - bd, ad + bc) for finite operands.
-template <typename Op>
-struct CombineOp {
-  template <typename A>
-  __device__ __forceinline__ A operator()(const A& a, const A& b) const {
-    if constexpr (kIsComplex<A>) {
-      if constexpr (std::is_same_v<Op, ProdOp>) {
-        return {Sub(Mul(a.re, b.re), Mul(a.im, b.im)), Add(Mul(a.re, b.im), Mul(a.im, b.re))};
-      } else {
-        return {Add(a.re, b.re), Add(a.im, b.im)};
-      }
-    } else if constexpr (std::is_same_v<Op, ProdOp>) {
-      return Mul(a, b);
-    } else {
-      return Add(a, b);
-    }
+    *source = at[1];
+    *dest = at[2] + WrapIndex(value, axis_size) * axis_stride;
+    return true;
   }
 };
-
-using Key = unsigned long long;
-
-// EndBit: the key bits to sort on. Destinations are < numel and the sentinel (an update whose
-// index was out of range) is numel itself.
-int EndBit(int64_t numel) { return 64 - __builtin_clzll(static_cast<Key>(numel) | 1); }
-
-int64_t AlignUp(int64_t bytes) {
-  return (bytes + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
-}
-
-// SortedLayout: where the sorted reduction's buffers lie in its scratch, in bytes. The sort
-// ping-pongs between the two key and the two value buffers (cub::DoubleBuffer: CUB allocates no
-// copies of its own); the run-length encoding then writes its unique keys into whichever key
-// buffer the sort left free. `lengths` holds updates + 1 int64: the run lengths, then, scanned
-// in place, where each run starts, the last run's end included. CUB's temporary storage takes
-// the rest of the scratch, from `temp`.
-struct SortedLayout {
-  int64_t keys[2] = {0, 0};
-  int64_t values[2] = {0, 0};
-  int64_t lengths = 0;
-  int64_t runs = 0;
-  int64_t temp = 0;
-};
-
-SortedLayout PlanSortedBuffers(int64_t updates, int64_t value_size) {
-  SortedLayout layout;
-  int64_t at = 0;
-  const auto take = [&at](int64_t bytes) {
-    const int64_t offset = at;
-    at += AlignUp(bytes);
-    return offset;
-  };
-  for (int64_t& keys : layout.keys) keys = take(updates * static_cast<int64_t>(sizeof(Key)));
-  for (int64_t& values : layout.values) values = take(updates * value_size);
-  layout.lengths = take((updates + 1) * static_cast<int64_t>(sizeof(int64_t)));
-  layout.runs = take(sizeof(int64_t));
-  layout.temp = at;
-  return layout;
-}
-
-// SortedTempBytes asks CUB, on the current device, for the temporary storage of the sort, the
-// run-length encoding and the scan.
-template <typename A>
-absl::StatusOr<int64_t> SortedTempBytes(int64_t updates, int64_t numel) {
-  size_t sort_bytes = 0;
-  size_t encode_bytes = 0;
-  size_t scan_bytes = 0;
-  cub::DoubleBuffer<Key> keys(nullptr, nullptr);
-  cub::DoubleBuffer<A> values(nullptr, nullptr);
-  cudaError_t error =
-      cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, values, updates, 0, EndBit(numel));
-  if (error != cudaSuccess) return CubStatus("sizing the sort of scatter updates", error);
-  error = cub::DeviceRunLengthEncode::Encode(
-      nullptr, encode_bytes, static_cast<const Key*>(nullptr), static_cast<Key*>(nullptr),
-      static_cast<int64_t*>(nullptr), static_cast<int64_t*>(nullptr), static_cast<int>(updates));
-  if (error != cudaSuccess) return CubStatus("sizing the runs of scatter updates", error);
-  error = cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, static_cast<int64_t*>(nullptr),
-                                        updates + 1);
-  if (error != cudaSuccess) return CubStatus("sizing the scan of scatter runs", error);
-  return static_cast<int64_t>(std::max({sort_bytes, encode_bytes, scan_bytes}));
-}
-
-template <typename T, typename Index, typename Op>
-__global__ void KeysKernel(UpdateWalk updates, const Index* __restrict__ index,
-                           const T* __restrict__ source, Key sentinel, Key* keys,
-                           Acc<T, Op>* values, int64_t* lengths, int32_t* error) {
-  TENSOROPS_GRID_STRIDE_LOOP(position, updates.count) {
-    int64_t at[3];
-    int64_t dest;
-    const bool in_range = Destination(updates, index, position, at, &dest, error);
-    keys[position] = in_range ? static_cast<Key>(dest) : sentinel;
-    values[position] = ToAcc<Acc<T, Op>>(source[at[1]]);
-    // The scan reads updates + 1 lengths, the encoding writes as many as there are runs: zero
-    // them all, so that the scan never reads memory nobody wrote.
-    lengths[position] = 0;
-    if (position == 0) lengths[updates.count] = 0;
-  }
-}
-
-// ReduceRunsKernel: one thread per run. `starts[run]` and `starts[run + 1]` bound the run's values
-// in sorted order, which is the updates' row-major order.
-template <typename T, typename Op>
-__global__ void ReduceRunsKernel(const int64_t* __restrict__ runs, const Key* __restrict__ unique,
-                                 const int64_t* __restrict__ starts,
-                                 const Acc<T, Op>* __restrict__ values, Key sentinel,
-                                 bool include_self, bool mean, T* result) {
-  using A = Acc<T, Op>;
-  const int64_t run_count = *runs;
-  TENSOROPS_GRID_STRIDE_LOOP(run, run_count) {
-    const Key dest = unique[run];
-    if (dest == sentinel) continue;
-    const int64_t begin = starts[run];
-    const int64_t length = starts[run + 1] - begin;
-    // The input first, then the updates in order: the CPU's order (include_self = false starts
-    // from the identity, as the CPU's reset does).
-    A value = include_self ? ToAcc<A>(result[dest]) : ResetValue<Op, A>();
-    for (int64_t i = 0; i < length; ++i) value = CombineOp<Op>{}(value, values[begin + i]);
-    if (mean) {
-      const int64_t n = length + (include_self ? 1 : 0);
-      if constexpr (kIsComplex<A>) {
-        value.re /= static_cast<decltype(value.re)>(n);
-        value.im /= static_cast<decltype(value.im)>(n);
-      } else {
-        value = value / static_cast<A>(n);
-      }
-    }
-    result[dest] = FromAcc<T>(value);
-  }
-}
-
-template <typename T, typename Index, typename Op>
-absl::Status LaunchSortedScatter(const ScatterPlan& plan, const UpdateWalk& updates, T* result,
-                                 char* scratch, int64_t scratch_bytes, int32_t* error,
-                                 cudaStream_t stream) {
-  using A = Acc<T, Op>;
-  const int64_t numel = NumElements(plan.result_shape);
-  const SortedLayout layout = PlanSortedBuffers(updates.count, sizeof(A));
-  cub::DoubleBuffer<Key> keys(reinterpret_cast<Key*>(scratch + layout.keys[0]),
-                              reinterpret_cast<Key*>(scratch + layout.keys[1]));
-  cub::DoubleBuffer<A> values(reinterpret_cast<A*>(scratch + layout.values[0]),
-                              reinterpret_cast<A*>(scratch + layout.values[1]));
-  const auto lengths = reinterpret_cast<int64_t*>(scratch + layout.lengths);
-  const auto runs = reinterpret_cast<int64_t*>(scratch + layout.runs);
-  void* temp = scratch + layout.temp;
-  const size_t temp_capacity = static_cast<size_t>(scratch_bytes - layout.temp);
-  const Key sentinel = static_cast<Key>(numel);
-
-  KeysKernel<T, Index, Op><<<GridFor(updates.count), kThreadsPerBlock, 0, stream>>>(
-      updates, plan.index.device_data_as<Index>(), plan.source.device_data_as<T>(), sentinel,
-      keys.Current(), values.Current(), lengths, error);
-  TENSOROPS_RETURN_IF_ERROR(LaunchStatus(plan.op));
-  size_t temp_bytes = temp_capacity;
-  cudaError_t status = cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, values,
-                                                       updates.count, 0, EndBit(numel), stream);
-  if (status != cudaSuccess) return CubStatus("sorting scatter updates", status);
-  Key* const unique = keys.Alternate();
-  temp_bytes = temp_capacity;
-  status = cub::DeviceRunLengthEncode::Encode(temp, temp_bytes, keys.Current(), unique, lengths,
-                                              runs, static_cast<int>(updates.count), stream);
-  if (status != cudaSuccess) return CubStatus("finding the runs of scatter updates", status);
-  temp_bytes = temp_capacity;
-  status = cub::DeviceScan::ExclusiveSum(temp, temp_bytes, lengths, updates.count + 1, stream);
-  if (status != cudaSuccess) return CubStatus("scanning the runs of scatter updates", status);
-  ReduceRunsKernel<T, Op><<<GridFor(updates.count), kThreadsPerBlock, 0, stream>>>(
-      runs, unique, lengths, values.Current(), sentinel, plan.include_self,
-      plan.reduce == Reduction::kMean, result);
-  return LaunchStatus(plan.op);
-}
 
 template <typename T, typename Index, typename Op>
 absl::Status LaunchScatterTyped(const ScatterPlan& plan, T* result, char* workspace,
                                 int64_t workspace_bytes, int32_t* error, cudaStream_t stream) {
-  using A = Acc<T, Op>;
-  const int64_t numel = NumElements(plan.result_shape);
-  const ScatterWorkspace layout = PlanScatterWorkspace(plan);
-  Scratch scratch;
-  if (layout.shadow >= 0) scratch.shadow = workspace + layout.shadow;
-  if (layout.counts >= 0) {
-    scratch.counts = reinterpret_cast<unsigned long long*>(workspace + layout.counts);
-  }
-  if (layout.winners >= 0)
-    scratch.winners = reinterpret_cast<long long*>(workspace + layout.winners);
-  A* acc =
-      scratch.shadow != nullptr ? static_cast<A*>(scratch.shadow) : reinterpret_cast<A*>(result);
-
-  // 1. init, walking the (possibly strided) input at the result's shape. In place (a stored
-  // tensor updated where it lies: the result is the contiguous input itself) the copy would read
-  // and write the whole tensor to change nothing, which for a pushed-into embedding table is most
-  // of the call: it runs only when a shadow, counts or winners need their initial values.
-  const Shape result_strides = ContiguousStrides(plan.result_shape);
-  const bool in_place = plan.input.device_data_as<T>() == result && plan.input.is_contiguous();
-  const bool scratch_needs_init =
-      scratch.shadow != nullptr || scratch.counts != nullptr || scratch.winners != nullptr;
-  if (!in_place || scratch_needs_init) {
-    const Walk<2> copy = MakeWalk<2>(plan.result_shape, {plan.input.strides(), result_strides});
-    InitKernel<T, A><<<GridFor(numel), kThreadsPerBlock, 0, stream>>>(
-        copy, numel, plan.input.device_data_as<T>(), result, scratch, plan.include_self ? 1 : 0);
-    TENSOROPS_RETURN_IF_ERROR(LaunchStatus(plan.op));
-  }
-
-  UpdateWalk updates;
+  AxisUpdates<Index> updates;
   updates.count = plan.index.numel();
   if (updates.count > 0) {
     // The destination is the contiguous result, its axis term added per index value.
-    Shape dest_strides = plan.input.rank() == 0 ? Shape{1} : result_strides;
+    Shape dest_strides = plan.input.rank() == 0 ? Shape{1} : ContiguousStrides(plan.result_shape);
     updates.axis_stride = dest_strides[plan.axis];
     updates.axis_size = plan.input.rank() == 0 ? 1 : plan.input.size(plan.axis);
     dest_strides[plan.axis] = 0;
     updates.walk = MakeWalk<3>(plan.index.shape(),
                                {plan.index.strides(), plan.source.strides(), dest_strides});
-    const Index* index = plan.index.device_data_as<Index>();
-    const T* source = plan.source.device_data_as<T>();
-    const unsigned grid = GridFor(updates.count);
-    if constexpr (std::is_same_v<Op, AssignOp>) {
-      WinnerKernel<Index>
-          <<<grid, kThreadsPerBlock, 0, stream>>>(updates, index, scratch.winners, error);
-      TENSOROPS_RETURN_IF_ERROR(LaunchStatus(plan.op));
-      AssignKernel<DeviceType<T>, Index><<<grid, kThreadsPerBlock, 0, stream>>>(
-          updates, index, reinterpret_cast<const DeviceType<T>*>(source),
-          reinterpret_cast<DeviceType<T>*>(result), scratch.winners, error);
-      TENSOROPS_RETURN_IF_ERROR(LaunchStatus(plan.op));
-    } else if (layout.sorted >= 0) {
-      if constexpr (kSortable<T> && (std::is_same_v<Op, SumOp> || std::is_same_v<Op, ProdOp>)) {
-        return LaunchSortedScatter<T, Index, Op>(plan, updates, result, workspace + layout.sorted,
-                                                 workspace_bytes - layout.sorted, error, stream);
-      } else {
-        return absl::InternalError("scatter: a sorted reduction of a type without one");
-      }
-    } else {
-      if (!plan.include_self) {
-        ResetKernel<T, Index, Op>
-            <<<grid, kThreadsPerBlock, 0, stream>>>(updates, index, acc, error);
-        TENSOROPS_RETURN_IF_ERROR(LaunchStatus(plan.op));
-      }
-      ReduceKernel<T, Index, Op><<<grid, kThreadsPerBlock, 0, stream>>>(updates, index, source, acc,
-                                                                        scratch.counts, error);
-      TENSOROPS_RETURN_IF_ERROR(LaunchStatus(plan.op));
-    }
+    updates.index = plan.index.device_data_as<Index>();
   }
-  // 5. finalize: only a shadow (A != T) or MEAN's counts (SumOp) need it.
-  if constexpr (!std::is_same_v<A, T> || std::is_same_v<Op, SumOp>) {
-    if (scratch.shadow != nullptr || scratch.counts != nullptr) {
-      FinalizeKernel<T, A>
-          <<<GridFor(numel), kThreadsPerBlock, 0, stream>>>(numel, acc, scratch.counts, result);
-    }
-  }
-  return LaunchStatus(plan.op);
+  const ScatterJob job{.sizes = SizesOf(plan),
+                       .result_shape = plan.result_shape,
+                       .input = plan.input,
+                       .include_self = plan.include_self};
+  return LaunchReducingScatter<T, Op>(job, updates, plan.source.device_data_as<T>(), result,
+                                      workspace, workspace_bytes, error, stream);
 }
 
 }  // namespace
 
-absl::StatusOr<int64_t> SortedReductionBytes(const ScatterPlan& plan) {
-  const int64_t updates = plan.index.numel();
-  if (!UsesSortedReduction(plan) || updates == 0) return 0;
-  if (updates > std::numeric_limits<int>::max()) {
+absl::StatusOr<int64_t> SortedReductionBytes(const ScatterSizes& sizes) {
+  if (!UsesSortedReduction(sizes) || sizes.updates == 0) return 0;
+  if (sizes.updates > std::numeric_limits<int>::max()) {
     // CUB's run-length encoding counts its items in an int.
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "%s: a deterministic reduction of %d updates (more than 2^31 - 1) runs on the CPU", plan.op,
-        updates));
+        "%s: a deterministic reduction of %d updates (more than 2^31 - 1) runs on the CPU",
+        sizes.op, sizes.updates));
   }
-  return DispatchDataType(
-      plan.result_dtype, [&]<typename Host>(TypeTag<Host>) -> absl::StatusOr<int64_t> {
-        using T = DeviceType<Host>;
-        if constexpr (kSortable<T>) {
-          // SUM and PROD accumulate in the same type.
-          using A = Acc<T, SumOp>;
-          const SortedLayout layout = PlanSortedBuffers(updates, sizeof(A));
-          TENSOROPS_ASSIGN_OR_RETURN(const int64_t temp_bytes,
-                                     SortedTempBytes<A>(updates, NumElements(plan.result_shape)));
-          return layout.temp + temp_bytes;
-        } else {
-          return int64_t{0};
-        }
-      });
+  return DispatchDataType(sizes.dtype, [&]<typename Host>(TypeTag<Host>) {
+    return SortedBytes<DeviceType<Host>>(sizes);
+  });
 }
 
 absl::Status LaunchGather(const GatherPlan& plan, void* result, int32_t* error_flag, void* stream) {
@@ -652,7 +191,16 @@ absl::Status LaunchGather(const GatherPlan& plan, void* result, int32_t* error_f
   const Shape out_strides = ContiguousStrides(plan.index.shape());
   const Walk<3> walk =
       MakeWalk<3>(plan.index.shape(), {plan.index.strides(), out_strides, plan.input.strides()});
-  return cpu::DispatchItemSize(ItemSize(plan.result_dtype), [&]<typename Elem>(TypeTag<Elem>) {
+  const int64_t itemsize = ItemSize(plan.result_dtype);
+  if (const int64_t unit = RowUnitBytes(walk, plan, result, itemsize); unit > 0) {
+    return DispatchUnit(unit, [&]<typename Unit>(TypeTag<Unit>) {
+      return DispatchIndexType(plan.index.dtype(), [&]<typename Index>(TypeTag<Index>) {
+        return LaunchGatherRows<Unit, Index>(plan, walk, result, error_flag,
+                                             static_cast<cudaStream_t>(stream));
+      });
+    });
+  }
+  return cpu::DispatchItemSize(itemsize, [&]<typename Elem>(TypeTag<Elem>) {
     return DispatchIndexType(plan.index.dtype(), [&]<typename Index>(TypeTag<Index>) {
       GatherKernel<Elem, Index>
           <<<GridFor(count), kThreadsPerBlock, 0, static_cast<cudaStream_t>(stream)>>>(

@@ -34,12 +34,17 @@ struct Walk {
   int64_t sizes[kMaxRank];
   int64_t strides[kOperands][kMaxRank];
 
+  // `position` < the product of `sizes`. The outermost coordinate is what the divisions leave:
+  // a walk of rank 1 divides nothing, one of rank r divides r - 1 times.
   __device__ void Offsets(int64_t position, int64_t (&offsets)[kOperands]) const {
     for (int k = 0; k < kOperands; ++k) offsets[k] = 0;
-    for (int d = rank - 1; d >= 0; --d) {
+    for (int d = rank - 1; d > 0; --d) {
       const int64_t coordinate = position % sizes[d];
       position /= sizes[d];
       for (int k = 0; k < kOperands; ++k) offsets[k] += coordinate * strides[k][d];
+    }
+    if (rank > 0) {
+      for (int k = 0; k < kOperands; ++k) offsets[k] += position * strides[k][0];
     }
   }
 };

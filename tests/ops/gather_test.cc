@@ -21,6 +21,7 @@
 #include "kernels/cpu/streaming_store.h"
 #include "kernels/cuda/executor.h"
 #include "kernels/device_call.h"
+#include "kernels/index_ops.h"
 #include "tests/device_runner.h"
 #include "tests/reference.h"
 
@@ -636,6 +637,57 @@ TEST_F(GatherCudaTest, AnOutOfRangeIndexRaisesTheFlagAndTheNextBatchWorks) {
   const absl::StatusOr<Tensor> cpu = testing::RunOn(TestDevice::kCpu, *plan);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   ExpectSameBytes(*next, *cpu);
+}
+
+// IndexSelect copies whole rows (a warp per row, in units of up to 16 bytes) where its index holds
+// along a contiguous run of at least 64 bytes: every dtype; rows of 16-byte multiples and of odd
+// widths; rows along axis 0 and inside a batch (axis 1 of three); an input whose rows start
+// 4 bytes apart from an alignment (a view from the second element); int32 and int64 indices with
+// duplicates and negatives; and an out-of-range index, which the row kernel flags too.
+TEST_F(GatherCudaTest, IndexSelectOfRowsMatchesTheCpu) {
+  absl::BitGen gen = SeededGen(4343, kGatherSeedSalt);
+  for (DataType dtype : kAllDataTypes) {
+    for (const Shape& shape : {Shape{300, 64}, Shape{300, 37}, Shape{6, 50, 40}}) {
+      for (bool offset_view : {false, true}) {
+        SCOPED_TRACE(absl::StrCat(std::string(DataTypeName(dtype)), " ", ShapeToString(shape),
+                                  offset_view ? " from the second element" : ""));
+        const int64_t axis = shape.size() == 3 ? 1 : 0;
+        Shape backing_shape = shape;
+        backing_shape[0] += 1;
+        const Tensor backing = testing::SmallIntegerValues(gen, dtype, backing_shape);
+        // The view's rows start one element after the backing's (4 bytes off 16 for float32).
+        const auto* first =
+            static_cast<const char*>(backing.view().data()) + (offset_view ? ItemSize(dtype) : 0);
+        const TensorView input(dtype, shape, ContiguousStrides(shape), first);
+        Tensor index(absl::Bernoulli(gen, 0.5) ? DataType::kInt32 : DataType::kInt64, {500});
+        for (int64_t i = 0; i < index.numel(); ++i) {
+          const int64_t value = absl::Uniform<int64_t>(gen, -shape[axis], shape[axis]);
+          if (index.dtype() == DataType::kInt32) {
+            index.data_as<int32_t>()[i] = static_cast<int32_t>(value);
+          } else {
+            index.data_as<int64_t>()[i] = value;
+          }
+        }
+        const absl::StatusOr<GatherPlan> plan =
+            PlanIndexSelect({.input = input, .index = index.view(), .axis = axis});
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        const absl::StatusOr<Tensor> cpu = testing::RunOn(TestDevice::kCpu, *plan);
+        ASSERT_TRUE(cpu.ok()) << cpu.status();
+        const absl::StatusOr<Tensor> gpu = testing::RunOn(TestDevice::kCuda, *plan);
+        ASSERT_TRUE(gpu.ok()) << gpu.status();
+        ExpectSameBytes(*gpu, *cpu);
+      }
+    }
+  }
+  const Tensor input = Tensor::Zeros(DataType::kFloat32, {10, 64});
+  Tensor index = Tensor::Zeros(DataType::kInt64, {8});
+  index.data_as<int64_t>()[5] = 10;
+  const absl::StatusOr<GatherPlan> plan =
+      PlanIndexSelect({.input = input.view(), .index = index.view()});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const absl::StatusOr<Tensor> gpu = testing::RunOn(TestDevice::kCuda, *plan);
+  EXPECT_EQ(gpu.status().code(), absl::StatusCode::kInvalidArgument) << gpu.status();
+  EXPECT_THAT(gpu.status().message(), HasSubstr("index[5] = 10"));
 }
 
 }  // namespace

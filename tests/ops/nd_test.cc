@@ -12,12 +12,15 @@
 // dtype byte for byte the CPU's.
 #include <algorithm>
 #include <cmath>
+#include <complex>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/random/random.h"
@@ -28,6 +31,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/streaming_store.h"
+#include "kernels/device_call.h"
+#include "kernels/dispatch.h"
 #include "kernels/gather.h"
 #include "kernels/nd_ops.h"
 #include "kernels/reduction.h"
@@ -680,8 +685,8 @@ void ExpectScatterNdMatchesReference(const ScatterNdCase& c, DeviceRunner& runne
                                  actual, c.Reference());
 }
 
-// Over dtype x reduction x include_self x device: the same cases on the CPU and on CUDA (where
-// the TensorFlow form, ScatterNd's general one, has no GPU kernel yet: those instances skip).
+// Over dtype x reduction x include_self x device: the same cases on the CPU and on CUDA (where a
+// dtype and reduction without a GPU kernel, complex128 PROD, skips).
 class ScatterNdRandomTest : public testing::DeviceDtypeReductionTest {};
 
 TEST_P(ScatterNdRandomTest, TensorFlowFormMatchesReference) {
@@ -1869,6 +1874,125 @@ TEST_F(GatherNdCudaTest, TensorFlowFormMatchesTheCpu) {
     ASSERT_TRUE(gpu.ok()) << gpu.status();
     ExpectSameBytes(*gpu, *cpu);
   }
+}
+
+class ScatterNdCudaTest : public testing::CudaTest {};
+
+// One ScatterNd call of `dtype` on a few destinations with many duplicate index rows, in the
+// TensorFlow form (rows of 5 addressed by pairs of coordinates into [12, 4, 5]) or the axes form
+// (elements of [12, 4, 5] addressed along axes 0 and 1 by an index of shape [12, 40, 5, 2]).
+struct DuplicateHeavyNdCall {
+  Tensor input;
+  Tensor index;
+  Tensor source;
+  std::vector<int64_t> axes;
+};
+
+DuplicateHeavyNdCall MakeDuplicateHeavyNdCall(absl::BitGen& gen, DataType dtype, bool axes_form,
+                                              const std::function<Tensor(const Shape&)>& values) {
+  DuplicateHeavyNdCall call;
+  call.input = testing::SmallIntegerValues(gen, dtype, {12, 4, 5});
+  const Shape positions = axes_form ? Shape{12, 40, 5} : Shape{300};
+  Shape index_shape = positions;
+  index_shape.push_back(2);
+  call.index = Tensor(DataType::kInt64, index_shape);
+  int64_t* index = call.index.data_as<int64_t>();
+  for (int64_t i = 0; i < call.index.numel(); i += 2) {
+    index[i] = absl::Uniform<int64_t>(gen, -12, 12);
+    index[i + 1] = absl::Uniform<int64_t>(gen, -4, 4);
+  }
+  Shape source_shape = positions;
+  if (!axes_form) source_shape.push_back(5);
+  call.source = values(source_shape);
+  if (axes_form) call.axes = {0, 1};
+  return call;
+}
+
+// Every dtype, reduction and include_self, in both general forms, on small integer values: every
+// sum and mean is exact in any order, so even float results must equal the CPU's bit for bit (but
+// for the signs of a complex product's zero parts, which depend on the order of the factors); with
+// `deterministic` every result is the CPU's bytes. An index out of range is the CPU's error.
+TEST_F(ScatterNdCudaTest, EveryDtypeAndReductionMatchesTheCpuInBothForms) {
+  absl::BitGen gen = SeededGen(67, kNdSeedSalt);
+  for (DataType dtype : kAllDataTypes) {
+    for (Reduction reduce : testing::kAllReductions) {
+      for (bool include_self : {true, false}) {
+        for (bool axes_form : {false, true}) {
+          if (!testing::ReductionDefined(dtype, reduce)) continue;
+          SCOPED_TRACE(absl::StrCat(std::string(DataTypeName(dtype)), " ",
+                                    std::string(ReductionName(reduce)), " include_self ",
+                                    include_self, axes_form ? " axes form" : " TensorFlow form"));
+          const DuplicateHeavyNdCall call =
+              MakeDuplicateHeavyNdCall(gen, dtype, axes_form, [&](const Shape& shape) {
+                // Products stay exact with factors of +-1 only (float16 has 11 bits).
+                return reduce == Reduction::kProd ? testing::UnitFactors(dtype, shape)
+                                                  : testing::SmallIntegerValues(gen, dtype, shape);
+              });
+          absl::StatusOr<NdPlan> plan = PlanScatterNd({.input = call.input.view(),
+                                                       .index = call.index.view(),
+                                                       .source = call.source.view(),
+                                                       .axes = call.axes,
+                                                       .reduce = reduce,
+                                                       .include_self = include_self});
+          ASSERT_TRUE(plan.ok()) << plan.status();
+          ASSERT_FALSE(plan->single_axis_scatter.has_value());
+          testing::ExpectTheCpusBytesOnCuda(*plan);
+        }
+      }
+    }
+  }
+}
+
+// A deterministic float SUM, MEAN or PROD of values whose rounding depends on the order (uniform,
+// products near 1) gives the CPU's bytes and repeats them, in the zeros form too; an index out of
+// range fails on the GPU as on the CPU.
+TEST_F(ScatterNdCudaTest, DeterministicFloatReductionsGiveTheCpusBytes) {
+  absl::BitGen gen = SeededGen(71, kNdSeedSalt);
+  for (DataType dtype :
+       {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat64, DataType::kComplex64}) {
+    for (Reduction reduce : {Reduction::kSum, Reduction::kMean, Reduction::kProd}) {
+      for (bool zeros : {false, true}) {
+        SCOPED_TRACE(absl::StrCat(std::string(DataTypeName(dtype)), " ",
+                                  std::string(ReductionName(reduce)), zeros ? " zeros" : ""));
+        const DuplicateHeavyNdCall call =
+            MakeDuplicateHeavyNdCall(gen, dtype, /*axes_form=*/false, [&](const Shape& shape) {
+              return testing::RoundingValues(gen, dtype, shape, reduce == Reduction::kProd);
+            });
+        ScatterNdArgs args{
+            .index = call.index.view(), .source = call.source.view(), .reduce = reduce};
+        if (zeros) {
+          args.shape = call.input.shape();
+        } else {
+          args.input = call.input.view();
+        }
+        absl::StatusOr<NdPlan> plan = PlanScatterNd(args);
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        plan->deterministic = true;
+        const absl::StatusOr<Tensor> cpu = testing::RunOn(TestDevice::kCpu, *plan);
+        ASSERT_TRUE(cpu.ok()) << cpu.status();
+        const absl::StatusOr<Tensor> first = testing::RunOn(TestDevice::kCuda, *plan);
+        const absl::StatusOr<Tensor> second = testing::RunOn(TestDevice::kCuda, *plan);
+        ASSERT_TRUE(first.ok()) << first.status();
+        ASSERT_TRUE(second.ok()) << second.status();
+        ExpectSameBytes(*first, *cpu);
+        ExpectSameBytes(*second, *first);
+      }
+    }
+  }
+  // Row 7's second coordinate is out of range for a dimension of 4.
+  DuplicateHeavyNdCall call = MakeDuplicateHeavyNdCall(
+      gen, DataType::kFloat32, /*axes_form=*/false,
+      [&](const Shape& shape) { return RandomTensor(DataType::kFloat32, shape, gen); });
+  call.index.data_as<int64_t>()[2 * 7 + 1] = 4;
+  const absl::StatusOr<NdPlan> plan = PlanScatterNd({.input = call.input.view(),
+                                                     .index = call.index.view(),
+                                                     .source = call.source.view(),
+                                                     .reduce = Reduction::kSum});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const absl::StatusOr<Tensor> cpu = testing::RunOn(TestDevice::kCpu, *plan);
+  const absl::StatusOr<Tensor> gpu = testing::RunOn(TestDevice::kCuda, *plan);
+  EXPECT_EQ(cpu.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu.status(), cpu.status());
 }
 
 }  // namespace

@@ -1272,21 +1272,10 @@ TEST_F(ScatterCudaTest, EveryDtypeAndReductionMatchesTheCpu) {
                                   include_self));
         Tensor input = testing::SmallIntegerValues(gen, dtype, {16, 5});
         Tensor index = testing::UniformIndices(gen, {200, 5}, 16);
-        Tensor source = testing::SmallIntegerValues(gen, dtype, {200, 5});
-        if (reduce == Reduction::kProd) {
-          // Products of 12 values of |v| <= 3 stay exact in float16 only when few are > 1: +-1.
-          DispatchDataType(dtype, [&]<typename T>(TypeTag<T>) {
-            for (int64_t i = 0; i < source.numel(); ++i) {
-              if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
-                source.data_as<T>()[i] = T(i % 7 == 0 ? -1.0f : 1.0f);
-              } else if constexpr (std::is_same_v<T, bool>) {
-                source.data_as<T>()[i] = i % 7 != 0;
-              } else {
-                source.data_as<T>()[i] = static_cast<T>(i % 7 == 0 ? -1 : 1);
-              }
-            }
-          });
-        }
+        // Products of 12 values of |v| <= 3 stay exact in float16 only when few are > 1: +-1.
+        Tensor source = reduce == Reduction::kProd
+                            ? testing::UnitFactors(dtype, {200, 5})
+                            : testing::SmallIntegerValues(gen, dtype, {200, 5});
         absl::StatusOr<ScatterPlan> plan = PlanScatter({.input = input.view(),
                                                         .index = index.view(),
                                                         .source = source.view(),
@@ -1294,19 +1283,7 @@ TEST_F(ScatterCudaTest, EveryDtypeAndReductionMatchesTheCpu) {
                                                         .reduce = reduce,
                                                         .include_self = include_self});
         ASSERT_TRUE(plan.ok()) << plan.status();
-        const absl::StatusOr<Tensor> cpu = testing::RunOn(TestDevice::kCpu, *plan);
-        ASSERT_TRUE(cpu.ok()) << cpu.status();
-        const absl::StatusOr<Tensor> gpu = testing::RunOn(TestDevice::kCuda, *plan);
-        if (HasNoDeviceForm(gpu.status())) {
-          EXPECT_FALSE(DeviceScatterSupported(dtype, reduce));
-          continue;
-        }
-        ASSERT_TRUE(gpu.ok()) << gpu.status();
-        if (!(IsComplex(dtype) && reduce == Reduction::kProd)) ExpectSameBytes(*gpu, *cpu);
-        plan->deterministic = true;
-        const absl::StatusOr<Tensor> deterministic = testing::RunOn(TestDevice::kCuda, *plan);
-        ASSERT_TRUE(deterministic.ok()) << deterministic.status();
-        ExpectSameBytes(*deterministic, *cpu);
+        testing::ExpectTheCpusBytesOnCuda(*plan);
       }
     }
   }
@@ -1326,24 +1303,8 @@ TEST_F(ScatterCudaTest, DeterministicFloatReductionsGiveTheCpusBytes) {
                                   include_self));
         Tensor input = testing::SmallIntegerValues(gen, dtype, {64, 9});
         Tensor index = testing::UniformIndices(gen, {20000, 9}, 64);
-        Tensor source(dtype, {20000, 9});
-        const double low = reduce == Reduction::kProd ? 0.999 : 0;
-        const double high = reduce == Reduction::kProd ? 1.001 : 1;
-        DispatchDataType(dtype, [&]<typename T>(TypeTag<T>) {
-          for (int64_t i = 0; i < source.numel(); ++i) {
-            const double value = absl::Uniform<double>(gen, low, high);
-            const double imaginary = absl::Uniform<double>(gen, -0.001, 0.001);
-            if constexpr (std::is_same_v<T, std::complex<float>>) {
-              source.data_as<T>()[i] = T(static_cast<float>(value), static_cast<float>(imaginary));
-            } else if constexpr (std::is_same_v<T, std::complex<double>>) {
-              source.data_as<T>()[i] = T(value, imaginary);
-            } else if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Float16>) {
-              source.data_as<T>()[i] = T(static_cast<float>(value));
-            } else if constexpr (std::is_floating_point_v<T>) {
-              source.data_as<T>()[i] = static_cast<T>(value);
-            }
-          }
-        });
+        const Tensor source =
+            testing::RoundingValues(gen, dtype, {20000, 9}, reduce == Reduction::kProd);
         absl::StatusOr<ScatterPlan> plan = PlanScatter({.input = input.view(),
                                                         .index = index.view(),
                                                         .source = source.view(),

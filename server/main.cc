@@ -80,10 +80,15 @@ ABSL_FLAG(int64_t, store_memory_bytes, int64_t{1} << 30,
           "Most bytes the tensor store (PutTensor, results stored by any op, referenced by any "
           "op) holds in all (>= 0; 0 turns the store off).");
 ABSL_FLAG(tensorops::DeviceChoice, store_device, tensorops::DeviceChoice::kCpu,
-          "Where stored tensors live, and so where calls on them run: cpu (host memory), cuda (the "
-          "GPU's memory, so that ops on "
-          "them copy nothing across PCIe but their small inputs; fail at start-up unless calls "
-          "run on a GPU), or auto (cuda when calls run on a GPU, else cpu).");
+          "Where stored tensors live, and so where calls on them run: cpu (host memory), cuda "
+          "(the GPU's memory, so that ops on them copy nothing across PCIe but their small "
+          "inputs; fail at start-up unless calls run on a GPU), or auto (cuda when calls run on a "
+          "GPU, else cpu).");
+ABSL_FLAG(int64_t, store_download_snapshot_bytes, int64_t{256} << 20,
+          "GetTensor copies a stored tensor of at most this many bytes whole, at one version, "
+          "and streams the copy (counted against --max_memory_bytes), so that in-place updates "
+          "never abort the download; a larger one streams chunk by chunk and ends ABORTED if the "
+          "tensor changes first (>= 0; 0 = never copy).");
 ABSL_FLAG(int, metrics_port, -1,
           "Port of the Prometheus endpoint (GET /metrics); -1 = none, 0 = any free port.");
 ABSL_FLAG(std::string, metrics_host, "",
@@ -143,6 +148,7 @@ tensorops::ServerOptions FlagsToOptions() {
   options.gpu.memory_limit_bytes = absl::GetFlag(FLAGS_gpu_memory_limit);
   options.store.memory_bytes = absl::GetFlag(FLAGS_store_memory_bytes);
   options.store.device = absl::GetFlag(FLAGS_store_device);
+  options.store.download_snapshot_bytes = absl::GetFlag(FLAGS_store_download_snapshot_bytes);
   options.metrics.port = absl::GetFlag(FLAGS_metrics_port);
   const std::string metrics_host = absl::GetFlag(FLAGS_metrics_host);
   options.metrics.host = metrics_host.empty() ? MetricsHostFor(options.host) : metrics_host;
@@ -189,7 +195,7 @@ const std::vector<tensorops::FlagGroup> kFlagGroups = {
     {"TLS and authentication", {"tls_cert", "tls_key", "tls_client_ca", "auth_token_file"}},
     {"Metrics", {"metrics_port", "metrics_host"}},
     {"Logging", {"log_level"}},
-    {"Store", {"store_memory_bytes", "store_device"}},
+    {"Store", {"store_memory_bytes", "store_device", "store_download_snapshot_bytes"}},
 };
 
 // PortInUse tells whether another socket already listens on host:port, by binding one of our own

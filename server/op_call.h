@@ -53,6 +53,9 @@ struct ServingContext {
   int max_stream_in_flight = 64;
   // The resident tensors the store RPCs keep and ops reference; never null in a server.
   TensorStore* store = nullptr;
+  // GetTensor copies a tensor of at most this many bytes whole before streaming it
+  // (--store_download_snapshot_bytes); 0 = never.
+  int64_t download_snapshot_bytes = 0;
   // Where calls that may wait for a stored tensor's lock are prepared (blocking_pool.h). Null
   // (in some tests): on the calling thread.
   BlockingPool* blocking_pool = nullptr;

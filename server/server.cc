@@ -339,6 +339,7 @@ void Server::BuildService(const ServerOptions& options, const Placement& placeme
                             .authenticator = authenticator_.get(),
                             .max_stream_in_flight = limits.max_stream_in_flight,
                             .store = store_.get(),
+                            .download_snapshot_bytes = options.store.download_snapshot_bytes,
                             .blocking_pool = blocking_pool_.get(),
                             .memory = memory_.get(),
                             .calls = &in_flight_calls_};

@@ -163,6 +163,8 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
 
   TENSOROPS_RETURN_IF_ERROR(
       AtLeast("--store_memory_bytes", options.store.memory_bytes, 0, " (0 = no store)"));
+  TENSOROPS_RETURN_IF_ERROR(AtLeast("--store_download_snapshot_bytes",
+                                    options.store.download_snapshot_bytes, 0, " (0 = never copy)"));
   TENSOROPS_RETURN_IF_ERROR(Between("--metrics_port", options.metrics.port, -1, 65535,
                                     " (-1 = no endpoint, 0 = any free port)"));
   TENSOROPS_RETURN_IF_ERROR(NotNegative("--memory_trim_idle_ms", options.memory_trim.idle_after,

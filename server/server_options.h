@@ -140,6 +140,11 @@ struct ServerOptions {
     // the GPU executor's memory (Start fails when calls run on no GPU); kAuto, the GPU's when
     // calls run on one, else the host's.
     DeviceChoice device = DeviceChoice::kCpu;
+    // GetTensor copies a tensor of at most this many bytes whole, at one version, under one short
+    // read lock, and streams the copy (held against --max_memory_bytes meanwhile): in-place
+    // updates never abort such a download. A larger one streams chunk by chunk and ends ABORTED
+    // when the tensor changes first. >= 0; 0 = never copy.
+    int64_t download_snapshot_bytes = int64_t{256} << 20;
   };
   Store store;
   // Giving freed heap memory back to the system after a burst (server/memory_trimmer.h).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <string>
@@ -16,6 +17,7 @@
 #include "proto/codec.h"
 #include "proto/grpc_status.h"
 #include "proto/op_list.h"
+#include "server/memory_budget.h"
 #include "server/parsed_request.h"
 #include "server/prepared_op.h"
 #include "server/put_tensor_message.h"
@@ -224,11 +226,15 @@ class PutTensorReactor final : public grpc::ServerReadReactor<PutTensorMessage> 
 };
 
 // GetTensorReactor sends one tensor: its TensorInfo, then its bytes in chunks, every chunk of the
-// version the info names. It holds the tensor's read lock only while it copies a chunk, never
-// while the client reads: a client that stops reading must not hold off every update of the
-// tensor, and a gRPC thread must not wait long for the lock (an update waiting for a stalled
-// stream, and that stream waiting for a gRPC thread, would wait forever). When the tensor
-// changes before the last chunk, the stream ends ABORTED. Deletes itself when gRPC is done.
+// version the info names. It never holds the tensor's read lock while the client reads: a client
+// that stops reading must not hold off every update of the tensor, and a gRPC thread must not
+// wait long for the lock (an update waiting for a stalled stream, and that stream waiting for a
+// gRPC thread, would wait forever). A tensor of at most --store_download_snapshot_bytes is
+// copied whole under the one read lock that opens the download (its bytes held against
+// --max_memory_bytes), and the chunks come from the copy: no update can abort it, however long
+// the client takes. A larger tensor (or one the memory budget cannot copy) is read chunk by chunk,
+// the lock held while each chunk is copied; when it changes before the last chunk, the stream
+// ends ABORTED. Deletes itself when gRPC is done.
 class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResponse> {
  public:
   GetTensorReactor(const ServingContext& serving, grpc::CallbackServerContext* context,
@@ -257,7 +263,9 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
     }
     response_.Clear();
     const int64_t size = std::min(chunk_bytes_, bytes_ - offset_);
-    {
+    if (snapshot_.has_value()) {
+      response_.set_data(snapshot_->data() + offset_, static_cast<size_t>(size));
+    } else {
       absl::StatusOr<TensorStore::ReadHandle> read = serving_.store->Read(ns_, name_, version_);
       if (!read.ok()) {
         End(absl::AbortedError(absl::StrFormat(
@@ -284,6 +292,29 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
   void OnDone() override { delete this; }
 
  private:
+  // TakeSnapshot copies the whole tensor out of `read` into snapshot_ when it is small enough
+  // and the memory budget admits the copy; otherwise the download goes chunk by chunk.
+  absl::Status TakeSnapshot(const TensorStore::ReadHandle& read) {
+    if (bytes_ == 0 || bytes_ > serving_.download_snapshot_bytes) return absl::OkStatus();
+    if (serving_.memory != nullptr) {
+      absl::StatusOr<MemoryBudget::Reservation> held =
+          serving_.memory->Reserve("get_tensor", 0, bytes_);
+      if (!held.ok()) return absl::OkStatus();
+      snapshot_memory_ = *std::move(held);
+    }
+    std::string& copy = snapshot_.emplace(static_cast<size_t>(bytes_), '\0');
+    if (read.memory().host_accessible()) {
+      std::memcpy(copy.data(), read.view().data(), copy.size());
+      return absl::OkStatus();
+    }
+    if (absl::Status copied = read.CopyToHost(0, bytes_, copy.data()); !copied.ok()) {
+      return absl::UnavailableError(absl::StrFormat(
+          "get_tensor: tensor \"%s\": reading its bytes failed: %s",
+          absl::CHexEscape(absl::string_view(name_.data(), name_.size())), copied.message()));
+    }
+    return absl::OkStatus();
+  }
+
   // CopyChunk copies the chunk of `size` bytes at offset_ out of device memory into response_.
   absl::Status CopyChunk(const TensorStore::ReadHandle& read, int64_t size) {
     std::string* data = response_.mutable_data();
@@ -310,6 +341,7 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
     name_ = read.name();
     version_ = read.version();
     bytes_ = read.bytes();
+    TENSOROPS_RETURN_IF_ERROR(TakeSnapshot(read));
     // The info of the version read; created/updated come from the store's current entry when it
     // is still that version.
     TensorStore::Metadata metadata{.name = read.name(),
@@ -342,6 +374,10 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
   const int64_t request_bytes_;
   const std::string ns_;
   const absl::Time start_ = absl::Now();
+  // The whole tensor, copied at Begin (TakeSnapshot), and the budget its bytes hold; empty when
+  // the download reads the store chunk by chunk.
+  std::optional<std::string> snapshot_;
+  MemoryBudget::Reservation snapshot_memory_;
   // The tensor being sent: its name, version and size.
   std::string name_;
   int64_t version_ = 0;

@@ -1012,43 +1012,88 @@ TEST_P(StoreServiceTest, CallsThatReferenceEachOthersTensorsDoNotDeadlock) {
   EXPECT_EQ(failures.load(), 0);
 }
 
-TEST_P(StoreServiceTest, ADownloadHoldsNoLockWhileTheClientReadsAndAbortsWhenTheTensorChanges) {
-  // 4 MiB in 64 KiB chunks, to a client whose flow-control window stays at HTTP/2's 64 KiB (no
-  // BDP probing): the server cannot send the whole tensor while the client does not read.
+// DownloadSlowly opens a GetTensor of `name` in 64 KiB chunks on a channel whose flow-control
+// window stays at HTTP/2's 64 KiB (no BDP probing), so that the server cannot send the whole
+// tensor while the client does not read, and reads the info and the first chunk.
+struct SlowDownload {
+  std::unique_ptr<v1::TensorOps::Stub> stub;
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<v1::GetTensorResponse>> reader;
+  std::string data;
+};
+
+void StartSlowDownload(int port, const std::string& name, SlowDownload* download) {
+  grpc::ChannelArguments arguments;
+  arguments.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  download->stub = v1::TensorOps::NewStub(grpc::CreateCustomChannel(
+      absl::StrFormat("127.0.0.1:%d", port), grpc::InsecureChannelCredentials(), arguments));
+  v1::GetTensorRequest request;
+  request.set_name(name);
+  request.set_chunk_bytes(64 << 10);
+  download->reader = download->stub->GetTensor(&download->context, request);
+  v1::GetTensorResponse message;
+  ASSERT_TRUE(download->reader->Read(&message));
+  ASSERT_TRUE(message.has_info());
+  EXPECT_EQ(message.info().version(), 1);
+  ASSERT_TRUE(download->reader->Read(&message));
+  EXPECT_EQ(message.data().size(), 64 << 10);
+  download->data += message.data();
+}
+
+// An in-place update of the last element of `name` (float32 [elements]) to 42, which makes
+// `version`.
+void UpdateLastElement(v1::TensorOps::Stub* stub, const std::string& name, int64_t elements,
+                       int64_t version) {
+  v1::OpRequest update;
+  update.mutable_select_scatter()->mutable_input()->mutable_stored()->set_name(name);
+  *update.mutable_select_scatter()->mutable_src() = MakeTensor<float>({}, {42.f});
+  update.mutable_select_scatter()->set_index(elements - 1);
+  update.mutable_select_scatter()->mutable_result_options()->set_in_place(true);
+  absl::StatusOr<v1::Tensor> updated = RawRun(stub, update);
+  ASSERT_TRUE(updated.ok()) << updated.status();
+  EXPECT_EQ(updated->stored().version(), version);
+}
+
+// Under --store_download_snapshot_bytes (256 MiB by default) a download streams a copy taken
+// when it opened: an update meanwhile goes ahead (no lock is held while the client reads), and
+// the download still completes, with every byte of the version it announced (the checkers' 64
+// MiB download under continuous updates completed 0 times of 13 before).
+TEST_P(StoreServiceTest, ADownloadOfACopiedTensorCompletesWhileUpdatesGoAhead) {
   constexpr int64_t kElements = int64_t{1} << 20;
   const std::vector<float> values = Floats(kElements);
   ASSERT_TRUE(
       client_->PutTensor("slow", TensorView(DataType::kFloat32, {kElements}, values.data())).ok());
-  grpc::ChannelArguments arguments;
-  arguments.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  std::unique_ptr<v1::TensorOps::Stub> slow_stub = v1::TensorOps::NewStub(
-      grpc::CreateCustomChannel(absl::StrFormat("127.0.0.1:%d", server_->port()),
-                                grpc::InsecureChannelCredentials(), arguments));
-  grpc::ClientContext context;
-  v1::GetTensorRequest request;
-  request.set_name("slow");
-  request.set_chunk_bytes(64 << 10);
-  std::unique_ptr<grpc::ClientReader<v1::GetTensorResponse>> reader =
-      slow_stub->GetTensor(&context, request);
+  SlowDownload download;
+  ASSERT_NO_FATAL_FAILURE(StartSlowDownload(server_->port(), "slow", &download));
+  ASSERT_NO_FATAL_FAILURE(UpdateLastElement(stub_.get(), "slow", kElements, 2));
+  ASSERT_NO_FATAL_FAILURE(UpdateLastElement(stub_.get(), "slow", kElements, 3));
   v1::GetTensorResponse message;
-  ASSERT_TRUE(reader->Read(&message));
-  ASSERT_TRUE(message.has_info());
-  EXPECT_EQ(message.info().version(), 1);
-  ASSERT_TRUE(reader->Read(&message));
-  EXPECT_EQ(message.data().size(), 64 << 10);
+  while (download.reader->Read(&message)) download.data += message.data();
+  ASSERT_TRUE(download.reader->Finish().ok());
+  ASSERT_EQ(download.data.size(), values.size() * sizeof(float));
+  EXPECT_EQ(std::memcmp(download.data.data(), values.data(), download.data.size()), 0)
+      << "the download is version 1, whole";
+}
+
+TEST_P(StoreServiceTest, ADownloadHoldsNoLockWhileTheClientReadsAndAbortsWhenTheTensorChanges) {
+  // Over --store_download_snapshot_bytes the download reads the store chunk by chunk: 4 MiB in
+  // 64 KiB chunks, the server copying none of it ahead.
+  ServerOptions options;
+  options.store.download_snapshot_bytes = (int64_t{4} << 20) - 1;
+  Start(options);
+  constexpr int64_t kElements = int64_t{1} << 20;
+  const std::vector<float> values = Floats(kElements);
+  ASSERT_TRUE(
+      client_->PutTensor("slow", TensorView(DataType::kFloat32, {kElements}, values.data())).ok());
+  SlowDownload download;
+  ASSERT_NO_FATAL_FAILURE(StartSlowDownload(server_->port(), "slow", &download));
   // The download is open and the client is not reading: an update goes ahead all the same.
-  v1::OpRequest update;
-  update.mutable_select_scatter()->mutable_input()->mutable_stored()->set_name("slow");
-  *update.mutable_select_scatter()->mutable_src() = MakeTensor<float>({}, {42.f});
-  update.mutable_select_scatter()->set_index(kElements - 1);
-  update.mutable_select_scatter()->mutable_result_options()->set_in_place(true);
-  absl::StatusOr<v1::Tensor> updated = RawRun(stub_.get(), update);
-  ASSERT_TRUE(updated.ok()) << updated.status();
-  EXPECT_EQ(updated->stored().version(), 2);
+  ASSERT_NO_FATAL_FAILURE(UpdateLastElement(stub_.get(), "slow", kElements, 2));
   // The rest of the download would mix two versions: it ends ABORTED instead.
-  while (reader->Read(&message)) {
+  v1::GetTensorResponse message;
+  while (download.reader->Read(&message)) {
   }
-  ExpectStatus(reader->Finish(), grpc::StatusCode::ABORTED,
+  ExpectStatus(download.reader->Finish(), grpc::StatusCode::ABORTED,
                "get_tensor: tensor \"slow\" changed after");
 }
 

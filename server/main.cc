@@ -35,7 +35,7 @@ ABSL_FLAG(std::string, host, "127.0.0.1",
           "Address to listen on (IPv4, IPv6 or host name); 0.0.0.0 or :: for all interfaces.");
 ABSL_FLAG(int, port, 50051, "TCP port to listen on, 0..65535; 0 picks a free port.");
 ABSL_FLAG(int, threads, 0, "CPU threads the kernels may use; 0 = all cores.");
-ABSL_FLAG(int64_t, max_message_bytes, int64_t{1} << 30,
+ABSL_FLAG(tensorops::ByteCount, max_message_bytes, tensorops::ByteCount{int64_t{1} << 30},
           "Largest gRPC message received or sent, in bytes (1..2147483647).");
 ABSL_FLAG(int64_t, max_elements, int64_t{1} << 32,
           "Largest element count of any one tensor in a request or result (>= 1).");
@@ -44,7 +44,7 @@ ABSL_FLAG(int, max_concurrent_calls, 0,
           "Calls executing at once (>= 0; 0 = one per CPU thread the kernels may use).");
 ABSL_FLAG(int, max_queued_calls, 1024,
           "Calls admitted and waiting to execute (>= 0); more get RESOURCE_EXHAUSTED.");
-ABSL_FLAG(int64_t, max_memory_bytes, 0,
+ABSL_FLAG(tensorops::ByteCount, max_memory_bytes, tensorops::ByteCount{0},
           "Most bytes that calls in flight (their requests and results) and the tensor store hold "
           "together (>= 0; 0 = no limit); a call that would take the total past it gets "
           "RESOURCE_EXHAUSTED. When set, gRPC's buffers of requests still arriving are held to a "
@@ -56,12 +56,12 @@ ABSL_FLAG(int, max_stream_in_flight, 64,
           "Requests one RunStream may have read and not yet answered (>= 1).");
 ABSL_FLAG(int, max_batch, 8,
           "Most calls a worker takes from the queue at once and runs side by side (>= 1).");
-ABSL_FLAG(int64_t, max_batch_bytes, int64_t{64} << 20,
+ABSL_FLAG(tensorops::ByteCount, max_batch_bytes, tensorops::ByteCount{int64_t{64} << 20},
           "Most request bytes in one batch (>= 1); a larger call runs alone.");
 ABSL_FLAG(int64_t, max_queue_delay_us, 0,
           "Microseconds a worker holding a partial batch waits for more calls (>= 0; 0 = never "
           "wait).");
-ABSL_FLAG(int64_t, inline_max_bytes, int64_t{64} << 10,
+ABSL_FLAG(tensorops::ByteCount, inline_max_bytes, tensorops::ByteCount{int64_t{64} << 10},
           "Largest request (bytes) run on the gRPC thread that received it when a worker is free "
           "and nothing is queued, instead of being handed to a worker (>= 0; 0 = never).");
 ABSL_FLAG(tensorops::DeviceChoice, device, tensorops::DeviceChoice::kAuto,
@@ -70,13 +70,13 @@ ABSL_FLAG(tensorops::DeviceChoice, device, tensorops::DeviceChoice::kAuto,
           "one). A call the GPU fails re-runs on the CPU. Calls on tensors stored in host memory "
           "run on the CPU (see --store_device).");
 ABSL_FLAG(int, streams, 4, "CUDA streams, i.e. batches on the GPU at once (>= 1).");
-ABSL_FLAG(int64_t, gpu_min_bytes, int64_t{1} << 20,
+ABSL_FLAG(tensorops::ByteCount, gpu_min_bytes, tensorops::ByteCount{int64_t{1} << 20},
           "Under --device=auto, calls with a smaller request run on the CPU, where they cost less "
           "than a round trip to the GPU (>= 0).");
-ABSL_FLAG(int64_t, gpu_memory_limit, 0,
+ABSL_FLAG(tensorops::ByteCount, gpu_memory_limit, tensorops::ByteCount{0},
           "Most GPU memory in bytes that batches hold at once (>= 0; 0 = no limit but the "
           "device's); a batch that would exceed it runs on the CPU.");
-ABSL_FLAG(int64_t, store_memory_bytes, int64_t{1} << 30,
+ABSL_FLAG(tensorops::ByteCount, store_memory_bytes, tensorops::ByteCount{int64_t{1} << 30},
           "Most bytes the tensor store (PutTensor, results stored by any op, referenced by any "
           "op) holds in all (>= 0; 0 turns the store off).");
 ABSL_FLAG(tensorops::DeviceChoice, store_device, tensorops::DeviceChoice::kCpu,
@@ -84,7 +84,8 @@ ABSL_FLAG(tensorops::DeviceChoice, store_device, tensorops::DeviceChoice::kCpu,
           "(the GPU's memory, so that ops on them copy nothing across PCIe but their small "
           "inputs; fail at start-up unless calls run on a GPU), or auto (cuda when calls run on a "
           "GPU, else cpu).");
-ABSL_FLAG(int64_t, store_download_snapshot_bytes, int64_t{256} << 20,
+ABSL_FLAG(tensorops::ByteCount, store_download_snapshot_bytes,
+          tensorops::ByteCount{int64_t{256} << 20},
           "GetTensor copies a stored tensor of at most this many bytes whole, at one version, "
           "and streams the copy (counted against --max_memory_bytes), so that in-place updates "
           "never abort the download; a larger one streams chunk by chunk and ends ABORTED if the "
@@ -130,25 +131,25 @@ tensorops::ServerOptions FlagsToOptions() {
   options.host = absl::GetFlag(FLAGS_host);
   options.port = absl::GetFlag(FLAGS_port);
   options.threads = absl::GetFlag(FLAGS_threads);
-  options.limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes).bytes;
   options.limits.max_elements = absl::GetFlag(FLAGS_max_elements);
   options.limits.max_rank = absl::GetFlag(FLAGS_max_rank);
   options.limits.max_stream_in_flight = absl::GetFlag(FLAGS_max_stream_in_flight);
-  options.limits.max_memory_bytes = absl::GetFlag(FLAGS_max_memory_bytes);
+  options.limits.max_memory_bytes = absl::GetFlag(FLAGS_max_memory_bytes).bytes;
   options.memory_trim.idle_after = absl::Milliseconds(absl::GetFlag(FLAGS_memory_trim_idle_ms));
   options.queue.max_concurrent_calls = absl::GetFlag(FLAGS_max_concurrent_calls);
   options.queue.max_queued_calls = absl::GetFlag(FLAGS_max_queued_calls);
   options.queue.max_batch = absl::GetFlag(FLAGS_max_batch);
-  options.queue.max_batch_bytes = absl::GetFlag(FLAGS_max_batch_bytes);
+  options.queue.max_batch_bytes = absl::GetFlag(FLAGS_max_batch_bytes).bytes;
   options.queue.max_queue_delay = absl::Microseconds(absl::GetFlag(FLAGS_max_queue_delay_us));
-  options.queue.inline_max_bytes = absl::GetFlag(FLAGS_inline_max_bytes);
+  options.queue.inline_max_bytes = absl::GetFlag(FLAGS_inline_max_bytes).bytes;
   options.device = absl::GetFlag(FLAGS_device);
   options.gpu.streams = absl::GetFlag(FLAGS_streams);
-  options.gpu.min_bytes = absl::GetFlag(FLAGS_gpu_min_bytes);
-  options.gpu.memory_limit_bytes = absl::GetFlag(FLAGS_gpu_memory_limit);
-  options.store.memory_bytes = absl::GetFlag(FLAGS_store_memory_bytes);
+  options.gpu.min_bytes = absl::GetFlag(FLAGS_gpu_min_bytes).bytes;
+  options.gpu.memory_limit_bytes = absl::GetFlag(FLAGS_gpu_memory_limit).bytes;
+  options.store.memory_bytes = absl::GetFlag(FLAGS_store_memory_bytes).bytes;
   options.store.device = absl::GetFlag(FLAGS_store_device);
-  options.store.download_snapshot_bytes = absl::GetFlag(FLAGS_store_download_snapshot_bytes);
+  options.store.download_snapshot_bytes = absl::GetFlag(FLAGS_store_download_snapshot_bytes).bytes;
   options.metrics.port = absl::GetFlag(FLAGS_metrics_port);
   const std::string metrics_host = absl::GetFlag(FLAGS_metrics_host);
   options.metrics.host = metrics_host.empty() ? MetricsHostFor(options.host) : metrics_host;
@@ -168,7 +169,8 @@ constexpr char kUsage[] =
     R"(usage: tensorops-server [--flag=value ...] [--flagfile=FILE]
 
 Serves tensorops scatter/gather operations (tensorops.v1.TensorOps, with gRPC health checking and
-server reflection) until SIGINT or SIGTERM.
+server reflection) until SIGINT or SIGTERM. Byte counts (the *_bytes flags, --gpu_memory_limit)
+take a suffix: K, M, G, T (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024), e.g. 512Mi.
 
   --flagfile=FILE
       Read more flags from FILE, one per line; blank lines and lines starting with '#' are

@@ -4,13 +4,17 @@
 #include <climits>
 #include <cstdint>
 #include <iterator>
+#include <limits>
 #include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "kernels/status_macros.h"
 
@@ -123,6 +127,47 @@ bool AbslParseFlag(absl::string_view text, DeviceChoice* choice, std::string* er
 }
 
 std::string AbslUnparseFlag(DeviceChoice choice) { return std::string(DeviceChoiceName(choice)); }
+
+bool AbslParseFlag(absl::string_view text, ByteCount* count, std::string* error) {
+  struct Suffix {
+    std::string_view name;
+    int64_t factor;
+  };
+  // The binary suffixes first: "Ki" must not be read as "K" followed by "i".
+  static constexpr Suffix kSuffixes[] = {{"Ki", int64_t{1} << 10},
+                                         {"Mi", int64_t{1} << 20},
+                                         {"Gi", int64_t{1} << 30},
+                                         {"Ti", int64_t{1} << 40},
+                                         {"K", 1000},
+                                         {"M", 1000 * 1000},
+                                         {"G", int64_t{1000} * 1000 * 1000},
+                                         {"T", int64_t{1000} * 1000 * 1000 * 1000}};
+  absl::string_view digits = absl::StripAsciiWhitespace(text);
+  int64_t factor = 1;
+  for (const Suffix& suffix : kSuffixes) {
+    if (absl::ConsumeSuffix(&digits, absl::string_view(suffix.name.data(), suffix.name.size()))) {
+      factor = suffix.factor;
+      break;
+    }
+  }
+  int64_t number = 0;
+  // Abseil prefixes the flag and the value: "Illegal value '2X' specified for flag ...; ".
+  if (digits.empty() || !absl::SimpleAtoi(digits, &number)) {
+    *error =
+        "expected a byte count: an integer, optionally followed by K, M, G or T (powers of 1000) "
+        "or Ki, Mi, Gi or Ti (powers of 1024), e.g. 2G or 512Mi";
+    return false;
+  }
+  if (number > std::numeric_limits<int64_t>::max() / factor ||
+      number < std::numeric_limits<int64_t>::min() / factor) {
+    *error = "the byte count is larger than 2^63 - 1";
+    return false;
+  }
+  count->bytes = number * factor;
+  return true;
+}
+
+std::string AbslUnparseFlag(ByteCount count) { return absl::StrCat(count.bytes); }
 
 int64_t GrpcMemoryQuotaBytes(const ServerOptions::Limits& limits) {
   if (limits.max_memory_bytes <= 0) return 0;

@@ -38,6 +38,16 @@ std::string_view DeviceChoiceName(DeviceChoice choice);
 bool AbslParseFlag(absl::string_view text, DeviceChoice* choice, std::string* error);
 std::string AbslUnparseFlag(DeviceChoice choice);
 
+// ByteCount is the value of a byte-count flag (--max_message_bytes, --store_memory_bytes, ...): an
+// integer, or one with a suffix as Kubernetes writes quantities, K, M, G, T (powers of 1000) or
+// Ki, Mi, Gi, Ti (powers of 1024): "2G", "512Mi". Anything else, or a count past 2^63 - 1, fails
+// the parse with an error that says the form.
+struct ByteCount {
+  int64_t bytes = 0;
+};
+bool AbslParseFlag(absl::string_view text, ByteCount* count, std::string* error);
+std::string AbslUnparseFlag(ByteCount count);
+
 // ServerOptions configure Server::Start, which rejects values out of range (ValidateServerOptions)
 // before it starts anything.
 struct ServerOptions {

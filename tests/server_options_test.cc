@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -401,6 +402,36 @@ TEST(FlagsHelpTest, ListsTheGroupsFlagsWithDefaultsWrappedToAHundredColumns) {
   // The long help text (longer than a line, so wrapped by the check above) is all there.
   EXPECT_THAT(absl::StrReplaceAll(help, {{"\n      ", " "}}),
               HasSubstr(absl::StrCat(" ", absl::FindCommandLineFlag("cl_host")->Help(), "\n")));
+}
+
+// Byte-count flags take Kubernetes' quantity suffixes; anything else is refused with the form.
+TEST(ByteCountTest, ParsesIntegersAndQuantitySuffixes) {
+  const std::pair<std::string, int64_t> accepted[] = {{"0", 0},
+                                                      {"1048576", 1048576},
+                                                      {"2K", 2000},
+                                                      {"2Ki", 2048},
+                                                      {"512Mi", int64_t{512} << 20},
+                                                      {"2G", int64_t{2000000000}},
+                                                      {"8Gi", int64_t{8} << 30},
+                                                      {"3T", int64_t{3000000000000}},
+                                                      {"1Ti", int64_t{1} << 40},
+                                                      {"-1", -1},
+                                                      {" 64Mi ", int64_t{64} << 20}};
+  for (const auto& [text, bytes] : accepted) {
+    ByteCount count;
+    std::string error;
+    EXPECT_TRUE(AbslParseFlag(text, &count, &error)) << text << ": " << error;
+    EXPECT_EQ(count.bytes, bytes) << text;
+  }
+  for (const std::string text :
+       {"", "Gi", "2GB", "2g", "1.5G", "2 G i", "x", "9223372036854775807K"}) {
+    ByteCount count;
+    std::string error;
+    EXPECT_FALSE(AbslParseFlag(text, &count, &error)) << text;
+    EXPECT_THAT(error, ::testing::AnyOf(HasSubstr("e.g. 2G or 512Mi"), HasSubstr("2^63 - 1")))
+        << text;
+  }
+  EXPECT_EQ(AbslUnparseFlag(ByteCount{int64_t{1} << 30}), "1073741824");
 }
 
 }  // namespace

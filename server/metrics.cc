@@ -3,7 +3,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <exception>
@@ -157,8 +159,16 @@ struct CallKeyEq {
 
 // CallSeries: the metrics one CallFinished updates. The pointers stay valid for the registry's
 // lifetime: families own their metrics and nothing is ever removed.
+// OkStageTotals sums one op's stage times over its calls that ended OK, for OpStatistics.
+struct OkStageTotals {
+  std::array<std::atomic<int64_t>, kStageCount> count{};
+  std::array<std::atomic<int64_t>, kStageCount> nanos{};
+};
+
 struct CallSeries {
   prometheus::Counter* requests;
+  // The op's OkStageTotals in a series of OK calls; null in the others.
+  OkStageTotals* ok_stages;
   std::array<prometheus::Histogram*, kStageCount> stage_seconds;
   prometheus::Counter* received_bytes;
   prometheus::Counter* sent_bytes;
@@ -466,6 +476,11 @@ class Metrics::Impl {
       const double seconds = absl::ToDoubleSeconds(*duration);
       if (std::isinf(seconds)) continue;
       series.stage_seconds[stage]->Observe(seconds < 0 ? 0.0 : seconds);
+      if (series.ok_stages != nullptr) {
+        series.ok_stages->count[stage].fetch_add(1, std::memory_order_relaxed);
+        series.ok_stages->nanos[stage].fetch_add(
+            std::max<int64_t>(0, absl::ToInt64Nanoseconds(*duration)), std::memory_order_relaxed);
+      }
     }
     if (request_bytes > 0) series.received_bytes->Increment(static_cast<double>(request_bytes));
     if (response_bytes > 0) series.sent_bytes->Increment(static_cast<double>(response_bytes));
@@ -505,13 +520,13 @@ class Metrics::Impl {
     }
     OpStatistics::Totals* const stages[kStageCount] = {&statistics.decode, &statistics.queue,
                                                        &statistics.execute, &statistics.encode};
-    for (const prometheus::MetricFamily& family : stage_seconds_.Collect()) {
-      for (const prometheus::ClientMetric& metric : family.metric) {
-        if (value_of(metric, "op") != label) continue;
+    {
+      absl::ReaderMutexLock lock(&series_mu_);
+      if (const auto it = ok_stages_.find(label); it != ok_stages_.end()) {
         for (int stage = 0; stage < kStageCount; ++stage) {
-          if (value_of(metric, "stage") != kStageNames[stage]) continue;
-          stages[stage]->count += static_cast<int64_t>(metric.histogram.sample_count);
-          stages[stage]->total += absl::Seconds(metric.histogram.sample_sum);
+          stages[stage]->count = it->second->count[stage].load(std::memory_order_relaxed);
+          stages[stage]->total =
+              absl::Nanoseconds(it->second->nanos[stage].load(std::memory_order_relaxed));
         }
       }
     }
@@ -621,6 +636,13 @@ class Metrics::Impl {
         {{"op", op}, {"outcome", key.code == absl::StatusCode::kOk ? "ok" : "failed"}});
     series.last_call = &last_call_.Add({{"op", op}});
     absl::MutexLock lock(&series_mu_);
+    if (key.code == absl::StatusCode::kOk) {
+      std::unique_ptr<OkStageTotals>& totals = ok_stages_[op];
+      if (totals == nullptr) totals = std::make_unique<OkStageTotals>();
+      series.ok_stages = totals.get();
+    } else {
+      series.ok_stages = nullptr;
+    }
     series_.try_emplace(CallKey{std::string(key.op), key.code, std::string(key.device)}, series);
     return series;
   }
@@ -649,8 +671,12 @@ class Metrics::Impl {
   const std::shared_ptr<WatchedCollector> store_;
   const std::shared_ptr<WatchedCollector> call_bytes_;
 
-  absl::Mutex series_mu_;
+  mutable absl::Mutex series_mu_;
   absl::flat_hash_map<CallKey, CallSeries, CallKeyHash, CallKeyEq> series_
+      ABSL_GUARDED_BY(series_mu_);
+  // Per op label: the stage times of its OK calls (OpStatistics). Never erased, so the series
+  // keep their pointers.
+  absl::flat_hash_map<std::string, std::unique_ptr<OkStageTotals>> ok_stages_
       ABSL_GUARDED_BY(series_mu_);
 
   // Last, so that it is destroyed first: the endpoint's threads stop serving the registry before

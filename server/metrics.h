@@ -137,7 +137,8 @@ struct OpStatistics {
   // Calls that ended OK and the others, with their total time.
   Totals ok;
   Totals failed;
-  // Each stage the calls reached, as tensorops_stage_duration_seconds counts it.
+  // Each stage of the calls that ended OK (Triton's statistics count successes only; failed
+  // calls are in `failed`). tensorops_stage_duration_seconds counts every call's.
   Totals decode;
   Totals queue;
   Totals execute;

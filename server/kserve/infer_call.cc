@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,12 +36,62 @@ std::string Escaped(std::string_view text) {
 }
 
 // The request parameters Triton reserves: `priority` and `timeout` are scheduling hints, accepted
-// and ignored (a gRPC deadline bounds a call); the sequence ones ask for a stateful model.
+// and ignored (a gRPC deadline bounds a call); `triton_enable_empty_final_response` asks a stream
+// for an empty response that ends a request whose model sent its last one without the final flag,
+// and every response here is its request's one and final response (marked
+// triton_final_response), so there is never one to add; the sequence ones ask for a stateful
+// model.
 bool IsIgnoredReservedParameter(std::string_view name) {
-  return name == "priority" || name == "timeout";
+  return name == "priority" || name == "timeout" || name == "triton_enable_empty_final_response";
 }
 constexpr std::string_view kSequenceParameters[] = {"sequence_id", "sequence_start",
                                                     "sequence_end"};
+// The request parameter that names stored tensors for inputs, for clients that cannot set an
+// input's own parameters (stock tritonclient's InferInput has no setter): "input=table,src=g@3".
+constexpr std::string_view kStoredInputsParameter = "stored_inputs";
+
+// StoredInput is one entry of the stored_inputs parameter: an input, the stored tensor it names
+// and, after '@', the version it expects.
+struct StoredInput {
+  std::string input;
+  std::string name;
+  std::optional<int64_t> version;
+};
+
+// ParseStoredInputs reads the stored_inputs parameter: comma-separated INPUT=NAME or
+// INPUT=NAME@VERSION (stored names never hold '=', ',' or '@').
+absl::StatusOr<std::vector<StoredInput>> ParseStoredInputs(const Model& model,
+                                                           const InferParameter& parameter) {
+  const auto invalid = [&](std::string_view why) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: parameter \"%s\" %s (expected a string of INPUT=NAME or INPUT=NAME@VERSION, "
+        "comma-separated: \"input=table,src=grads@3\")",
+        model.name, kStoredInputsParameter, why));
+  };
+  if (!parameter.has_string_param()) return invalid("is not a string");
+  std::vector<StoredInput> entries;
+  for (absl::string_view entry : absl::StrSplit(parameter.string_param(), ',')) {
+    entry = absl::StripAsciiWhitespace(entry);
+    const std::vector<absl::string_view> sides = absl::StrSplit(entry, absl::MaxSplits('=', 1));
+    if (sides.size() != 2 || sides[0].empty() || sides[1].empty()) {
+      return invalid(absl::StrFormat("has entry \"%s\"", Escaped(std::string(entry))));
+    }
+    StoredInput stored{.input = std::string(absl::StripAsciiWhitespace(sides[0]))};
+    const std::vector<absl::string_view> name = absl::StrSplit(sides[1], absl::MaxSplits('@', 1));
+    stored.name = std::string(absl::StripAsciiWhitespace(name[0]));
+    if (name.size() == 2) {
+      int64_t version = 0;
+      if (!absl::SimpleAtoi(name[1], &version) || version < 1) {
+        return invalid(absl::StrFormat("has version \"%s\" in entry \"%s\" (a version is >= 1)",
+                                       Escaped(std::string(name[1])), Escaped(std::string(entry))));
+      }
+      stored.version = version;
+    }
+    if (stored.name.empty()) return invalid(absl::StrFormat("has entry \"%s\"", Escaped(std::string(entry))));
+    entries.push_back(std::move(stored));
+  }
+  return entries;
+}
 // The parameters with which Triton's clients place an input or an output in a registered
 // shared-memory region (set_shared_memory). tensorops serves no shared-memory extension, so a
 // tensor that names one is refused rather than sent inline behind the client's back: the client
@@ -368,6 +419,15 @@ absl::Status OutputTensor(const Model& model, std::string_view name, v1::Tensor*
     // A stored result: where it is, and its bytes only when return_data asked for them.
     (*output->mutable_parameters())["stored"].set_string_param(result->stored().name());
     (*output->mutable_parameters())["stored_version"].set_int64_param(result->stored().version());
+    if (result->data().empty() && output->shape_size() > 0) {
+      // Without its bytes the output says shape [0], which a client reads as an empty array
+      // (tritonclient's as_numpy could not reshape no bytes to the stored shape), and the stored
+      // tensor's shape travels as the parameter "stored_shape", "4,6".
+      (*output->mutable_parameters())["stored_shape"].set_string_param(
+          absl::StrJoin(output->shape(), ","));
+      output->clear_shape();
+      output->add_shape(0);
+    }
   }
   response->add_raw_output_contents()->swap(*result->mutable_data());
   return absl::OkStatus();
@@ -401,7 +461,7 @@ absl::StatusOr<std::unique_ptr<InferCall>> InferCall::Translate(ModelInferReques
     }
   }
   for (const auto& [name, parameter] : request->parameters()) {
-    if (IsIgnoredReservedParameter(name)) continue;
+    if (IsIgnoredReservedParameter(name) || name == kStoredInputsParameter) continue;
     const FieldDescriptor* field = model->FindParameter(name);
     if (field == nullptr) {
       const bool is_input = model->FindInput(name) != nullptr;
@@ -419,22 +479,25 @@ absl::StatusOr<std::unique_ptr<InferCall>> InferCall::Translate(ModelInferReques
   }
 
   std::vector<bool> given(model->inputs.size(), false);
-  int raw = 0;
-  for (ModelInferRequest::InferInputTensor& input : *request->mutable_inputs()) {
-    const ModelInput* model_input = model->FindInput(input.name());
+  // Claim returns the v1 tensor of input `name`, given once (by `how`), or the error.
+  const auto claim = [&](const std::string& name,
+                         std::string_view how) -> absl::StatusOr<v1::Tensor*> {
+    const ModelInput* model_input = model->FindInput(name);
     if (model_input == nullptr) {
       std::vector<std::string> names;
       for (const ModelInput& candidate : model->inputs) names.push_back(candidate.name);
-      const bool is_parameter = model->FindParameter(input.name()) != nullptr;
+      const bool is_parameter = model->FindParameter(name) != nullptr;
       return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: \"%s\" is not an input of this model%s (inputs: %s)", model->name,
-          Escaped(input.name()), is_parameter ? "; it is a parameter, sent in parameters" : "",
+          "%s: \"%s\"%s is not an input of this model%s (inputs: %s)", model->name, Escaped(name),
+          how, is_parameter ? "; it is a parameter, sent in parameters" : "",
           absl::StrJoin(names, ", ")));
     }
     const size_t position = model_input - model->inputs.data();
     if (given[position]) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: input \"%s\" is given twice", model->name, input.name()));
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: input \"%s\" is given twice (in inputs, or in inputs and the request parameter "
+          "\"%s\")",
+          model->name, name, kStoredInputsParameter));
     }
     given[position] = true;
     // An input that shares a oneof with a parameter (scatter's src and value) is an alternative
@@ -446,13 +509,29 @@ absl::StatusOr<std::unique_ptr<InferCall>> InferCall::Translate(ModelInferReques
           op_request->GetReflection()->GetOneofFieldDescriptor(*op_request, oneof);
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s: input \"%s\" and parameter \"%s\" are alternatives (one of %s); send only one",
-          model->name, input.name(), other->name(), oneof->name()));
+          model->name, name, other->name(), oneof->name()));
     }
-    v1::Tensor* tensor = model_input->field == nullptr
-                             ? call->backward_.mutable_grad_output()
-                             : static_cast<v1::Tensor*>(op_request->GetReflection()->MutableMessage(
-                                   op_request, model_input->field));
+    return model_input->field == nullptr
+               ? call->backward_.mutable_grad_output()
+               : static_cast<v1::Tensor*>(
+                     op_request->GetReflection()->MutableMessage(op_request, model_input->field));
+  };
+  int raw = 0;
+  for (ModelInferRequest::InferInputTensor& input : *request->mutable_inputs()) {
+    TENSOROPS_ASSIGN_OR_RETURN(v1::Tensor * tensor, claim(input.name(), ""));
     TENSOROPS_RETURN_IF_ERROR(InputTensor(*model, &input, request, &raw, tensor));
+  }
+  if (const auto it = request->parameters().find(std::string(kStoredInputsParameter));
+      it != request->parameters().end()) {
+    TENSOROPS_ASSIGN_OR_RETURN(const std::vector<StoredInput> stored_inputs,
+                               ParseStoredInputs(*model, it->second));
+    for (const StoredInput& stored : stored_inputs) {
+      TENSOROPS_ASSIGN_OR_RETURN(
+          v1::Tensor * tensor,
+          claim(stored.input, absl::StrFormat(" (in parameter \"%s\")", kStoredInputsParameter)));
+      tensor->mutable_stored()->set_name(stored.name);
+      if (stored.version.has_value()) tensor->mutable_stored()->set_version(*stored.version);
+    }
   }
   if (raw != request->raw_input_contents_size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -491,6 +570,11 @@ absl::StatusOr<std::unique_ptr<InferCall>> InferCall::Translate(ModelInferReques
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s: output \"%s\" has parameter \"%s\" (%s); an output takes no parameters", model->name,
           output.name(), Escaped(first->first), KindOf(first->second)));
+    }
+    if (std::find(call->requested_outputs_.begin(), call->requested_outputs_.end(),
+                  output.name()) != call->requested_outputs_.end()) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s: output \"%s\" is requested twice",
+                                                        model->name, output.name()));
     }
     call->requested_outputs_.push_back(output.name());
   }
@@ -532,11 +616,13 @@ absl::Status InferCall::Respond(inference::ModelInferResponse* response) {
       TENSOROPS_RETURN_IF_ERROR(OutputTensor(*model_, "output", &result_, response));
     return absl::OkStatus();
   }
-  // The gradients come keyed by argument ("input", "src"); outputs keep the model's order.
-  for (const std::string& output : model_->outputs) {
+  // The gradients come keyed by argument ("input", "src"), in the order the request asked for
+  // them, else in the model's.
+  for (const std::string& output :
+       requested_outputs_.empty() ? model_->outputs : requested_outputs_) {
     auto gradient =
         gradients_.mutable_gradients()->find(output.substr(std::string("grad_").size()));
-    if (gradient == gradients_.mutable_gradients()->end() || !wanted(output)) continue;
+    if (gradient == gradients_.mutable_gradients()->end()) continue;
     TENSOROPS_RETURN_IF_ERROR(OutputTensor(*model_, output, &gradient->second, response));
   }
   return absl::OkStatus();

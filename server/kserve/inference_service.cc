@@ -206,6 +206,7 @@ struct StreamProtocol {
     bool MayBlock() const { return NamesStoredTensor(message_); }
     absl::StatusOr<PreparedOp> Prepare(const ServingContext& serving, const StoredTensors& stored) {
       TENSOROPS_ASSIGN_OR_RETURN(call_, InferCall::Translate(&message_));
+      MarkFinal();
       return call_->Prepare(serving.limits, stored, response_.mutable_infer_response());
     }
     void SetError(const absl::Status& status) {
@@ -214,10 +215,19 @@ struct StreamProtocol {
       // The id (and model) let a client match the error to its request.
       response_.mutable_infer_response()->set_id(message_.id());
       response_.mutable_infer_response()->set_model_name(message_.model_name());
+      MarkFinal();
     }
     const inference::ModelStreamInferResponse& response() const { return response_; }
 
    private:
+    // MarkFinal: every request gets one response, its last, marked as Triton marks a response
+    // with the final flag, so that a client waiting for the end of a request (decoupled style)
+    // sees it.
+    void MarkFinal() {
+      (*response_.mutable_infer_response()->mutable_parameters())["triton_final_response"]
+          .set_bool_param(true);
+    }
+
     ModelInferRequest message_;
     std::string_view op_name_;
     std::unique_ptr<InferCall> call_;

@@ -48,9 +48,13 @@ std::string FullMethodName(std::string_view method) {
 }
 
 // GetTensor's data chunks: kDefaultChunkBytes when the client leaves chunk_bytes 0, and never more
-// than kMaxChunkBytes, nor more than fits a message under the server's limit.
+// than kMaxChunkBytes, nor more than fits a message under the server's limit. Larger chunks only
+// slowed downloads (1 GiB to the Python client: 16 MiB chunks 0.6x and 64 MiB 0.25-0.4x the speed
+// of 4 MiB ones, in two independent measurements): gRPC hands a message over only whole, so the
+// client's copy of one chunk stops overlapping the transfer of the next, and most of the client's
+// time goes to waiting for the next message.
 constexpr int64_t kDefaultChunkBytes = int64_t{4} << 20;
-constexpr int64_t kMaxChunkBytes = int64_t{64} << 20;
+constexpr int64_t kMaxChunkBytes = int64_t{4} << 20;
 // Room for a GetTensorResponse's framing around its data (field key and length).
 constexpr int64_t kChunkFramingBytes = 64;
 

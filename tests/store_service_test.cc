@@ -121,6 +121,30 @@ class StoreServiceTest : public ::testing::TestWithParam<StorePlacement> {
   std::unique_ptr<v1::TensorOps::Stub> stub_;
 };
 
+// chunk_bytes is capped at 4 MiB, past which chunks only slowed downloads down.
+TEST_P(StoreServiceTest, DownloadChunksAreAtMostFourMebibytes) {
+  constexpr int64_t kElements = int64_t{3} << 20;  // 12 MiB of float32
+  const std::vector<float> values = Floats(kElements);
+  ASSERT_TRUE(
+      client_->PutTensor("big", TensorView(DataType::kFloat32, {kElements}, values.data())).ok());
+  for (int64_t chunk_bytes : {int64_t{0}, int64_t{8} << 20, int64_t{64} << 20}) {
+    SCOPED_TRACE(absl::StrCat("chunk_bytes ", chunk_bytes));
+    grpc::ClientContext context;
+    v1::GetTensorRequest request;
+    request.set_name("big");
+    request.set_chunk_bytes(chunk_bytes);
+    std::unique_ptr<grpc::ClientReader<v1::GetTensorResponse>> reader =
+        stub_->GetTensor(&context, request);
+    v1::GetTensorResponse message;
+    ASSERT_TRUE(reader->Read(&message));
+    ASSERT_TRUE(message.has_info());
+    std::vector<size_t> chunks;
+    while (reader->Read(&message)) chunks.push_back(message.data().size());
+    ASSERT_TRUE(reader->Finish().ok());
+    EXPECT_THAT(chunks, ::testing::ElementsAre(4 << 20, 4 << 20, 4 << 20));
+  }
+}
+
 TEST_P(StoreServiceTest, PutGetRoundTripsWithChunksOfAnySize) {
   const std::vector<float> values = Floats(1000);  // 4000 bytes
   const TensorView view(DataType::kFloat32, {10, 100}, values.data());

@@ -359,8 +359,8 @@ type GetTensorRequest struct {
 	// When set, the tensor must be at exactly this version (FAILED_PRECONDITION otherwise).
 	Version *int64 `protobuf:"varint,2,opt,name=version,proto3,oneof" json:"version,omitempty"`
 	// The most data bytes in one response; 0 takes the server's default (4 MiB). Values above the
-	// server's maximum (64 MiB, and never more than its message size limit allows) are lowered
-	// to it.
+	// server's maximum (4 MiB, past which larger chunks only slowed downloads, and never more than
+	// its message size limit allows) are lowered to it.
 	ChunkBytes int64 `protobuf:"varint,3,opt,name=chunk_bytes,json=chunkBytes,proto3" json:"chunk_bytes,omitempty"`
 }
 

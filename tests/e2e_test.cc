@@ -2070,10 +2070,10 @@ TEST_F(CliTest, AUsageErrorShowsTheCommandsSynopsisNotTheWholeHelp) {
   run = RunCli({"put", "only_a_name"});
   EXPECT_TRUE(ExitedWith(run.status, 2)) << DescribeExit(run.status);
   EXPECT_EQ(run.stderr_text,
-            "error: put takes NAME FILE.npy [--overwrite] [--bfloat16], got 1 argument: "
-            "only_a_name\n\n"
-            "usage: tensorops-cli [--target=HOST:PORT] [FLAGS] put NAME FILE.npy [--overwrite] "
-            "[--bfloat16]\n"
+            "error: put takes NAME FILE.npy [--overwrite | --expected_version=N] [--bfloat16], "
+            "got 1 argument: only_a_name\n\n"
+            "usage: tensorops-cli [--target=HOST:PORT] [FLAGS] put NAME FILE.npy [--overwrite | "
+            "--expected_version=N] [--bfloat16]\n"
             "    store the file's tensor under NAME, for ops to use as @NAME\n"
             "see tensorops-cli --help for every command and flag\n");
 
@@ -2219,6 +2219,70 @@ TEST_F(CliTest, LargeTransfersReportTheirProgress) {
   ASSERT_TRUE(back.ok()) << back.status();
   ref::ExpectTensorsNear(*back, large);
   EXPECT_TRUE(ExitedWith(RunCli({"rm", "cli_large"}).status, 0));
+}
+
+// The first hour's rough edges: --version, one command's help, a target without a port, local
+// file problems as usage errors without a server's status code, and the store's versions
+// (--expected_version, get --version, @NAME@VERSION) that the server's own errors ask for.
+TEST_F(CliTest, VersionHelpTargetFilesAndStoreVersions) {
+  CliResult run = RunCli({"--version"});
+  EXPECT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status);
+  EXPECT_THAT(run.stdout_text, ::testing::StartsWith("tensorops-cli "));
+  EXPECT_THAT(run.stdout_text, HasSubstr("(revision "));
+
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"gather", "--help"}, {"help", "gather"}}) {
+    run = RunCli(args);
+    EXPECT_TRUE(ExitedWith(run.status, 0)) << absl::StrJoin(args, " ");
+    EXPECT_THAT(run.stdout_text,
+                AllOf(::testing::StartsWith(
+                          "usage: tensorops-cli [--target=HOST:PORT] [FLAGS] gather --input="),
+                      HasSubstr("\n  --axis\n"), HasSubstr("\n  --target\n"),
+                      Not(HasSubstr("--mask")), Not(HasSubstr("\n  --shape\n"))))
+        << absl::StrJoin(args, " ");
+  }
+  run = RunCli({"help", "get"});
+  EXPECT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status);
+  EXPECT_THAT(run.stdout_text, AllOf(HasSubstr("get NAME OUT.npy [--version=N]"),
+                                     HasSubstr("--version\n"), Not(HasSubstr("--axis"))));
+  run = RunCli({"help", "transpose"});
+  EXPECT_TRUE(ExitedWith(run.status, 2)) << DescribeExit(run.status);
+
+  run = RunCli({"--target=127.0.0.1", "health"});
+  EXPECT_TRUE(ExitedWith(run.status, 2)) << DescribeExit(run.status);
+  EXPECT_THAT(run.stderr_text, HasSubstr("--target = '127.0.0.1' has no port"));
+
+  const std::string index = Write("i.npy", Int64Tensor({1}, {0}));
+  run = RunCli({"gather", "--input=" + PathOf("missing.npy"), "--index=" + index, "--axis=0"});
+  EXPECT_TRUE(ExitedWith(run.status, 2)) << DescribeExit(run.status);
+  EXPECT_THAT(run.stderr_text, AllOf(::testing::StartsWith("error: "), HasSubstr("missing.npy"),
+                                     Not(HasSubstr("NOT_FOUND"))));
+  const std::string bfloat16 =
+      Write("b.npy", Tensor::FromView(TensorView(DataType::kBFloat16, {1}, "\x80\x3f")));
+  run = RunCli({"put", "cli_b", bfloat16});
+  EXPECT_TRUE(ExitedWith(run.status, 2)) << DescribeExit(run.status);
+  EXPECT_THAT(run.stderr_text, AllOf(HasSubstr("(--bfloat16)"), Not(HasSubstr("NpyReadOptions"))));
+
+  const std::string x = Write("x.npy", Int64Tensor({2}, {5, 6}));
+  ASSERT_TRUE(ExitedWith(RunCli({"put", "cli_v", x}).status, 0));
+  run = RunCli({"put", "cli_v", x, "--expected_version=1"});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << run.stderr_text;
+  EXPECT_THAT(run.stdout_text, HasSubstr("version 2"));
+  run = RunCli({"put", "cli_v", x, "--expected_version=1"});
+  EXPECT_TRUE(ExitedWith(run.status, 1)) << DescribeExit(run.status);
+  EXPECT_THAT(run.stderr_text, HasSubstr("FAILED_PRECONDITION"));
+  EXPECT_TRUE(ExitedWith(RunCli({"get", "cli_v", PathOf("v1.npy"), "--version=1"}).status, 1));
+  ASSERT_TRUE(ExitedWith(RunCli({"get", "cli_v", PathOf("v2.npy"), "--version=2"}).status, 0));
+  run = RunCli({"gather", "--input=@cli_v@2", "--index=" + index, "--axis=0"});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << run.stderr_text;
+  EXPECT_THAT(run.stdout_text, HasSubstr("[5]"));
+  run = RunCli({"gather", "--input=@cli_v@1", "--index=" + index, "--axis=0"});
+  EXPECT_TRUE(ExitedWith(run.status, 1)) << DescribeExit(run.status);
+  run = RunCli({"gather", "--input=@cli_v@x", "--index=" + index, "--axis=0"});
+  EXPECT_TRUE(ExitedWith(run.status, 2)) << DescribeExit(run.status);
+  EXPECT_THAT(run.stderr_text, HasSubstr("@NAME@VERSION"));
+  EXPECT_TRUE(ExitedWith(RunCli({"rm", "cli_v", "--expected_version=1"}).status, 1));
+  EXPECT_TRUE(ExitedWith(RunCli({"rm", "cli_v", "--expected_version=2"}).status, 0));
 }
 
 TEST_F(CliTest, HelpListsCommandsAndFlags) {

@@ -32,6 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -122,6 +123,11 @@ ABSL_FLAG(std::string, grad_output, "",
           ".npy gradient of its result (the result's shape and a floating or complex dtype).");
 ABSL_FLAG(bool, overwrite, false,
           "put, --output=@NAME: replace NAME's value if it has one (an error otherwise).");
+ABSL_FLAG(int64_t, expected_version, 0,
+          "put, rm: act only if the stored tensor is at this version (>= 1), as the server's "
+          "'pass overwrite or expected_version=N' says; put replaces it then.");
+ABSL_FLAG(int64_t, version, 0,
+          "get: the version the stored tensor must be at (>= 1); an error if it has moved on.");
 ABSL_FLAG(bool, bfloat16, false,
           "Read '<u2' (uint16) .npy inputs as bfloat16 raw bits; bfloat16 results are always "
           "written as '<u2'.");
@@ -188,19 +194,62 @@ constexpr std::string_view kTlsFlags[] = {"tls_ca", "tls_cert", "tls_key", "tls_
 // Where an op flag's value names a stored tensor instead of a file: "@NAME".
 constexpr char kStoredPrefix = '@';
 
+// The status payload FileError sets.
+constexpr absl::string_view kFileErrorPayload = "tensorops.cli/local_file";
+
 // Transfers of at least this many bytes report their progress on stderr.
 constexpr int64_t kProgressMinBytes = int64_t{16} << 20;
+
+// StoredTensor is a tensor flag's "@NAME" or "@NAME@VERSION": a stored tensor, at a version.
+struct StoredTensor {
+  std::string name;
+  std::optional<int64_t> version;
+};
+
+// ParseStored returns the stored tensor a flag's value names ("@NAME", "@NAME@VERSION"), nullopt
+// for a file; INVALID_ARGUMENT naming `flag` for "@", "@NAME@" or a version that is not an integer
+// >= 1 (stored names never hold '@').
+absl::StatusOr<std::optional<StoredTensor>> ParseStored(std::string_view flag,
+                                                        absl::string_view value) {
+  if (value.empty() || value.front() != kStoredPrefix) return std::nullopt;
+  const std::vector<absl::string_view> parts =
+      absl::StrSplit(value.substr(1), absl::MaxSplits(kStoredPrefix, 1));
+  StoredTensor stored{.name = std::string(parts[0])};
+  bool ok = !stored.name.empty();
+  if (ok && parts.size() == 2) {
+    int64_t version = 0;
+    ok = absl::SimpleAtoi(parts[1], &version) && version >= 1;
+    stored.version = version;
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--%s = '%s' names no stored tensor (expected @NAME or @NAME@VERSION, VERSION >= 1)", flag,
+        value));
+  }
+  return stored;
+}
+
+// StoredName returns NAME for a tensor flag's value "@NAME" (or "@NAME@VERSION"), nullopt for a
+// file; the command line was validated (ParseStored) before.
+std::optional<std::string> StoredName(absl::string_view value) {
+  absl::StatusOr<std::optional<StoredTensor>> stored = ParseStored("", value);
+  if (!stored.ok() || !stored->has_value()) return std::nullopt;
+  return (*stored)->name;
+}
+
+// FileError marks a problem with a local file (a .npy to read or write, a token file): the CLI
+// reports it as a usage problem (exit 2), without a server's status code.
+absl::Status FileError(absl::Status status) {
+  if (!status.ok()) status.SetPayload(kFileErrorPayload, absl::Cord("1"));
+  return status;
+}
 
 // ReadFlagNpy reads the .npy file a flag names.
 absl::StatusOr<Tensor> ReadFlagNpy(const absl::Flag<std::string>& flag,
                                    const NpyReadOptions& read_options) {
-  return ReadNpy(absl::GetFlag(flag), read_options);
-}
-
-// StoredName returns NAME for a tensor flag's value "@NAME", nullopt for a file.
-std::optional<std::string> StoredName(absl::string_view value) {
-  if (value.empty() || value.front() != kStoredPrefix) return std::nullopt;
-  return std::string(value.substr(1));
+  absl::StatusOr<Tensor> tensor = ReadNpy(absl::GetFlag(flag), read_options);
+  if (!tensor.ok()) return FileError(tensor.status());
+  return tensor;
 }
 
 // OpArgs is what an op command builds its request from besides the flags' values.
@@ -211,15 +260,17 @@ struct OpArgs {
   const absl::flat_hash_set<std::string>* given = nullptr;
   NpyReadOptions read_options;
   // The tensor flags given as @NAME, by flag (= the request's field) name; Read adds to it.
-  std::map<std::string, std::string>* stored = nullptr;
+  std::map<std::string, StoredTensor>* stored = nullptr;
 
   bool Given(absl::string_view flag) const { return given->contains(flag); }
   // Read reads the .npy file `flag` names; for @NAME it notes the reference in `stored` and
   // returns a stand-in that ReferenceStored replaces in the request.
   absl::StatusOr<Tensor> Read(const absl::Flag<std::string>& flag) const {
     const std::string value = absl::GetFlag(flag);
-    if (std::optional<std::string> name = StoredName(value); name.has_value()) {
-      (*stored)[std::string(absl::GetFlagReflectionHandle(flag).Name())] = *std::move(name);
+    const std::string name(absl::GetFlagReflectionHandle(flag).Name());
+    TENSOROPS_ASSIGN_OR_RETURN(std::optional<StoredTensor> stored_tensor, ParseStored(name, value));
+    if (stored_tensor.has_value()) {
+      (*stored)[name] = *std::move(stored_tensor);
       return Tensor(DataType::kInt64, Shape{0});
     }
     return ReadFlagNpy(flag, read_options);
@@ -228,20 +279,23 @@ struct OpArgs {
 
 // ReferenceStored replaces each argument of `op` that `stored` names (the flag's name is the
 // field's, in every op's request) by a reference to the stored tensor.
-void ReferenceStored(const std::map<std::string, std::string>& stored, v1::OpRequest* op) {
+void ReferenceStored(const std::map<std::string, StoredTensor>& stored, v1::OpRequest* op) {
   if (stored.empty()) return;
   const google::protobuf::Reflection* op_reflection = op->GetReflection();
   std::vector<const google::protobuf::FieldDescriptor*> set;
   op_reflection->ListFields(*op, &set);
   // The builders set exactly one op.
   google::protobuf::Message* request = op_reflection->MutableMessage(op, set.front());
-  for (const auto& [argument, name] : stored) {
+  for (const auto& [argument, stored_tensor] : stored) {
     const google::protobuf::FieldDescriptor* field =
         request->GetDescriptor()->FindFieldByName(argument);
     auto* tensor =
         static_cast<v1::Tensor*>(request->GetReflection()->MutableMessage(request, field));
     tensor->Clear();
-    tensor->mutable_stored()->set_name(name);
+    tensor->mutable_stored()->set_name(stored_tensor.name);
+    if (stored_tensor.version.has_value()) {
+      tensor->mutable_stored()->set_version(*stored_tensor.version);
+    }
   }
 }
 
@@ -359,6 +413,25 @@ std::string ServiceCommandUsage(const ServiceCommand& command) {
                                   : absl::StrCat(command.synopsis, "\n", command.summary);
 }
 
+// AppendFlagsHelp appends each flag's name, help and default.
+void AppendFlagsHelp(const std::vector<std::string_view>& names, std::string* text) {
+  for (std::string_view name : names) {
+    const absl::CommandLineFlag* flag =
+        absl::FindCommandLineFlag(absl::string_view(name.data(), name.size()));
+    absl::StrAppendFormat(text, "  --%s\n      %s", name, flag->Help());
+    const std::string default_value = flag->DefaultValue();
+    // Positional flags (files, axis, slice bounds, versions) have defaults that mean nothing.
+    constexpr std::string_view kNoDefault[] = {"input",  "index",        "src",
+                                               "mask",   "axis",         "start",
+                                               "end",    "select_index", "expected_version",
+                                               "version"};
+    if (!default_value.empty() && !absl::c_linear_search(kNoDefault, name)) {
+      absl::StrAppendFormat(text, " Default: %s.", default_value);
+    }
+    text->push_back('\n');
+  }
+}
+
 // UsageText lists the commands and the flags with their help and defaults.
 std::string UsageText() {
   std::vector<std::string_view> names(std::begin(kCommonFlags), std::end(kCommonFlags));
@@ -379,19 +452,36 @@ std::string UsageText() {
     AppendCommandUsage(command.name, ServiceCommandUsage(command), &text);
   }
   text.append(kUsageTail);
-  for (std::string_view name : names) {
-    const absl::CommandLineFlag* flag =
-        absl::FindCommandLineFlag(absl::string_view(name.data(), name.size()));
-    absl::StrAppendFormat(&text, "  --%s\n      %s", name, flag->Help());
-    const std::string default_value = flag->DefaultValue();
-    // Positional flags (files, axis, slice bounds) have defaults that mean nothing.
-    constexpr std::string_view kNoDefault[] = {"input", "index", "src", "mask",
-                                               "axis",  "start", "end", "select_index"};
-    if (!default_value.empty() && !absl::c_linear_search(kNoDefault, name)) {
-      absl::StrAppendFormat(&text, " Default: %s.", default_value);
+  AppendFlagsHelp(names, &text);
+  return text;
+}
+
+// CommandHelp is one command's help: its synopsis, what it does, and its flags (the connection
+// flags last).
+std::string CommandHelp(absl::string_view name) {
+  std::string text = absl::StrFormat("usage: tensorops-cli [--target=HOST:PORT] [FLAGS] %s ", name);
+  std::vector<std::string_view> flags;
+  if (const CommandSpec* command = FindCommand(name)) {
+    absl::StrAppendFormat(&text, "%s\n    [--output=OUT.npy] [--bfloat16] [--grad_output=G.npy]\n",
+                          absl::StrReplaceAll(command->synopsis, {{"\n", " "}}));
+    absl::StrAppendFormat(
+        &text,
+        "\nRuns the op %s once on the server (docs/semantics.md). Tensors are .npy files or\n"
+        "@NAME (@NAME@VERSION) for the server's stored tensors.\n",
+        name);
+    for (absl::string_view flag : command->flags) flags.emplace_back(flag.data(), flag.size());
+    for (std::string_view flag : kCommonFlags) {
+      if (!absl::c_linear_search(kConnectionFlags, flag)) flags.push_back(flag);
     }
-    text.push_back('\n');
+  } else {
+    const ServiceCommand& service = *FindServiceCommand(name);
+    absl::StrAppendFormat(&text, "%s\n\n%s.\n", service.synopsis,
+                          absl::StrReplaceAll(service.summary, {{"\n", " "}}));
+    for (absl::string_view flag : service.flags) flags.emplace_back(flag.data(), flag.size());
   }
+  flags.insert(flags.end(), std::begin(kConnectionFlags), std::end(kConnectionFlags));
+  text.append("\nFlags:\n");
+  AppendFlagsHelp(flags, &text);
   return text;
 }
 
@@ -425,6 +515,8 @@ struct CommandLine {
   // The names of the flags given explicitly.
   absl::flat_hash_set<std::string> given;
   bool help = false;
+  // "--version" without a number: print the CLI's version.
+  bool version = false;
 };
 
 // ParseCommandLine sets the flags from `argv` ("--name=value", "--name value", "--flag" and
@@ -447,6 +539,12 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
     arg.remove_prefix(arg[1] == '-' ? 2 : 1);
     if (arg == "help" || arg == "h") {
       command_line.help = true;
+      continue;
+    }
+    // "--version" alone asks for the CLI's version; get's --version takes a number.
+    int64_t next_number = 0;
+    if (arg == "version" && (i + 1 >= argc || !absl::SimpleAtoi(argv[i + 1], &next_number))) {
+      command_line.version = true;
       continue;
     }
     absl::string_view name = arg;
@@ -760,6 +858,32 @@ const CommandSpec* FindCommand(absl::string_view name) {
 }
 
 // ValidateTlsFlags checks that a client certificate comes with its key.
+// ValidateTarget refuses a --target with no port ("127.0.0.1", "localhost", "[::1]"), which gRPC
+// would dial at port 0; other forms (HOST:PORT, dns:///HOST:PORT, unix:PATH, ...) are gRPC's.
+absl::Status ValidateTarget() {
+  const std::string target = absl::GetFlag(FLAGS_target);
+  const bool bracketed_address = absl::StartsWith(target, "[") && absl::EndsWith(target, "]");
+  if (target.find(':') == std::string::npos || bracketed_address) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--target = '%s' has no port (expected HOST:PORT, e.g. %s:50051, or a gRPC target such "
+        "as dns:///HOST:PORT or unix:PATH)",
+        target, target.empty() ? "127.0.0.1" : target));
+  }
+  return absl::OkStatus();
+}
+
+// ValidateVersionFlags: --version and --expected_version, when given, are versions (>= 1).
+absl::Status ValidateVersionFlags(const CommandLine& command_line) {
+  for (const absl::Flag<int64_t>* flag : {&FLAGS_version, &FLAGS_expected_version}) {
+    const std::string name(absl::GetFlagReflectionHandle(*flag).Name());
+    if (command_line.given.contains(name) && absl::GetFlag(*flag) < 1) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--%s = %d is not a version (versions start at 1)", name, absl::GetFlag(*flag)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateTlsFlags() {
   if (absl::GetFlag(FLAGS_tls_cert).empty() != absl::GetFlag(FLAGS_tls_key).empty()) {
     return absl::InvalidArgumentError(absl::GetFlag(FLAGS_tls_key).empty()
@@ -802,6 +926,8 @@ absl::Status ValidateCommandLine(const CommandLine& command_line) {
             absl::StrFormat("%s: argument %d is empty", name, static_cast<int>(i)));
       }
     }
+    TENSOROPS_RETURN_IF_ERROR(ValidateVersionFlags(command_line));
+    TENSOROPS_RETURN_IF_ERROR(ValidateTarget());
     return ValidateTlsFlags();
   }
   const CommandSpec* command = FindCommand(name);
@@ -842,13 +968,11 @@ absl::Status ValidateCommandLine(const CommandLine& command_line) {
         "--overwrite applies to --output=@NAME (a stored result), not to %s", name));
   }
   for (const absl::Flag<std::string>* tensor_flag :
-       {&FLAGS_input, &FLAGS_index, &FLAGS_src, &FLAGS_mask}) {
-    const std::string value = absl::GetFlag(*tensor_flag);
-    if (value.size() == 1 && value[0] == kStoredPrefix) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("--%s = '@' names no stored tensor (expected @NAME)",
-                          absl::GetFlagReflectionHandle(*tensor_flag).Name()));
-    }
+       {&FLAGS_input, &FLAGS_index, &FLAGS_src, &FLAGS_mask, &FLAGS_output}) {
+    const absl::string_view name = absl::GetFlagReflectionHandle(*tensor_flag).Name();
+    TENSOROPS_RETURN_IF_ERROR(
+        ParseStored(std::string_view(name.data(), name.size()), absl::GetFlag(*tensor_flag))
+            .status());
   }
   for (const std::string& flag : command_line.given) {
     if (!absl::c_linear_search(kCommonFlags, flag) &&
@@ -891,6 +1015,7 @@ absl::Status ValidateCommandLine(const CommandLine& command_line) {
   }
   TENSOROPS_RETURN_IF_ERROR(ParseIntList("axes", absl::GetFlag(FLAGS_axes)).status());
   TENSOROPS_RETURN_IF_ERROR(ParseIntList("shape", absl::GetFlag(FLAGS_shape)).status());
+  TENSOROPS_RETURN_IF_ERROR(ValidateTarget());
   return ValidateTlsFlags();
 }
 
@@ -908,14 +1033,20 @@ absl::StatusOr<std::unique_ptr<Client>> CreateClient(
                                      .server_name_override = absl::GetFlag(FLAGS_tls_server_name)};
   }
   if (given.contains("token_file")) {
-    TENSOROPS_ASSIGN_OR_RETURN(options.auth_token,
-                               ReadAuthTokenFile(absl::GetFlag(FLAGS_token_file)));
+    absl::StatusOr<std::string> token = ReadAuthTokenFile(absl::GetFlag(FLAGS_token_file));
+    if (!token.ok()) return FileError(token.status());
+    options.auth_token = *std::move(token);
   }
   return Client::Create(absl::GetFlag(FLAGS_target), std::move(options));
 }
 
 // ReportFailure prints a failed call's status as the CLI does for every command.
 int ReportFailure(const absl::Status& status) {
+  if (status.GetPayload(kFileErrorPayload).has_value()) {
+    // A local file's problem is the command line's, not a server's: no status code.
+    std::cerr << absl::StrFormat("error: %s\n", status.message());
+    return kExitUsage;
+  }
   std::cerr << absl::StrFormat("error: %s: %s\n", absl::StatusCodeToString(status.code()),
                                status.message());
   return kExitFailure;
@@ -935,7 +1066,7 @@ std::string DescribeStored(const v1::TensorInfo& info) {
 
 // WriteResult writes `tensor` to `path` and says so: "wrote PATH: shape=(...) dtype=...".
 absl::Status WriteResult(const std::string& path, const Tensor& tensor) {
-  TENSOROPS_RETURN_IF_ERROR(WriteNpy(path, tensor.view()));
+  TENSOROPS_RETURN_IF_ERROR(FileError(WriteNpy(path, tensor.view())));
   std::cout << absl::StrFormat("wrote %s: %s\n", path,
                                DescribeTensor(tensor.dtype(), tensor.shape()));
   return absl::OkStatus();
@@ -1079,10 +1210,14 @@ int RunDescribe(Client& client, const std::vector<std::string>& args) {
 int RunPut(Client& client, const std::vector<std::string>& args) {
   const std::string& name = args[0];
   absl::StatusOr<Tensor> value =
-      ReadNpy(args[1], NpyReadOptions{.uint16_as_bfloat16 = absl::GetFlag(FLAGS_bfloat16)});
-  if (!value.ok()) return ReportFailure(value.status());
+      ReadNpy(args[1], NpyReadOptions{.uint16_as_bfloat16 = absl::GetFlag(FLAGS_bfloat16),
+                                      .uint16_as_bfloat16_option = "--bfloat16"});
+  if (!value.ok()) return ReportFailure(FileError(value.status()));
   PutTensorOptions options;
   options.overwrite = absl::GetFlag(FLAGS_overwrite);
+  if (const int64_t version = absl::GetFlag(FLAGS_expected_version); version > 0) {
+    options.expected_version = version;
+  }
   options.progress = ProgressReporter("put", name);
   absl::StatusOr<v1::TensorInfo> info = client.PutTensor(name, value->view(), options);
   if (!info.ok()) return ReportFailure(info.status());
@@ -1095,6 +1230,7 @@ int RunPut(Client& client, const std::vector<std::string>& args) {
 int RunGet(Client& client, const std::vector<std::string>& args) {
   GetTensorOptions options;
   options.progress = ProgressReporter("get", args[0]);
+  if (const int64_t version = absl::GetFlag(FLAGS_version); version > 0) options.version = version;
   absl::StatusOr<Tensor> value = client.GetTensor(args[0], options);
   if (!value.ok()) return ReportFailure(value.status());
   if (absl::Status written = WriteResult(args[1], *value); !written.ok()) {
@@ -1118,7 +1254,11 @@ int RunLs(Client& client, const std::vector<std::string>& /*args*/) {
 
 // rm NAME: deletes the stored tensor NAME.
 int RunRm(Client& client, const std::vector<std::string>& args) {
-  if (absl::Status deleted = client.DeleteTensor(args[0]); !deleted.ok()) {
+  std::optional<int64_t> expected_version;
+  if (const int64_t version = absl::GetFlag(FLAGS_expected_version); version > 0) {
+    expected_version = version;
+  }
+  if (absl::Status deleted = client.DeleteTensor(args[0], expected_version); !deleted.ok()) {
     return ReportFailure(deleted);
   }
   std::cout << absl::StrFormat("deleted %s\n", args[0]);
@@ -1161,15 +1301,16 @@ const std::vector<ServiceCommand>& ServiceCommands() {
        .max_args = 1,
        .run = RunDescribe},
       {.name = "put",
-       .synopsis = "NAME FILE.npy [--overwrite] [--bfloat16]",
+       .synopsis = "NAME FILE.npy [--overwrite | --expected_version=N] [--bfloat16]",
        .summary = "store the file's tensor under NAME, for ops to use as @NAME",
-       .flags = {"overwrite", "bfloat16"},
+       .flags = {"overwrite", "expected_version", "bfloat16"},
        .min_args = 2,
        .max_args = 2,
        .run = RunPut},
       {.name = "get",
-       .synopsis = "NAME OUT.npy",
+       .synopsis = "NAME OUT.npy [--version=N]",
        .summary = "write the stored tensor NAME to OUT.npy",
+       .flags = {"version"},
        .min_args = 2,
        .max_args = 2,
        .run = RunGet},
@@ -1177,8 +1318,9 @@ const std::vector<ServiceCommand>& ServiceCommands() {
        .summary = "list the stored tensors: name, shape, dtype, bytes, version",
        .run = RunLs},
       {.name = "rm",
-       .synopsis = "NAME",
+       .synopsis = "NAME [--expected_version=N]",
        .summary = "delete the stored tensor NAME",
+       .flags = {"expected_version"},
        .min_args = 1,
        .max_args = 1,
        .run = RunRm},
@@ -1217,14 +1359,16 @@ int RunBackward(Client& client, const v1::OpRequest& op, const NpyReadOptions& r
 // RunStored runs `op` with its result kept in the store, under `store_as` or (with --in_place)
 // in --input's stored tensor, and says what was stored: "stored NAME: shape=(...) dtype=...,
 // version N".
-int RunStored(Client& client, const std::optional<std::string>& store_as, v1::OpRequest* op) {
+int RunStored(Client& client, const std::optional<StoredTensor>& store_as, v1::OpRequest* op) {
   ops::VisitOp(
       *op,
       [&]<typename Op>(Op, const typename Op::Request&) {
         v1::ResultOptions* options = ops::Mutable<Op>(op)->mutable_result_options();
         if (store_as.has_value()) {
-          options->set_store_as(*store_as);
+          options->set_store_as(store_as->name);
           options->set_overwrite(absl::GetFlag(FLAGS_overwrite));
+          // --output=@NAME@VERSION replaces NAME only at that version.
+          if (store_as->version.has_value()) options->set_expected_version(*store_as->version);
         }
         options->set_in_place(absl::GetFlag(FLAGS_in_place));
       },
@@ -1238,10 +1382,30 @@ int RunStored(Client& client, const std::optional<std::string>& store_as, v1::Op
 
 int Main(int argc, char** argv) {
   absl::StatusOr<CommandLine> command_line = ParseCommandLine(argc, argv);
-  if (command_line.ok() &&
-      (command_line->help || command_line->positional == std::vector<std::string>{"help"})) {
-    std::cout << UsageText();
+  if (command_line.ok() && command_line->version) {
+    std::cout << absl::StrFormat("tensorops-cli %s (revision %s)\n", TENSOROPS_VERSION,
+                                 TENSOROPS_GIT_REVISION);
     return 0;
+  }
+  if (command_line.ok()) {
+    // "--help", "help": everything; "COMMAND --help", "help COMMAND": that command's help.
+    std::vector<std::string> words = command_line->positional;
+    const bool help_word = !words.empty() && words[0] == "help";
+    if (help_word) words.erase(words.begin());
+    if (command_line->help || help_word) {
+      if (words.empty()) {
+        std::cout << UsageText();
+        return 0;
+      }
+      if (FindCommand(words[0]) == nullptr && FindServiceCommand(words[0]) == nullptr) {
+        return UsageError(
+            absl::InvalidArgumentError(absl::StrFormat(
+                "no help for '%s': not a command (one of %s)", words[0], CommandNames())),
+            "");
+      }
+      std::cout << CommandHelp(words[0]);
+      return 0;
+    }
   }
   absl::Status usage_status =
       command_line.ok() ? ValidateCommandLine(*command_line) : command_line.status();
@@ -1267,7 +1431,7 @@ int Main(int argc, char** argv) {
                                                          command_line->positional.end()));
   }
   const NpyReadOptions read_options{.uint16_as_bfloat16 = absl::GetFlag(FLAGS_bfloat16)};
-  std::map<std::string, std::string> stored;
+  std::map<std::string, StoredTensor> stored;
   const OpArgs no_input{
       .given = &command_line->given, .read_options = read_options, .stored = &stored};
   absl::StatusOr<std::optional<Tensor>> input = std::optional<Tensor>();
@@ -1282,9 +1446,11 @@ int Main(int argc, char** argv) {
   if (!op.ok()) return ReportFailure(op.status());
   ReferenceStored(stored, &*op);
   if (command_line->given.contains("grad_output")) return RunBackward(**client, *op, read_options);
-  const std::optional<std::string> store_as = StoredName(absl::GetFlag(FLAGS_output));
-  if (store_as.has_value() || absl::GetFlag(FLAGS_in_place)) {
-    return RunStored(**client, store_as, &*op);
+  absl::StatusOr<std::optional<StoredTensor>> store_as =
+      ParseStored("output", absl::GetFlag(FLAGS_output));
+  if (!store_as.ok()) return ReportFailure(store_as.status());
+  if (store_as->has_value() || absl::GetFlag(FLAGS_in_place)) {
+    return RunStored(**client, *store_as, &*op);
   }
   absl::StatusOr<Tensor> result = (*client)->Run(*op);
   if (!result.ok()) return ReportFailure(result.status());

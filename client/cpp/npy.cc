@@ -69,8 +69,8 @@ absl::StatusOr<DataType> DataTypeOfDescr(std::string_view descr, const NpyReadOp
     if (entry.dtype == DataType::kBFloat16 && !options.uint16_as_bfloat16) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "'%s' (uint16) is not a tensorops dtype; it is read as bfloat16 bits only on request "
-          "(NpyReadOptions::uint16_as_bfloat16, the CLI's --bfloat16)",
-          descr));
+          "(%s)",
+          descr, options.uint16_as_bfloat16_option));
     }
     // One-byte types have no byte order; every other type must be little-endian.
     if (byte_order == '>' && ItemSize(entry.dtype) > 1) {

@@ -31,6 +31,9 @@ struct NpyReadOptions {
   // Read `<u2` arrays as bfloat16 raw bits (what WriteNpy writes for bfloat16). When false, `<u2`
   // is rejected like every other dtype tensorops does not have.
   bool uint16_as_bfloat16 = false;
+  // How the caller asks for that, named in the error for a `<u2` array read without it (the CLI
+  // says "--bfloat16").
+  std::string_view uint16_as_bfloat16_option = "NpyReadOptions::uint16_as_bfloat16";
 };
 
 // ParseNpy decodes the contents of a `.npy` file. `name` only labels error messages (a path, or

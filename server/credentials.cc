@@ -36,29 +36,28 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> BuildServerCredentials(
   const bool has_key = !security.tls_key_file.empty();
   if (has_cert != has_key) {
     return absl::InvalidArgumentError(
-        has_cert ? "tls_cert_file is set but tls_key_file is not (TLS needs both)"
-                 : "tls_key_file is set but tls_cert_file is not (TLS needs both)");
+        has_cert ? "--tls_cert is set but --tls_key is not (TLS needs both)"
+                 : "--tls_key is set but --tls_cert is not (TLS needs both)");
   }
   if (!security.tls_client_ca_file.empty() && !has_cert) {
     return absl::InvalidArgumentError(
-        "tls_client_ca_file is set but tls_cert_file is not (mutual TLS needs the server's own "
+        "--tls_client_ca is set but --tls_cert is not (mutual TLS needs the server's own "
         "certificate and key too)");
   }
   if (!has_cert) return grpc::InsecureServerCredentials();
 
   grpc::SslServerCredentialsOptions::PemKeyCertPair key_cert;
-  absl::StatusOr<std::string> cert =
-      ReadPem("tls_cert_file", security.tls_cert_file, "CERTIFICATE");
+  absl::StatusOr<std::string> cert = ReadPem("--tls_cert", security.tls_cert_file, "CERTIFICATE");
   if (!cert.ok()) return cert.status();
   key_cert.cert_chain = std::move(*cert);
-  absl::StatusOr<std::string> key = ReadPem("tls_key_file", security.tls_key_file, "PRIVATE KEY");
+  absl::StatusOr<std::string> key = ReadPem("--tls_key", security.tls_key_file, "PRIVATE KEY");
   if (!key.ok()) return key.status();
   key_cert.private_key = std::move(*key);
 
   grpc::SslServerCredentialsOptions ssl_options(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
   if (!security.tls_client_ca_file.empty()) {
     absl::StatusOr<std::string> client_ca =
-        ReadPem("tls_client_ca_file", security.tls_client_ca_file, "CERTIFICATE");
+        ReadPem("--tls_client_ca", security.tls_client_ca_file, "CERTIFICATE");
     if (!client_ca.ok()) return client_ca.status();
     ssl_options.pem_root_certs = std::move(*client_ca);
     ssl_options.client_certificate_request =

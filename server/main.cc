@@ -200,12 +200,20 @@ const std::vector<tensorops::FlagGroup> kFlagGroups = {
     {"Store", {"store_memory_bytes", "store_device", "store_download_snapshot_bytes"}},
 };
 
-// PortInUse tells whether another socket already listens on host:port, by binding one of our own
-// there first with SO_REUSEADDR, as gRPC binds. gRPC's own failure for this case is a line of
-// several hundred characters of core error on stderr before ours; probing first keeps a common
-// mistake to one clear line. A listener that appears between the probe and gRPC's bind still gets
-// gRPC's error. A host that does not resolve is left for gRPC to report.
-bool PortInUse(const std::string& host, int port) {
+// ListenProbe is what ProbeListenAddress found of host:port before gRPC binds it.
+struct ListenProbe {
+  // getaddrinfo's error for a host that does not resolve; empty when it resolves.
+  std::string unresolved;
+  // Another socket already listens there.
+  bool in_use = false;
+};
+
+// ProbeListenAddress resolves host:port and binds a socket of our own to each address first, with
+// SO_REUSEADDR, as gRPC binds. gRPC's own failure for a host that does not resolve or a port in
+// use is a line of several hundred characters of core error on stderr before ours; probing first
+// keeps these common mistakes to one clear line. A listener that appears between the probe and
+// gRPC's bind still gets gRPC's error. Port 0 is only resolved.
+ListenProbe ProbeListenAddress(const std::string& host, int port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -214,23 +222,25 @@ bool PortInUse(const std::string& host, int port) {
   absl::string_view bare_host = host;
   if (absl::ConsumePrefix(&bare_host, "[")) absl::ConsumeSuffix(&bare_host, "]");
   addrinfo* addresses = nullptr;
-  if (getaddrinfo(std::string(bare_host).c_str(), std::to_string(port).c_str(), &hints,
-                  &addresses) != 0) {
-    return false;
+  ListenProbe probe;
+  if (const int error = getaddrinfo(std::string(bare_host).c_str(), std::to_string(port).c_str(),
+                                    &hints, &addresses);
+      error != 0) {
+    probe.unresolved = gai_strerror(error);
+    return probe;
   }
-  bool in_use = false;
-  for (const addrinfo* address = addresses; address != nullptr && !in_use;
+  for (const addrinfo* address = addresses; address != nullptr && port != 0 && !probe.in_use;
        address = address->ai_next) {
     const int fd =
         socket(address->ai_family, address->ai_socktype | SOCK_CLOEXEC, address->ai_protocol);
     if (fd < 0) continue;
     const int reuse = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, sizeof(reuse));
-    in_use = bind(fd, address->ai_addr, address->ai_addrlen) != 0 && errno == EADDRINUSE;
+    probe.in_use = bind(fd, address->ai_addr, address->ai_addrlen) != 0 && errno == EADDRINUSE;
     close(fd);
   }
   freeaddrinfo(addresses);
-  return in_use;
+  return probe;
 }
 
 }  // namespace
@@ -297,7 +307,15 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  if (options.port != 0 && PortInUse(options.host, options.port)) {
+  const ListenProbe probe = ProbeListenAddress(options.host, options.port);
+  if (!probe.unresolved.empty()) {
+    spdlog::error(
+        "tensorops-server: UNAVAILABLE: cannot listen on {}:{}: --host={} is not an address or a "
+        "name this machine resolves ({})",
+        options.host, options.port, options.host, probe.unresolved);
+    return 1;
+  }
+  if (probe.in_use) {
     spdlog::error(
         "tensorops-server: UNAVAILABLE: cannot listen on {}:{}: the port is in use (choose another "
         "--port, or --port=0 for any free one)",

@@ -84,18 +84,15 @@ absl::Status ValidateSecurity(const ServerOptions::Security& security) {
   const bool has_key = !security.tls_key_file.empty();
   if (has_cert && !has_key) {
     return absl::InvalidArgumentError(
-        "--tls_cert needs --tls_key: TLS needs the certificate's key (tls_cert_file is set, "
-        "tls_key_file is not)");
+        "--tls_cert needs --tls_key: TLS needs the certificate's key");
   }
   if (has_key && !has_cert) {
     return absl::InvalidArgumentError(
-        "--tls_key needs --tls_cert: TLS needs the key's certificate (tls_key_file is set, "
-        "tls_cert_file is not)");
+        "--tls_key needs --tls_cert: TLS needs the key's certificate");
   }
   if (!security.tls_client_ca_file.empty() && !has_cert) {
     return absl::InvalidArgumentError(
-        "--tls_client_ca needs --tls_cert and --tls_key: mutual TLS is TLS first "
-        "(tls_client_ca_file is set, tls_cert_file is not)");
+        "--tls_client_ca needs --tls_cert and --tls_key: mutual TLS is TLS first");
   }
   return absl::OkStatus();
 }

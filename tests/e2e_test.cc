@@ -1636,6 +1636,18 @@ TEST(ServerProcessTest, APortInUseIsOneClearLine) {
   EXPECT_THAT(output, Not(HasSubstr("chttp2")));
 }
 
+// A --host that is no address and resolves to none: one line naming it, without gRPC's core
+// error before it.
+TEST(ServerProcessTest, AHostThatDoesNotResolveIsOneClearLine) {
+  const BinaryRun run = RunServerBinary({"--host=256.1.1.1", "--port=0", "--threads=1"});
+  EXPECT_TRUE(ExitedWith(run.status, 1)) << DescribeExit(run.status);
+  const std::string output = run.stdout_text + run.stderr_text;
+  EXPECT_THAT(output, HasSubstr("cannot listen on 256.1.1.1:0: --host=256.1.1.1 is not an address "
+                                "or a name this machine resolves ("));
+  EXPECT_EQ(absl::c_count(output, '\n'), 1) << output;
+  EXPECT_THAT(output, Not(HasSubstr("chttp2")));
+}
+
 // Without a GPU the start-up line says so plainly; why there is none stays in ServerInfo.
 TEST(ServerProcessTest, WithoutAGpuTheStartUpLineSaysItServesOnTheCpu) {
   if (!QueryDevices().cuda_devices.empty()) GTEST_SKIP() << "a GPU is usable here";

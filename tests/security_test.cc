@@ -667,15 +667,15 @@ TEST_F(SecurityTest, AuthenticatorRejectsBadTokenFiles) {
 TEST_F(SecurityTest, StartRejectsInconsistentTlsOptions) {
   const absl::Status no_key = Start({.tls_cert_file = certs().server_cert}).status();
   EXPECT_EQ(no_key.code(), absl::StatusCode::kInvalidArgument) << no_key;
-  EXPECT_THAT(no_key.message(), HasSubstr("tls_key_file"));
+  EXPECT_THAT(no_key.message(), HasSubstr("--tls_key"));
 
   const absl::Status no_cert = Start({.tls_key_file = certs().server_key}).status();
   EXPECT_EQ(no_cert.code(), absl::StatusCode::kInvalidArgument) << no_cert;
-  EXPECT_THAT(no_cert.message(), HasSubstr("tls_cert_file"));
+  EXPECT_THAT(no_cert.message(), HasSubstr("--tls_cert"));
 
   const absl::Status ca_alone = Start({.tls_client_ca_file = certs().ca_cert}).status();
   EXPECT_EQ(ca_alone.code(), absl::StatusCode::kInvalidArgument) << ca_alone;
-  EXPECT_THAT(ca_alone.message(), HasSubstr("tls_client_ca_file"));
+  EXPECT_THAT(ca_alone.message(), HasSubstr("--tls_client_ca"));
 }
 
 TEST_F(SecurityTest, StartNamesTheFileItCannotUse) {
@@ -684,7 +684,7 @@ TEST_F(SecurityTest, StartNamesTheFileItCannotUse) {
   security.tls_cert_file = missing;
   const absl::Status missing_cert = Start(security).status();
   EXPECT_EQ(missing_cert.code(), absl::StatusCode::kNotFound) << missing_cert;
-  EXPECT_THAT(missing_cert.message(), AllOf(HasSubstr("tls_cert_file"), HasSubstr(missing)));
+  EXPECT_THAT(missing_cert.message(), AllOf(HasSubstr("--tls_cert"), HasSubstr(missing)));
 
   security = Tls();
   security.tls_client_ca_file = missing;

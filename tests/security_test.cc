@@ -788,9 +788,10 @@ TEST_F(SecurityTest, CliSendsTheTokenFromItsFileOverTls) {
   EXPECT_THAT(wrong.output, HasSubstr("error: UNAUTHENTICATED: wrong bearer token"));
 
   const std::string missing = certs().Path("no_such_token");
+  // A token file that cannot be read is a local file's problem: a usage error, no status code.
   const ProcessResult unreadable = run_cli({"--token_file=" + missing});
-  EXPECT_TRUE(ExitedWith(unreadable, 1)) << DescribeExit(unreadable) << "\n" << unreadable.output;
-  EXPECT_THAT(unreadable.output, HasSubstr(missing));
+  EXPECT_TRUE(ExitedWith(unreadable, 2)) << DescribeExit(unreadable) << "\n" << unreadable.output;
+  EXPECT_THAT(unreadable.output, AllOf(HasSubstr(missing), Not(HasSubstr("NOT_FOUND"))));
 
   const ProcessResult half = run_cli({"--tls_cert=" + certs().client_cert});
   EXPECT_TRUE(ExitedWith(half, 2)) << DescribeExit(half) << "\n" << half.output;

@@ -87,7 +87,8 @@ absl::StatusOr<std::vector<StoredInput>> ParseStoredInputs(const Model& model,
       }
       stored.version = version;
     }
-    if (stored.name.empty()) return invalid(absl::StrFormat("has entry \"%s\"", Escaped(std::string(entry))));
+    if (stored.name.empty())
+      return invalid(absl::StrFormat("has entry \"%s\"", Escaped(std::string(entry))));
     entries.push_back(std::move(stored));
   }
   return entries;
@@ -573,8 +574,8 @@ absl::StatusOr<std::unique_ptr<InferCall>> InferCall::Translate(ModelInferReques
     }
     if (std::find(call->requested_outputs_.begin(), call->requested_outputs_.end(),
                   output.name()) != call->requested_outputs_.end()) {
-      return absl::InvalidArgumentError(absl::StrFormat("%s: output \"%s\" is requested twice",
-                                                        model->name, output.name()));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: output \"%s\" is requested twice", model->name, output.name()));
     }
     call->requested_outputs_.push_back(output.name());
   }

@@ -1,6 +1,8 @@
 # The two commands of the README, and a few more for development.
 #
-#   make run    install dependencies if missing, build, start tensorops-server on 127.0.0.1:50051
+#   make run    install the server's and CLI's build dependencies if missing (the `build` profile
+#               of scripts/install-deps), build the server and the CLI only, start
+#               tensorops-server on 127.0.0.1:50051
 #   make test   install dependencies if missing, build, run every test; then test-sanitize
 #   make test-sanitize  the second tree (clang, ASan + UBSan): the unit, service and end-to-end
 #               suites, and every fuzzer for FUZZ_SECONDS each (fuzz/README.md)
@@ -26,13 +28,21 @@ all: build
 deps:
 	@scripts/install-deps
 
+# The tests and benchmarks are named on explicitly: `make run` turns them off in the same tree.
 configure: deps
-	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_ARGS)
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	    -DTENSOROPS_BUILD_TESTS=ON -DTENSOROPS_BUILD_BENCH=ON $(CMAKE_ARGS)
 
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-run: build
+# Only what serving needs: GoogleTest, Google Benchmark, Go, Python and podman are not installed,
+# and the tests and benchmarks are not built (a later `make test` turns them back on).
+run:
+	@INSTALL_DEPS_PROFILE=build scripts/install-deps
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	    -DTENSOROPS_BUILD_TESTS=OFF -DTENSOROPS_BUILD_BENCH=OFF $(CMAKE_ARGS)
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target run_targets
 	$(BUILD_DIR)/server/tensorops-server $(SERVER_ARGS)
 
 test: build

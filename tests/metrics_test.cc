@@ -294,7 +294,8 @@ TEST(MetricsTest, RequestsCountedByOpCodeAndDevice) {
 }
 
 // Statistics reads back what the series hold: calls by outcome over every code and device, their
-// total time (the sum of the stages each reached), each stage's count and sum, the last call.
+// total time (the sum of the stages each reached), each stage's count and sum over the calls that
+// ended OK (Triton's statistics count successes only), the last call.
 TEST(MetricsTest, StatisticsSumAnOpsSeries) {
   std::unique_ptr<Metrics> metrics = CreateOrDie();
   ASSERT_NE(metrics, nullptr);
@@ -317,14 +318,20 @@ TEST(MetricsTest, StatisticsSumAnOpsSeries) {
   // Four stages of 1 ms and four of 2 ms.
   EXPECT_NEAR(absl::ToDoubleMilliseconds(gather.ok.total), 12.0, 1e-6);
   EXPECT_NEAR(absl::ToDoubleMilliseconds(gather.failed.total), 3.0, 1e-6);
-  EXPECT_EQ(gather.decode.count, 3);
-  EXPECT_NEAR(absl::ToDoubleMilliseconds(gather.decode.total), 6.0, 1e-6);
+  // The failed call's 3 ms of decoding is in `failed` only.
+  EXPECT_EQ(gather.decode.count, 2);
+  EXPECT_NEAR(absl::ToDoubleMilliseconds(gather.decode.total), 3.0, 1e-6);
   EXPECT_EQ(gather.execute.count, 2);
   EXPECT_NEAR(absl::ToDoubleMilliseconds(gather.execute.total), 3.0, 1e-6);
   ASSERT_TRUE(gather.last_call.has_value());
   EXPECT_GE(*gather.last_call, before - absl::Seconds(1));
   EXPECT_LE(*gather.last_call, absl::Now() + absl::Seconds(1));
   EXPECT_EQ(metrics->Statistics("scatter").ok.count, 1);
+  EXPECT_EQ(metrics->Statistics("scatter").decode.count, 1);
+  // The Prometheus histogram still counts every call's stages.
+  EXPECT_THAT(
+      metrics->Scrape(),
+      HasSubstr("tensorops_stage_duration_seconds_count{op=\"gather\",stage=\"decode\"} 3"));
 }
 
 TEST(MetricsTest, EveryStatusCodeHasItsUpperSnakeName) {

@@ -90,6 +90,27 @@ ABSL_FLAG(tensorops::ByteCount, store_download_snapshot_bytes,
           "and streams the copy (counted against --max_memory_bytes), so that in-place updates "
           "never abort the download; a larger one streams chunk by chunk and ends ABORTED if the "
           "tensor changes first (>= 0; 0 = never copy).");
+ABSL_FLAG(std::string, store_dir, "",
+          "Directory where the tensor store keeps its snapshots and log, so that stored tensors "
+          "survive a restart or a crash (created if missing; one server per directory). Empty = "
+          "in memory only: every stored tensor is lost when the server stops.");
+ABSL_FLAG(tensorops::StoreSync, store_sync, tensorops::StoreSync::kInterval,
+          "When the store's log is fsynced (with --store_dir): always (before a change is "
+          "acknowledged), interval (every --store_sync_interval_ms) or none (when the OS writes "
+          "it). A crash of the server loses no acknowledged change in any mode; a crash of the "
+          "machine loses none with always, at most the interval with interval.");
+ABSL_FLAG(int64_t, store_sync_interval_ms, 100,
+          "With --store_sync=interval, the longest an acknowledged change waits for its fsync, in "
+          "milliseconds (> 0).");
+ABSL_FLAG(int64_t, store_snapshot_interval_s, 600,
+          "With --store_dir, how often a snapshot of every stored tensor compacts the log, in "
+          "seconds, when anything changed (>= 0; 0 = only on request, tensorops-cli snapshot, "
+          "and at shutdown).");
+ABSL_FLAG(tensorops::StoreRecovery, store_recover, tensorops::StoreRecovery::kStrict,
+          "What start-up does with a damaged file in --store_dir: strict (refuse to start, "
+          "naming the file and offset) or discard (move the store's files to a damaged-<time> "
+          "folder there and start empty). A torn last record, from a crash while it was "
+          "written, is never damage: it was never acknowledged, and is dropped.");
 ABSL_FLAG(int, metrics_port, -1,
           "Port of the Prometheus endpoint (GET /metrics); -1 = none, 0 = any free port.");
 ABSL_FLAG(std::string, metrics_host, "",
@@ -150,6 +171,11 @@ tensorops::ServerOptions FlagsToOptions() {
   options.store.memory_bytes = absl::GetFlag(FLAGS_store_memory_bytes).bytes;
   options.store.device = absl::GetFlag(FLAGS_store_device);
   options.store.download_snapshot_bytes = absl::GetFlag(FLAGS_store_download_snapshot_bytes).bytes;
+  options.store.dir = absl::GetFlag(FLAGS_store_dir);
+  options.store.sync = absl::GetFlag(FLAGS_store_sync);
+  options.store.sync_interval = absl::Milliseconds(absl::GetFlag(FLAGS_store_sync_interval_ms));
+  options.store.snapshot_interval = absl::Seconds(absl::GetFlag(FLAGS_store_snapshot_interval_s));
+  options.store.recovery = absl::GetFlag(FLAGS_store_recover);
   options.metrics.port = absl::GetFlag(FLAGS_metrics_port);
   const std::string metrics_host = absl::GetFlag(FLAGS_metrics_host);
   options.metrics.host = metrics_host.empty() ? MetricsHostFor(options.host) : metrics_host;
@@ -197,7 +223,9 @@ const std::vector<tensorops::FlagGroup> kFlagGroups = {
     {"TLS and authentication", {"tls_cert", "tls_key", "tls_client_ca", "auth_token_file"}},
     {"Metrics", {"metrics_port", "metrics_host"}},
     {"Logging", {"log_level"}},
-    {"Store", {"store_memory_bytes", "store_device", "store_download_snapshot_bytes"}},
+    {"Store",
+     {"store_memory_bytes", "store_device", "store_download_snapshot_bytes", "store_dir",
+      "store_sync", "store_sync_interval_ms", "store_snapshot_interval_s", "store_recover"}},
 };
 
 // ListenProbe is what ProbeListenAddress found of host:port before gRPC binds it.

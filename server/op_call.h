@@ -36,6 +36,7 @@
 #include "server/metrics.h"
 #include "server/prepared_op.h"
 #include "server/scheduler.h"
+#include "server/store/durable_store.h"
 #include "server/store/tensor_store.h"
 
 namespace tensorops {
@@ -53,6 +54,8 @@ struct ServingContext {
   int max_stream_in_flight = 64;
   // The resident tensors the store RPCs keep and ops reference; never null in a server.
   TensorStore* store = nullptr;
+  // The store's snapshots and log with --store_dir (SnapshotStore); null without.
+  DurableStore* durable = nullptr;
   // GetTensor copies a tensor of at most this many bytes whole before streaming it
   // (--store_download_snapshot_bytes); 0 = never.
   int64_t download_snapshot_bytes = 0;

@@ -11,8 +11,9 @@
 //                                                            bytes may become the result and a
 //                                                            stored input may be updated in place
 //   Decode(request, decoder) -> absl::StatusOr<Args>         the request's fields as arguments
-//   SetGpuOptions(request, &plan)                            optional: request fields only the
-//                                                            GPU form reads (`deterministic`)
+//   SetGpuOptions(request, deterministic, &plan)             optional: request fields only the
+//                                                            GPU form reads (`deterministic`;
+//                                                            the argument forces it)
 // Included only by server/prepared_op.cc and tests.
 #ifndef TENSOROPS_SERVER_OP_TABLE_H_
 #define TENSOROPS_SERVER_OP_TABLE_H_
@@ -166,9 +167,11 @@ struct OpServing<ops::Scatter>
     args.broadcast = request.broadcast();
     return args;
   }
-  // The CPU kernels are always reproducible; the flag picks the GPU's sorted reduction.
-  static void SetGpuOptions(const v1::ScatterRequest& request, ScatterPlan* plan) {
-    plan->deterministic = request.deterministic();
+  // The CPU kernels are always reproducible; the flag picks the GPU's sorted reduction, as does
+  // `deterministic` (a journaled in-place update, which recovery replays on the CPU).
+  static void SetGpuOptions(const v1::ScatterRequest& request, bool deterministic,
+                            ScatterPlan* plan) {
+    plan->deterministic = request.deterministic() || deterministic;
   }
 };
 
@@ -197,6 +200,11 @@ struct OpServing<ops::IndexReduce>
       TENSOROPS_ASSIGN_OR_RETURN(args.alpha, decoder.ScalarArg(request.alpha(), "alpha"));
     }
     return args;
+  }
+  // IndexReduce has no flag of its own: only a journaled in-place update asks for the GPU's
+  // sorted reduction (see Scatter's).
+  static void SetGpuOptions(const v1::IndexReduceRequest&, bool deterministic, ScatterPlan* plan) {
+    plan->deterministic = deterministic;
   }
 };
 
@@ -284,11 +292,11 @@ struct OpServing<ops::ScatterNd>
     return args;
   }
   // The flag picks the GPU's sorted reduction, in either form (the single-axis one runs as a
-  // Scatter).
-  static void SetGpuOptions(const v1::ScatterNdRequest& request, NdPlan* plan) {
-    plan->deterministic = request.deterministic();
+  // Scatter), as does `deterministic` (see Scatter's).
+  static void SetGpuOptions(const v1::ScatterNdRequest& request, bool deterministic, NdPlan* plan) {
+    plan->deterministic = request.deterministic() || deterministic;
     if (plan->single_axis_scatter.has_value()) {
-      plan->single_axis_scatter->deterministic = request.deterministic();
+      plan->single_axis_scatter->deterministic = plan->deterministic;
     }
   }
 };

@@ -273,8 +273,19 @@ absl::StatusOr<PreparedOp> PrepareFor(const typename Op::Request& request,
       TENSOROPS_RETURN_IF_ERROR(CheckInPlacePlan(op, plan, *operands->update()));
     }
   }
-  if constexpr (requires { Serving::SetGpuOptions(request, &plan); }) {
-    Serving::SetGpuOptions(request, &plan);
+  // A durable store's journal records an in-place update before it writes, and recovery replays
+  // it on the CPU: on the GPU it must give the CPU's bytes, so it takes the sorted reduction.
+  const bool journaled = options.in_place() && stored.store->journaled();
+  if constexpr (requires { Serving::SetGpuOptions(request, journaled, &plan); }) {
+    Serving::SetGpuOptions(request, journaled, &plan);
+  }
+  if (journaled) {
+    TENSOROPS_ASSIGN_OR_RETURN(const std::string call,
+                               operands->JournalCall(static_cast<int>(Op::kCase), request));
+    const absl::Status logged = operands->update()->LogChange(call, options.update_id());
+    if (!logged.ok()) {
+      return absl::Status(logged.code(), absl::StrFormat("%s: %s", op, logged.message()));
+    }
   }
   std::shared_ptr<ResultTarget> target =
       ResultTarget::Make(op, options, stored, operands, limits, result);

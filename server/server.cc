@@ -27,6 +27,7 @@
 #include "server/build_info.h"
 #include "server/call_log.h"
 #include "server/credentials.h"
+#include "server/journal_replay.h"
 #include "spdlog/spdlog.h"
 
 namespace tensorops {
@@ -216,6 +217,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   std::unique_ptr<Server> server(new Server(options, std::move(authenticator)));
   TENSOROPS_ASSIGN_OR_RETURN(server->metrics_, Metrics::Create(options.metrics));
   TENSOROPS_RETURN_IF_ERROR(server->StartScheduler(options, placement));
+  TENSOROPS_RETURN_IF_ERROR(server->OpenStore(options, placement));
   server->BuildService(options, placement);
   TENSOROPS_RETURN_IF_ERROR(server->Bind(options, std::move(credentials)));
   server->StartTrimmer(options);
@@ -315,9 +317,36 @@ absl::Status Server::StartScheduler(const ServerOptions& options, Placement& pla
   return absl::OkStatus();
 }
 
+absl::Status Server::OpenStore(const ServerOptions& options, const Placement& placement) {
+  store_ = std::make_unique<TensorStore>(options.store.memory_bytes, placement.store_memory);
+  if (options.store.dir.empty()) return absl::OkStatus();
+  TENSOROPS_ASSIGN_OR_RETURN(
+      durable_,
+      DurableStore::Open({.dir = options.store.dir,
+                          .sync = options.store.sync,
+                          .sync_interval = options.store.sync_interval,
+                          .snapshot_interval = options.store.snapshot_interval,
+                          .recovery = options.store.recovery},
+                         store_.get(),
+                         [store = store_.get()](std::string_view ns, std::string_view name,
+                                                int64_t from_version, std::string_view call) {
+                           return ReplayJournaledUpdate(*store, ns, name, from_version, call);
+                         }));
+  const RecoveryReport& recovery = durable_->recovery();
+  for (const std::string& warning : recovery.warnings) spdlog::warn("store recovery: {}", warning);
+  spdlog::info(
+      "store recovery: {} tensors ({} bytes) in {} from {}: snapshot {}, {} log(s), {} records "
+      "replayed, {} skipped (already in the snapshot, or cancelled), {} failed, {} torn last "
+      "record(s) dropped",
+      recovery.tensors, recovery.tensor_bytes, absl::FormatDuration(recovery.duration),
+      options.store.dir, recovery.snapshot.empty() ? "none" : recovery.snapshot,
+      recovery.logs.size(), recovery.records, recovery.skipped, recovery.failed,
+      recovery.torn_records);
+  return absl::OkStatus();
+}
+
 void Server::BuildService(const ServerOptions& options, const Placement& placement) {
   const ServerOptions::Limits& limits = options.limits;
-  store_ = std::make_unique<TensorStore>(options.store.memory_bytes, placement.store_memory);
   // Its threads mostly wait (for a lock), so they cost no CPU; enough of them that calls on
   // different tensors seldom queue behind each other's waits.
   constexpr int kBlockingPoolThreads = 16;
@@ -339,6 +368,7 @@ void Server::BuildService(const ServerOptions& options, const Placement& placeme
                             .authenticator = authenticator_.get(),
                             .max_stream_in_flight = limits.max_stream_in_flight,
                             .store = store_.get(),
+                            .durable = durable_.get(),
                             .download_snapshot_bytes = options.store.download_snapshot_bytes,
                             .blocking_pool = blocking_pool_.get(),
                             .memory = memory_.get(),
@@ -445,9 +475,24 @@ void Server::LogStartUp(const ServerOptions& options, const Placement& placement
                              " idle")
               : std::string("off (--memory_trim_idle_ms=0)"),
           MallocArenas()),
-      options.store.memory_bytes > 0 ? absl::StrFormat("store_memory_bytes=%d, device=%s",
-                                                       options.store.memory_bytes, store_->device())
-                                     : std::string("off (--store_memory_bytes=0)"),
+      options.store.memory_bytes > 0
+          ? absl::StrFormat(
+                "store_memory_bytes=%d, device=%s, %s", options.store.memory_bytes,
+                store_->device(),
+                options.store.dir.empty()
+                    ? std::string("in memory only (no --store_dir: stored tensors are lost when "
+                                  "the server stops)")
+                    : absl::StrFormat(
+                          "durable in %s (sync=%s%s, snapshot every %s)", options.store.dir,
+                          StoreSyncName(options.store.sync),
+                          options.store.sync == StoreSync::kInterval
+                              ? absl::StrCat(" every ",
+                                             absl::FormatDuration(options.store.sync_interval))
+                              : "",
+                          options.store.snapshot_interval > absl::ZeroDuration()
+                              ? absl::FormatDuration(options.store.snapshot_interval)
+                              : std::string("never (on request and at shutdown)")))
+          : std::string("off (--store_memory_bytes=0)"),
       metrics_->port() >= 0 ? absl::StrFormat("http://%s/metrics",
                                               ListenAddress(options.metrics.host, metrics_->port()))
                             : std::string("no endpoint (--metrics_port=-1)"));
@@ -505,6 +550,18 @@ void Server::Shutdown(absl::Duration grace) {
   // the queue); what a worker still runs finishes before Stop returns.
   scheduler_->Stop();
   if (trimmer_ != nullptr) trimmer_->Stop();
+  // No change can arrive any more: a last snapshot makes the next start-up a plain load.
+  if (durable_ != nullptr) {
+    absl::StatusOr<std::optional<SnapshotReport>> closed = durable_->Close();
+    if (!closed.ok()) {
+      spdlog::error("shutdown: the store's last snapshot failed (its log keeps every change): {}",
+                    closed.status().ToString());
+    } else if (closed->has_value()) {
+      spdlog::info("shutdown: store snapshot {} written: {} tensors, {} bytes, in {}",
+                   (*closed)->path, (*closed)->tensors, (*closed)->bytes,
+                   absl::FormatDuration((*closed)->duration));
+    }
+  }
   // The failed calls held back from the log are summed up before the last line.
   CallLog::Global().Flush(absl::Now());
   const absl::Time end = absl::Now();

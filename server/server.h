@@ -117,6 +117,9 @@ class Server {
   // StartScheduler starts scheduler_ on the CPU and the placement's GPU executor (taking it when
   // Start created it), reporting to metrics_.
   absl::Status StartScheduler(const ServerOptions& options, Placement& placement);
+  // OpenStore creates store_ and, with options.store.dir, recovers it from its files and keeps
+  // it durable from then on (durable_).
+  absl::Status OpenStore(const ServerOptions& options, const Placement& placement);
   // BuildService builds serving_ and service_ (with what ServerInfo answers).
   void BuildService(const ServerOptions& options, const Placement& placement);
   // Bind builds and starts grpc_server_ on options' address, and sets port_.
@@ -143,6 +146,9 @@ class Server {
   std::unique_ptr<Scheduler> scheduler_;
   // Before the service, whose calls read it; handles outliving it keep what they hold alive.
   std::unique_ptr<TensorStore> store_;
+  // The store's snapshots and log (--store_dir; null without): after the store, which it
+  // journals, so that it goes first.
+  std::unique_ptr<DurableStore> durable_;
   // The bytes of op calls in flight, with the store's, against --max_memory_bytes.
   std::unique_ptr<MemoryBudget> memory_;
   // Prepares the calls that wait for a stored tensor's lock; its tasks submit to the scheduler.

@@ -12,6 +12,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
@@ -125,6 +126,33 @@ bool AbslParseFlag(absl::string_view text, DeviceChoice* choice, std::string* er
 
 std::string AbslUnparseFlag(DeviceChoice choice) { return std::string(DeviceChoiceName(choice)); }
 
+bool AbslParseFlag(absl::string_view text, StoreSync* sync, std::string* error) {
+  absl::StatusOr<StoreSync> parsed = ParseStoreSync(std::string_view(text.data(), text.size()));
+  if (!parsed.ok()) {
+    *error = "must be one of always, interval, none";
+    return false;
+  }
+  *sync = *parsed;
+  return true;
+}
+
+std::string AbslUnparseFlag(StoreSync sync) { return std::string(StoreSyncName(sync)); }
+
+bool AbslParseFlag(absl::string_view text, StoreRecovery* recovery, std::string* error) {
+  absl::StatusOr<StoreRecovery> parsed =
+      ParseStoreRecovery(std::string_view(text.data(), text.size()));
+  if (!parsed.ok()) {
+    *error = "must be one of strict, discard";
+    return false;
+  }
+  *recovery = *parsed;
+  return true;
+}
+
+std::string AbslUnparseFlag(StoreRecovery recovery) {
+  return std::string(StoreRecoveryName(recovery));
+}
+
 bool AbslParseFlag(absl::string_view text, ByteCount* count, std::string* error) {
   struct Suffix {
     std::string_view name;
@@ -207,6 +235,20 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
       AtLeast("--store_memory_bytes", options.store.memory_bytes, 0, " (0 = no store)"));
   TENSOROPS_RETURN_IF_ERROR(AtLeast("--store_download_snapshot_bytes",
                                     options.store.download_snapshot_bytes, 0, " (0 = never copy)"));
+  if (!options.store.dir.empty() && options.store.memory_bytes == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--store_dir=%s keeps the tensor store on disk, but the store is off "
+                        "(--store_memory_bytes=0); drop --store_dir or give the store memory",
+                        options.store.dir));
+  }
+  if (options.store.sync_interval <= absl::ZeroDuration()) {
+    return OutOfRange("--store_sync_interval_ms",
+                      absl::FDivDuration(options.store.sync_interval, absl::Milliseconds(1)),
+                      "> 0");
+  }
+  TENSOROPS_RETURN_IF_ERROR(NotNegative("--store_snapshot_interval_s",
+                                        options.store.snapshot_interval, absl::Seconds(1),
+                                        " (0 = only on request and at shutdown)"));
   TENSOROPS_RETURN_IF_ERROR(Between("--metrics_port", options.metrics.port, -1, 65535,
                                     " (-1 = no endpoint, 0 = any free port)"));
   TENSOROPS_RETURN_IF_ERROR(NotNegative("--memory_trim_idle_ms", options.memory_trim.idle_after,

@@ -24,6 +24,7 @@
 #include "kernels/shape.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
+#include "server/store/durable_store.h"
 
 namespace tensorops {
 
@@ -47,6 +48,12 @@ struct ByteCount {
 };
 bool AbslParseFlag(absl::string_view text, ByteCount* count, std::string* error);
 std::string AbslUnparseFlag(ByteCount count);
+
+// The flag hooks of --store_sync (always, interval, none) and --store_recover (strict, discard).
+bool AbslParseFlag(absl::string_view text, StoreSync* sync, std::string* error);
+std::string AbslUnparseFlag(StoreSync sync);
+bool AbslParseFlag(absl::string_view text, StoreRecovery* recovery, std::string* error);
+std::string AbslUnparseFlag(StoreRecovery recovery);
 
 // ServerOptions configure Server::Start, which rejects values out of range (ValidateServerOptions)
 // before it starts anything.
@@ -155,6 +162,18 @@ struct ServerOptions {
     // updates never abort such a download. A larger one streams chunk by chunk and ends ABORTED
     // when the tensor changes first. >= 0; 0 = never copy.
     int64_t download_snapshot_bytes = int64_t{256} << 20;
+    // Durability (server/store/durable_store.h). `dir` (--store_dir) is where the store keeps its
+    // snapshots and log; "" (the default) keeps it in memory only, lost at every restart.
+    std::string dir;
+    // When the log is fsynced (--store_sync): kInterval by default, every `sync_interval`
+    // (--store_sync_interval_ms, > 0).
+    StoreSync sync = StoreSync::kInterval;
+    absl::Duration sync_interval = absl::Milliseconds(100);
+    // How often a snapshot compacts the log (--store_snapshot_interval_s, >= 0; 0 = only on
+    // request and at shutdown), when something changed.
+    absl::Duration snapshot_interval = absl::Minutes(10);
+    // What start-up does with a damaged store file (--store_recover).
+    StoreRecovery recovery = StoreRecovery::kStrict;
   };
   Store store;
   // Giving freed heap memory back to the system after a burst (server/memory_trimmer.h).

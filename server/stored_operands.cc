@@ -10,6 +10,7 @@
 #include "google/protobuf/reflection.h"
 #include "kernels/status_macros.h"
 #include "proto/codec.h"
+#include "tensorops/v1/generic.pb.h"
 
 namespace tensorops {
 namespace {
@@ -250,6 +251,75 @@ absl::Status StoredOperands::WriteBack() {
   if (mirror == mirrors_.end()) return absl::OkStatus();
   return update_->memory().CopyFromHost(update_->view().data(), mirror->second.data(),
                                         update_->bytes());
+}
+
+namespace {
+
+void AppendVarint(uint64_t value, std::string* out) {
+  while (value >= 0x80) {
+    out->push_back(static_cast<char>(value | 0x80));
+    value >>= 7;
+  }
+  out->push_back(static_cast<char>(value));
+}
+
+}  // namespace
+
+absl::Status StoredOperands::InlineReads(google::protobuf::Message* message) const {
+  const google::protobuf::Reflection* reflection = message->GetReflection();
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  reflection->ListFields(*message, &fields);
+  for (const google::protobuf::FieldDescriptor* field : fields) {
+    if (field->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE ||
+        field->is_repeated()) {
+      continue;
+    }
+    google::protobuf::Message* value = reflection->MutableMessage(message, field);
+    if (field->message_type() != v1::Tensor::descriptor()) {
+      TENSOROPS_RETURN_IF_ERROR(InlineReads(value));
+      continue;
+    }
+    auto* tensor = google::protobuf::DynamicCastToGenerated<v1::Tensor>(value);
+    if (tensor == nullptr || !tensor->has_stored() || !reads_.contains(tensor->stored().name())) {
+      continue;
+    }
+    TENSOROPS_ASSIGN_OR_RETURN(const TensorView view, View(*tensor, field->name()));
+    if (view.on_device()) {
+      return absl::InternalError(absl::StrFormat(
+          "%s: %s is in device memory; the journal needs it on the host", op_, field->name()));
+    }
+    v1::Tensor inline_value;
+    inline_value.set_dtype(wire::DataTypeToProto(view.dtype()));
+    inline_value.mutable_shape()->Assign(view.shape().begin(), view.shape().end());
+    inline_value.set_data(static_cast<const char*>(view.data()),
+                          static_cast<size_t>(view.numel() * ItemSize(view.dtype())));
+    *tensor = std::move(inline_value);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> StoredOperands::JournalCall(
+    int op_field, const google::protobuf::Message& request) const {
+  std::string call;
+  if (reads_.empty()) {
+    // The OpRequest's encoding written around the request's own: one copy of its bytes, not two.
+    const size_t bytes = request.ByteSizeLong();
+    call.reserve(bytes + 16);
+    AppendVarint((static_cast<uint64_t>(op_field) << 3) | 2, &call);  // length-delimited
+    AppendVarint(bytes, &call);
+    request.AppendToString(&call);
+    return call;
+  }
+  v1::OpRequest copy;
+  const google::protobuf::FieldDescriptor* field =
+      v1::OpRequest::descriptor()->FindFieldByNumber(op_field);
+  if (field == nullptr) {
+    return absl::InternalError(absl::StrFormat("%s: OpRequest has no field %d", op_, op_field));
+  }
+  google::protobuf::Message* op = copy.GetReflection()->MutableMessage(&copy, field);
+  op->CopyFrom(request);
+  TENSOROPS_RETURN_IF_ERROR(InlineReads(op));
+  return copy.SerializeAsString();
 }
 
 }  // namespace tensorops

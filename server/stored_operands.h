@@ -95,12 +95,23 @@ class StoredOperands {
   // (nothing when there is none). Call before committing the update.
   absl::Status WriteBack();
 
+  // JournalCall is what a store's journal records of this call, an in-place update made by
+  // `request`, the message of OpRequest's field `op_field`: a serialized v1::OpRequest in which
+  // every stored argument but the updated one carries its bytes inline, since recovery replays
+  // the update after those tensors may have changed. Those operands must be in host memory
+  // (MirrorOnHost).
+  absl::StatusOr<std::string> JournalCall(int op_field,
+                                          const google::protobuf::Message& request) const;
+
  private:
   explicit StoredOperands(std::string_view op) : op_(op) {}
   // Unmirrored: the tensor `name`, in `memory`, is device memory with no host copy yet;
   // UpdateUnmirrored: so is the tensor updated in place.
   bool Unmirrored(const std::string& name, const TensorMemory& memory) const;
   bool UpdateUnmirrored() const;
+  // InlineReads replaces every Tensor of `message` (nested ones too) that names one of reads_
+  // with its bytes.
+  absl::Status InlineReads(google::protobuf::Message* message) const;
   // Mirror copies `view` (the whole stored tensor `name`, in `memory`) to a host copy.
   absl::Status Mirror(const std::string& name, const TensorView& view, const TensorMemory& memory);
 

@@ -521,6 +521,30 @@ void TensorOpsService::HandleStoreRpcs() {
         }
         return absl::OkStatus();
       });
+  MarkMethodCallback(
+      MethodIndex("SnapshotStore"),
+      NewQuickUnaryHandler<v1::SnapshotStoreRequest, v1::SnapshotStoreResponse>(
+          serving_, "SnapshotStore", "snapshot_store",
+          [this](grpc::CallbackServerContext&, const v1::SnapshotStoreRequest&,
+                 v1::SnapshotStoreResponse* response) -> absl::Status {
+            if (serving_.durable == nullptr) {
+              return absl::FailedPreconditionError(
+                  "SnapshotStore: this server keeps its tensor store in memory only; start it "
+                  "with --store_dir=DIR to keep the store on disk");
+            }
+            absl::StatusOr<SnapshotReport> report = serving_.durable->Snapshot();
+            if (!report.ok()) {
+              return absl::Status(report.status().code(),
+                                  absl::StrFormat("SnapshotStore: %s", report.status().message()));
+            }
+            response->set_path(report->path);
+            response->set_generation(report->generation);
+            response->set_tensors(report->tensors);
+            response->set_bytes(report->bytes);
+            response->set_written_unix_nanos(absl::ToUnixNanos(report->written));
+            response->set_duration_micros(absl::ToInt64Microseconds(report->duration));
+            return absl::OkStatus();
+          }));
   HandleStoreCall<v1::TensorInfoRequest, v1::TensorInfoResponse>(
       "TensorInfo", "tensor_info",
       [](TensorStore& store, std::string_view ns, const v1::TensorInfoRequest& request,

@@ -276,6 +276,8 @@ struct TensorStore::Entry {
   absl::Time created;
   absl::Time updated;
   bool live = false;
+  // Set once, at commit.
+  uint64_t serial = 0;
 
   Metadata ToMetadata() const {
     return Metadata{.name = name,
@@ -285,7 +287,8 @@ struct TensorStore::Entry {
                     .version = version,
                     .device = memory->device(),
                     .created = created,
-                    .updated = updated};
+                    .updated = updated,
+                    .serial = serial};
   }
 };
 
@@ -374,8 +377,18 @@ struct TensorStore::State {
     std::deque<std::string> order;
   };
 
+  // Journal returns the journal, or null.
+  StoreJournal* Journal() const { return journal.load(std::memory_order_acquire); }
+
   const std::shared_ptr<MemoryPool> pool;
   TensorMemory* const memory;
+  std::atomic<StoreJournal*> journal{nullptr};
+  // Held by every change to a name's value or version (a commit, a delete, an in-place commit)
+  // from its checks through its journal record to its effect, so that the journal's order is
+  // the changes' order and the checks still hold when the change is made. Taken before `mu`.
+  // Reads never take it.
+  absl::Mutex commit_mu ABSL_ACQUIRED_BEFORE(mu);
+  uint64_t next_serial ABSL_GUARDED_BY(commit_mu) = 1;
   mutable absl::Mutex mu;
   // Kept apart from `namespaces`: a namespace remembers its changes after its last name goes.
   absl::flat_hash_map<std::string, ChangeLog> changes ABSL_GUARDED_BY(mu);
@@ -503,17 +516,29 @@ absl::Status TensorStore::Delete(std::string_view ns, std::string_view name,
   // Destroyed after the lock is released: the last reference frees the bytes, which for a large
   // tensor is worth keeping out of the store's lock.
   std::shared_ptr<Entry> removed;
-  absl::MutexLock lock(&state_->mu);
-  const auto names = state_->namespaces.find(Key(ns));
-  if (names == state_->namespaces.end()) return NotFound(name);
-  const auto it = names->second.find(Key(name));
-  if (it == names->second.end()) return NotFound(name);
-  TENSOROPS_RETURN_IF_ERROR(CheckVersion(name, it->second->version, expected_version));
-  removed = std::move(it->second);
-  removed->live = false;
-  names->second.erase(it);
-  if (names->second.empty()) state_->namespaces.erase(names);
-  --state_->count;
+  std::optional<StoreJournal::Ticket> logged;
+  StoreJournal* const journal = state_->Journal();
+  {
+    absl::MutexLock commit(&state_->commit_mu);
+    {
+      absl::ReaderMutexLock lock(&state_->mu);
+      const Entry* entry = state_->FindLocked(ns, name);
+      if (entry == nullptr) return NotFound(name);
+      TENSOROPS_RETURN_IF_ERROR(CheckVersion(name, entry->version, expected_version));
+    }
+    if (journal != nullptr) {
+      TENSOROPS_ASSIGN_OR_RETURN(logged, journal->LogDelete(ns, name));
+    }
+    absl::MutexLock lock(&state_->mu);
+    const auto names = state_->namespaces.find(Key(ns));
+    const auto it = names->second.find(Key(name));
+    removed = std::move(it->second);
+    removed->live = false;
+    names->second.erase(it);
+    if (names->second.empty()) state_->namespaces.erase(names);
+    --state_->count;
+  }
+  if (logged.has_value()) return journal->AwaitDurable(*logged);
   return absl::OkStatus();
 }
 
@@ -553,6 +578,64 @@ std::string TensorStore::device() const { return state_->memory->device(); }
 int64_t TensorStore::tensor_count() const {
   absl::ReaderMutexLock lock(&state_->mu);
   return state_->count;
+}
+
+void TensorStore::SetJournal(StoreJournal* journal) {
+  state_->journal.store(journal, std::memory_order_release);
+}
+
+bool TensorStore::journaled() const { return state_->Journal() != nullptr; }
+
+absl::StatusOr<std::pair<TensorStore::ReadHandle, TensorStore::Metadata>>
+TensorStore::ReadWithMetadata(std::string_view ns, std::string_view name) const {
+  TENSOROPS_ASSIGN_OR_RETURN(auto acquired, state_->Acquire(ns, name, /*exclusive=*/false));
+  Metadata metadata;
+  {
+    absl::ReaderMutexLock lock(&state_->mu);
+    metadata = acquired.first->ToMetadata();
+  }
+  // The shared lock keeps the version what Acquire read.
+  metadata.version = acquired.second;
+  return std::make_pair(ReadHandle(std::move(acquired.first), acquired.second),
+                        std::move(metadata));
+}
+
+std::vector<std::pair<std::string, std::string>> TensorStore::Names() const {
+  std::vector<std::pair<std::string, std::string>> names;
+  absl::ReaderMutexLock lock(&state_->mu);
+  names.reserve(static_cast<size_t>(state_->count));
+  for (const auto& [ns, entries] : state_->namespaces) {
+    for (const auto& [name, entry] : entries) names.emplace_back(ns, name);
+  }
+  return names;
+}
+
+std::vector<TensorStore::Remembered> TensorStore::RememberedChanges() const {
+  std::vector<Remembered> all;
+  absl::ReaderMutexLock lock(&state_->mu);
+  for (const auto& [ns, log] : state_->changes) {
+    Remembered remembered{.ns = ns};
+    remembered.changes.reserve(log.order.size());
+    for (const std::string& id : log.order) remembered.changes.emplace_back(id, log.by_id.at(id));
+    all.push_back(std::move(remembered));
+  }
+  return all;
+}
+
+void TensorStore::Remember(std::string_view ns, std::string_view update_id, const Change& change) {
+  if (update_id.empty()) return;
+  absl::MutexLock lock(&state_->mu);
+  state_->RememberLocked(ns, update_id, change.name, change.version);
+}
+
+void TensorStore::WhileCommitsPaused(const std::function<void()>& fn) {
+  absl::MutexLock commit(&state_->commit_mu);
+  fn();
+}
+
+uint64_t TensorStore::next_serial() const {
+  absl::MutexLock commit(&state_->commit_mu);
+  return state_->next_serial;
 }
 
 // ---- Upload ----
@@ -636,40 +719,83 @@ absl::StatusOr<int64_t> TensorStore::Upload::Commit(std::string_view update_id) 
   }
   // Destroyed after the lock is released (see Delete).
   std::shared_ptr<Entry> replaced;
-  int64_t version;
+  std::optional<StoreJournal::Ticket> logged;
+  StoreJournal* const journal = state_->Journal();
+  Metadata value;
   {
-    absl::MutexLock lock(&state_->mu);
-    if (std::optional<Change> change = state_->FindChangeLocked(ns_, update_id)) {
-      return change->version;
+    absl::MutexLock commit(&state_->commit_mu);
+    {
+      absl::ReaderMutexLock lock(&state_->mu);
+      if (std::optional<Change> change = state_->FindChangeLocked(ns_, update_id)) {
+        return change->version;
+      }
+      const Entry* current = state_->FindLocked(ns_, entry_->name);
+      TENSOROPS_RETURN_IF_ERROR(CheckReplace(
+          entry_->name,
+          current == nullptr ? std::nullopt : std::optional<int64_t>(current->version), options_));
+      const absl::Time now = absl::Now();
+      // Not yet visible: the entry is still the upload's alone.
+      entry_->version = current == nullptr ? 1 : current->version + 1;
+      entry_->created = current == nullptr ? now : current->created;
+      entry_->updated = now;
+      entry_->serial = state_->next_serial;
+      value = entry_->ToMetadata();
     }
+    if (journal != nullptr) {
+      TENSOROPS_ASSIGN_OR_RETURN(logged, journal->LogPut({.ns = ns_,
+                                                          .metadata = value,
+                                                          .update_id = update_id,
+                                                          .memory = *entry_->memory,
+                                                          .data = entry_->data}));
+    }
+    ++state_->next_serial;
+    absl::MutexLock lock(&state_->mu);
+    entry_->live = true;
+    if (!update_id.empty()) state_->RememberLocked(ns_, update_id, entry_->name, value.version);
     auto& names = state_->namespaces[ns_];
     const auto it = names.find(Key(entry_->name));
-    Entry* current = it == names.end() ? nullptr : it->second.get();
-    const absl::Status allowed = CheckReplace(
-        entry_->name, current == nullptr ? std::nullopt : std::optional<int64_t>(current->version),
-        options_);
-    if (!allowed.ok()) {
-      if (names.empty()) state_->namespaces.erase(ns_);
-      return allowed;
-    }
-    const absl::Time now = absl::Now();
-    entry_->version = current == nullptr ? 1 : current->version + 1;
-    entry_->created = current == nullptr ? now : current->created;
-    entry_->updated = now;
-    entry_->live = true;
-    version = entry_->version;
-    if (!update_id.empty()) state_->RememberLocked(ns_, update_id, entry_->name, version);
-    if (current == nullptr) {
+    if (it == names.end()) {
       names.emplace(entry_->name, entry_);
       ++state_->count;
     } else {
-      current->live = false;
+      it->second->live = false;
       replaced = std::exchange(it->second, entry_);
     }
   }
   committed_ = true;
   entry_.reset();
-  return version;
+  if (logged.has_value()) TENSOROPS_RETURN_IF_ERROR(journal->AwaitDurable(*logged));
+  return value.version;
+}
+
+absl::Status TensorStore::Upload::CommitRestored(const Restored& restored) {
+  if (committed_ || received_ != bytes_) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "restoring tensor %s: the upload is committed or incomplete", QuoteName(name_)));
+  }
+  std::shared_ptr<Entry> replaced;
+  {
+    absl::MutexLock commit(&state_->commit_mu);
+    absl::MutexLock lock(&state_->mu);
+    entry_->version = restored.version;
+    entry_->serial = restored.serial;
+    entry_->created = restored.created;
+    entry_->updated = restored.updated;
+    entry_->live = true;
+    state_->next_serial = std::max(state_->next_serial, restored.serial + 1);
+    auto& names = state_->namespaces[ns_];
+    const auto it = names.find(Key(entry_->name));
+    if (it == names.end()) {
+      names.emplace(entry_->name, entry_);
+      ++state_->count;
+    } else {
+      it->second->live = false;
+      replaced = std::exchange(it->second, entry_);
+    }
+  }
+  committed_ = true;
+  entry_.reset();
+  return absl::OkStatus();
 }
 
 // ---- ReadHandle ----
@@ -721,7 +847,8 @@ TensorStore::UpdateHandle::UpdateHandle(UpdateHandle&& other) noexcept
       entry_(std::move(other.entry_)),
       version_(other.version_),
       already_applied_(other.already_applied_),
-      held_(std::exchange(other.held_, false)) {}
+      held_(std::exchange(other.held_, false)),
+      logged_(std::exchange(other.logged_, std::nullopt)) {}
 
 TensorStore::UpdateHandle& TensorStore::UpdateHandle::operator=(UpdateHandle&& other) noexcept {
   if (this != &other) {
@@ -732,6 +859,7 @@ TensorStore::UpdateHandle& TensorStore::UpdateHandle::operator=(UpdateHandle&& o
     version_ = other.version_;
     already_applied_ = other.already_applied_;
     held_ = std::exchange(other.held_, false);
+    logged_ = std::exchange(other.logged_, std::nullopt);
   }
   return *this;
 }
@@ -741,7 +869,34 @@ TensorStore::UpdateHandle::~UpdateHandle() { Release(); }
 void TensorStore::UpdateHandle::Release() {
   if (!held_) return;
   held_ = false;
+  // Journaled but never committed: whatever it wrote, recovery must not run it again. Recorded
+  // while the lock is still held, so before any later update of the tensor.
+  if (logged_.has_value()) {
+    if (StoreJournal* journal = state_->Journal()) journal->LogCancel(*logged_);
+    logged_.reset();
+  }
   entry_->lock.Unlock();
+}
+
+absl::Status TensorStore::UpdateHandle::LogChange(std::string_view call,
+                                                  std::string_view update_id) {
+  StoreJournal* const journal = state_->Journal();
+  if (journal == nullptr) return absl::OkStatus();
+  if (!held_ || already_applied_.has_value() || logged_.has_value()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "update of tensor %s: nothing to journal (committed, a retry, or journaled already)",
+        QuoteName(entry_->name)));
+  }
+  uint64_t serial;
+  {
+    absl::ReaderMutexLock lock(&state_->mu);
+    // Overwritten or deleted meanwhile: Commit will say so, and nothing needs replaying.
+    if (!entry_->live) return absl::OkStatus();
+    serial = entry_->serial;
+  }
+  TENSOROPS_ASSIGN_OR_RETURN(
+      logged_, journal->LogUpdate(ns_, entry_->name, serial, version_, update_id, call));
+  return absl::OkStatus();
 }
 
 MutableTensorView TensorStore::UpdateHandle::view() const {
@@ -767,6 +922,7 @@ absl::StatusOr<int64_t> TensorStore::UpdateHandle::Commit(std::string_view updat
   {
     // The version changes with `lock` held exclusively, so no reader sees the new bytes under
     // the old version.
+    absl::MutexLock commit(&state_->commit_mu);
     absl::MutexLock lock(&state_->mu);
     live = entry_->live;
     if (live) {
@@ -775,6 +931,8 @@ absl::StatusOr<int64_t> TensorStore::UpdateHandle::Commit(std::string_view updat
       if (!update_id.empty()) state_->RememberLocked(ns_, update_id, entry_->name, version);
     }
   }
+  // The update completed: nothing to cancel, whether or not the value was still live.
+  const std::optional<StoreJournal::Ticket> logged = std::exchange(logged_, std::nullopt);
   Release();
   // Let go of the bytes too: when the value was overwritten or deleted meanwhile, this handle
   // may be the last to hold them.
@@ -785,6 +943,11 @@ absl::StatusOr<int64_t> TensorStore::UpdateHandle::Commit(std::string_view updat
         QuoteName(entry->name)));
   }
   version_ = version;
+  if (logged.has_value()) {
+    if (StoreJournal* journal = state_->Journal()) {
+      TENSOROPS_RETURN_IF_ERROR(journal->AwaitDurable(*logged));
+    }
+  }
   return version;
 }
 

@@ -41,6 +41,13 @@
 // aligned, never zero-filled, and sized in int64, so one tensor may pass 2 GiB; a failed
 // allocation is RESOURCE_EXHAUSTED.
 //
+// Durability. With a journal (SetJournal; durable_store.h implements it), every change is
+// recorded before it takes effect: a commit (Upload::Commit) and a Delete are journaled under one
+// store-wide commit lock, so the journal's order is the order in which names change, and an
+// in-place update is journaled by its caller (UpdateHandle::LogChange) before it writes. A change
+// the journal refuses is not made. A commit then waits, outside every lock, until the journal
+// says the change is as durable as promised (StoreJournal::AwaitDurable).
+//
 // Placement. The bytes live in one TensorMemory (kernels/tensor_memory.h): host memory by
 // default, a GPU's with --store_device=cuda. Device bytes are never touched by the CPU here: an
 // upload's chunks are copied in (Upload::Write), a download's copied out (CopyToHost), and a
@@ -49,10 +56,12 @@
 #define TENSOROPS_SERVER_STORE_TENSOR_STORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -99,6 +108,53 @@ struct TensorStoreMetadata {
   // when its value last changed (a commit or an in-place update).
   absl::Time created;
   absl::Time updated;
+  // Unique among every value the store has committed (an overwrite is a new value, an in-place
+  // update is not): what a journaled update names to be replayed onto the right value.
+  uint64_t serial = 0;
+};
+
+// StoreJournal records a store's changes (TensorStore::SetJournal). Its calls may come from any
+// thread at once.
+class StoreJournal {
+ public:
+  // Where a change's record is, for AwaitDurable and LogCancel.
+  struct Ticket {
+    int64_t generation = 0;
+    int64_t offset = 0;
+    int64_t end = 0;
+  };
+  // A committed value: its metadata and its bytes (`data`, in `memory`).
+  struct Put {
+    std::string_view ns;
+    const TensorStoreMetadata& metadata;
+    std::string_view update_id;
+    const TensorMemory& memory;
+    const void* data;
+  };
+
+  virtual ~StoreJournal() = default;
+  // LogPut records a value about to replace whatever its name had; LogDelete a name about to go;
+  // LogUpdate an in-place update of the value `serial`, at `from_version`, about to run
+  // (`call` says what it does, for the journal to replay). An error means the change must not
+  // be made.
+  virtual absl::StatusOr<Ticket> LogPut(const Put& put) = 0;
+  virtual absl::StatusOr<Ticket> LogDelete(std::string_view ns, std::string_view name) = 0;
+  virtual absl::StatusOr<Ticket> LogUpdate(std::string_view ns, std::string_view name,
+                                           uint64_t serial, int64_t from_version,
+                                           std::string_view update_id, std::string_view call) = 0;
+  // LogCancel records that the update `ticket` recorded did not complete.
+  virtual void LogCancel(const Ticket& ticket) = 0;
+  // AwaitDurable returns once the change `ticket` recorded is as durable as promised; an error
+  // when it cannot be (the change is then in memory but must not be acknowledged).
+  virtual absl::Status AwaitDurable(const Ticket& ticket) = 0;
+};
+
+// TensorStoreRestored is a value recovered from a journal (Upload::CommitRestored).
+struct TensorStoreRestored {
+  int64_t version = 1;
+  uint64_t serial = 0;
+  absl::Time created;
+  absl::Time updated;
 };
 
 // kRememberedChangesPerNamespace is how many update ids (Upload::Commit, UpdateHandle::Commit) a
@@ -110,6 +166,12 @@ inline constexpr int64_t kRememberedChangesPerNamespace = 10000;
 struct TensorStoreChange {
   std::string name;
   int64_t version = 0;
+};
+
+// TensorStoreRemembered is one namespace's remembered changes, oldest first.
+struct TensorStoreRemembered {
+  std::string ns;
+  std::vector<std::pair<std::string, TensorStoreChange>> changes;
 };
 
 // TensorStore holds the resident tensors of every namespace. Thread-safe (see the file comment).
@@ -124,6 +186,8 @@ class TensorStore {
   using UploadOptions = TensorStoreUploadOptions;
   using Metadata = TensorStoreMetadata;
   using Change = TensorStoreChange;
+  using Restored = TensorStoreRestored;
+  using Remembered = TensorStoreRemembered;
 
   // A store whose tensors may hold up to `limit_bytes` in all (0: the store is off), in `memory`
   // (null: HostTensorMemory()), which must outlive the store and every handle on it.
@@ -192,6 +256,29 @@ class TensorStore {
   // The device the tensors live on: "cpu", "cuda:0".
   std::string device() const;
 
+  // ---- Durability (durable_store.h) ----
+
+  // SetJournal makes `journal` (not owned; null: none) record every change from now on (see
+  // Durability above). Set it before calls arrive, and unset it before it goes.
+  void SetJournal(StoreJournal* journal);
+  bool journaled() const;
+  // ReadWithMetadata is Read (of whatever version is current) with the value's metadata.
+  absl::StatusOr<std::pair<ReadHandle, Metadata>> ReadWithMetadata(std::string_view ns,
+                                                                   std::string_view name) const;
+  // Names lists every (namespace, name) in the store.
+  std::vector<std::pair<std::string, std::string>> Names() const;
+  // RememberedChanges is every namespace's remembered update ids, oldest first; Remember adds
+  // one (recovery), as a committed change that carried it would.
+  std::vector<Remembered> RememberedChanges() const;
+  void Remember(std::string_view ns, std::string_view update_id, const Change& change);
+  // WhileCommitsPaused runs `fn` while no value is committed, deleted or updated (in-place
+  // commits wait too; updates already running go on until they commit): a journal starts a new
+  // log there, so that no change is logged in one log and made after a snapshot began.
+  void WhileCommitsPaused(const std::function<void()>& fn);
+  // The serial the next committed value gets (Metadata::serial); a recovered store continues
+  // from where the journal left it (CommitRestored raises it past every restored serial).
+  uint64_t next_serial() const;
+
  private:
   struct Entry;
   struct State;
@@ -231,6 +318,11 @@ class TensorStore::Upload {
   // remembers it (a retry racing its first attempt), nothing is committed and the version that
   // change made is returned.
   absl::StatusOr<int64_t> Commit(std::string_view update_id = {});
+
+  // CommitRestored is Commit for recovery: the value replaces whatever the name has, whatever
+  // the options, with the version, serial and times it had, and nothing is journaled or
+  // remembered.
+  absl::Status CommitRestored(const Restored& restored);
 
   const std::string& name() const { return name_; }
   DataType dtype() const { return dtype_; }
@@ -323,6 +415,12 @@ class TensorStore::UpdateHandle {
   // the handle holds the lock all the same, but nothing must be written through it.
   std::optional<int64_t> already_applied() const { return already_applied_; }
 
+  // LogChange journals the update before anything is written through view(): `call` describes
+  // it so that the journal can replay it (StoreJournal::LogUpdate). Nothing to do without a
+  // journal. On an error nothing must be written. Once logged, a handle released without a
+  // successful Commit journals the update as cancelled.
+  absl::Status LogChange(std::string_view call, std::string_view update_id);
+
   // Commit returns the new version (version() + 1) and releases the lock, remembering a
   // non-empty `update_id` with the change (TensorStore::FindChange). ABORTED when the name
   // was overwritten or deleted while the handle held it (those do not wait): the change went to
@@ -342,6 +440,8 @@ class TensorStore::UpdateHandle {
   int64_t version_ = 0;
   std::optional<int64_t> already_applied_;
   bool held_ = true;  // the lock on entry_'s bytes is ours to release
+  // The journal's record of this update (LogChange), until Commit.
+  std::optional<StoreJournal::Ticket> logged_;
 };
 
 }  // namespace tensorops

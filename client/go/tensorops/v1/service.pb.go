@@ -34,7 +34,7 @@ var file_tensorops_v1_service_proto_rawDesc = []byte{
 	0x74, 0x65, 0x6e, 0x73, 0x6f, 0x72, 0x6f, 0x70, 0x73, 0x2f, 0x76, 0x31, 0x2f, 0x73, 0x65, 0x72,
 	0x76, 0x65, 0x72, 0x5f, 0x69, 0x6e, 0x66, 0x6f, 0x2e, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x1a, 0x18,
 	0x74, 0x65, 0x6e, 0x73, 0x6f, 0x72, 0x6f, 0x70, 0x73, 0x2f, 0x76, 0x31, 0x2f, 0x73, 0x74, 0x6f,
-	0x72, 0x65, 0x2e, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x32, 0x88, 0x0c, 0x0a, 0x09, 0x54, 0x65, 0x6e,
+	0x72, 0x65, 0x2e, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x32, 0xe2, 0x0c, 0x0a, 0x09, 0x54, 0x65, 0x6e,
 	0x73, 0x6f, 0x72, 0x4f, 0x70, 0x73, 0x12, 0x43, 0x0a, 0x06, 0x47, 0x61, 0x74, 0x68, 0x65, 0x72,
 	0x12, 0x1b, 0x2e, 0x74, 0x65, 0x6e, 0x73, 0x6f, 0x72, 0x6f, 0x70, 0x73, 0x2e, 0x76, 0x31, 0x2e,
 	0x47, 0x61, 0x74, 0x68, 0x65, 0x72, 0x52, 0x65, 0x71, 0x75, 0x65, 0x73, 0x74, 0x1a, 0x1c, 0x2e,
@@ -131,10 +131,16 @@ var file_tensorops_v1_service_proto_rawDesc = []byte{
 	0x54, 0x65, 0x6e, 0x73, 0x6f, 0x72, 0x49, 0x6e, 0x66, 0x6f, 0x52, 0x65, 0x71, 0x75, 0x65, 0x73,
 	0x74, 0x1a, 0x20, 0x2e, 0x74, 0x65, 0x6e, 0x73, 0x6f, 0x72, 0x6f, 0x70, 0x73, 0x2e, 0x76, 0x31,
 	0x2e, 0x54, 0x65, 0x6e, 0x73, 0x6f, 0x72, 0x49, 0x6e, 0x66, 0x6f, 0x52, 0x65, 0x73, 0x70, 0x6f,
-	0x6e, 0x73, 0x65, 0x42, 0x2e, 0x5a, 0x2c, 0x74, 0x65, 0x6e, 0x73, 0x6f, 0x72, 0x6f, 0x70, 0x73,
-	0x2f, 0x63, 0x6c, 0x69, 0x65, 0x6e, 0x74, 0x2f, 0x67, 0x6f, 0x2f, 0x74, 0x65, 0x6e, 0x73, 0x6f,
-	0x72, 0x6f, 0x70, 0x73, 0x2f, 0x76, 0x31, 0x3b, 0x74, 0x65, 0x6e, 0x73, 0x6f, 0x72, 0x6f, 0x70,
-	0x73, 0x76, 0x31, 0x62, 0x06, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x33,
+	0x6e, 0x73, 0x65, 0x12, 0x58, 0x0a, 0x0d, 0x53, 0x6e, 0x61, 0x70, 0x73, 0x68, 0x6f, 0x74, 0x53,
+	0x74, 0x6f, 0x72, 0x65, 0x12, 0x22, 0x2e, 0x74, 0x65, 0x6e, 0x73, 0x6f, 0x72, 0x6f, 0x70, 0x73,
+	0x2e, 0x76, 0x31, 0x2e, 0x53, 0x6e, 0x61, 0x70, 0x73, 0x68, 0x6f, 0x74, 0x53, 0x74, 0x6f, 0x72,
+	0x65, 0x52, 0x65, 0x71, 0x75, 0x65, 0x73, 0x74, 0x1a, 0x23, 0x2e, 0x74, 0x65, 0x6e, 0x73, 0x6f,
+	0x72, 0x6f, 0x70, 0x73, 0x2e, 0x76, 0x31, 0x2e, 0x53, 0x6e, 0x61, 0x70, 0x73, 0x68, 0x6f, 0x74,
+	0x53, 0x74, 0x6f, 0x72, 0x65, 0x52, 0x65, 0x73, 0x70, 0x6f, 0x6e, 0x73, 0x65, 0x42, 0x2e, 0x5a,
+	0x2c, 0x74, 0x65, 0x6e, 0x73, 0x6f, 0x72, 0x6f, 0x70, 0x73, 0x2f, 0x63, 0x6c, 0x69, 0x65, 0x6e,
+	0x74, 0x2f, 0x67, 0x6f, 0x2f, 0x74, 0x65, 0x6e, 0x73, 0x6f, 0x72, 0x6f, 0x70, 0x73, 0x2f, 0x76,
+	0x31, 0x3b, 0x74, 0x65, 0x6e, 0x73, 0x6f, 0x72, 0x6f, 0x70, 0x73, 0x76, 0x31, 0x62, 0x06, 0x70,
+	0x72, 0x6f, 0x74, 0x6f, 0x33,
 }
 
 var file_tensorops_v1_service_proto_goTypes = []interface{}{
@@ -157,25 +163,27 @@ var file_tensorops_v1_service_proto_goTypes = []interface{}{
 	(*DeleteTensorRequest)(nil),     // 16: tensorops.v1.DeleteTensorRequest
 	(*ListTensorsRequest)(nil),      // 17: tensorops.v1.ListTensorsRequest
 	(*TensorInfoRequest)(nil),       // 18: tensorops.v1.TensorInfoRequest
-	(*GatherResponse)(nil),          // 19: tensorops.v1.GatherResponse
-	(*ScatterResponse)(nil),         // 20: tensorops.v1.ScatterResponse
-	(*IndexSelectResponse)(nil),     // 21: tensorops.v1.IndexSelectResponse
-	(*IndexReduceResponse)(nil),     // 22: tensorops.v1.IndexReduceResponse
-	(*SelectScatterResponse)(nil),   // 23: tensorops.v1.SelectScatterResponse
-	(*SliceScatterResponse)(nil),    // 24: tensorops.v1.SliceScatterResponse
-	(*DiagonalScatterResponse)(nil), // 25: tensorops.v1.DiagonalScatterResponse
-	(*GatherNdResponse)(nil),        // 26: tensorops.v1.GatherNdResponse
-	(*ScatterNdResponse)(nil),       // 27: tensorops.v1.ScatterNdResponse
-	(*MaskedScatterResponse)(nil),   // 28: tensorops.v1.MaskedScatterResponse
-	(*OpResponse)(nil),              // 29: tensorops.v1.OpResponse
-	(*RunStreamResponse)(nil),       // 30: tensorops.v1.RunStreamResponse
-	(*BackwardResponse)(nil),        // 31: tensorops.v1.BackwardResponse
-	(*ServerInfoResponse)(nil),      // 32: tensorops.v1.ServerInfoResponse
-	(*PutTensorResponse)(nil),       // 33: tensorops.v1.PutTensorResponse
-	(*GetTensorResponse)(nil),       // 34: tensorops.v1.GetTensorResponse
-	(*DeleteTensorResponse)(nil),    // 35: tensorops.v1.DeleteTensorResponse
-	(*ListTensorsResponse)(nil),     // 36: tensorops.v1.ListTensorsResponse
-	(*TensorInfoResponse)(nil),      // 37: tensorops.v1.TensorInfoResponse
+	(*SnapshotStoreRequest)(nil),    // 19: tensorops.v1.SnapshotStoreRequest
+	(*GatherResponse)(nil),          // 20: tensorops.v1.GatherResponse
+	(*ScatterResponse)(nil),         // 21: tensorops.v1.ScatterResponse
+	(*IndexSelectResponse)(nil),     // 22: tensorops.v1.IndexSelectResponse
+	(*IndexReduceResponse)(nil),     // 23: tensorops.v1.IndexReduceResponse
+	(*SelectScatterResponse)(nil),   // 24: tensorops.v1.SelectScatterResponse
+	(*SliceScatterResponse)(nil),    // 25: tensorops.v1.SliceScatterResponse
+	(*DiagonalScatterResponse)(nil), // 26: tensorops.v1.DiagonalScatterResponse
+	(*GatherNdResponse)(nil),        // 27: tensorops.v1.GatherNdResponse
+	(*ScatterNdResponse)(nil),       // 28: tensorops.v1.ScatterNdResponse
+	(*MaskedScatterResponse)(nil),   // 29: tensorops.v1.MaskedScatterResponse
+	(*OpResponse)(nil),              // 30: tensorops.v1.OpResponse
+	(*RunStreamResponse)(nil),       // 31: tensorops.v1.RunStreamResponse
+	(*BackwardResponse)(nil),        // 32: tensorops.v1.BackwardResponse
+	(*ServerInfoResponse)(nil),      // 33: tensorops.v1.ServerInfoResponse
+	(*PutTensorResponse)(nil),       // 34: tensorops.v1.PutTensorResponse
+	(*GetTensorResponse)(nil),       // 35: tensorops.v1.GetTensorResponse
+	(*DeleteTensorResponse)(nil),    // 36: tensorops.v1.DeleteTensorResponse
+	(*ListTensorsResponse)(nil),     // 37: tensorops.v1.ListTensorsResponse
+	(*TensorInfoResponse)(nil),      // 38: tensorops.v1.TensorInfoResponse
+	(*SnapshotStoreResponse)(nil),   // 39: tensorops.v1.SnapshotStoreResponse
 }
 var file_tensorops_v1_service_proto_depIdxs = []int32{
 	0,  // 0: tensorops.v1.TensorOps.Gather:input_type -> tensorops.v1.GatherRequest
@@ -197,27 +205,29 @@ var file_tensorops_v1_service_proto_depIdxs = []int32{
 	16, // 16: tensorops.v1.TensorOps.DeleteTensor:input_type -> tensorops.v1.DeleteTensorRequest
 	17, // 17: tensorops.v1.TensorOps.ListTensors:input_type -> tensorops.v1.ListTensorsRequest
 	18, // 18: tensorops.v1.TensorOps.TensorInfo:input_type -> tensorops.v1.TensorInfoRequest
-	19, // 19: tensorops.v1.TensorOps.Gather:output_type -> tensorops.v1.GatherResponse
-	20, // 20: tensorops.v1.TensorOps.Scatter:output_type -> tensorops.v1.ScatterResponse
-	21, // 21: tensorops.v1.TensorOps.IndexSelect:output_type -> tensorops.v1.IndexSelectResponse
-	22, // 22: tensorops.v1.TensorOps.IndexReduce:output_type -> tensorops.v1.IndexReduceResponse
-	23, // 23: tensorops.v1.TensorOps.SelectScatter:output_type -> tensorops.v1.SelectScatterResponse
-	24, // 24: tensorops.v1.TensorOps.SliceScatter:output_type -> tensorops.v1.SliceScatterResponse
-	25, // 25: tensorops.v1.TensorOps.DiagonalScatter:output_type -> tensorops.v1.DiagonalScatterResponse
-	26, // 26: tensorops.v1.TensorOps.GatherNd:output_type -> tensorops.v1.GatherNdResponse
-	27, // 27: tensorops.v1.TensorOps.ScatterNd:output_type -> tensorops.v1.ScatterNdResponse
-	28, // 28: tensorops.v1.TensorOps.MaskedScatter:output_type -> tensorops.v1.MaskedScatterResponse
-	29, // 29: tensorops.v1.TensorOps.Run:output_type -> tensorops.v1.OpResponse
-	30, // 30: tensorops.v1.TensorOps.RunStream:output_type -> tensorops.v1.RunStreamResponse
-	31, // 31: tensorops.v1.TensorOps.Backward:output_type -> tensorops.v1.BackwardResponse
-	32, // 32: tensorops.v1.TensorOps.ServerInfo:output_type -> tensorops.v1.ServerInfoResponse
-	33, // 33: tensorops.v1.TensorOps.PutTensor:output_type -> tensorops.v1.PutTensorResponse
-	34, // 34: tensorops.v1.TensorOps.GetTensor:output_type -> tensorops.v1.GetTensorResponse
-	35, // 35: tensorops.v1.TensorOps.DeleteTensor:output_type -> tensorops.v1.DeleteTensorResponse
-	36, // 36: tensorops.v1.TensorOps.ListTensors:output_type -> tensorops.v1.ListTensorsResponse
-	37, // 37: tensorops.v1.TensorOps.TensorInfo:output_type -> tensorops.v1.TensorInfoResponse
-	19, // [19:38] is the sub-list for method output_type
-	0,  // [0:19] is the sub-list for method input_type
+	19, // 19: tensorops.v1.TensorOps.SnapshotStore:input_type -> tensorops.v1.SnapshotStoreRequest
+	20, // 20: tensorops.v1.TensorOps.Gather:output_type -> tensorops.v1.GatherResponse
+	21, // 21: tensorops.v1.TensorOps.Scatter:output_type -> tensorops.v1.ScatterResponse
+	22, // 22: tensorops.v1.TensorOps.IndexSelect:output_type -> tensorops.v1.IndexSelectResponse
+	23, // 23: tensorops.v1.TensorOps.IndexReduce:output_type -> tensorops.v1.IndexReduceResponse
+	24, // 24: tensorops.v1.TensorOps.SelectScatter:output_type -> tensorops.v1.SelectScatterResponse
+	25, // 25: tensorops.v1.TensorOps.SliceScatter:output_type -> tensorops.v1.SliceScatterResponse
+	26, // 26: tensorops.v1.TensorOps.DiagonalScatter:output_type -> tensorops.v1.DiagonalScatterResponse
+	27, // 27: tensorops.v1.TensorOps.GatherNd:output_type -> tensorops.v1.GatherNdResponse
+	28, // 28: tensorops.v1.TensorOps.ScatterNd:output_type -> tensorops.v1.ScatterNdResponse
+	29, // 29: tensorops.v1.TensorOps.MaskedScatter:output_type -> tensorops.v1.MaskedScatterResponse
+	30, // 30: tensorops.v1.TensorOps.Run:output_type -> tensorops.v1.OpResponse
+	31, // 31: tensorops.v1.TensorOps.RunStream:output_type -> tensorops.v1.RunStreamResponse
+	32, // 32: tensorops.v1.TensorOps.Backward:output_type -> tensorops.v1.BackwardResponse
+	33, // 33: tensorops.v1.TensorOps.ServerInfo:output_type -> tensorops.v1.ServerInfoResponse
+	34, // 34: tensorops.v1.TensorOps.PutTensor:output_type -> tensorops.v1.PutTensorResponse
+	35, // 35: tensorops.v1.TensorOps.GetTensor:output_type -> tensorops.v1.GetTensorResponse
+	36, // 36: tensorops.v1.TensorOps.DeleteTensor:output_type -> tensorops.v1.DeleteTensorResponse
+	37, // 37: tensorops.v1.TensorOps.ListTensors:output_type -> tensorops.v1.ListTensorsResponse
+	38, // 38: tensorops.v1.TensorOps.TensorInfo:output_type -> tensorops.v1.TensorInfoResponse
+	39, // 39: tensorops.v1.TensorOps.SnapshotStore:output_type -> tensorops.v1.SnapshotStoreResponse
+	20, // [20:40] is the sub-list for method output_type
+	0,  // [0:20] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name

@@ -53,6 +53,9 @@ type TensorOpsClient interface {
 	// ListTensors describes every stored tensor the caller can see, sorted by name.
 	ListTensors(ctx context.Context, in *ListTensorsRequest, opts ...grpc.CallOption) (*ListTensorsResponse, error)
 	TensorInfo(ctx context.Context, in *TensorInfoRequest, opts ...grpc.CallOption) (*TensorInfoResponse, error)
+	// SnapshotStore writes a snapshot of the whole store (every namespace) to --store_dir now and
+	// answers once it is on disk; FAILED_PRECONDITION on a server without --store_dir.
+	SnapshotStore(ctx context.Context, in *SnapshotStoreRequest, opts ...grpc.CallOption) (*SnapshotStoreResponse, error)
 }
 
 type tensorOpsClient struct {
@@ -304,6 +307,15 @@ func (c *tensorOpsClient) TensorInfo(ctx context.Context, in *TensorInfoRequest,
 	return out, nil
 }
 
+func (c *tensorOpsClient) SnapshotStore(ctx context.Context, in *SnapshotStoreRequest, opts ...grpc.CallOption) (*SnapshotStoreResponse, error) {
+	out := new(SnapshotStoreResponse)
+	err := c.cc.Invoke(ctx, "/tensorops.v1.TensorOps/SnapshotStore", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TensorOpsServer is the server API for TensorOps service.
 // All implementations must embed UnimplementedTensorOpsServer
 // for forward compatibility
@@ -344,6 +356,9 @@ type TensorOpsServer interface {
 	// ListTensors describes every stored tensor the caller can see, sorted by name.
 	ListTensors(context.Context, *ListTensorsRequest) (*ListTensorsResponse, error)
 	TensorInfo(context.Context, *TensorInfoRequest) (*TensorInfoResponse, error)
+	// SnapshotStore writes a snapshot of the whole store (every namespace) to --store_dir now and
+	// answers once it is on disk; FAILED_PRECONDITION on a server without --store_dir.
+	SnapshotStore(context.Context, *SnapshotStoreRequest) (*SnapshotStoreResponse, error)
 	mustEmbedUnimplementedTensorOpsServer()
 }
 
@@ -407,6 +422,9 @@ func (UnimplementedTensorOpsServer) ListTensors(context.Context, *ListTensorsReq
 }
 func (UnimplementedTensorOpsServer) TensorInfo(context.Context, *TensorInfoRequest) (*TensorInfoResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method TensorInfo not implemented")
+}
+func (UnimplementedTensorOpsServer) SnapshotStore(context.Context, *SnapshotStoreRequest) (*SnapshotStoreResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SnapshotStore not implemented")
 }
 func (UnimplementedTensorOpsServer) mustEmbedUnimplementedTensorOpsServer() {}
 
@@ -782,6 +800,24 @@ func _TensorOps_TensorInfo_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TensorOps_SnapshotStore_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SnapshotStoreRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TensorOpsServer).SnapshotStore(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/tensorops.v1.TensorOps/SnapshotStore",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TensorOpsServer).SnapshotStore(ctx, req.(*SnapshotStoreRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 var _TensorOps_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "tensorops.v1.TensorOps",
 	HandlerType: (*TensorOpsServer)(nil),
@@ -849,6 +885,10 @@ var _TensorOps_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TensorInfo",
 			Handler:    _TensorOps_TensorInfo_Handler,
+		},
+		{
+			MethodName: "SnapshotStore",
+			Handler:    _TensorOps_SnapshotStore_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

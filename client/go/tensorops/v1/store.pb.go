@@ -774,6 +774,135 @@ func (x *TensorInfoResponse) GetInfo() *TensorInfo {
 	return nil
 }
 
+type SnapshotStoreRequest struct {
+	state         protoimpl.MessageState
+	sizeCache     protoimpl.SizeCache
+	unknownFields protoimpl.UnknownFields
+}
+
+func (x *SnapshotStoreRequest) Reset() {
+	*x = SnapshotStoreRequest{}
+	if protoimpl.UnsafeEnabled {
+		mi := &file_tensorops_v1_store_proto_msgTypes[12]
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		ms.StoreMessageInfo(mi)
+	}
+}
+
+func (x *SnapshotStoreRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotStoreRequest) ProtoMessage() {}
+
+func (x *SnapshotStoreRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tensorops_v1_store_proto_msgTypes[12]
+	if protoimpl.UnsafeEnabled && x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotStoreRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotStoreRequest) Descriptor() ([]byte, []int) {
+	return file_tensorops_v1_store_proto_rawDescGZIP(), []int{12}
+}
+
+// What a snapshot wrote: figures of the whole store (the metrics endpoint exports them too).
+type SnapshotStoreResponse struct {
+	state         protoimpl.MessageState
+	sizeCache     protoimpl.SizeCache
+	unknownFields protoimpl.UnknownFields
+
+	// The snapshot file in --store_dir, e.g. "/data/snapshot-000000000007.tosnap".
+	Path       string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Generation int64  `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	Tensors    int64  `protobuf:"varint,3,opt,name=tensors,proto3" json:"tensors,omitempty"`
+	// The file's size.
+	Bytes            int64 `protobuf:"varint,4,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	WrittenUnixNanos int64 `protobuf:"varint,5,opt,name=written_unix_nanos,json=writtenUnixNanos,proto3" json:"written_unix_nanos,omitempty"`
+	// How long writing it took, in microseconds.
+	DurationMicros int64 `protobuf:"varint,6,opt,name=duration_micros,json=durationMicros,proto3" json:"duration_micros,omitempty"`
+}
+
+func (x *SnapshotStoreResponse) Reset() {
+	*x = SnapshotStoreResponse{}
+	if protoimpl.UnsafeEnabled {
+		mi := &file_tensorops_v1_store_proto_msgTypes[13]
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		ms.StoreMessageInfo(mi)
+	}
+}
+
+func (x *SnapshotStoreResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotStoreResponse) ProtoMessage() {}
+
+func (x *SnapshotStoreResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tensorops_v1_store_proto_msgTypes[13]
+	if protoimpl.UnsafeEnabled && x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotStoreResponse.ProtoReflect.Descriptor instead.
+func (*SnapshotStoreResponse) Descriptor() ([]byte, []int) {
+	return file_tensorops_v1_store_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SnapshotStoreResponse) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *SnapshotStoreResponse) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *SnapshotStoreResponse) GetTensors() int64 {
+	if x != nil {
+		return x.Tensors
+	}
+	return 0
+}
+
+func (x *SnapshotStoreResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *SnapshotStoreResponse) GetWrittenUnixNanos() int64 {
+	if x != nil {
+		return x.WrittenUnixNanos
+	}
+	return 0
+}
+
+func (x *SnapshotStoreResponse) GetDurationMicros() int64 {
+	if x != nil {
+		return x.DurationMicros
+	}
+	return 0
+}
+
 var File_tensorops_v1_store_proto protoreflect.FileDescriptor
 
 var file_tensorops_v1_store_proto_rawDesc = []byte{
@@ -856,10 +985,25 @@ var file_tensorops_v1_store_proto_rawDesc = []byte{
 	0x66, 0x6f, 0x52, 0x65, 0x73, 0x70, 0x6f, 0x6e, 0x73, 0x65, 0x12, 0x2c, 0x0a, 0x04, 0x69, 0x6e,
 	0x66, 0x6f, 0x18, 0x01, 0x20, 0x01, 0x28, 0x0b, 0x32, 0x18, 0x2e, 0x74, 0x65, 0x6e, 0x73, 0x6f,
 	0x72, 0x6f, 0x70, 0x73, 0x2e, 0x76, 0x31, 0x2e, 0x54, 0x65, 0x6e, 0x73, 0x6f, 0x72, 0x49, 0x6e,
-	0x66, 0x6f, 0x52, 0x04, 0x69, 0x6e, 0x66, 0x6f, 0x42, 0x2e, 0x5a, 0x2c, 0x74, 0x65, 0x6e, 0x73,
-	0x6f, 0x72, 0x6f, 0x70, 0x73, 0x2f, 0x63, 0x6c, 0x69, 0x65, 0x6e, 0x74, 0x2f, 0x67, 0x6f, 0x2f,
-	0x74, 0x65, 0x6e, 0x73, 0x6f, 0x72, 0x6f, 0x70, 0x73, 0x2f, 0x76, 0x31, 0x3b, 0x74, 0x65, 0x6e,
-	0x73, 0x6f, 0x72, 0x6f, 0x70, 0x73, 0x76, 0x31, 0x62, 0x06, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x33,
+	0x66, 0x6f, 0x52, 0x04, 0x69, 0x6e, 0x66, 0x6f, 0x22, 0x16, 0x0a, 0x14, 0x53, 0x6e, 0x61, 0x70,
+	0x73, 0x68, 0x6f, 0x74, 0x53, 0x74, 0x6f, 0x72, 0x65, 0x52, 0x65, 0x71, 0x75, 0x65, 0x73, 0x74,
+	0x22, 0xd2, 0x01, 0x0a, 0x15, 0x53, 0x6e, 0x61, 0x70, 0x73, 0x68, 0x6f, 0x74, 0x53, 0x74, 0x6f,
+	0x72, 0x65, 0x52, 0x65, 0x73, 0x70, 0x6f, 0x6e, 0x73, 0x65, 0x12, 0x12, 0x0a, 0x04, 0x70, 0x61,
+	0x74, 0x68, 0x18, 0x01, 0x20, 0x01, 0x28, 0x09, 0x52, 0x04, 0x70, 0x61, 0x74, 0x68, 0x12, 0x1e,
+	0x0a, 0x0a, 0x67, 0x65, 0x6e, 0x65, 0x72, 0x61, 0x74, 0x69, 0x6f, 0x6e, 0x18, 0x02, 0x20, 0x01,
+	0x28, 0x03, 0x52, 0x0a, 0x67, 0x65, 0x6e, 0x65, 0x72, 0x61, 0x74, 0x69, 0x6f, 0x6e, 0x12, 0x18,
+	0x0a, 0x07, 0x74, 0x65, 0x6e, 0x73, 0x6f, 0x72, 0x73, 0x18, 0x03, 0x20, 0x01, 0x28, 0x03, 0x52,
+	0x07, 0x74, 0x65, 0x6e, 0x73, 0x6f, 0x72, 0x73, 0x12, 0x14, 0x0a, 0x05, 0x62, 0x79, 0x74, 0x65,
+	0x73, 0x18, 0x04, 0x20, 0x01, 0x28, 0x03, 0x52, 0x05, 0x62, 0x79, 0x74, 0x65, 0x73, 0x12, 0x2c,
+	0x0a, 0x12, 0x77, 0x72, 0x69, 0x74, 0x74, 0x65, 0x6e, 0x5f, 0x75, 0x6e, 0x69, 0x78, 0x5f, 0x6e,
+	0x61, 0x6e, 0x6f, 0x73, 0x18, 0x05, 0x20, 0x01, 0x28, 0x03, 0x52, 0x10, 0x77, 0x72, 0x69, 0x74,
+	0x74, 0x65, 0x6e, 0x55, 0x6e, 0x69, 0x78, 0x4e, 0x61, 0x6e, 0x6f, 0x73, 0x12, 0x27, 0x0a, 0x0f,
+	0x64, 0x75, 0x72, 0x61, 0x74, 0x69, 0x6f, 0x6e, 0x5f, 0x6d, 0x69, 0x63, 0x72, 0x6f, 0x73, 0x18,
+	0x06, 0x20, 0x01, 0x28, 0x03, 0x52, 0x0e, 0x64, 0x75, 0x72, 0x61, 0x74, 0x69, 0x6f, 0x6e, 0x4d,
+	0x69, 0x63, 0x72, 0x6f, 0x73, 0x42, 0x2e, 0x5a, 0x2c, 0x74, 0x65, 0x6e, 0x73, 0x6f, 0x72, 0x6f,
+	0x70, 0x73, 0x2f, 0x63, 0x6c, 0x69, 0x65, 0x6e, 0x74, 0x2f, 0x67, 0x6f, 0x2f, 0x74, 0x65, 0x6e,
+	0x73, 0x6f, 0x72, 0x6f, 0x70, 0x73, 0x2f, 0x76, 0x31, 0x3b, 0x74, 0x65, 0x6e, 0x73, 0x6f, 0x72,
+	0x6f, 0x70, 0x73, 0x76, 0x31, 0x62, 0x06, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x33,
 }
 
 var (
@@ -874,25 +1018,27 @@ func file_tensorops_v1_store_proto_rawDescGZIP() []byte {
 	return file_tensorops_v1_store_proto_rawDescData
 }
 
-var file_tensorops_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_tensorops_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_tensorops_v1_store_proto_goTypes = []interface{}{
-	(*TensorInfo)(nil),           // 0: tensorops.v1.TensorInfo
-	(*PutTensorHeader)(nil),      // 1: tensorops.v1.PutTensorHeader
-	(*PutTensorRequest)(nil),     // 2: tensorops.v1.PutTensorRequest
-	(*PutTensorResponse)(nil),    // 3: tensorops.v1.PutTensorResponse
-	(*GetTensorRequest)(nil),     // 4: tensorops.v1.GetTensorRequest
-	(*GetTensorResponse)(nil),    // 5: tensorops.v1.GetTensorResponse
-	(*DeleteTensorRequest)(nil),  // 6: tensorops.v1.DeleteTensorRequest
-	(*DeleteTensorResponse)(nil), // 7: tensorops.v1.DeleteTensorResponse
-	(*ListTensorsRequest)(nil),   // 8: tensorops.v1.ListTensorsRequest
-	(*ListTensorsResponse)(nil),  // 9: tensorops.v1.ListTensorsResponse
-	(*TensorInfoRequest)(nil),    // 10: tensorops.v1.TensorInfoRequest
-	(*TensorInfoResponse)(nil),   // 11: tensorops.v1.TensorInfoResponse
-	(DataType)(0),                // 12: tensorops.v1.DataType
+	(*TensorInfo)(nil),            // 0: tensorops.v1.TensorInfo
+	(*PutTensorHeader)(nil),       // 1: tensorops.v1.PutTensorHeader
+	(*PutTensorRequest)(nil),      // 2: tensorops.v1.PutTensorRequest
+	(*PutTensorResponse)(nil),     // 3: tensorops.v1.PutTensorResponse
+	(*GetTensorRequest)(nil),      // 4: tensorops.v1.GetTensorRequest
+	(*GetTensorResponse)(nil),     // 5: tensorops.v1.GetTensorResponse
+	(*DeleteTensorRequest)(nil),   // 6: tensorops.v1.DeleteTensorRequest
+	(*DeleteTensorResponse)(nil),  // 7: tensorops.v1.DeleteTensorResponse
+	(*ListTensorsRequest)(nil),    // 8: tensorops.v1.ListTensorsRequest
+	(*ListTensorsResponse)(nil),   // 9: tensorops.v1.ListTensorsResponse
+	(*TensorInfoRequest)(nil),     // 10: tensorops.v1.TensorInfoRequest
+	(*TensorInfoResponse)(nil),    // 11: tensorops.v1.TensorInfoResponse
+	(*SnapshotStoreRequest)(nil),  // 12: tensorops.v1.SnapshotStoreRequest
+	(*SnapshotStoreResponse)(nil), // 13: tensorops.v1.SnapshotStoreResponse
+	(DataType)(0),                 // 14: tensorops.v1.DataType
 }
 var file_tensorops_v1_store_proto_depIdxs = []int32{
-	12, // 0: tensorops.v1.TensorInfo.dtype:type_name -> tensorops.v1.DataType
-	12, // 1: tensorops.v1.PutTensorHeader.dtype:type_name -> tensorops.v1.DataType
+	14, // 0: tensorops.v1.TensorInfo.dtype:type_name -> tensorops.v1.DataType
+	14, // 1: tensorops.v1.PutTensorHeader.dtype:type_name -> tensorops.v1.DataType
 	1,  // 2: tensorops.v1.PutTensorRequest.header:type_name -> tensorops.v1.PutTensorHeader
 	0,  // 3: tensorops.v1.PutTensorResponse.info:type_name -> tensorops.v1.TensorInfo
 	0,  // 4: tensorops.v1.GetTensorResponse.info:type_name -> tensorops.v1.TensorInfo
@@ -1056,6 +1202,30 @@ func file_tensorops_v1_store_proto_init() {
 				return nil
 			}
 		}
+		file_tensorops_v1_store_proto_msgTypes[12].Exporter = func(v interface{}, i int) interface{} {
+			switch v := v.(*SnapshotStoreRequest); i {
+			case 0:
+				return &v.state
+			case 1:
+				return &v.sizeCache
+			case 2:
+				return &v.unknownFields
+			default:
+				return nil
+			}
+		}
+		file_tensorops_v1_store_proto_msgTypes[13].Exporter = func(v interface{}, i int) interface{} {
+			switch v := v.(*SnapshotStoreResponse); i {
+			case 0:
+				return &v.state
+			case 1:
+				return &v.sizeCache
+			case 2:
+				return &v.unknownFields
+			default:
+				return nil
+			}
+		}
 	}
 	file_tensorops_v1_store_proto_msgTypes[1].OneofWrappers = []interface{}{}
 	file_tensorops_v1_store_proto_msgTypes[2].OneofWrappers = []interface{}{
@@ -1074,7 +1244,7 @@ func file_tensorops_v1_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: file_tensorops_v1_store_proto_rawDesc,
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

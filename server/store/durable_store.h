@@ -1,0 +1,224 @@
+// DurableStore: a tensor store that survives a restart and a crash (--store_dir). It keeps the
+// store's state in one directory as snapshots of every stored tensor and an append-only log of
+// every change since, and rebuilds the store from them at start-up.
+//
+//   TENSOROPS_ASSIGN_OR_RETURN(
+//       std::unique_ptr<DurableStore> durable,
+//       DurableStore::Open({.dir = "/var/lib/tensorops", .sync = StoreSync::kAlways}, &store,
+//                          replay_update));                  // recovers, then journals
+//   ... serve calls: every change to `store` is logged before it takes effect ...
+//   TENSOROPS_RETURN_IF_ERROR(durable->Close().status());   // a last snapshot
+//
+// What a crash may lose: a change is acknowledged only once its record is written to the log, so
+// a crash of the server process loses nothing acknowledged, whatever the sync mode; a crash of
+// the machine (power, kernel) loses nothing acknowledged with kAlways (the record is fsynced
+// first), at most the last sync interval with kInterval, and whatever the OS had not yet written
+// with kNone.
+//
+// Files, in the directory (docs/store-files.md has the format):
+//   snapshot-<G>.tosnap   every tensor as of the start of log G (and maybe some of G's changes),
+//                         with each namespace's remembered update ids; written to a .tmp name
+//                         and renamed once complete and synced
+//   log-<G>.tolog         every change since: values committed (whole), deletes, in-place updates
+//                         (the op call, replayed on the CPU: an update on the GPU runs
+//                         deterministically, so both give the same bytes), cancelled updates
+//   LOCK                  held (flock) by the server using the directory
+// A snapshot of generation G starts log G first (no change is lost between the two), then writes
+// each tensor under its read lock, at one whole version, while calls go on; once it is renamed,
+// the older snapshot and logs are deleted. Recovery loads the latest snapshot, then replays logs
+// G, G+1, ...: a value is replaced whole, an update is replayed only onto the value (serial) and
+// version it was made on, so changes a snapshot already holds are skipped. A torn last record
+// (a crash mid-write) is dropped; any other damage stops recovery (kStrict: the server does not
+// start; kDiscard: the files move to damaged-<time>/ and the store starts empty).
+#ifndef TENSOROPS_SERVER_STORE_DURABLE_STORE_H_
+#define TENSOROPS_SERVER_STORE_DURABLE_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/store/store_files.h"
+#include "server/store/tensor_store.h"
+
+namespace tensorops {
+
+// StoreSync is when the log is fsynced (--store_sync).
+enum class StoreSync {
+  kAlways,    // before a change is acknowledged (one fsync serves every change waiting on it)
+  kInterval,  // at least every DurableStoreOptions::sync_interval
+  kNone,      // when the OS writes it back
+};
+// StoreRecovery is what recovery does with a damaged file (--store_recover).
+enum class StoreRecovery {
+  kStrict,   // refuse to start, naming the file and offset
+  kDiscard,  // move every store file to damaged-<time>/ and start empty
+};
+
+absl::StatusOr<StoreSync> ParseStoreSync(std::string_view text);
+std::string_view StoreSyncName(StoreSync sync);
+absl::StatusOr<StoreRecovery> ParseStoreRecovery(std::string_view text);
+std::string_view StoreRecoveryName(StoreRecovery recovery);
+
+struct DurableStoreOptions {
+  // The directory (created when missing).
+  std::string dir;
+  StoreSync sync = StoreSync::kInterval;
+  // kInterval: the longest an acknowledged change waits for its fsync, > 0.
+  absl::Duration sync_interval = absl::Milliseconds(100);
+  // How often a snapshot is written (only when something changed since the last); 0: only on
+  // request and at Close.
+  absl::Duration snapshot_interval = absl::Minutes(10);
+  StoreRecovery recovery = StoreRecovery::kStrict;
+};
+
+// ReplayUpdate runs a logged in-place update again on the store: `call` (a tensorops.v1.OpRequest)
+// updates tensor `name` of `ns`, which is at `from_version`, in place, on the CPU, without its
+// update id.
+using ReplayUpdate = std::function<absl::Status(std::string_view ns, std::string_view name,
+                                                int64_t from_version, std::string_view call)>;
+
+// RecoveryReport says what Open found and did.
+struct RecoveryReport {
+  // The snapshot loaded ("" when there was none) and the logs replayed, in order.
+  std::string snapshot;
+  std::vector<std::string> logs;
+  int64_t tensors = 0;       // in the store once recovered
+  int64_t tensor_bytes = 0;  // their bytes
+  int64_t records = 0;       // log records replayed
+  int64_t skipped = 0;       // log records a snapshot already held, or cancelled updates
+  int64_t failed = 0;        // updates whose replay failed (each a warning in `warnings`)
+  int64_t torn_records = 0;  // torn last records dropped
+  std::vector<std::string> warnings;
+  // kDiscard: where the damaged files went ("" when nothing was damaged).
+  std::string discarded_to;
+  absl::Duration duration;
+};
+
+// SnapshotReport describes one snapshot written.
+struct SnapshotReport {
+  std::string path;
+  int64_t generation = 0;
+  int64_t tensors = 0;
+  int64_t bytes = 0;  // the file's size
+  absl::Time written;
+  absl::Duration duration;
+};
+
+// DurableStoreStats are the figures the metrics export.
+struct DurableStoreStats {
+  // The last snapshot written (or loaded at start-up); absl::InfinitePast() when none.
+  absl::Time snapshot_time = absl::InfinitePast();
+  int64_t snapshot_bytes = 0;
+  // Bytes of log since the last snapshot (what recovery would replay).
+  int64_t log_bytes = 0;
+  int64_t fsyncs = 0;
+  absl::Duration fsync_time;
+  absl::Duration recovery_time;
+};
+
+class DurableStore final : public StoreJournal {
+ public:
+  // Open locks `options.dir` (FAILED_PRECONDITION when another server holds it), recovers the
+  // store from its files into `store` (which must be empty, and outlive this object), starts a
+  // new log and makes itself `store`'s journal. Errors name the directory, file and offset: a
+  // damaged file under kStrict (DATA_LOSS), a tensor the store's limit cannot hold
+  // (RESOURCE_EXHAUSTED), an I/O error.
+  static absl::StatusOr<std::unique_ptr<DurableStore>> Open(const DurableStoreOptions& options,
+                                                            TensorStore* store,
+                                                            ReplayUpdate replay);
+
+  // Stops the background thread and detaches from the store, without a last snapshot (Close).
+  ~DurableStore() override;
+
+  // Snapshot writes a snapshot of the whole store now (waiting for one in progress first) and
+  // deletes the files it makes redundant.
+  absl::StatusOr<SnapshotReport> Snapshot();
+  // Close writes a last snapshot when anything changed since the last one, then detaches from
+  // the store: call it once no change can arrive (the server's calls have ended). Returns the
+  // snapshot written, if any.
+  absl::StatusOr<std::optional<SnapshotReport>> Close();
+
+  const RecoveryReport& recovery() const { return recovery_; }
+  DurableStoreStats stats() const;
+  const DurableStoreOptions& options() const { return options_; }
+
+  // StoreJournal.
+  absl::StatusOr<Ticket> LogPut(const Put& put) override;
+  absl::StatusOr<Ticket> LogDelete(std::string_view ns, std::string_view name) override;
+  absl::StatusOr<Ticket> LogUpdate(std::string_view ns, std::string_view name, uint64_t serial,
+                                   int64_t from_version, std::string_view update_id,
+                                   std::string_view call) override;
+  void LogCancel(const Ticket& ticket) override;
+  absl::Status AwaitDurable(const Ticket& ticket) override;
+
+ private:
+  DurableStore(const DurableStoreOptions& options, TensorStore* store, int lock_fd);
+
+  // Recover loads the files into the store (recovery_), and returns the next generation.
+  absl::StatusOr<int64_t> Recover(const ReplayUpdate& replay);
+  // StartLog creates log `generation` and makes it the one appended to.
+  absl::Status StartLog(int64_t generation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(log_mu_);
+  // Append writes one record to the current log; an error means it was not written.
+  absl::StatusOr<Ticket> Append(RecordKind kind, const google::protobuf::MessageLite& meta,
+                                int64_t payload_bytes = 0, const PayloadSource& payload = {});
+  // SyncLog fsyncs the current log (kAlways: for every ticket waiting; kInterval: from the
+  // background thread).
+  absl::Status SyncLog();
+  bool DurableLocked(const Ticket& ticket) const ABSL_SHARED_LOCKS_REQUIRED(sync_mu_);
+  absl::StatusOr<SnapshotReport> SnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(snapshot_mu_);
+  // Background runs the interval syncs and periodic snapshots until stop_.
+  void Background();
+  void StopBackground();
+  std::string PathOf(std::string_view file) const;
+
+  const DurableStoreOptions options_;
+  TensorStore* const store_;
+  const int lock_fd_;
+  RecoveryReport recovery_;
+
+  // Held while a snapshot is written: one at a time.
+  absl::Mutex snapshot_mu_ ABSL_ACQUIRED_BEFORE(log_mu_);
+  int64_t snapshot_generation_ ABSL_GUARDED_BY(snapshot_mu_) = 0;
+
+  mutable absl::Mutex log_mu_ ABSL_ACQUIRED_BEFORE(sync_mu_);
+  // Shared with a sync in progress, which must not lose the file to a rotation.
+  std::shared_ptr<RecordFile> log_ ABSL_GUARDED_BY(log_mu_);
+  int64_t generation_ ABSL_GUARDED_BY(log_mu_) = 0;
+  // Bytes of the logs before the current one that the last snapshot has not yet absorbed.
+  int64_t older_log_bytes_ ABSL_GUARDED_BY(log_mu_) = 0;
+  // Changes logged since the last snapshot began.
+  int64_t changes_ ABSL_GUARDED_BY(log_mu_) = 0;
+  // Set when a record that must be in the log could not be written (a cancel) or a sync failed:
+  // from then on every change is refused, since the log no longer says what memory holds.
+  absl::Status broken_ ABSL_GUARDED_BY(log_mu_);
+
+  mutable absl::Mutex sync_mu_;
+  // Everything up to (synced_generation_, synced_end_) is durable.
+  int64_t synced_generation_ ABSL_GUARDED_BY(sync_mu_) = 0;
+  int64_t synced_end_ ABSL_GUARDED_BY(sync_mu_) = 0;
+  bool syncing_ ABSL_GUARDED_BY(sync_mu_) = false;
+  absl::Status sync_error_ ABSL_GUARDED_BY(sync_mu_);
+  int64_t fsyncs_ ABSL_GUARDED_BY(sync_mu_) = 0;
+  absl::Duration fsync_time_ ABSL_GUARDED_BY(sync_mu_);
+
+  mutable absl::Mutex stats_mu_;
+  absl::Time snapshot_time_ ABSL_GUARDED_BY(stats_mu_) = absl::InfinitePast();
+  int64_t snapshot_bytes_ ABSL_GUARDED_BY(stats_mu_) = 0;
+
+  absl::Mutex stop_mu_;
+  bool stop_ ABSL_GUARDED_BY(stop_mu_) = false;
+  std::thread background_;
+  bool closed_ = false;
+};
+
+}  // namespace tensorops
+
+#endif  // TENSOROPS_SERVER_STORE_DURABLE_STORE_H_

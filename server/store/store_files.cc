@@ -307,7 +307,8 @@ absl::StatusOr<std::optional<Record>> RecordReader::Next(const SinkFor& sink_for
   char tail[kRecordTailBytes];
   TENSOROPS_RETURN_IF_ERROR(ReadAt(end - kRecordTailBytes, absl::MakeSpan(tail, sizeof(tail))));
   if (std::memcmp(tail + 4, kTailMagic, 4) != 0 || GetU32(tail) != crc) {
-    if (end == file_size_) return Torn(start);
+    TENSOROPS_ASSIGN_OR_RETURN(const bool zeros_after, ZerosFrom(end));
+    if (zeros_after) return Torn(start);
     return Damaged(start, "the record fails its CRC-32 check");
   }
   offset_ = end;

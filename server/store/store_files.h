@@ -118,9 +118,10 @@ class RecordReader {
 
   // Next returns the next whole record, its payload passed to the sink `sink_for` gives (read and
   // dropped without one); nullopt at the end of the file, or at a torn last record (torn_at() then
-  // says where it began): one that runs past the end of the file, or whose bytes from its start
-  // to the end of the file are all zeros or fail the check while nothing follows them. Anything
-  // else wrong is DATA_LOSS naming the file, the offset and what is wrong.
+  // says where it began): one that runs past the end of the file, one whose bytes from its start
+  // to the end of the file are all zeros, or one that fails its check with nothing but zeros
+  // after it (a file system may keep a crashed append's length but not all of its bytes).
+  // Anything else wrong is DATA_LOSS naming the file, the offset and what is wrong.
   absl::StatusOr<std::optional<Record>> Next(const SinkFor& sink_for = {});
 
   // Where the torn last record began, once Next found one.

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -108,6 +109,14 @@ absl::StatusOr<ServerProcess> StartServer(const std::vector<std::string>& extra_
         (*process)->stderr_text()));
   }
   return ServerProcess{std::move(*process), absl::StrCat("127.0.0.1:", *port)};
+}
+
+// MakeTempDirectory makes a fresh directory under the test's temporary directory.
+std::string MakeTempDirectory(const std::string& prefix) {
+  std::string pattern =
+      (std::filesystem::path(::testing::TempDir()) / (prefix + "XXXXXX")).string();
+  EXPECT_NE(mkdtemp(pattern.data()), nullptr) << "mkdtemp: " << std::strerror(errno);
+  return pattern;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1063,6 +1072,63 @@ TEST_F(E2eTest, StoreTransfersReportTheirProgress) {
   EXPECT_TRUE(client().DeleteTensor("progress").ok());
 }
 
+// SnapshotStore needs a server with --store_dir.
+TEST_F(E2eTest, SnapshotStoreWithoutStoreDirIsFailedPrecondition) {
+  absl::StatusOr<v1::SnapshotStoreResponse> snapshot = client().SnapshotStore();
+  EXPECT_EQ(snapshot.status().code(), absl::StatusCode::kFailedPrecondition) << snapshot.status();
+  EXPECT_THAT(snapshot.status().message(), HasSubstr("--store_dir"));
+}
+
+// SnapshotStore writes the whole store into --store_dir and says what it wrote; a later one
+// replaces it.
+TEST(ServerProcessTest, SnapshotStoreWritesTheStoreToStoreDir) {
+  const std::string directory = MakeTempDirectory("e2e_snapshot_");
+  const std::string store_dir = (std::filesystem::path(directory) / "store").string();
+  absl::StatusOr<ServerProcess> server =
+      StartServer({"--store_dir=" + store_dir, "--store_snapshot_interval_s=0"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(server->target);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const Tensor a = Float32Tensor({2, 3}, {0, 1, 2, 3, 4, 5});
+  const Tensor b = Int64Tensor({2}, {7, 8});
+  ASSERT_TRUE((*client)->PutTensor("a", a.view()).ok());
+  ASSERT_TRUE((*client)->PutTensor("b", b.view()).ok());
+
+  const absl::Time before = absl::Now();
+  absl::StatusOr<v1::SnapshotStoreResponse> first = (*client)->SnapshotStore();
+  ASSERT_TRUE(first.ok()) << first.status();
+  const absl::Time after = absl::Now();
+  EXPECT_EQ(std::filesystem::path(first->path()).parent_path(), store_dir);
+  EXPECT_EQ(std::filesystem::path(first->path()).filename(),
+            absl::StrFormat("snapshot-%012d.tosnap", first->generation()));
+  EXPECT_GE(first->generation(), 1);
+  EXPECT_EQ(first->tensors(), 2);
+  std::error_code error;
+  EXPECT_EQ(std::filesystem::file_size(first->path(), error), first->bytes()) << error.message();
+  // Two tensors' 40 bytes and their records' framing.
+  EXPECT_GT(first->bytes(), 40);
+  const absl::Time written = absl::FromUnixNanos(first->written_unix_nanos());
+  EXPECT_GE(written, before - absl::Seconds(1));
+  EXPECT_LE(written, after + absl::Seconds(1));
+  EXPECT_GE(first->duration_micros(), 0);
+  EXPECT_LE(absl::Microseconds(first->duration_micros()), after - before);
+
+  ASSERT_TRUE((*client)->DeleteTensor("b").ok());
+  absl::StatusOr<v1::SnapshotStoreResponse> second = (*client)->SnapshotStore({});
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_GT(second->generation(), first->generation());
+  EXPECT_EQ(second->tensors(), 1);
+  EXPECT_TRUE(std::filesystem::exists(second->path()));
+  // The older snapshot goes once the newer one is complete.
+  EXPECT_FALSE(std::filesystem::exists(first->path()));
+
+  client->reset();
+  const int status = server->process->Terminate(kShutdownTimeout);
+  EXPECT_TRUE(ExitedWith(status, 0)) << DescribeExit(status) << "; stderr:\n"
+                                     << server->process->stderr_text();
+  std::filesystem::remove_all(directory);
+}
+
 TEST(ServerProcessTest, MetricsHostDefaultsToTheServiceHost) {
   // --host=127.0.0.1 (StartServer) and no --metrics_host: the endpoint stays on loopback too.
   absl::StatusOr<ServerProcess> server = StartServer({"--metrics_port=0"});
@@ -1716,8 +1782,11 @@ class CliTest : public E2eTest {
   };
 
   // Runs tensorops-cli with `args` against the suite's server.
-  CliResult RunCli(std::vector<std::string> args) {
-    args.insert(args.begin(), {TENSOROPS_CLI_PATH, absl::StrCat("--target=", target())});
+  CliResult RunCli(std::vector<std::string> args) { return RunCliAt(target(), std::move(args)); }
+
+  // Runs tensorops-cli with `args` against the server at `server_target`.
+  CliResult RunCliAt(const std::string& server_target, std::vector<std::string> args) {
+    args.insert(args.begin(), {TENSOROPS_CLI_PATH, absl::StrCat("--target=", server_target)});
     absl::StatusOr<std::unique_ptr<ChildProcess>> process = ChildProcess::Spawn(args);
     EXPECT_TRUE(process.ok()) << process.status();
     if (!process.ok()) return CliResult{-1, "", ""};
@@ -2297,6 +2366,171 @@ TEST_F(CliTest, VersionHelpTargetFilesAndStoreVersions) {
   EXPECT_TRUE(ExitedWith(RunCli({"rm", "cli_v", "--expected_version=2"}).status, 0));
 }
 
+TEST_F(CliTest, SnapshotWithoutStoreDirExitsWithOne) {
+  const CliResult run = RunCli({"snapshot"});
+  EXPECT_TRUE(ExitedWith(run.status, 1)) << DescribeExit(run.status);
+  EXPECT_THAT(run.stderr_text,
+              AllOf(HasSubstr("error: FAILED_PRECONDITION: "), HasSubstr("--store_dir")));
+  EXPECT_EQ(run.stdout_text, "");
+}
+
+// snapshot on a server with --store_dir; store-file lists its snapshot and log and writes a
+// tensor from them, with no server.
+TEST_F(CliTest, SnapshotAndStoreFiles) {
+  const std::string store_dir = PathOf("store");
+  absl::StatusOr<ServerProcess> server = StartServer(
+      {"--store_dir=" + store_dir, "--store_sync=always", "--store_snapshot_interval_s=0"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const Tensor x = Float32Tensor({2, 3}, {0, 1, 2, 3, 4, 5});
+  const std::string x_path = Write("x.npy", x);
+  const std::string i_path = Write("i.npy", Int64Tensor({2}, {0, 1}));
+  ASSERT_TRUE(ExitedWith(RunCliAt(server->target, {"put", "a", x_path}).status, 0));
+  ASSERT_TRUE(ExitedWith(RunCliAt(server->target, {"put", "idx", i_path}).status, 0));
+
+  CliResult run = RunCliAt(server->target, {"snapshot"});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  static const std::regex kWrote(
+      R"(wrote snapshot (\S+): generation (\d+), 2 tensors, (\d+) bytes, in \S+\n)");
+  std::smatch wrote;
+  ASSERT_TRUE(std::regex_match(run.stdout_text, wrote, kWrote)) << run.stdout_text;
+  const std::string snapshot = wrote[1];
+  const int64_t generation = std::stoll(wrote[2]);
+  EXPECT_EQ(std::filesystem::path(snapshot).parent_path(), store_dir);
+  std::error_code error;
+  EXPECT_EQ(std::filesystem::file_size(snapshot, error), std::stoull(wrote[3])) << error.message();
+  // A copy for after the server is stopped: its last snapshot replaces this one.
+  const std::string kept = PathOf("kept.tosnap");
+  std::filesystem::copy_file(snapshot, kept);
+
+  // Changes after the snapshot go to the log of its generation: a value, an update, a delete.
+  ASSERT_TRUE(ExitedWith(RunCliAt(server->target, {"put", "a", x_path, "--overwrite"}).status, 0));
+  run = RunCliAt(server->target, {"index_reduce", "--input=@a", "--index=" + i_path,
+                                  "--src=" + x_path, "--axis=0", "--in_place"});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << run.stderr_text;
+  ASSERT_TRUE(ExitedWith(RunCliAt(server->target, {"rm", "idx"}).status, 0));
+  const std::string log =
+      (std::filesystem::path(store_dir) / absl::StrFormat("log-%012d.tolog", generation)).string();
+
+  run = RunCli({"store-file", snapshot});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  EXPECT_THAT(run.stdout_text,
+              AllOf(::testing::StartsWith(absl::StrFormat(
+                        "snapshot %s: generation %d, format 1, created ", snapshot, generation)),
+                    HasSubstr("\nNAMESPACE  NAME  DTYPE    SHAPE   VERSION  BYTES\n"),
+                    HasSubstr("\n-          a     float32  (2, 3)  1        24\n"),
+                    HasSubstr("\n-          idx   int64    (2,)    1        16\n"),
+                    HasSubstr("\nend: 2 tensors, 40 bytes\n")))
+      << run.stdout_text;
+  EXPECT_EQ(run.stderr_text, "");
+  run = RunCli({"store-file", log});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  EXPECT_THAT(
+      run.stdout_text,
+      AllOf(::testing::StartsWith(absl::StrFormat("log %s: generation %d", log, generation)),
+            ::testing::ContainsRegex("\nOFFSET +KIND +NAMESPACE +NAME +DTYPE +SHAPE "
+                                     "+VERSION +BYTES +NOTE\n"),
+            ::testing::ContainsRegex("\n[0-9]+ +stored +- +a +float32 +\\(2, 3\\) +2 +24\n"),
+            ::testing::ContainsRegex("\n[0-9]+ +updated +- +a +- +- +3 +- +in place by "
+                                     "index_reduce, from version 2\n"),
+            ::testing::ContainsRegex("\n[0-9]+ +deleted +- +idx +- +- +- +-\n"),
+            HasSubstr("\n3 records: 1 stored, 1 deleted, 1 updated, 0 cancelled\n")))
+      << run.stdout_text;
+
+  // A tensor from the snapshot, and the last value a log records whole (noting the update).
+  run = RunCli({"store-file", snapshot, "a", PathOf("a1.npy")});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  EXPECT_EQ(run.stdout_text,
+            "wrote " + PathOf("a1.npy") + ": shape=(2, 3) dtype=float32, a at version 1\n");
+  absl::StatusOr<Tensor> got = ReadNpy(PathOf("a1.npy"));
+  ASSERT_TRUE(got.ok()) << got.status();
+  ref::ExpectTensorsNear(*got, x);
+  run = RunCli({"store-file", log, "a", PathOf("a2.npy")});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  EXPECT_THAT(run.stdout_text, HasSubstr("a at version 2\n"));
+  EXPECT_THAT(run.stderr_text, HasSubstr("\"a\" was updated in place at offset "));
+
+  // SIGTERM: the server writes a last snapshot on its way out, with the update applied.
+  const int status = server->process->Terminate(kShutdownTimeout);
+  ASSERT_TRUE(ExitedWith(status, 0)) << DescribeExit(status) << "\n"
+                                     << server->process->stderr_text();
+  std::string last;
+  for (const auto& entry : std::filesystem::directory_iterator(store_dir)) {
+    const std::string name = entry.path().filename().string();
+    if (absl::StartsWith(name, "snapshot-") && absl::EndsWith(name, ".tosnap")) {
+      last = std::max(last, entry.path().string());
+    }
+  }
+  ASSERT_NE(last, "");
+  EXPECT_NE(last, snapshot);
+  run = RunCli({"store-file", last, "a", PathOf("a3.npy")});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status) << "\n" << run.stderr_text;
+  EXPECT_THAT(run.stdout_text, HasSubstr("a at version 3\n"));
+  got = ReadNpy(PathOf("a3.npy"));
+  ASSERT_TRUE(got.ok()) << got.status();
+  // index_add_ of x's rows into themselves: 2x.
+  ref::ExpectTensorsNear(*got, Float32Tensor({2, 3}, {0, 2, 4, 6, 8, 10}));
+  run = RunCli({"store-file", last, "idx", PathOf("idx.npy")});
+  EXPECT_TRUE(ExitedWith(run.status, 1)) << DescribeExit(run.status);
+  EXPECT_THAT(run.stderr_text, AllOf(HasSubstr("error: NOT_FOUND: "), HasSubstr("\"idx\"")));
+  run = RunCli({"store-file", kept, "a", PathOf("a4.npy"), "--namespace=token-1"});
+  EXPECT_TRUE(ExitedWith(run.status, 1)) << DescribeExit(run.status);
+  EXPECT_THAT(run.stderr_text, HasSubstr("without a namespace: leave out --namespace"));
+
+  // A damaged file (a byte changed in a record with whole records after it): exit 1 with the
+  // reader's message, after what could be read.
+  const std::string damaged = PathOf("damaged.tosnap");
+  std::filesystem::copy_file(kept, damaged);
+  {
+    std::fstream file(damaged, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekg(-60, std::ios::end);
+    const char byte = static_cast<char>(file.get());
+    file.seekp(-60, std::ios::end);
+    file.put(static_cast<char>(byte ^ 0x55));
+  }
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"store-file", damaged}, {"store-file", damaged, "a", PathOf("a5.npy")}}) {
+    run = RunCli(args);
+    EXPECT_TRUE(ExitedWith(run.status, 1)) << absl::StrJoin(args, " ");
+    EXPECT_THAT(run.stderr_text, AllOf(::testing::StartsWith("error: DATA_LOSS: " + damaged +
+                                                             " is damaged at offset "),
+                                       Not(HasSubstr("usage:"))))
+        << absl::StrJoin(args, " ");
+  }
+
+  // Files that cannot be read, or are no store files, are local problems: exit 2, no status code.
+  for (const std::string& path : {PathOf("missing.tosnap"), x_path, store_dir}) {
+    run = RunCli({"store-file", path});
+    EXPECT_TRUE(ExitedWith(run.status, 2)) << path << ": " << DescribeExit(run.status);
+    EXPECT_THAT(run.stderr_text, AllOf(::testing::StartsWith("error: "), HasSubstr(path),
+                                       Not(HasSubstr("NOT_FOUND")), Not(HasSubstr("usage:"))))
+        << path;
+  }
+  EXPECT_THAT(RunCli({"store-file", x_path}).stderr_text,
+              HasSubstr("is not a tensorops store file"));
+  // Bad command lines.
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"store-file"},
+                                             {"store-file", kept, "a"},
+                                             {"store-file", kept, "--namespace=token-1"},
+                                             {"store-file", kept, "a", PathOf("a.npy"), "--axis=1"},
+                                             {"snapshot", "now"}}) {
+    run = RunCli(args);
+    EXPECT_TRUE(ExitedWith(run.status, 2)) << absl::StrJoin(args, " ");
+    EXPECT_THAT(run.stderr_text, AllOf(HasSubstr("error: "), HasSubstr("usage: tensorops-cli ")))
+        << absl::StrJoin(args, " ");
+  }
+  run = RunCli({"help", "store-file"});
+  EXPECT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status);
+  EXPECT_THAT(run.stdout_text,
+              AllOf(::testing::StartsWith(
+                        "usage: tensorops-cli store-file FILE [NAME OUT.npy [--namespace=NS]]\n"),
+                    HasSubstr("needs no server"), HasSubstr("\n  --namespace\n"),
+                    Not(HasSubstr("--target"))));
+  run = RunCli({"snapshot", "--help"});
+  EXPECT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status);
+  EXPECT_THAT(run.stdout_text, AllOf(HasSubstr("snapshot"), HasSubstr("\n  --target\n")));
+}
+
 TEST_F(CliTest, HelpListsCommandsAndFlags) {
   const CliResult run = RunCli({"--help"});
   EXPECT_TRUE(ExitedWith(run.status, 0)) << DescribeExit(run.status);
@@ -2308,7 +2542,8 @@ TEST_F(CliTest, HelpListsCommandsAndFlags) {
             HasSubstr("masked_scatter"), HasSubstr("--reduce"), HasSubstr("--timeout"),
             HasSubstr("--select_index"), HasSubstr("--axes"), HasSubstr("--batch_dims"),
             HasSubstr("--shape"), HasSubstr("--mask"), HasSubstr("health"), HasSubstr("describe"),
-            HasSubstr("put"), HasSubstr("--overwrite"), HasSubstr("@NAME")));
+            HasSubstr("put"), HasSubstr("--overwrite"), HasSubstr("@NAME"), HasSubstr("snapshot"),
+            HasSubstr("store-file"), HasSubstr("--namespace")));
 }
 
 }  // namespace

@@ -1,25 +1,31 @@
 // tensorops-cli: runs one call of any tensorops op against a tensorops server, with tensors in
-// NumPy `.npy` files or in the server's tensor store; works the store; and asks the server about
-// itself (ServerInfo, gRPC health, server reflection).
+// NumPy `.npy` files or in the server's tensor store; works the store; asks the server about
+// itself (ServerInfo, gRPC health, server reflection); and reads a durable store's files offline.
 //
 //   tensorops-cli gather --input=x.npy --index=i.npy --axis=1 --output=out.npy
 //   tensorops-cli scatter --input=x.npy --index=i.npy --value=2.5 --axis=0 --reduce=add
 //   tensorops-cli put x x.npy && tensorops-cli gather --input=@x --index=i.npy --axis=1
 //   tensorops-cli health && tensorops-cli describe tensorops.v1.GatherRequest
+//   tensorops-cli snapshot && tensorops-cli store-file /data/snapshot-000000000002.tosnap x x.npy
 //   tensorops-cli --target=localhost:50051 --tls_ca=ca.crt --token_file=token gather ...
 //
-// Exit status: 0 on success, 1 when the call or a file fails ("error: CODE: message" on stderr)
-// or the server is not SERVING (health), 2 for a bad command line (the error, the command's
-// synopsis and a pointer to --help on stderr).
+// Exit status: 0 on success, 1 when the call fails ("error: CODE: message" on stderr), the server
+// is not SERVING (health) or a store file is damaged, 2 for a bad command line (the error, the
+// command's synopsis and a pointer to --help on stderr) or a local file that cannot be read or
+// written.
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,6 +39,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -54,6 +61,8 @@
 #include "kernels/tensor.h"
 #include "proto/codec.h"
 #include "proto/op_list.h"
+#include "server/store/store_files.h"
+#include "tensorops/storefiles/v1/store_files.pb.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Server address (host:port or a gRPC target).");
 ABSL_FLAG(absl::Duration, timeout, absl::InfiniteDuration(),
@@ -128,6 +137,9 @@ ABSL_FLAG(int64_t, expected_version, 0,
           "'pass overwrite or expected_version=N' says; put replaces it then.");
 ABSL_FLAG(int64_t, version, 0,
           "get: the version the stored tensor must be at (>= 1); an error if it has moved on.");
+ABSL_FLAG(std::string, namespace, "",
+          "store-file FILE NAME OUT.npy: the namespace of NAME, as store-file FILE lists it "
+          "(token-N for the N-th token of a server with --auth_token_file; empty without).");
 ABSL_FLAG(bool, bfloat16, false,
           "Read '<u2' (uint16) .npy inputs as bfloat16 raw bits; bfloat16 results are always "
           "written as '<u2'.");
@@ -158,6 +170,11 @@ constexpr std::string_view kServiceCommandsHead = R"(
 Server and store commands:
 )";
 
+// Before the commands that need no server.
+constexpr std::string_view kLocalCommandsHead = R"(
+Store files (offline: no server, the connection flags are ignored):
+)";
+
 constexpr std::string_view kUsageTail = R"(
 Tensors: every op flag that takes a tensor (--input, --index, --src, --mask) takes a .npy file or
 @NAME, the tensor the server's store keeps under NAME (see put): it is read there and does not
@@ -169,8 +186,8 @@ gradient of each differentiable input ("input", "src") for the result's gradient
 written to OUT.input.npy, OUT.src.npy. put and get print their progress on stderr for tensors of
 16 MiB or more.
 
-Exit status: 0 on success, 1 when the call fails (or health is not SERVING), 2 for a bad command
-line.
+Exit status: 0 on success, 1 when the call fails (or health is not SERVING, or a store file is
+damaged), 2 for a bad command line or a local file that cannot be read or written.
 
 Security: any --tls_* flag connects with TLS, trusting --tls_ca (or gRPC's default roots) and
 presenting --tls_cert/--tls_key to servers that require client certificates. --token_file sends
@@ -349,8 +366,8 @@ const std::vector<CommandSpec>& Commands();
 const CommandSpec* FindCommand(absl::string_view name);
 
 // ServiceCommand is a command that runs no op: it asks the server about itself or works its
-// tensor store. It takes the connection flags, the flags it lists and `min_args` to `max_args`
-// arguments after its name.
+// tensor store, or (a local command) reads files with no server. It takes the connection flags,
+// the flags it lists and `min_args` to `max_args` arguments after its name.
 struct ServiceCommand {
   absl::string_view name;
   // Its arguments and flags in the usage text, e.g. "NAME FILE.npy [--overwrite]".
@@ -360,9 +377,16 @@ struct ServiceCommand {
   std::vector<absl::string_view> flags;
   size_t min_args = 0;
   size_t max_args = 0;
+  // When not empty, the only argument counts it takes (each within min_args to max_args).
+  std::vector<size_t> arg_counts;
   // run carries the command out with `args` (the arguments after its name); returns the exit
   // status.
   int (*run)(Client& client, const std::vector<std::string>& args) = nullptr;
+  // A local command's run: it needs no server, so no client is made (the connection flags are
+  // accepted and ignored).
+  int (*run_local)(const std::vector<std::string>& args) = nullptr;
+
+  bool local() const { return run_local != nullptr; }
 };
 
 // ServiceCommands is the commands other than the ops, in the usage text's order.
@@ -449,17 +473,30 @@ std::string UsageText() {
   }
   text.append(kServiceCommandsHead);
   for (const ServiceCommand& command : ServiceCommands()) {
-    AppendCommandUsage(command.name, ServiceCommandUsage(command), &text);
+    if (!command.local()) AppendCommandUsage(command.name, ServiceCommandUsage(command), &text);
+  }
+  text.append(kLocalCommandsHead);
+  for (const ServiceCommand& command : ServiceCommands()) {
+    if (command.local()) AppendCommandUsage(command.name, ServiceCommandUsage(command), &text);
   }
   text.append(kUsageTail);
   AppendFlagsHelp(names, &text);
   return text;
 }
 
+// CommandLinePrefix is what a command's synopsis follows in its help and usage errors.
+absl::string_view CommandLinePrefix(absl::string_view name) {
+  const ServiceCommand* service = FindServiceCommand(name);
+  return service != nullptr && service->local()
+             ? "usage: tensorops-cli "
+             : "usage: tensorops-cli [--target=HOST:PORT] [FLAGS] ";
+}
+
 // CommandHelp is one command's help: its synopsis, what it does, and its flags (the connection
-// flags last).
+// flags last, for the commands that call a server).
 std::string CommandHelp(absl::string_view name) {
-  std::string text = absl::StrFormat("usage: tensorops-cli [--target=HOST:PORT] [FLAGS] %s ", name);
+  std::string text = absl::StrCat(CommandLinePrefix(name), name, " ");
+  bool connects = true;
   std::vector<std::string_view> flags;
   if (const CommandSpec* command = FindCommand(name)) {
     absl::StrAppendFormat(&text, "%s\n    [--output=OUT.npy] [--bfloat16] [--grad_output=G.npy]\n",
@@ -477,11 +514,19 @@ std::string CommandHelp(absl::string_view name) {
     const ServiceCommand& service = *FindServiceCommand(name);
     absl::StrAppendFormat(&text, "%s\n\n%s.\n", service.synopsis,
                           absl::StrReplaceAll(service.summary, {{"\n", " "}}));
+    if (service.local()) {
+      text.append("It needs no server: the connection flags are ignored.\n");
+      connects = false;
+    }
     for (absl::string_view flag : service.flags) flags.emplace_back(flag.data(), flag.size());
   }
-  flags.insert(flags.end(), std::begin(kConnectionFlags), std::end(kConnectionFlags));
-  text.append("\nFlags:\n");
-  AppendFlagsHelp(flags, &text);
+  if (connects) {
+    flags.insert(flags.end(), std::begin(kConnectionFlags), std::end(kConnectionFlags));
+  }
+  if (!flags.empty()) {
+    text.append("\nFlags:\n");
+    AppendFlagsHelp(flags, &text);
+  }
   return text;
 }
 
@@ -489,7 +534,7 @@ std::string CommandHelp(absl::string_view name) {
 // when it has none that is known) and where the rest is, and returns the usage exit status.
 int UsageError(const absl::Status& error, absl::string_view command_name) {
   std::string text = absl::StrFormat("error: %s\n\n", error.message());
-  constexpr absl::string_view kCommandLine = "usage: tensorops-cli [--target=HOST:PORT] [FLAGS] ";
+  const absl::string_view kCommandLine = CommandLinePrefix(command_name);
   const ServiceCommand* service_command = FindServiceCommand(command_name);
   const CommandSpec* op_command = FindCommand(command_name);
   if (op_command != nullptr) {
@@ -667,10 +712,15 @@ void AppendLevel(const Tensor& tensor, const Shape& strides, int64_t dim, int64_
   out->push_back(']');
 }
 
+// FormatShape is a shape as NumPy prints it: "(2, 3)", "(5,)", "()".
+template <typename Sizes>
+std::string FormatShape(const Sizes& shape) {
+  return absl::StrFormat("(%s%s)", absl::StrJoin(shape, ", "), shape.size() == 1 ? "," : "");
+}
+
 // DescribeTensor is "shape=(2, 3) dtype=float32", NumPy's shape and dtype.
 std::string DescribeTensor(DataType dtype, const Shape& shape) {
-  return absl::StrFormat("shape=(%s%s) dtype=%s", absl::StrJoin(shape, ", "),
-                         shape.size() == 1 ? "," : "", DataTypeName(dtype));
+  return absl::StrFormat("shape=%s dtype=%s", FormatShape(shape), DataTypeName(dtype));
 }
 
 // FormatTensor prints the shape, dtype and (for big tensors, summarized) values of `tensor`.
@@ -911,7 +961,9 @@ absl::Status ValidateCommandLine(const CommandLine& command_line) {
             absl::StrFormat("flag --%s does not apply to %s", flag, name));
       }
     }
-    if (arg_count < service_command->min_args || arg_count > service_command->max_args) {
+    if (arg_count < service_command->min_args || arg_count > service_command->max_args ||
+        (!service_command->arg_counts.empty() &&
+         !absl::c_linear_search(service_command->arg_counts, arg_count))) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s takes %s, got %d argument%s%s", name,
           service_command->synopsis.empty() ? "no arguments" : service_command->synopsis, arg_count,
@@ -926,7 +978,13 @@ absl::Status ValidateCommandLine(const CommandLine& command_line) {
             absl::StrFormat("%s: argument %d is empty", name, static_cast<int>(i)));
       }
     }
+    if (name == "store-file" && arg_count == 1 && command_line.given.contains("namespace")) {
+      return absl::InvalidArgumentError(
+          "--namespace applies to store-file FILE NAME OUT.npy: it says which NAME to write");
+    }
     TENSOROPS_RETURN_IF_ERROR(ValidateVersionFlags(command_line));
+    // A local command makes no connection: its connection flags are not looked at.
+    if (service_command->local()) return absl::OkStatus();
     TENSOROPS_RETURN_IF_ERROR(ValidateTarget());
     return ValidateTlsFlags();
   }
@@ -1276,6 +1334,426 @@ int RunStat(Client& client, const std::vector<std::string>& args) {
   return 0;
 }
 
+// snapshot: has the server write a snapshot of its whole store to its --store_dir now.
+int RunSnapshot(Client& client, const std::vector<std::string>& /*args*/) {
+  absl::StatusOr<v1::SnapshotStoreResponse> snapshot = client.SnapshotStore();
+  if (!snapshot.ok()) return ReportFailure(snapshot.status());
+  std::cout << absl::StrFormat(
+      "wrote snapshot %s: generation %d, %d tensor%s, %d bytes, in %s\n", snapshot->path(),
+      snapshot->generation(), snapshot->tensors(), snapshot->tensors() == 1 ? "" : "s",
+      snapshot->bytes(), absl::FormatDuration(absl::Microseconds(snapshot->duration_micros())));
+  return 0;
+}
+
+namespace files = ::tensorops::storefiles::v1;
+
+// The bytes every store file begins with: the magic of its first record's head.
+constexpr std::string_view kStoreFileMagic = "TOSR";
+
+// RecordKindName is a record kind as store-file lists it.
+std::string_view RecordKindName(RecordKind kind) {
+  switch (kind) {
+    case RecordKind::kFileHeader:
+      return "header";
+    case RecordKind::kStoredTensor:
+      return "stored";
+    case RecordKind::kDeletedTensor:
+      return "deleted";
+    case RecordKind::kUpdatedTensor:
+      return "updated";
+    case RecordKind::kCancelledUpdate:
+      return "cancelled";
+    case RecordKind::kRememberedChanges:
+      return "remembered";
+    case RecordKind::kSnapshotEnd:
+      return "end";
+  }
+  return "unknown";
+}
+
+// ParseRecordMeta parses a record's metadata as its kind's message; DATA_LOSS naming the file and
+// offset when it does not parse.
+absl::Status ParseRecordMeta(const RecordReader& reader, const Record& record,
+                             google::protobuf::MessageLite* meta) {
+  if (!meta->ParseFromString(record.meta)) {
+    return absl::DataLossError(
+        absl::StrFormat("%s is damaged at offset %d: the %s record's metadata does not parse",
+                        reader.path(), record.offset, RecordKindName(record.kind)));
+  }
+  return absl::OkStatus();
+}
+
+// NamespaceCell is how store-file shows a namespace: "-" for none (a server without tokens).
+std::string NamespaceCell(const std::string& ns) { return ns.empty() ? "-" : ns; }
+
+// WireDataTypeName is a store file's dtype as NumPy names it, or the wire's name.
+std::string WireDataTypeName(int dtype) {
+  absl::StatusOr<DataType> known = wire::DataTypeFromProto(dtype, "store-file", "dtype");
+  if (known.ok()) return std::string(DataTypeName(*known));
+  const std::string& name = v1::DataType_Name(static_cast<v1::DataType>(dtype));
+  return name.empty() ? absl::StrCat("dtype ", dtype) : name;
+}
+
+// FormatUnixNanos is a time as "2026-11-27 10:00:52.270 UTC".
+std::string FormatUnixNanos(int64_t nanos) {
+  return absl::FormatTime("%Y-%m-%d %H:%M:%E3S UTC", absl::FromUnixNanos(nanos),
+                          absl::UTCTimeZone());
+}
+
+// StoreFile is a store file opened for reading, its header record read.
+struct StoreFile {
+  RecordReader reader;
+  files::FileHeader header;
+  bool snapshot = false;
+};
+
+// OpenStoreFile opens the snapshot or log file at `path` and reads its header. A file that
+// cannot be read, or that is no store file (it does not begin as one), is a local file's problem
+// (FileError); a store file whose header is damaged or torn is DATA_LOSS.
+absl::StatusOr<StoreFile> OpenStoreFile(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    return FileError(absl::InvalidArgumentError(absl::StrFormat(
+        "%s is a directory (expected one of its snapshot-*.tosnap or log-*.tolog files)", path)));
+  }
+  absl::StatusOr<RecordReader> reader = RecordReader::Open(path);
+  if (!reader.ok()) return FileError(reader.status());
+  std::string start(kStoreFileMagic.size(), '\0');
+  std::ifstream in(path, std::ios::binary);
+  in.read(start.data(), static_cast<std::streamsize>(start.size()));
+  start.resize(static_cast<size_t>(in.gcount()));
+  if (start != kStoreFileMagic) {
+    return FileError(absl::InvalidArgumentError(absl::StrFormat(
+        "%s is not a tensorops store file (a snapshot-*.tosnap or log-*.tolog of a server's "
+        "--store_dir): %s",
+        path,
+        reader->file_size() == 0
+            ? std::string("it is empty")
+            : absl::StrFormat("it does not begin with \"%s\"", kStoreFileMagic))));
+  }
+  TENSOROPS_ASSIGN_OR_RETURN(std::optional<Record> first, reader->Next());
+  if (!first.has_value()) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s holds no whole record: its first, the file header, is torn (cut off while it was "
+        "written)",
+        path));
+  }
+  if (first->kind != RecordKind::kFileHeader) {
+    return absl::DataLossError(
+        absl::StrFormat("%s is damaged at offset 0: its first record is a %s record, not the "
+                        "file header",
+                        path, RecordKindName(first->kind)));
+  }
+  StoreFile file{.reader = *std::move(reader)};
+  TENSOROPS_RETURN_IF_ERROR(ParseRecordMeta(file.reader, *first, &file.header));
+  if (file.header.file_kind() != "snapshot" && file.header.file_kind() != "log") {
+    return absl::DataLossError(
+        absl::StrFormat("%s is damaged at offset 0: its header says it is a \"%s\" file "
+                        "(expected \"snapshot\" or \"log\")",
+                        path, absl::CHexEscape(file.header.file_kind())));
+  }
+  file.snapshot = file.header.file_kind() == "snapshot";
+  return file;
+}
+
+// AppendTable appends `rows` under `header`, each column as wide as its widest cell, two spaces
+// apart (the last column unpadded).
+void AppendTable(const std::vector<std::string>& header,
+                 const std::vector<std::vector<std::string>>& rows, std::string* text) {
+  std::vector<size_t> widths;
+  auto widen = [&](const std::vector<std::string>& row) {
+    if (widths.size() < row.size()) widths.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  };
+  widen(header);
+  for (const std::vector<std::string>& row : rows) widen(row);
+  auto append_row = [&](const std::vector<std::string>& row) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (i + 1 == row.size()) {
+        line.append(row[i]);
+      } else {
+        absl::StrAppendFormat(&line, "%-*s  ", static_cast<int>(widths[i]), row[i]);
+      }
+    }
+    line.erase(line.find_last_not_of(' ') + 1);
+    absl::StrAppend(text, line, "\n");
+  };
+  append_row(header);
+  for (const std::vector<std::string>& row : rows) append_row(row);
+}
+
+// Plural is "1 tensor", "2 tensors".
+std::string Plural(int64_t count, absl::string_view noun) {
+  return absl::StrFormat("%d %s%s", count, noun, count == 1 ? "" : "s");
+}
+
+// ListStoreFile prints what the store file records: a snapshot's tensors (namespace, name, dtype,
+// shape, version, bytes), or a log's records, each with its offset and kind. Whatever was read
+// is printed before a damaged record's error.
+int ListStoreFile(StoreFile& file) {
+  const std::string& path = file.reader.path();
+  std::string text =
+      absl::StrFormat("%s %s: generation %d, format %d, created %s\n", file.header.file_kind(),
+                      path, file.header.generation(), file.header.format_version(),
+                      FormatUnixNanos(file.header.created_unix_nanos()));
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> notes;
+  std::map<std::string_view, int64_t> counts;
+  int64_t tensor_bytes = 0;
+  std::optional<files::SnapshotEnd> end;
+  // An update's payload: its op call, a tensorops.v1.OpRequest.
+  std::string call;
+  const SinkFor sink_for = [&](const Record& record) -> absl::StatusOr<PayloadSink> {
+    if (record.kind != RecordKind::kUpdatedTensor) return PayloadSink();
+    call.clear();
+    return [&call](int64_t /*offset*/, std::string_view chunk) {
+      call.append(chunk);
+      return absl::OkStatus();
+    };
+  };
+  absl::Status damage;
+  while (true) {
+    absl::StatusOr<std::optional<Record>> next = file.reader.Next(sink_for);
+    if (!next.ok()) {
+      damage = next.status();
+      break;
+    }
+    if (!next->has_value()) break;
+    const Record& record = **next;
+    const std::string offset = absl::StrCat(record.offset);
+    ++counts[RecordKindName(record.kind)];
+    switch (record.kind) {
+      case RecordKind::kStoredTensor: {
+        files::StoredTensor tensor;
+        damage = ParseRecordMeta(file.reader, record, &tensor);
+        if (!damage.ok()) break;
+        tensor_bytes += record.payload_bytes;
+        std::vector<std::string> row = {
+            NamespaceCell(tensor.namespace_()), tensor.name(),
+            WireDataTypeName(tensor.dtype()),   FormatShape(tensor.shape()),
+            absl::StrCat(tensor.version()),     absl::StrCat(record.payload_bytes)};
+        if (!file.snapshot) {
+          row.insert(row.begin(), {offset, "stored"});
+          row.push_back("");
+        }
+        rows.push_back(std::move(row));
+        break;
+      }
+      case RecordKind::kDeletedTensor: {
+        files::DeletedTensor deleted;
+        damage = ParseRecordMeta(file.reader, record, &deleted);
+        if (!damage.ok()) break;
+        rows.push_back({offset, "deleted", NamespaceCell(deleted.namespace_()), deleted.name(), "-",
+                        "-", "-", "-", ""});
+        break;
+      }
+      case RecordKind::kUpdatedTensor: {
+        files::UpdatedTensor update;
+        damage = ParseRecordMeta(file.reader, record, &update);
+        if (!damage.ok()) break;
+        v1::OpRequest op;
+        const std::string_view op_name =
+            op.ParseFromString(call) ? ops::NameOfCase(op.op_case()) : "";
+        rows.push_back(
+            {offset, "updated", NamespaceCell(update.namespace_()), update.name(), "-", "-",
+             absl::StrCat(update.from_version() + 1), "-",
+             absl::StrFormat("in place by %s, from version %d",
+                             op_name.empty() ? "an op call that does not parse" : op_name,
+                             update.from_version())});
+        break;
+      }
+      case RecordKind::kCancelledUpdate: {
+        files::CancelledUpdate cancel;
+        damage = ParseRecordMeta(file.reader, record, &cancel);
+        if (!damage.ok()) break;
+        rows.push_back(
+            {offset, "cancelled", "-", "-", "-", "-", "-", "-",
+             absl::StrFormat("the update at offset %d of log %d did not complete: never applied",
+                             cancel.offset(), cancel.generation())});
+        break;
+      }
+      case RecordKind::kRememberedChanges: {
+        files::RememberedChanges changes;
+        damage = ParseRecordMeta(file.reader, record, &changes);
+        if (!damage.ok()) break;
+        notes.push_back(absl::StrFormat(
+            "remembered: %s of namespace %s, so that retries are recognised after a restart",
+            Plural(changes.changes_size(), "update id"), NamespaceCell(changes.namespace_())));
+        break;
+      }
+      case RecordKind::kSnapshotEnd:
+        damage = ParseRecordMeta(file.reader, record, &end.emplace());
+        break;
+      case RecordKind::kFileHeader:
+        damage = absl::DataLossError(absl::StrFormat(
+            "%s is damaged at offset %d: a second file header", path, record.offset));
+        break;
+    }
+    if (!damage.ok()) break;
+  }
+  if (rows.empty()) {
+    if (damage.ok())
+      text.append(file.snapshot ? "(no tensors)\n" : "(no records after the header)\n");
+  } else if (file.snapshot) {
+    AppendTable({"NAMESPACE", "NAME", "DTYPE", "SHAPE", "VERSION", "BYTES"}, rows, &text);
+  } else {
+    AppendTable(
+        {"OFFSET", "KIND", "NAMESPACE", "NAME", "DTYPE", "SHAPE", "VERSION", "BYTES", "NOTE"}, rows,
+        &text);
+  }
+  for (const std::string& note : notes) absl::StrAppend(&text, note, "\n");
+  if (damage.ok() && file.snapshot) {
+    if (end.has_value()) {
+      absl::StrAppendFormat(&text, "end: %s, %d bytes\n", Plural(end->tensors(), "tensor"),
+                            end->tensor_bytes());
+    } else {
+      damage = absl::DataLossError(absl::StrFormat(
+          "%s is damaged at offset %d: the snapshot ends without its last record (recovery "
+          "refuses it)",
+          path, file.reader.torn_at().value_or(file.reader.file_size())));
+    }
+  } else if (damage.ok()) {
+    absl::StrAppendFormat(&text, "%s: %d stored, %d deleted, %d updated, %d cancelled\n",
+                          Plural(static_cast<int64_t>(rows.size()), "record"), counts["stored"],
+                          counts["deleted"], counts["updated"], counts["cancelled"]);
+  }
+  if (damage.ok() && file.reader.torn_at().has_value()) {
+    absl::StrAppendFormat(&text,
+                          "torn: the last record, at offset %d, was cut off while it was written "
+                          "(never acknowledged; recovery drops it)\n",
+                          *file.reader.torn_at());
+  }
+  std::cout << text;
+  if (!damage.ok()) return ReportFailure(damage);
+  return 0;
+}
+
+// ExtractStoredTensor writes the last value of `name` (in --namespace) that the store file records
+// to `out`, and notes on stderr what a log records of it after that value.
+int ExtractStoredTensor(StoreFile& file, const std::string& name, const std::string& out) {
+  const std::string& path = file.reader.path();
+  const std::string ns = absl::GetFlag(FLAGS_namespace);
+  // The value being read, and the last one read whole.
+  std::optional<Tensor> reading;
+  files::StoredTensor reading_meta;
+  std::optional<Tensor> last;
+  files::StoredTensor last_meta;
+  // What the log records of `name` after its last value.
+  std::vector<std::string> later;
+  // The namespaces where the file records `name`, for the error when `ns` has none.
+  std::set<std::string> namespaces;
+  bool ended = false;
+  // What is wrong with the stored record being read: reported once the record has passed its
+  // check, so that a record that fails it is reported as such.
+  absl::Status reading_problem;
+  const SinkFor sink_for = [&](const Record& record) -> absl::StatusOr<PayloadSink> {
+    reading.reset();
+    reading_problem = absl::OkStatus();
+    if (record.kind != RecordKind::kStoredTensor) return PayloadSink();
+    reading_problem = ParseRecordMeta(file.reader, record, &reading_meta);
+    if (!reading_problem.ok() || reading_meta.name() != name) return PayloadSink();
+    namespaces.insert(reading_meta.namespace_());
+    if (reading_meta.namespace_() != ns) return PayloadSink();
+    absl::StatusOr<DataType> dtype =
+        wire::DataTypeFromProto(reading_meta.dtype(), "store-file", "dtype");
+    const Shape shape(reading_meta.shape().begin(), reading_meta.shape().end());
+    absl::Status valid = dtype.status();
+    if (valid.ok()) {
+      valid = wire::CheckShape(*dtype, shape, "store-file", "shape", wire::DecodeLimits()).status();
+    }
+    if (valid.ok() && record.payload_bytes != NumElements(shape) * ItemSize(*dtype)) {
+      valid = absl::InvalidArgumentError(absl::StrFormat(
+          "its %d bytes are not those of %s", record.payload_bytes, DescribeTensor(*dtype, shape)));
+    }
+    if (!valid.ok()) {
+      reading_problem =
+          absl::DataLossError(absl::StrFormat("%s is damaged at offset %d: tensor \"%s\": %s", path,
+                                              record.offset, name, valid.message()));
+      return PayloadSink();
+    }
+    reading.emplace(*dtype, shape);
+    return [&reading](int64_t offset, std::string_view chunk) {
+      std::memcpy(static_cast<char*>(reading->data()) + offset, chunk.data(), chunk.size());
+      return absl::OkStatus();
+    };
+  };
+  while (true) {
+    absl::StatusOr<std::optional<Record>> next = file.reader.Next(sink_for);
+    if (!next.ok()) return ReportFailure(next.status());
+    if (!next->has_value()) break;
+    if (!reading_problem.ok()) return ReportFailure(reading_problem);
+    const Record& record = **next;
+    if (record.kind == RecordKind::kStoredTensor && reading.has_value()) {
+      last = *std::move(reading);
+      reading.reset();
+      last_meta = reading_meta;
+      later.clear();
+    } else if (record.kind == RecordKind::kDeletedTensor) {
+      files::DeletedTensor deleted;
+      if (absl::Status parsed = ParseRecordMeta(file.reader, record, &deleted); !parsed.ok()) {
+        return ReportFailure(parsed);
+      }
+      if (deleted.name() == name && deleted.namespace_() == ns && last.has_value()) {
+        later.push_back(absl::StrFormat("deleted at offset %d", record.offset));
+      }
+    } else if (record.kind == RecordKind::kUpdatedTensor) {
+      files::UpdatedTensor update;
+      if (absl::Status parsed = ParseRecordMeta(file.reader, record, &update); !parsed.ok()) {
+        return ReportFailure(parsed);
+      }
+      if (update.name() == name && update.namespace_() == ns && last.has_value()) {
+        later.push_back(absl::StrFormat("updated in place at offset %d (to version %d)",
+                                        record.offset, update.from_version() + 1));
+      }
+    } else if (record.kind == RecordKind::kSnapshotEnd) {
+      ended = true;
+    }
+  }
+  const bool incomplete = file.snapshot && !ended;
+  if (!last.has_value()) {
+    std::vector<std::string> elsewhere;
+    for (const std::string& other : namespaces) {
+      elsewhere.push_back(
+          other.empty() ? "without a namespace: leave out --namespace"
+                        : absl::StrFormat("in namespace %s: pass --namespace=%s", other, other));
+    }
+    return ReportFailure(absl::NotFoundError(absl::StrFormat(
+        "%s records no tensor \"%s\"%s%s%s", path, name,
+        ns.empty() ? "" : absl::StrCat(" in namespace ", ns),
+        elsewhere.empty() ? ""
+                          : absl::StrCat(" (it has one ", absl::StrJoin(elsewhere, "; one "), ")"),
+        incomplete ? "; the snapshot is incomplete (it ends without its last record)" : "")));
+  }
+  if (absl::Status written = FileError(WriteNpy(out, last->view())); !written.ok()) {
+    return ReportFailure(written);
+  }
+  std::cout << absl::StrFormat("wrote %s: %s, %s at version %d\n", out,
+                               DescribeTensor(last->dtype(), last->shape()), name,
+                               last_meta.version());
+  if (!later.empty()) {
+    std::cerr << absl::StrFormat(
+        "note: that is the last value the log records whole; after it, \"%s\" was %s\n", name,
+        absl::StrJoin(later, ", then "));
+  }
+  if (incomplete) {
+    std::cerr << absl::StrFormat(
+        "note: %s is incomplete (it ends without its last record; recovery refuses it), but "
+        "this value's record is whole\n",
+        path);
+  }
+  return 0;
+}
+
+// store-file FILE [NAME OUT.npy]: lists what a store file records, or writes NAME's last value
+// in it to OUT.npy. Needs no server.
+int RunStoreFile(const std::vector<std::string>& args) {
+  absl::StatusOr<StoreFile> file = OpenStoreFile(args[0]);
+  if (!file.ok()) return ReportFailure(file.status());
+  if (args.size() == 1) return ListStoreFile(*file);
+  return ExtractStoredTensor(*file, args[1], args[2]);
+}
+
 const std::vector<ServiceCommand>& ServiceCommands() {
   static const auto* const kServiceCommands = new std::vector<ServiceCommand>{
       {.name = "info",
@@ -1330,6 +1808,20 @@ const std::vector<ServiceCommand>& ServiceCommands() {
        .min_args = 1,
        .max_args = 1,
        .run = RunStat},
+      {.name = "snapshot",
+       .summary = "have the server write a snapshot of its whole store to its\n"
+                  "--store_dir now; print the file, its tensors, bytes, time taken",
+       .run = RunSnapshot},
+      {.name = "store-file",
+       .synopsis = "FILE [NAME OUT.npy [--namespace=NS]]",
+       .summary = "list what a store snapshot or log file records (namespace, name,\n"
+                  "dtype, shape, version, bytes; a log's record kinds); with NAME, write\n"
+                  "the last value of NAME the file records to OUT.npy",
+       .flags = {"namespace"},
+       .min_args = 1,
+       .max_args = 3,
+       .arg_counts = {1, 3},
+       .run_local = RunStoreFile},
   };
   return *kServiceCommands;
 }
@@ -1422,13 +1914,17 @@ int Main(int argc, char** argv) {
     return UsageError(usage_status, command_name);
   }
 
-  absl::StatusOr<std::unique_ptr<Client>> client = CreateClient(command_line->given);
   const std::string& command_name = command_line->positional[0];
-  if (const ServiceCommand* service_command = FindServiceCommand(command_name)) {
+  const ServiceCommand* service_command = FindServiceCommand(command_name);
+  const std::vector<std::string> args(command_line->positional.begin() + 1,
+                                      command_line->positional.end());
+  if (service_command != nullptr && service_command->local()) {
+    return service_command->run_local(args);
+  }
+  absl::StatusOr<std::unique_ptr<Client>> client = CreateClient(command_line->given);
+  if (service_command != nullptr) {
     if (!client.ok()) return ReportFailure(client.status());
-    return service_command->run(**client,
-                                std::vector<std::string>(command_line->positional.begin() + 1,
-                                                         command_line->positional.end()));
+    return service_command->run(**client, args);
   }
   const NpyReadOptions read_options{.uint16_as_bfloat16 = absl::GetFlag(FLAGS_bfloat16)};
   std::map<std::string, StoredTensor> stored;

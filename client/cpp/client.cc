@@ -594,6 +594,14 @@ absl::StatusOr<v1::TensorInfo> Client::TensorInfo(std::string_view name,
   return response.info();
 }
 
+absl::StatusOr<v1::SnapshotStoreResponse> Client::SnapshotStore(const CallOptions& options) {
+  return CallRpc<v1::SnapshotStoreResponse>(
+      "snapshot_store", Deadline(options.timeout),
+      [&](grpc::ClientContext* context, v1::SnapshotStoreResponse* received) {
+        return stub_->SnapshotStore(context, v1::SnapshotStoreRequest(), received);
+      });
+}
+
 absl::StatusOr<std::unique_ptr<OpStream>> Client::OpenStream(const CallOptions& options) {
   auto context = std::make_unique<grpc::ClientContext>();
   TENSOROPS_RETURN_IF_ERROR(PrepareContext(Deadline(options.timeout), "run_stream", context.get()));

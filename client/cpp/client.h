@@ -465,6 +465,12 @@ class Client {
   absl::StatusOr<std::vector<v1::TensorInfo>> ListTensors(const CallOptions& options = {});
   // TensorInfo describes one stored tensor.
   absl::StatusOr<v1::TensorInfo> TensorInfo(std::string_view name, const CallOptions& options = {});
+  // SnapshotStore has the server write a snapshot of its whole tensor store (every namespace) to
+  // its --store_dir now and returns once the file is on disk: its path, generation, tensors and
+  // size, when it was written and how long writing took. FAILED_PRECONDITION from a server
+  // started without --store_dir (its store is in memory only); the server's error, naming the
+  // file, when the snapshot cannot be written.
+  absl::StatusOr<v1::SnapshotStoreResponse> SnapshotStore(const CallOptions& options = {});
 
   // channel returns the channel this client calls over, for other services of the same server
   // (grpc.health.v1.Health, server reflection) with the same TLS settings. Calls made on it carry

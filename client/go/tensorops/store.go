@@ -317,3 +317,35 @@ func (c *Client) Delete(ctx context.Context, name string, opts ...DeleteOptions)
 	_, err := c.stub.DeleteTensor(ctx, &tensoropsv1.DeleteTensorRequest{Name: name, ExpectedVersion: o.ExpectedVersion}, c.callOpts...)
 	return err
 }
+
+// Snapshot describes the snapshot of the server's whole store that SnapshotStore wrote.
+type Snapshot struct {
+	// The file in the server's --store_dir, on the server's machine, e.g.
+	// "/data/snapshot-000000000007.tosnap".
+	Path string
+	// Later snapshots have higher generations.
+	Generation int64
+	// The tensors it holds, of every namespace.
+	Tensors int64
+	// The file's size.
+	Bytes int64
+	// When the file was complete.
+	Written time.Time
+	// How long writing it took.
+	Duration time.Duration
+}
+
+// SnapshotStore has the server write a snapshot of its whole store (every namespace) to its
+// --store_dir now, and returns once the file is on disk. FailedPrecondition from a server
+// started without --store_dir (its store is in memory only).
+func (c *Client) SnapshotStore(ctx context.Context) (Snapshot, error) {
+	response, err := c.stub.SnapshotStore(ctx, &tensoropsv1.SnapshotStoreRequest{}, c.callOpts...)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	return Snapshot{
+		Path: response.GetPath(), Generation: response.GetGeneration(), Tensors: response.GetTensors(),
+		Bytes: response.GetBytes(), Written: time.Unix(0, response.GetWrittenUnixNanos()),
+		Duration: time.Duration(response.GetDurationMicros()) * time.Microsecond,
+	}, nil
+}

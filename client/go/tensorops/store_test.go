@@ -3,12 +3,15 @@ package tensorops_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"reflect"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -376,5 +379,50 @@ func TestPutAndDeleteAreNotRetried(t *testing.T) {
 	want := map[string][]string{"PutTensor": {"t"}, "DeleteTensor": {"t"}}
 	if !reflect.DeepEqual(fake.attempts, want) {
 		t.Errorf("attempts %v, want one each: %v", fake.attempts, want)
+	}
+}
+
+func TestSnapshotStoreNeedsAStoreDir(t *testing.T) {
+	client := startClient(t)
+	_, err := client.SnapshotStore(testContext(t))
+	expectStatus(t, "SnapshotStore without --store_dir", err, codes.FailedPrecondition, "--store_dir")
+}
+
+func TestSnapshotStoreWritesTheWholeStore(t *testing.T) {
+	storeDir := filepath.Join(t.TempDir(), "store")
+	client := startClient(t, "--store_dir="+storeDir, "--store_snapshot_interval_s=0")
+	ctx := testContext(t)
+	if _, err := client.Put(ctx, "a", tensorops.FromFloat32([]float32{0, 1, 2, 3, 4, 5}, 2, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Put(ctx, "b", tensorops.FromInt64([]int64{7, 8}, 2)); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	first, err := client.SnapshotStore(ctx)
+	after := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Dir(first.Path) != storeDir || filepath.Base(first.Path) != fmt.Sprintf("snapshot-%012d.tosnap", first.Generation) {
+		t.Errorf("SnapshotStore wrote %q (generation %d), want snapshot-<generation>.tosnap in %s", first.Path, first.Generation, storeDir)
+	}
+	// 40 bytes of tensors, and their records' framing.
+	if file, err := os.Stat(first.Path); err != nil || file.Size() != first.Bytes || first.Bytes <= 40 || first.Tensors != 2 {
+		t.Errorf("SnapshotStore: %+v; the file: %v %v", first, file, err)
+	}
+	if first.Written.Before(before.Add(-time.Second)) || first.Written.After(after.Add(time.Second)) ||
+		first.Duration < 0 || first.Duration > after.Sub(before) {
+		t.Errorf("SnapshotStore between %v and %v: written %v in %v", before, after, first.Written, first.Duration)
+	}
+	if err := client.Delete(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	second, err := client.SnapshotStore(ctx)
+	if err != nil || second.Generation <= first.Generation || second.Tensors != 1 {
+		t.Errorf("second SnapshotStore: %+v %v, want a later generation than %d with 1 tensor", second, err, first.Generation)
+	}
+	if _, err := os.Stat(first.Path); !os.IsNotExist(err) {
+		t.Errorf("the first snapshot %s is still there after the second: %v", first.Path, err)
 	}
 }

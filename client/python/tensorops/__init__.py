@@ -50,12 +50,12 @@ from tensorops._errors import (Aborted, AlreadyExists, Cancelled, DataLoss, Dead
                                OutOfRange, PermissionDenied, ResourceExhausted, Unauthenticated,
                                Unavailable, Unimplemented, Unknown)
 from tensorops._tensor import REDUCTIONS, Ref, bfloat16
-from tensorops._store import TensorInfo
+from tensorops._store import Snapshot, TensorInfo
 from tensorops._client import TLS, Client, service_config
 from tensorops import aio, requests
 
 __all__ = [
-    "Client", "Ref", "TLS", "TensorInfo", "__version__", "aio", "bfloat16", "requests",
+    "Client", "Ref", "Snapshot", "TLS", "TensorInfo", "__version__", "aio", "bfloat16", "requests",
     "service_config", "REDUCTIONS", "Error",
     "Aborted", "AlreadyExists",
     "Cancelled", "DataLoss", "DeadlineExceeded", "FailedPrecondition", "Internal",

@@ -9,7 +9,7 @@ import grpc
 
 from tensorops import requests
 from tensorops._errors import Error, from_rpc_error, make_error
-from tensorops._store import (DEFAULT_CHUNK_BYTES, Download, TensorInfo, Upload,
+from tensorops._store import (DEFAULT_CHUNK_BYTES, Download, Snapshot, TensorInfo, Upload,
                               check_chunk_bytes, name_and_version)
 from tensorops._tensor import DTYPE_NAMES, Ref, from_tensor, to_tensor, torch_device
 from tensorops.v1 import generic_pb2, server_info_pb2, service_pb2_grpc, store_pb2
@@ -341,8 +341,8 @@ class Client(_Base):
     its builder in tensorops.requests plus store_as=, overwrite=, expected_version=, in_place=,
     return_data=, update_id=, copy= and timeout=, returns an ndarray (a torch tensor when a
     tensor argument is one, a tensorops.Ref when stored) and raises tensorops.Error. put, get,
-    list, info, delete and ref use the tensor store. A Client may be used from many threads at
-    once.
+    list, info, delete, ref and snapshot_store use the tensor store. A Client may be used from
+    many threads at once.
     """
 
     def __init__(self, target, **kwargs):
@@ -451,6 +451,14 @@ class Client(_Base):
         asking the server."""
         info = self.info(name, timeout=timeout)
         return Ref(info.name, version, info.dtype, info.shape)
+
+    def snapshot_store(self, *, timeout=None):
+        """Has the server write a snapshot of its whole store (every namespace) to its
+        --store_dir now; returns a tensorops.Snapshot (path, generation, tensors, bytes,
+        written_unix_nanos, duration_micros) once the file is on disk.
+        tensorops.FailedPrecondition from a server started without --store_dir."""
+        return Snapshot.from_proto(self._call("SnapshotStore", store_pb2.SnapshotStoreRequest(),
+                                              timeout))
 
     def server_info(self, *, timeout=None):
         """The server's tensorops.v1.ServerInfoResponse (version, devices, limits, ops...)."""

@@ -43,6 +43,29 @@ class TensorInfo:
         return Ref(self.name, self.version, self.dtype, self.shape)
 
 
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """What client.snapshot_store wrote: a snapshot of the server's whole store.
+
+    path: the file in the server's --store_dir (on the server's machine), e.g.
+    "/data/snapshot-000000000007.tosnap". generation: its generation (later snapshots have higher
+    ones). tensors: the tensors it holds, of every namespace. bytes: the file's size.
+    written_unix_nanos: when it was complete. duration_micros: how long writing it took.
+    """
+    path: str
+    generation: int
+    tensors: int
+    bytes: int
+    written_unix_nanos: int
+    duration_micros: int
+
+    @classmethod
+    def from_proto(cls, response):
+        return cls(path=response.path, generation=response.generation, tensors=response.tensors,
+                   bytes=response.bytes, written_unix_nanos=response.written_unix_nanos,
+                   duration_micros=response.duration_micros)
+
+
 def check_chunk_bytes(chunk_bytes, max_message_bytes):
     """Raises ValueError unless 1 <= chunk_bytes <= max_message_bytes - 1024 (a message holds
     the chunk and a few bytes of framing)."""

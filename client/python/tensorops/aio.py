@@ -10,7 +10,7 @@ import grpc.aio
 
 from tensorops._client import _add_op_methods, _Base
 from tensorops._errors import Error
-from tensorops._store import DEFAULT_CHUNK_BYTES, Download, TensorInfo
+from tensorops._store import DEFAULT_CHUNK_BYTES, Download, Snapshot, TensorInfo
 from tensorops._tensor import Ref
 from tensorops.v1 import server_info_pb2, service_pb2_grpc, store_pb2
 
@@ -96,6 +96,11 @@ class Client(_Base):
         """As tensorops.Client.ref."""
         info = await self.info(name, timeout=timeout)
         return Ref(info.name, version, info.dtype, info.shape)
+
+    async def snapshot_store(self, *, timeout=None):
+        """As tensorops.Client.snapshot_store."""
+        response = await self._call("SnapshotStore", store_pb2.SnapshotStoreRequest(), timeout)
+        return Snapshot.from_proto(response)
 
     async def server_info(self, *, timeout=None):
         """As tensorops.Client.server_info."""

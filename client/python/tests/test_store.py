@@ -299,3 +299,48 @@ def test_aio_client_store(server, names):
     np.testing.assert_array_equal(got, values)
     np.testing.assert_array_equal(by_reference, values[[3, 1]])
     assert listed == [names + "a"] and info.version == 1
+
+
+def test_snapshot_store_needs_a_store_dir(client):
+    with pytest.raises(tensorops.FailedPrecondition, match="--store_dir"):
+        client.snapshot_store()
+
+
+def test_snapshot_store_writes_the_whole_store(tmp_path):
+    import asyncio
+    import os
+    import time
+
+    from conftest import ServerProcess
+
+    store_dir = tmp_path / "store"
+    server = ServerProcess(f"--store_dir={store_dir}", "--store_snapshot_interval_s=0")
+    try:
+        with tensorops.Client(server.address, timeout=60) as c:
+            c.put("a", np.arange(6, dtype=np.float32).reshape(2, 3))
+            c.put("b", np.array([7, 8]))
+            before = time.time_ns()
+            first = c.snapshot_store()
+            after = time.time_ns()
+            assert isinstance(first, tensorops.Snapshot)
+            assert os.path.dirname(first.path) == str(store_dir)
+            assert os.path.basename(first.path) == f"snapshot-{first.generation:012d}.tosnap"
+            assert first.tensors == 2
+            assert first.bytes == os.path.getsize(first.path) > 40  # 40 bytes of tensors, framed
+            assert before - 10**9 <= first.written_unix_nanos <= after + 10**9
+            assert 0 <= first.duration_micros * 1000 <= after - before
+            c.delete("b")
+            second = c.snapshot_store()
+            assert second.generation > first.generation and second.tensors == 1
+            assert not os.path.exists(first.path)  # replaced by the newer one
+
+        async def main():
+            async with tensorops.aio.Client(server.address, timeout=60) as c:
+                return await c.snapshot_store()
+
+        third = asyncio.run(main())
+        assert third.generation > second.generation and third.tensors == 1
+        assert os.path.exists(third.path)
+    finally:
+        server.stop()
+    assert server.process.returncode == 0, "".join(server.log)

@@ -301,14 +301,49 @@ prometheus::MetricFamily OneGauge(std::string name, std::string help,
 // StoreFamilies are the tensor store's gauges at the moment `figures` describes.
 std::vector<prometheus::MetricFamily> StoreFamilies(const StoreFigures& figures) {
   const std::map<std::string, std::string> device = {{"device", LabelValue(figures.device)}};
-  return {OneGauge("tensorops_store_tensors", "Tensors in the tensor store, by device.", device,
-                   figures.tensors),
-          OneGauge("tensorops_store_bytes",
-                   "Bytes the tensor store holds (stored tensors, uploads in flight, replaced "
-                   "values still read), by device.",
-                   device, figures.used_bytes),
-          OneGauge("tensorops_store_limit_bytes",
-                   "The tensor store's limit (--store_memory_bytes).", {}, figures.limit_bytes)};
+  std::vector<prometheus::MetricFamily> families = {
+      OneGauge("tensorops_store_tensors", "Tensors in the tensor store, by device.", device,
+               figures.tensors),
+      OneGauge("tensorops_store_bytes",
+               "Bytes the tensor store holds (stored tensors, uploads in flight, replaced "
+               "values still read), by device.",
+               device, figures.used_bytes),
+      OneGauge("tensorops_store_limit_bytes", "The tensor store's limit (--store_memory_bytes).",
+               {}, figures.limit_bytes)};
+  if (!figures.durable.has_value()) return families;
+  const DurableStoreStats& durable = *figures.durable;
+  const auto gauge = [](std::string name, std::string help, double value) {
+    prometheus::ClientMetric metric;
+    metric.gauge.value = value;
+    return prometheus::MetricFamily{
+        std::move(name), std::move(help), prometheus::MetricType::Gauge, {metric}};
+  };
+  const auto counter = [](std::string name, std::string help, double value) {
+    prometheus::ClientMetric metric;
+    metric.counter.value = value;
+    return prometheus::MetricFamily{
+        std::move(name), std::move(help), prometheus::MetricType::Counter, {metric}};
+  };
+  if (durable.snapshot_time != absl::InfinitePast()) {
+    families.push_back(gauge("tensorops_store_snapshot_timestamp_seconds",
+                             "When the store's last snapshot was written (or the one loaded at "
+                             "start-up), in Unix seconds.",
+                             static_cast<double>(absl::ToUnixMicros(durable.snapshot_time)) / 1e6));
+    families.push_back(gauge("tensorops_store_snapshot_bytes", "The last snapshot's size.",
+                             static_cast<double>(durable.snapshot_bytes)));
+  }
+  families.push_back(gauge("tensorops_store_log_bytes",
+                           "Bytes of store log since the last snapshot (what recovery replays).",
+                           static_cast<double>(durable.log_bytes)));
+  families.push_back(counter("tensorops_store_fsyncs_total", "fsyncs of the store's log.",
+                             static_cast<double>(durable.fsyncs)));
+  families.push_back(counter("tensorops_store_fsync_seconds_total",
+                             "Time spent in fsyncs of the store's log.",
+                             absl::ToDoubleSeconds(durable.fsync_time)));
+  families.push_back(gauge("tensorops_store_recovery_seconds",
+                           "How long the store's recovery at start-up took.",
+                           absl::ToDoubleSeconds(durable.recovery_time)));
+  return families;
 }
 
 // WatchedCollector serves families made at each scrape by the function the server gave Watch,

@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kernels/cuda/executor.h"
+#include "server/store/durable_store.h"
 
 namespace tensorops {
 
@@ -95,6 +96,14 @@ struct CallStages {
 //   tensorops_store_limit_bytes                       gauge, --store_memory_bytes
 //                                                     (the three read at each scrape through
 //                                                     WatchStore; absent without it)
+//   tensorops_store_snapshot_timestamp_seconds        gauge, when the last snapshot was written
+//                                                     (or the one loaded at start-up)
+//   tensorops_store_snapshot_bytes                    gauge, its size
+//   tensorops_store_log_bytes                         gauge, log since it (what recovery replays)
+//   tensorops_store_fsyncs_total                      counter, fsyncs of the log
+//   tensorops_store_fsync_seconds_total               counter, their time
+//   tensorops_store_recovery_seconds                  gauge, the recovery at start-up
+//                                                     (the six with --store_dir only)
 //   tensorops_call_bytes_in_flight                    gauge, request and planned result bytes
 //                                                     of the op calls in flight (read at each
 //                                                     scrape through WatchCallBytes; absent
@@ -125,6 +134,8 @@ struct StoreFigures {
   int64_t used_bytes = 0;
   int64_t limit_bytes = 0;
   std::string device;
+  // With --store_dir: its snapshots, log and recovery (durable_store.h).
+  std::optional<DurableStoreStats> durable;
 };
 
 // OpStatistics is what the metrics hold of one op's finished calls, summed over status codes and

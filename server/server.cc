@@ -353,11 +353,13 @@ void Server::BuildService(const ServerOptions& options, const Placement& placeme
   blocking_pool_ = std::make_unique<BlockingPool>(kBlockingPoolThreads);
   memory_ = std::make_unique<MemoryBudget>(limits.max_memory_bytes,
                                            [store = store_.get()] { return store->used_bytes(); });
-  metrics_->WatchStore([store = store_.get()] {
-    return StoreFigures{.tensors = store->tensor_count(),
-                        .used_bytes = store->used_bytes(),
-                        .limit_bytes = store->limit_bytes(),
-                        .device = store->device()};
+  metrics_->WatchStore([store = store_.get(), durable = durable_.get()] {
+    return StoreFigures{
+        .tensors = store->tensor_count(),
+        .used_bytes = store->used_bytes(),
+        .limit_bytes = store->limit_bytes(),
+        .device = store->device(),
+        .durable = durable != nullptr ? std::optional(durable->stats()) : std::nullopt};
   });
   metrics_->WatchCallBytes([memory = memory_.get()] { return memory->call_bytes(); });
   serving_ = ServingContext{.limits = wire::DecodeLimits{.max_rank = limits.max_rank,

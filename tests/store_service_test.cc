@@ -1069,6 +1069,12 @@ TEST_P(StoreServiceTest, ARecoveredStoreHoldsTheBytesItsInPlaceUpdatesMade) {
   options.store.dir = copy;
   Start(options);
   EXPECT_EQ(StoredState(*client_), expected);
+  const std::string scrape = server_->metrics().Scrape();
+  for (const char* family :
+       {"tensorops_store_log_bytes ", "tensorops_store_fsyncs_total ",
+        "tensorops_store_fsync_seconds_total ", "tensorops_store_recovery_seconds "}) {
+    EXPECT_THAT(scrape, HasSubstr(family));
+  }
   // And once more from the snapshot the stop writes.
   Start(options);
   EXPECT_EQ(StoredState(*client_), expected);

@@ -346,6 +346,21 @@ struct TensorStore::State {
     }
   }
 
+  // PlaceLocked makes `entry` (live) its name's current value in `ns`, returning the value it
+  // replaced (null when the name was free), no longer live.
+  std::shared_ptr<Entry> PlaceLocked(std::string_view ns, const std::shared_ptr<Entry>& entry)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto& names = namespaces[Key(ns)];
+    const auto it = names.find(Key(entry->name));
+    if (it == names.end()) {
+      names.emplace(entry->name, entry);
+      ++count;
+      return nullptr;
+    }
+    it->second->live = false;
+    return std::exchange(it->second, entry);
+  }
+
   // RememberLocked records that the change `update_id` (non-empty) made `name` at `version`,
   // forgetting the namespace's oldest change beyond kRememberedChangesPerNamespace.
   void RememberLocked(std::string_view ns, std::string_view update_id, std::string_view name,
@@ -752,15 +767,7 @@ absl::StatusOr<int64_t> TensorStore::Upload::Commit(std::string_view update_id) 
     absl::MutexLock lock(&state_->mu);
     entry_->live = true;
     if (!update_id.empty()) state_->RememberLocked(ns_, update_id, entry_->name, value.version);
-    auto& names = state_->namespaces[ns_];
-    const auto it = names.find(Key(entry_->name));
-    if (it == names.end()) {
-      names.emplace(entry_->name, entry_);
-      ++state_->count;
-    } else {
-      it->second->live = false;
-      replaced = std::exchange(it->second, entry_);
-    }
+    replaced = state_->PlaceLocked(ns_, entry_);
   }
   committed_ = true;
   entry_.reset();
@@ -783,15 +790,7 @@ absl::Status TensorStore::Upload::CommitRestored(const Restored& restored) {
     entry_->updated = restored.updated;
     entry_->live = true;
     state_->next_serial = std::max(state_->next_serial, restored.serial + 1);
-    auto& names = state_->namespaces[ns_];
-    const auto it = names.find(Key(entry_->name));
-    if (it == names.end()) {
-      names.emplace(entry_->name, entry_);
-      ++state_->count;
-    } else {
-      it->second->live = false;
-      replaced = std::exchange(it->second, entry_);
-    }
+    replaced = state_->PlaceLocked(ns_, entry_);
   }
   committed_ = true;
   entry_.reset();

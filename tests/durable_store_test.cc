@@ -289,6 +289,7 @@ TEST(DurableStoreTest, ARestartKeepsPutsOverwritesDeletesAndUpdateIds) {
 
 TEST(DurableStoreTest, UpdatesReplayInOrderAndCancelledOnesDoNot) {
   TempDir dir;
+  TensorStore::Metadata before;
   {
     TensorStore store(1 << 20);
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<DurableStore> durable, OpenOn(dir.path(), &store));
@@ -301,6 +302,7 @@ TEST(DurableStoreTest, UpdatesReplayInOrderAndCancelledOnesDoNot) {
       ASSERT_TRUE(update.LogChange("add 100", "").ok());
     }
     ASSERT_EQ(AddInPlace(store, "", "t", 4, "u3").value_or(-1), 4);
+    before = *store.Info("", "t");
   }
   TensorStore store(1 << 20);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<DurableStore> durable, OpenOn(dir.path(), &store));
@@ -308,6 +310,9 @@ TEST(DurableStoreTest, UpdatesReplayInOrderAndCancelledOnesDoNot) {
   EXPECT_EQ(VersionOf(store, "", "t"), 4);
   EXPECT_EQ(durable->recovery().skipped, 1);  // the cancelled one
   EXPECT_EQ(durable->recovery().failed, 0);
+  // The times the calls gave it, not the replay's.
+  EXPECT_EQ(store.Info("", "t")->created, before.created);
+  EXPECT_EQ(store.Info("", "t")->updated, before.updated);
   // Retried update ids still apply once.
   EXPECT_EQ(AddInPlace(store, "", "t", 1, "u1").value_or(-1), 2);
   EXPECT_EQ(AddInPlace(store, "", "t", 4, "u3").value_or(-1), 4);

@@ -225,7 +225,7 @@ absl::StatusOr<std::unique_ptr<DurableStore>> DurableStore::Open(const DurableSt
   TENSOROPS_RETURN_IF_ERROR(SyncDirectory(options.dir));
   durable->recovery_.duration = absl::Now() - start;
   store->SetJournal(durable.get());
-  if (options.sync == StoreSync::kInterval || options.snapshot_interval > absl::ZeroDuration()) {
+  if (options.sync != StoreSync::kAlways || options.snapshot_interval > absl::ZeroDuration()) {
     durable->background_ = std::thread([raw = durable.get()] { raw->Background(); });
   }
   return durable;
@@ -350,6 +350,7 @@ absl::StatusOr<int64_t> DurableStore::Recover(const ReplayUpdate& replay) {
         }
       }
     }
+    reader.DropCached();
     absl::MutexLock lock(&stats_mu_);
     snapshot_bytes_ = reader.file_size();
     std::error_code error;
@@ -423,6 +424,8 @@ absl::StatusOr<int64_t> DurableStore::Recover(const ReplayUpdate& replay) {
             break;
           }
           ++recovery_.records;
+          store_->RestoreUpdated(update.namespace_(), update.name(),
+                                 absl::FromUnixNanos(update.updated_unix_nanos()));
           if (!update.update_id().empty()) {
             logged_ids.emplace_back(
                 update.namespace_(), update.update_id(),
@@ -434,6 +437,7 @@ absl::StatusOr<int64_t> DurableStore::Recover(const ReplayUpdate& replay) {
           break;
       }
     }
+    reader.DropCached();
     if (reader.torn_at().has_value()) {
       ++recovery_.torn_records;
       recovery_.warnings.push_back(absl::StrFormat(
@@ -523,17 +527,16 @@ absl::StatusOr<StoreJournal::Ticket> DurableStore::LogDelete(std::string_view ns
   return Append(RecordKind::kDeletedTensor, meta);
 }
 
-absl::StatusOr<StoreJournal::Ticket> DurableStore::LogUpdate(std::string_view ns,
-                                                             std::string_view name, uint64_t serial,
-                                                             int64_t from_version,
-                                                             std::string_view update_id,
-                                                             std::string_view call) {
+absl::StatusOr<StoreJournal::Ticket> DurableStore::LogUpdate(
+    std::string_view ns, std::string_view name, uint64_t serial, int64_t from_version,
+    std::string_view update_id, absl::Time updated, std::string_view call) {
   files::UpdatedTensor meta;
   meta.set_namespace_(std::string(ns));
   meta.set_name(std::string(name));
   meta.set_serial(serial);
   meta.set_from_version(from_version);
   meta.set_update_id(std::string(update_id));
+  meta.set_updated_unix_nanos(UnixNanos(updated));
   return Append(RecordKind::kUpdatedTensor, meta, static_cast<int64_t>(call.size()),
                 HostPayload(call));
 }
@@ -570,20 +573,35 @@ absl::Status DurableStore::SyncLog() {
     generation = generation_;
     end = log_->size();
   }
-  const absl::Time start = absl::Now();
-  const absl::Status synced = file->Sync();
-  const absl::Duration took = absl::Now() - start;
+  int64_t from;
   {
     absl::MutexLock lock(&sync_mu_);
-    ++fsyncs_;
-    fsync_time_ += took;
+    from = generation == synced_generation_ ? synced_end_ : 0;
+  }
+  const absl::Time start = absl::Now();
+  // kNone promises nothing: its pages are only written back, so that they can leave the cache.
+  const bool fsync = options_.sync != StoreSync::kNone;
+  const absl::Status synced = fsync ? file->Sync() : file->WriteBack(from, end);
+  const absl::Duration took = absl::Now() - start;
+  if (synced.ok()) file->DropCached(from, end);
+  {
+    absl::MutexLock lock(&sync_mu_);
+    if (fsync) {
+      ++fsyncs_;
+      fsync_time_ += took;
+    }
     if (!synced.ok()) {
-      sync_error_ = synced;
+      if (fsync) sync_error_ = synced;
     } else if (generation > synced_generation_ ||
                (generation == synced_generation_ && end > synced_end_)) {
       synced_generation_ = generation;
       synced_end_ = end;
     }
+  }
+  if (!synced.ok() && !fsync) {
+    spdlog::warn("tensor store: writing back the log failed (nothing was promised): {}",
+                 synced.ToString());
+    return absl::OkStatus();
   }
   if (!synced.ok()) {
     absl::MutexLock lock(&log_mu_);
@@ -648,6 +666,7 @@ absl::StatusOr<SnapshotReport> DurableStore::SnapshotLocked() {
     }
     rotated = log_->Sync();
     if (!rotated.ok()) return;
+    log_->DropCached(0, log_->size());
     older_log_bytes_ += log_->size();
     generation = generation_ + 1;
     rotated = StartLog(generation);
@@ -709,6 +728,7 @@ absl::StatusOr<SnapshotReport> DurableStore::SnapshotLocked() {
     }
     TENSOROPS_RETURN_IF_ERROR(file.Append(RecordKind::kSnapshotEnd, end).status());
     TENSOROPS_RETURN_IF_ERROR(file.Sync());
+    file.DropCached(0, file.size());
     report.tensors = end.tensors();
     report.bytes = file.size();
     return absl::OkStatus();
@@ -754,21 +774,21 @@ void DurableStore::Background() {
   absl::Time next_snapshot = absl::Now() + options_.snapshot_interval;
   while (true) {
     absl::Time wake = absl::InfiniteFuture();
-    if (options_.sync == StoreSync::kInterval) wake = absl::Now() + options_.sync_interval;
+    if (options_.sync != StoreSync::kAlways) wake = absl::Now() + options_.sync_interval;
     if (options_.snapshot_interval > absl::ZeroDuration()) wake = std::min(wake, next_snapshot);
     {
       absl::MutexLock lock(&stop_mu_);
       const auto stopping = [this]() ABSL_SHARED_LOCKS_REQUIRED(stop_mu_) { return stop_; };
       if (stop_mu_.AwaitWithDeadline(absl::Condition(&stopping), wake)) return;
     }
-    if (options_.sync == StoreSync::kInterval) {
+    if (options_.sync != StoreSync::kAlways) {
       bool behind;
       {
         absl::ReaderMutexLock log_lock(&log_mu_);
         absl::MutexLock sync_lock(&sync_mu_);
         behind = generation_ != synced_generation_ || log_->size() > synced_end_;
       }
-      if (behind) SyncLog().IgnoreError();  // logged, and every later change refused
+      if (behind) SyncLog().IgnoreError();  // logged (and after a failed fsync, changes refused)
     }
     if (options_.snapshot_interval > absl::ZeroDuration() && absl::Now() >= next_snapshot) {
       next_snapshot = absl::Now() + options_.snapshot_interval;

@@ -155,7 +155,7 @@ class DurableStore final : public StoreJournal {
   absl::StatusOr<Ticket> LogDelete(std::string_view ns, std::string_view name) override;
   absl::StatusOr<Ticket> LogUpdate(std::string_view ns, std::string_view name, uint64_t serial,
                                    int64_t from_version, std::string_view update_id,
-                                   std::string_view call) override;
+                                   absl::Time updated, std::string_view call) override;
   void LogCancel(const Ticket& ticket) override;
   absl::Status AwaitDurable(const Ticket& ticket) override;
 

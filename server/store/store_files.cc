@@ -180,6 +180,21 @@ absl::Status RecordFile::Sync() {
   return absl::OkStatus();
 }
 
+absl::Status RecordFile::WriteBack(int64_t from, int64_t to) {
+  if (to <= from) return absl::OkStatus();
+  if (sync_file_range(
+          fd_, from, to - from,
+          SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) != 0) {
+    return ErrnoError(errno, "cannot write back", path_);
+  }
+  return absl::OkStatus();
+}
+
+void RecordFile::DropCached(int64_t from, int64_t to) const {
+  // Advice only: a failure costs memory, never data.
+  if (to > from) (void)posix_fadvise(fd_, from, to - from, POSIX_FADV_DONTNEED);
+}
+
 // ---- RecordReader ----
 
 absl::StatusOr<RecordReader> RecordReader::Open(const std::string& path) {
@@ -244,6 +259,10 @@ absl::StatusOr<bool> RecordReader::ZerosFrom(int64_t offset) const {
     at += n;
   }
   return true;
+}
+
+void RecordReader::DropCached() const {
+  if (offset_ > 0) (void)posix_fadvise(fd_, 0, offset_, POSIX_FADV_DONTNEED);
 }
 
 std::optional<Record> RecordReader::Torn(int64_t offset) {

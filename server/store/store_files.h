@@ -84,6 +84,14 @@ class RecordFile {
                                  int64_t payload_bytes = 0, const PayloadSource& payload = {});
   // Sync makes everything appended so far durable (fdatasync).
   absl::Status Sync();
+  // WriteBack writes bytes [from, to) to the disk and waits for them, without the guarantees of
+  // Sync (no file metadata, no disk cache flush): what makes their pages clean for DropCached.
+  absl::Status WriteBack(int64_t from, int64_t to);
+  // DropCached asks the kernel to drop the file's clean pages in [from, to) from the page cache.
+  // The files are written once and read only at recovery, so keeping their pages would only push
+  // other data out of memory (and keep taking new pages: on a VM whose free memory goes back to
+  // the host, a fresh page costs ten times a reused one, 2.3 vs 0.19 ms per MiB measured here).
+  void DropCached(int64_t from, int64_t to) const;
 
   const std::string& path() const { return path_; }
   // Bytes in the file: the offset of the next record.
@@ -123,6 +131,9 @@ class RecordReader {
   // after it (a file system may keep a crashed append's length but not all of its bytes).
   // Anything else wrong is DATA_LOSS naming the file, the offset and what is wrong.
   absl::StatusOr<std::optional<Record>> Next(const SinkFor& sink_for = {});
+
+  // DropCached drops the pages read so far from the page cache (see RecordFile::DropCached).
+  void DropCached() const;
 
   // Where the torn last record began, once Next found one.
   std::optional<int64_t> torn_at() const { return torn_at_; }

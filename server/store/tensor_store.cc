@@ -643,6 +643,11 @@ void TensorStore::Remember(std::string_view ns, std::string_view update_id, cons
   state_->RememberLocked(ns, update_id, change.name, change.version);
 }
 
+void TensorStore::RestoreUpdated(std::string_view ns, std::string_view name, absl::Time updated) {
+  absl::MutexLock lock(&state_->mu);
+  if (Entry* entry = state_->FindLocked(ns, name)) entry->updated = updated;
+}
+
 void TensorStore::WhileCommitsPaused(const std::function<void()>& fn) {
   absl::MutexLock commit(&state_->commit_mu);
   fn();
@@ -847,7 +852,8 @@ TensorStore::UpdateHandle::UpdateHandle(UpdateHandle&& other) noexcept
       version_(other.version_),
       already_applied_(other.already_applied_),
       held_(std::exchange(other.held_, false)),
-      logged_(std::exchange(other.logged_, std::nullopt)) {}
+      logged_(std::exchange(other.logged_, std::nullopt)),
+      logged_time_(other.logged_time_) {}
 
 TensorStore::UpdateHandle& TensorStore::UpdateHandle::operator=(UpdateHandle&& other) noexcept {
   if (this != &other) {
@@ -859,6 +865,7 @@ TensorStore::UpdateHandle& TensorStore::UpdateHandle::operator=(UpdateHandle&& o
     already_applied_ = other.already_applied_;
     held_ = std::exchange(other.held_, false);
     logged_ = std::exchange(other.logged_, std::nullopt);
+    logged_time_ = other.logged_time_;
   }
   return *this;
 }
@@ -893,8 +900,10 @@ absl::Status TensorStore::UpdateHandle::LogChange(std::string_view call,
     if (!entry_->live) return absl::OkStatus();
     serial = entry_->serial;
   }
+  const absl::Time now = absl::Now();
   TENSOROPS_ASSIGN_OR_RETURN(
-      logged_, journal->LogUpdate(ns_, entry_->name, serial, version_, update_id, call));
+      logged_, journal->LogUpdate(ns_, entry_->name, serial, version_, update_id, now, call));
+  logged_time_ = now;
   return absl::OkStatus();
 }
 
@@ -926,7 +935,7 @@ absl::StatusOr<int64_t> TensorStore::UpdateHandle::Commit(std::string_view updat
     live = entry_->live;
     if (live) {
       version = ++entry_->version;
-      entry_->updated = absl::Now();
+      entry_->updated = logged_.has_value() ? logged_time_ : absl::Now();
       if (!update_id.empty()) state_->RememberLocked(ns_, update_id, entry_->name, version);
     }
   }

@@ -141,7 +141,8 @@ class StoreJournal {
   virtual absl::StatusOr<Ticket> LogDelete(std::string_view ns, std::string_view name) = 0;
   virtual absl::StatusOr<Ticket> LogUpdate(std::string_view ns, std::string_view name,
                                            uint64_t serial, int64_t from_version,
-                                           std::string_view update_id, std::string_view call) = 0;
+                                           std::string_view update_id, absl::Time updated,
+                                           std::string_view call) = 0;
   // LogCancel records that the update `ticket` recorded did not complete.
   virtual void LogCancel(const Ticket& ticket) = 0;
   // AwaitDurable returns once the change `ticket` recorded is as durable as promised; an error
@@ -271,6 +272,9 @@ class TensorStore {
   // one (recovery), as a committed change that carried it would.
   std::vector<Remembered> RememberedChanges() const;
   void Remember(std::string_view ns, std::string_view update_id, const Change& change);
+  // RestoreUpdated sets a tensor's change time to the one its journal recorded (a replayed
+  // update commits at replay time otherwise).
+  void RestoreUpdated(std::string_view ns, std::string_view name, absl::Time updated);
   // WhileCommitsPaused runs `fn` while no value is committed, deleted or updated (in-place
   // commits wait too; updates already running go on until they commit): a journal starts a new
   // log there, so that no change is logged in one log and made after a snapshot began.
@@ -416,7 +420,8 @@ class TensorStore::UpdateHandle {
   std::optional<int64_t> already_applied() const { return already_applied_; }
 
   // LogChange journals the update before anything is written through view(): `call` describes
-  // it so that the journal can replay it (StoreJournal::LogUpdate). Nothing to do without a
+  // it so that the journal can replay it (StoreJournal::LogUpdate), with now as the value's
+  // change time, which Commit then gives it. Nothing to do without a
   // journal. On an error nothing must be written. Once logged, a handle released without a
   // successful Commit journals the update as cancelled.
   absl::Status LogChange(std::string_view call, std::string_view update_id);
@@ -440,8 +445,10 @@ class TensorStore::UpdateHandle {
   int64_t version_ = 0;
   std::optional<int64_t> already_applied_;
   bool held_ = true;  // the lock on entry_'s bytes is ours to release
-  // The journal's record of this update (LogChange), until Commit.
+  // The journal's record of this update (LogChange), until Commit, and the change time it
+  // recorded, which Commit gives the value.
   std::optional<StoreJournal::Ticket> logged_;
+  absl::Time logged_time_;
 };
 
 }  // namespace tensorops

@@ -462,21 +462,30 @@ void TensorOpsService::HandleOpCall(std::string_view method, std::string_view op
 }
 
 void TensorOpsService::HandleServerInfo() {
-  MarkMethodCallback(MethodIndex("ServerInfo"),
-                     NewQuickUnaryHandler<v1::ServerInfoRequest, v1::ServerInfoResponse>(
-                         serving_, "ServerInfo", "server_info",
-                         [this](grpc::CallbackServerContext&, const v1::ServerInfoRequest&,
-                                v1::ServerInfoResponse* response) {
-                           *response = server_info_;
-                           // The store's figures change with every call; the rest was fixed at
-                           // start-up.
-                           v1::StoreInfo* store = response->mutable_store();
-                           store->set_memory_bytes(serving_.store->limit_bytes());
-                           store->set_used_bytes(serving_.store->used_bytes());
-                           store->set_tensors(serving_.store->tensor_count());
-                           store->set_device(serving_.store->device());
-                           return absl::OkStatus();
-                         }));
+  MarkMethodCallback(
+      MethodIndex("ServerInfo"),
+      NewQuickUnaryHandler<v1::ServerInfoRequest, v1::ServerInfoResponse>(
+          serving_, "ServerInfo", "server_info",
+          [this](grpc::CallbackServerContext&, const v1::ServerInfoRequest&,
+                 v1::ServerInfoResponse* response) {
+            *response = server_info_;
+            // The store's figures change with every call; the rest was fixed at
+            // start-up.
+            v1::StoreInfo* store = response->mutable_store();
+            store->set_memory_bytes(serving_.store->limit_bytes());
+            store->set_used_bytes(serving_.store->used_bytes());
+            store->set_tensors(serving_.store->tensor_count());
+            store->set_device(serving_.store->device());
+            if (const DurableStore* durable = serving_.durable) {
+              const DurableStoreStats stats = durable->stats();
+              store->set_sync(std::string(StoreSyncName(durable->options().sync)));
+              if (stats.snapshot_time != absl::InfinitePast()) {
+                store->set_snapshot_unix_nanos(absl::ToUnixNanos(stats.snapshot_time));
+              }
+              store->set_log_bytes(stats.log_bytes);
+            }
+            return absl::OkStatus();
+          }));
 }
 
 void TensorOpsService::HandleRunStream() {

@@ -1078,6 +1078,10 @@ TEST_P(StoreServiceTest, ARecoveredStoreHoldsTheBytesItsInPlaceUpdatesMade) {
   // And once more from the snapshot the stop writes.
   Start(options);
   EXPECT_EQ(StoredState(*client_), expected);
+  absl::StatusOr<v1::ServerInfoResponse> info = client_->ServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->store().sync(), "always");
+  EXPECT_GT(info->store().snapshot_unix_nanos(), 0);
   client_.reset();
   server_.reset();
   std::filesystem::remove_all(dir);
@@ -1258,6 +1262,7 @@ TEST_P(StoreServiceTest, ADownloadHoldsNoLockWhileTheClientReadsAndAbortsWhenThe
 
 TEST_P(StoreServiceTest, ServerInfoAndMetricsReportTheStoresFigures) {
   absl::StatusOr<v1::ServerInfoResponse> empty = client_->ServerInfo();
+  EXPECT_EQ(empty->store().sync(), "");  // in memory only
   ASSERT_TRUE(empty.ok());
   EXPECT_EQ(empty->store().memory_bytes(), ServerOptions().store.memory_bytes);
   EXPECT_EQ(empty->store().tensors(), 0);

@@ -477,6 +477,33 @@ TEST(DurableStoreTest, DamageStopsStrictRecoveryAndDiscardStartsEmpty) {
   ASSERT_TRUE(PutInts(store, "", "c", {3}).ok());
 }
 
+TEST(DurableStoreTest, ADamagedOrCutSnapshotIsDamage) {
+  // A snapshot is renamed into place only once whole: any fault in one is damage, even at its end.
+  for (const bool cut : {false, true}) {
+    SCOPED_TRACE(cut ? "cut short" : "a bad byte");
+    TempDir dir;
+    {
+      TensorStore store(1 << 20);
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<DurableStore> durable, OpenOn(dir.path(), &store));
+      ASSERT_TRUE(PutInts(store, "", "a", std::vector<int32_t>(1000, 1)).ok());
+      ASSERT_TRUE(durable->Snapshot().ok());
+    }
+    const std::string snapshot = dir.File(SnapshotFileName(2));
+    if (cut) {
+      fs::resize_file(snapshot, fs::file_size(snapshot) - 20);
+    } else {
+      std::fstream file(snapshot, std::ios::in | std::ios::out | std::ios::binary);
+      file.seekp(1000);
+      file.write("\x01", 1);
+    }
+    TensorStore store(1 << 20);
+    const auto strict = OpenOn(dir.path(), &store);
+    EXPECT_EQ(strict.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(std::string(strict.status().message()), HasSubstr(snapshot + " is damaged at"));
+    EXPECT_EQ(store.tensor_count(), 0);
+  }
+}
+
 TEST(DurableStoreTest, AFullDiskFailsTheChangeAndLeavesTheStoreAsItWas) {
   TempDir dir;
   TensorStore store(64 << 20);

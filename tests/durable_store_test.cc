@@ -536,7 +536,7 @@ TEST(DurableStoreTest, AFullDiskFailsTheChangeAndLeavesTheStoreAsItWas) {
   durable.reset();
 
   TensorStore recovered(64 << 20);
-  ASSERT_OK_AND_ASSIGN(durable, OpenOn(dir.path(), &recovered));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DurableStore> reopened, OpenOn(dir.path(), &recovered));
   EXPECT_EQ(recovered.tensor_count(), 1);
   EXPECT_THAT(Ints(recovered, "", "after"), ElementsAre(3));
 }

@@ -360,7 +360,10 @@ absl::StatusOr<int64_t> DurableStore::Recover(const ReplayUpdate& replay) {
     }
   }
   int64_t log_bytes = 0;
-  for (const auto& [generation, path] : logs) {
+  for (const auto& log : logs) {
+    // Named, not bound: clang 14 cannot capture a structured binding in the sink's lambda.
+    const int64_t generation = log.first;
+    const std::string& path = log.second;
     recovery_.logs.push_back(path);
     TENSOROPS_ASSIGN_OR_RETURN(RecordReader reader, RecordReader::Open(path));
     files::StoredTensor tensor;

@@ -34,9 +34,17 @@
 ABSL_FLAG(std::string, host, "127.0.0.1",
           "Address to listen on (IPv4, IPv6 or host name); 0.0.0.0 or :: for all interfaces.");
 ABSL_FLAG(int, port, 50051, "TCP port to listen on, 0..65535; 0 picks a free port.");
+ABSL_FLAG(std::string, unix_socket, "",
+          "Path of a Unix domain socket to listen on as well (at most 107 bytes), for clients on "
+          "this host (target unix:PATH), with the same TLS and token settings; empty = none. A "
+          "stale socket file there is replaced; a server listening there, or a file that is not a "
+          "socket, stops the start. The file's mode follows the umask (connecting takes write "
+          "permission on it); it is removed at shutdown.");
 ABSL_FLAG(int, threads, 0, "CPU threads the kernels may use; 0 = all cores.");
 ABSL_FLAG(tensorops::ByteCount, max_message_bytes, tensorops::ByteCount{int64_t{1} << 30},
-          "Largest gRPC message received or sent, in bytes (1..2147483647).");
+          "Largest gRPC message received or sent, in bytes (1..2147483647); a larger request "
+          "gets RESOURCE_EXHAUSTED naming this flag (up to gRPC's own receive limit: twice this, "
+          "at least this plus 4 MiB).");
 ABSL_FLAG(int64_t, max_elements, int64_t{1} << 32,
           "Largest element count of any one tensor in a request or result (>= 1).");
 ABSL_FLAG(int, max_rank, 16, "Largest rank of any one tensor (0..16).");
@@ -48,7 +56,8 @@ ABSL_FLAG(tensorops::ByteCount, max_memory_bytes, tensorops::ByteCount{0},
           "Most bytes that calls in flight (their requests and results) and the tensor store hold "
           "together (>= 0; 0 = no limit); a call that would take the total past it gets "
           "RESOURCE_EXHAUSTED. When set, gRPC's buffers of requests still arriving are held to a "
-          "quota of at most twice this (this plus the smaller of this and --max_message_bytes).");
+          "quota of at most twice this (this plus the smaller of this and gRPC's receive "
+          "limit).");
 ABSL_FLAG(int64_t, memory_trim_idle_ms, 1000,
           "Milliseconds the server must be idle after calls before it gives freed heap memory "
           "back to the system (>= 0; 0 = never).");
@@ -151,6 +160,7 @@ tensorops::ServerOptions FlagsToOptions() {
   tensorops::ServerOptions options;
   options.host = absl::GetFlag(FLAGS_host);
   options.port = absl::GetFlag(FLAGS_port);
+  options.unix_socket = absl::GetFlag(FLAGS_unix_socket);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes).bytes;
   options.limits.max_elements = absl::GetFlag(FLAGS_max_elements);
@@ -213,7 +223,7 @@ cannot be read, --device=cuda without a GPU), 2 for a bad command line.
 // kFlagGroups: every flag of this file, in the groups of the help. A flag left out of every group
 // is unknown to ParseCommandLine.
 const std::vector<tensorops::FlagGroup> kFlagGroups = {
-    {"Network", {"host", "port", "shutdown_grace_s"}},
+    {"Network", {"host", "port", "unix_socket", "shutdown_grace_s"}},
     {"Limits",
      {"max_message_bytes", "max_elements", "max_rank", "max_concurrent_calls", "max_queued_calls",
       "max_stream_in_flight", "threads"}},

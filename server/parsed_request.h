@@ -8,10 +8,17 @@
 // naming the message type (MalformedRequestError). The bytes are parsed exactly as gRPC's own
 // protobuf traits parse them (the same ZeroCopyInputStream over the received slices; no extra
 // copy).
+//
+// The handlers also refuse a request larger than --max_message_bytes themselves
+// (RequestError): gRPC's own receive limit is set above the flag (GrpcMaxReceiveMessageBytes in
+// server/server_options.h), so that such a request reaches them and its caller is told the flag,
+// the request's size and the limit, where gRPC would say only "Received message larger than max".
 #ifndef TENSOROPS_SERVER_PARSED_REQUEST_H_
 #define TENSOROPS_SERVER_PARSED_REQUEST_H_
 
 #include <cstddef>
+#include <cstdint>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -48,6 +55,36 @@ absl::Status MalformedRequestError(const Parsed<T>& parsed) {
       "the request body (%d bytes) is not a valid %s message; send the request type the method "
       "declares, serialized with protobuf",
       parsed.bytes, T::descriptor()->full_name()));
+}
+
+// kSmallerRequestAdvice is what MessageTooLargeError advises by default.
+inline constexpr std::string_view kSmallerRequestAdvice =
+    "send a smaller request; a tensor too large for one message can be uploaded to the tensor "
+    "store with PutTensor, in chunks, and referenced by name";
+
+// MessageTooLargeError is the RESOURCE_EXHAUSTED of a request message of `bytes` bytes, of type
+// `message_type`, over the server's --max_message_bytes (`max_message_bytes`), ending with
+// `advice`: "request of 240034 bytes (tensorops.v1.GatherRequest) is larger than
+// --max_message_bytes=100000: send a smaller request; ...".
+inline absl::Status MessageTooLargeError(std::string_view message_type, size_t bytes,
+                                         int64_t max_message_bytes,
+                                         std::string_view advice = kSmallerRequestAdvice) {
+  return absl::ResourceExhaustedError(
+      absl::StrFormat("request of %d bytes (%s) is larger than --max_message_bytes=%d: %s", bytes,
+                      message_type, max_message_bytes, advice));
+}
+
+// RequestError is what a handler answers to the request `parsed` before it reads it: OK when it
+// arrived, is at most `max_message_bytes` (--max_message_bytes) and parsed; else CANCELLED when
+// none arrived, RESOURCE_EXHAUSTED naming the flag when it is larger (whether it parsed or not:
+// MessageTooLargeError), INVALID_ARGUMENT when it did not parse (MalformedRequestError).
+template <typename T>
+absl::Status RequestError(const Parsed<T>& parsed, int64_t max_message_bytes) {
+  if (parsed.arrived && static_cast<int64_t>(parsed.bytes) > max_message_bytes) {
+    return MessageTooLargeError(T::descriptor()->full_name(), parsed.bytes, max_message_bytes);
+  }
+  if (!parsed.ok) return MalformedRequestError(parsed);
+  return absl::OkStatus();
 }
 
 }  // namespace tensorops

@@ -1,7 +1,8 @@
 // NewQuickUnaryHandler: the gRPC handler of a unary RPC that runs no op and is answered at once on
 // the gRPC thread (ServerInfo, the store's bookkeeping RPCs, KServe's health and metadata RPCs).
 // Every such call gets the same steps, in order: the token check (UNAUTHENTICATED before anything
-// is read), a request that did not parse (INVALID_ARGUMENT naming its type), the handler
+// is read), a request over --max_message_bytes (RESOURCE_EXHAUSTED naming the flag) or that did
+// not parse (INVALID_ARGUMENT naming its type: RequestError in parsed_request.h), the handler
 // (exceptions become statuses), then its log line and its count in the metrics under `op`.
 //
 //   MarkMethodCallback(MethodIndex(service, "TensorInfo"),
@@ -71,7 +72,7 @@ grpc::internal::MethodHandler* NewQuickUnaryHandler(const ServingContext& servin
                                      const Parsed<Request>* request, Response* response) {
         const absl::Time start = absl::Now();
         absl::Status status = Authenticate(serving, *context);
-        if (status.ok() && !request->ok) status = MalformedRequestError(*request);
+        if (status.ok()) status = RequestError(*request, serving.limits.max_bytes);
         if (status.ok()) {
           status =
               GuardExceptions(op, [&] { return handle(*context, request->message, response); });

@@ -5,15 +5,17 @@
 //
 // Each request read is prepared on the gRPC thread and admitted to the scheduler like a unary
 // call (OpCall); its response (result or error, with the request's id) is written when it
-// completes, in completion order. A failed request, including one refused by a full queue, gets
-// an error response and the stream goes on. The reactor reads ahead at most
-// ServingContext::max_stream_in_flight requests that are not yet answered, so a client that sends
-// faster than it reads is slowed by HTTP/2 flow control instead of growing the server's memory.
+// completes, in completion order. A failed request, including one refused by a full queue or one
+// over --max_message_bytes, gets an error response and the stream goes on. The reactor reads
+// ahead at most ServingContext::max_stream_in_flight requests that are not yet answered, so a
+// client that sends faster than it reads is slowed by HTTP/2 flow control instead of growing the
+// server's memory.
 //
 // The stream ends when the client has half-closed and every request is answered (OK), when the
 // client cancels (queued requests leave the queue at once), when a request does not parse
-// (INVALID_ARGUMENT, once the requests read before it are answered), or, once shutdown begins, as
-// soon as every request already read is answered (UNAVAILABLE: reconnect to another replica).
+// (INVALID_ARGUMENT, or RESOURCE_EXHAUSTED when it is also over --max_message_bytes, once the
+// requests read before it are answered), or, once shutdown begins, as soon as every request
+// already read is answered (UNAVAILABLE: reconnect to another replica).
 //
 // A Protocol provides
 //   RequestMessage, ResponseMessage          the stream's messages
@@ -187,20 +189,25 @@ using RunStreamReactor = OpStreamReactor<RunStreamProtocol>;
 template <typename Protocol>
 class OpStreamReactor<Protocol>::Request final : public OpCall {
  public:
-  Request(OpStreamReactor* stream, int64_t request_bytes, typename Protocol::Call call)
+  // `refusal`, when not OK, is the request's answer, given without preparing it (a request over
+  // --max_message_bytes).
+  Request(OpStreamReactor* stream, int64_t request_bytes, typename Protocol::Call call,
+          absl::Status refusal)
       : OpCall(stream->serving_, absl::FromChrono(stream->context_->deadline()), request_bytes,
                call.op_name()),
         stream_(stream),
-        call_(std::move(call)) {}
+        call_(std::move(call)),
+        refusal_(std::move(refusal)) {}
 
   // Start prepares the op and admits it to the scheduler, or answers with the error at once.
   void Start() {
     OpCall::Start(
-        [this] {
+        [this]() -> absl::StatusOr<PreparedOp> {
+          if (!refusal_.ok()) return refusal_;
           const std::string ns = StoreNamespace(serving(), *stream_->context_);
           return call_.Prepare(serving(), StoredTensors{.store = serving().store, .ns = ns});
         },
-        call_.MayBlock());
+        refusal_.ok() && call_.MayBlock());
   }
 
   const typename Protocol::ResponseMessage& response() const { return call_.response(); }
@@ -223,6 +230,7 @@ class OpStreamReactor<Protocol>::Request final : public OpCall {
 
   OpStreamReactor* const stream_;
   typename Protocol::Call call_;
+  const absl::Status refusal_;
 };
 
 template <typename Protocol>
@@ -276,15 +284,19 @@ void OpStreamReactor<Protocol>::OnReadDone(bool ok) {
       MaybeFinishLocked();
       return;
     }
+    // A request over --max_message_bytes that parsed is answered with its error, by its id, and
+    // the stream goes on; one that did not parse ends the stream like any unparsable request.
+    absl::Status refusal = RequestError(incoming_, serving_.limits.max_bytes);
     if (!incoming_.ok) {
-      malformed_ = MalformedRequestError(incoming_);
+      malformed_ = std::move(refusal);
       reads_done_ = true;
       MaybeFinishLocked();
       return;
     }
     const auto request_bytes = static_cast<int64_t>(incoming_.bytes);
     request =
-        new Request(this, request_bytes, typename Protocol::Call(std::move(incoming_.message)));
+        new Request(this, request_bytes, typename Protocol::Call(std::move(incoming_.message)),
+                    std::move(refusal));
     unanswered_.insert(request);
   }
   // Preparation decodes the request; it runs outside the lock so that completions (writes) of

@@ -211,6 +211,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
                              BuildServerCredentials(options.security));
   TENSOROPS_ASSIGN_OR_RETURN(std::unique_ptr<TokenAuthenticator> authenticator,
                              LoadAuthenticator(options.security));
+  // Before anything slow starts (a GPU, the store's recovery), so that a busy socket fails at once.
+  if (!options.unix_socket.empty()) {
+    TENSOROPS_RETURN_IF_ERROR(PrepareUnixSocketPath(options.unix_socket));
+  }
   TENSOROPS_ASSIGN_OR_RETURN(Placement placement, ChoosePlacement(options));
   TENSOROPS_RETURN_IF_ERROR(ChooseStoreMemory(options, placement));
 
@@ -393,12 +397,21 @@ absl::Status Server::Bind(const ServerOptions& options,
   const std::string address = ListenAddress(options.host, options.port);
   int selected_port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(address, std::move(credentials), &selected_port);
+  builder.AddListeningPort(address, credentials, &selected_port);
+  // --unix_socket: the same services and credentials on a Unix domain socket too (Start has
+  // checked the path); gRPC reports a bound Unix socket as port 1.
+  int unix_socket_bound = 0;
+  if (!options.unix_socket.empty()) {
+    builder.AddListeningPort(UnixSocketTarget(options.unix_socket), credentials,
+                             &unix_socket_bound);
+  }
   // gRPC enables SO_REUSEPORT by default, which would let a second server share a busy port
   // silently; a port conflict must be an error instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  // ValidateServerOptions keeps the size within gRPC's int.
-  builder.SetMaxReceiveMessageSize(static_cast<int>(options.limits.max_message_bytes));
+  // ValidateServerOptions keeps the sizes within gRPC's int. gRPC receives more than
+  // --max_message_bytes, so that the handlers refuse a larger request naming the flag
+  // (GrpcMaxReceiveMessageBytes, RequestError in parsed_request.h).
+  builder.SetMaxReceiveMessageSize(static_cast<int>(GrpcMaxReceiveMessageBytes(options.limits)));
   builder.SetMaxSendMessageSize(static_cast<int>(options.limits.max_message_bytes));
   // Under --max_memory_bytes gRPC's own buffers are bounded too (GrpcMemoryQuotaBytes): without a
   // quota gRPC sees no memory pressure and reads 4 MiB or more ahead per stream, bytes that the
@@ -419,6 +432,11 @@ absl::Status Server::Bind(const ServerOptions& options,
   interceptors.push_back(in_flight_calls_.NewInterceptorFactory(op_call_methods));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   grpc_server_ = builder.BuildAndStart();
+  // The ports are bound in order: a TCP port bound and no server means the Unix socket failed.
+  if (grpc_server_ == nullptr && selected_port != 0 && !options.unix_socket.empty()) {
+    return absl::UnavailableError(absl::StrFormat("cannot listen on %s (see gRPC's log)",
+                                                  UnixSocketTarget(options.unix_socket)));
+  }
   if (grpc_server_ == nullptr || selected_port == 0) {
     return absl::UnavailableError(
         absl::StrFormat("cannot listen on %s (port in use, or host not a local address%s)", address,
@@ -427,6 +445,7 @@ absl::Status Server::Bind(const ServerOptions& options,
                             : ", or gRPC rejected the TLS certificate and key: see its log"));
   }
   port_ = selected_port;
+  if (unix_socket_bound != 0) unix_socket_ = IdentifyUnixSocket(options.unix_socket);
   // The default health service starts with "" SERVING and knows no other service.
   grpc_server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
   grpc_server_->GetHealthCheckService()->SetServingStatus(
@@ -455,13 +474,17 @@ void Server::LogStartUp(const ServerOptions& options, const Placement& placement
   const ServerOptions::Limits& limits = options.limits;
   const QueueOptions& queue = scheduler_->options().queue;
   spdlog::info(
-      "tensorops-server {} (rev {}) listening on {}; tls: {}, auth: {}; devices: {}; placement: "
+      "tensorops-server {} (rev {}) listening on {}; {}tls: {}, auth: {}; devices: {}; placement: "
       "{}; limits: max_message_bytes={}, max_elements={}, max_rank={}, "
       "max_concurrent_calls={}, max_queued_calls={}, max_stream_in_flight={}; batching: "
       "max_batch={}, max_batch_bytes={}, max_queue_delay={}, inline_max_bytes={}; memory: {}; "
       "store: {}; metrics: {}",
-      ThisBuild().version, ThisBuild().revision, ListenAddress(options.host, port_), tls_mode,
-      token_auth ? "token" : "off", DevicesSummary(placement.inventory, cpu_threads_),
+      ThisBuild().version, ThisBuild().revision, ListenAddress(options.host, port_),
+      unix_socket_.has_value()
+          ? absl::StrFormat("also on %s (socket file mode %04o); ",
+                            UnixSocketTarget(unix_socket_->path), unix_socket_->mode)
+          : std::string(),
+      tls_mode, token_auth ? "token" : "off", DevicesSummary(placement.inventory, cpu_threads_),
       placement.description, limits.max_message_bytes, limits.max_elements, limits.max_rank,
       queue.max_concurrent_calls, queue.max_queued_calls, limits.max_stream_in_flight,
       queue.max_batch, queue.max_batch_bytes, absl::FormatDuration(queue.max_queue_delay),
@@ -548,6 +571,8 @@ void Server::Shutdown(absl::Duration grace) {
   service_->AwaitStreamsEnded(deadline);
   inference_service_->AwaitStreamsEnded(deadline);
   const DrainOutcome drained = Drain(*grpc_server_, in_flight_calls_, deadline, kGoawayAnswerWait);
+  // Nothing listens on the socket any more.
+  if (unix_socket_.has_value()) RemoveUnixSocket(*unix_socket_);
   // Every call has ended by now (gRPC cancelled those the grace cut off, which takes them out of
   // the queue); what a worker still runs finishes before Stop returns.
   scheduler_->Stop();

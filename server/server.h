@@ -1,6 +1,7 @@
-// Server: a running tensorops gRPC server (the TensorOps service on one listening port), with the
-// standard health service (grpc.health.v1.Health) and server reflection
-// (grpc.reflection.v1alpha.ServerReflection) beside it.
+// Server: a running tensorops gRPC server (the TensorOps service on one listening port, and with
+// ServerOptions::unix_socket on a Unix domain socket too), with the standard health service
+// (grpc.health.v1.Health) and server reflection (grpc.reflection.v1alpha.ServerReflection) beside
+// it.
 //
 //   absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
 //   if (!server.ok()) return Fail(server.status());
@@ -38,6 +39,7 @@
 #include "server/server_options.h"
 #include "server/store/tensor_store.h"
 #include "server/tensor_ops_service.h"
+#include "server/unix_socket.h"
 
 namespace tensorops {
 
@@ -56,9 +58,11 @@ class Server {
   // Start builds and starts a server for `options`. INVALID_ARGUMENT for options out of range or
   // inconsistent (ValidateServerOptions, naming the flag); FAILED_PRECONDITION for DeviceChoice::
   // kCuda without a usable GPU; UNAVAILABLE when the address cannot be bound (port in use, unknown
-  // host) or gRPC refuses the TLS certificate and key (a key that does not match the certificate,
-  // say); for a security file that cannot be read, its error naming the path (see
-  // BuildServerCredentials and TokenAuthenticator::FromFile).
+  // host), the Unix socket cannot be (a server listens there, a file that is not a socket is there,
+  // its directory is missing: PrepareUnixSocketPath, server/unix_socket.h) or gRPC refuses the TLS
+  // certificate and key (a key that does not match the certificate, say); for a security file that
+  // cannot be read, its error naming the path (see BuildServerCredentials and
+  // TokenAuthenticator::FromFile).
   static absl::StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options);
 
   Server(const Server&) = delete;
@@ -89,6 +93,7 @@ class Server {
   // RunStreams open at the start have ended (see Shutdown's body for why). Once no call is in
   // flight, connections whose clients have not answered the GOAWAY within kGoawayAnswerWait (idle
   // clients, which read their connection seconds later or never) are closed rather than waited for.
+  // The Unix socket's file (options.unix_socket) is removed once the server has stopped.
   void Shutdown();
   void Shutdown(absl::Duration grace);
 
@@ -163,6 +168,8 @@ class Server {
   // first.
   std::unique_ptr<MemoryTrimmer> trimmer_;
   int port_ = 0;
+  // The socket file bound for options.unix_socket, removed by Shutdown (nullopt without one).
+  std::optional<UnixSocketFile> unix_socket_;
   absl::Duration shutdown_grace_;
 
   absl::Mutex shutdown_mu_;

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -18,6 +19,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "kernels/status_macros.h"
+#include "server/unix_socket.h"
 
 namespace tensorops {
 namespace {
@@ -94,6 +96,26 @@ absl::Status ValidateSecurity(const ServerOptions::Security& security) {
   if (!security.tls_client_ca_file.empty() && !has_cert) {
     return absl::InvalidArgumentError(
         "--tls_client_ca needs --tls_cert and --tls_key: mutual TLS is TLS first");
+  }
+  return absl::OkStatus();
+}
+
+// ValidateUnixSocket checks --unix_socket's form: a path (not a gRPC target) that fits a
+// sockaddr_un. Whether it can be bound is Start's to find out.
+absl::Status ValidateUnixSocket(const std::string& path) {
+  if (path.empty()) return absl::OkStatus();
+  for (absl::string_view scheme : {"unix:", "unix-abstract:"}) {
+    if (absl::StartsWith(path, scheme)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--unix_socket=%s is a gRPC target, not a path: give the socket's path alone (%s)", path,
+          path.substr(scheme.size())));
+    }
+  }
+  if (path.size() > kMaxUnixSocketPathBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--unix_socket=%s is too long: %d bytes, and a Unix socket's path holds at most %d "
+        "(sockaddr_un's %d bytes with the terminating NUL); choose a shorter path",
+        path, path.size(), kMaxUnixSocketPathBytes, kMaxUnixSocketPathBytes + 1));
   }
   return absl::OkStatus();
 }
@@ -194,9 +216,15 @@ bool AbslParseFlag(absl::string_view text, ByteCount* count, std::string* error)
 
 std::string AbslUnparseFlag(ByteCount count) { return absl::StrCat(count.bytes); }
 
+int64_t GrpcMaxReceiveMessageBytes(const ServerOptions::Limits& limits) {
+  constexpr int64_t kMinMargin = int64_t{4} << 20;
+  const int64_t margin = std::max(limits.max_message_bytes, kMinMargin);
+  return limits.max_message_bytes > INT_MAX - margin ? INT_MAX : limits.max_message_bytes + margin;
+}
+
 int64_t GrpcMemoryQuotaBytes(const ServerOptions::Limits& limits) {
   if (limits.max_memory_bytes <= 0) return 0;
-  const int64_t arriving = std::min(limits.max_memory_bytes, limits.max_message_bytes);
+  const int64_t arriving = std::min(limits.max_memory_bytes, GrpcMaxReceiveMessageBytes(limits));
   return limits.max_memory_bytes > INT64_MAX - arriving ? INT64_MAX
                                                         : limits.max_memory_bytes + arriving;
 }
@@ -207,6 +235,7 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
         "--host is empty: must be an IPv4 or IPv6 address or a host name");
   }
   TENSOROPS_RETURN_IF_ERROR(Between("--port", options.port, 0, 65535, " (0 picks a free port)"));
+  TENSOROPS_RETURN_IF_ERROR(ValidateUnixSocket(options.unix_socket));
   TENSOROPS_RETURN_IF_ERROR(AtLeast("--threads", options.threads, 0, " (0 = every core)"));
 
   const ServerOptions::Limits& limits = options.limits;

@@ -112,6 +112,13 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   // TCP port, 0..65535; 0 picks a free port (read it back with Server::port()).
   int port = 50051;
+  // Path of a Unix domain socket to listen on as well, with the same services and credentials,
+  // for clients on this host (gRPC target "unix:PATH"); empty (the default) = none. At most
+  // kMaxUnixSocketPathBytes (107) bytes. Start fails when a server listens there already or
+  // something other than a socket is there, replaces a stale socket file (nothing listening), and
+  // Shutdown removes the file. The file's mode follows the process's umask, and a client needs
+  // write permission on it to connect.
+  std::string unix_socket;
   // Threads the CPU kernels may use (oneTBB's max_allowed_parallelism, process-wide);
   // 0 = all cores.
   int threads = 0;
@@ -185,14 +192,30 @@ struct ServerOptions {
   MemoryTrim memory_trim;
 };
 
+// GrpcMaxReceiveMessageBytes is gRPC's own receive limit, which Server::Start sets above
+// max_message_bytes so that a request over the flag reaches the handlers, which refuse it with
+// RESOURCE_EXHAUSTED naming the flag, the request's size and the limit (RequestError in
+// server/parsed_request.h) instead of gRPC's "Received message larger than max (N vs. M)": twice
+// max_message_bytes, and at least max_message_bytes + 4 MiB (gRPC's default receive limit), at
+// most INT_MAX (gRPC takes an int). A request over it still gets gRPC's message. The margin is
+// bounded by the flag (or 4 MiB) and, under --max_memory_bytes, by the resource quota: a refused
+// request is read whole and parsed before it is refused, as gRPC (1.51) read it whole before its
+// own check too.
+int64_t GrpcMaxReceiveMessageBytes(const ServerOptions::Limits& limits);
+
 // GrpcMemoryQuotaBytes is the size of the gRPC resource quota that Server::Start sets under
 // --max_memory_bytes, or 0 (no quota) without that limit: the limit plus the smaller of the limit
-// and max_message_bytes (at most twice the limit), saturating at INT64_MAX. The quota bounds what
-// gRPC holds itself, chiefly the bytes of requests still arriving, which the budget has not seen:
-// as they take a larger share of it, gRPC advertises smaller receive windows, so that clients
-// send more slowly, and past it gRPC resets streams with RESOURCE_EXHAUSTED. The second term lets
-// any request the limit could admit, and one a little over it (told so by the budget), arrive
-// whole while gRPC holds up to the limit besides.
+// and gRPC's receive limit (GrpcMaxReceiveMessageBytes), i.e. at most twice the limit, saturating
+// at INT64_MAX. The quota bounds what gRPC holds itself, chiefly the bytes of requests still
+// arriving, which the budget has not seen: as they take a larger share of it, gRPC advertises
+// smaller receive windows, so that clients send more slowly, and past it gRPC resets streams of
+// its choosing with RESOURCE_EXHAUSTED (the client reads "Received RST_STREAM with error code
+// 11", which names no flag). The second term lets any request the limit could admit arrive whole
+// while gRPC holds up to the limit besides; a request over the limit reaches the budget (which
+// names --max_memory_bytes) when gRPC holds little else and it is at most about the quota's size
+// less what gRPC holds, and is otherwise reset (measured with gRPC 1.51: a request of up to half
+// the quota always arrived whole, one of 0.7-0.98 of it sometimes did not, right after another
+// as large).
 int64_t GrpcMemoryQuotaBytes(const ServerOptions::Limits& limits);
 
 // ValidateServerOptions checks every range and combination Start needs, in one place for both

@@ -121,13 +121,20 @@ class PutTensorReactor final : public grpc::ServerReadReactor<PutTensorMessage> 
  private:
   // Consume takes one message of the stream.
   absl::Status Consume() {
+    // gRPC receives more than --max_message_bytes, so that a larger message is refused here,
+    // naming the flag (server/parsed_request.h).
+    if (static_cast<int64_t>(message_.bytes) > serving_.limits.max_bytes) {
+      return MessageTooLargeError(v1::PutTensorRequest::descriptor()->full_name(), message_.bytes,
+                                  serving_.limits.max_bytes,
+                                  "send the tensor's data in smaller chunks");
+    }
     if (message_.is_data) {
       TENSOROPS_RETURN_IF_ERROR(CheckChunk(static_cast<int64_t>(message_.data_bytes)));
       return message_.ForEachDataPiece([this](std::string_view piece) {
         return upload_->Write(upload_->bytes_received(), piece);
       });
     }
-    if (!message_.parsed.ok) return MalformedRequestError(message_.parsed);
+    TENSOROPS_RETURN_IF_ERROR(RequestError(message_.parsed, serving_.limits.max_bytes));
     const v1::PutTensorRequest& request = message_.parsed.message;
     if (!upload_.has_value()) {
       if (request.part_case() != v1::PutTensorRequest::kHeader) return NoHeaderError();
@@ -327,7 +334,7 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
   }
 
   absl::Status Begin(const Parsed<v1::GetTensorRequest>& parsed) {
-    if (!parsed.ok) return MalformedRequestError(parsed);
+    TENSOROPS_RETURN_IF_ERROR(RequestError(parsed, serving_.limits.max_bytes));
     const v1::GetTensorRequest& request = parsed.message;
     if (request.chunk_bytes() < 0) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -451,7 +458,7 @@ void TensorOpsService::HandleOpCall(std::string_view method, std::string_view op
             return UnaryOpCall::Start(
                 serving_, context, method, op_name,
                 [this, context, request, response, prepare]() -> absl::StatusOr<PreparedOp> {
-                  if (!request->ok) return MalformedRequestError(*request);
+                  TENSOROPS_RETURN_IF_ERROR(RequestError(*request, serving_.limits.max_bytes));
                   const std::string ns = StoreNamespace(serving_, *context);
                   return prepare(request->message, response,
                                  StoredTensors{.store = serving_.store, .ns = ns});

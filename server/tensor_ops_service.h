@@ -13,7 +13,8 @@
 // result directly inside the response. Errors reach the caller as the kernels' absl::Status
 // mapped to grpc::Status, with the message unchanged. Every handler takes its request as
 // Parsed<T> (server/parsed_request.h), so a body that is not the declared message is answered
-// INVALID_ARGUMENT naming the message type, on every RPC.
+// INVALID_ARGUMENT naming the message type, and one over --max_message_bytes RESOURCE_EXHAUSTED
+// naming the flag, on every RPC.
 //
 // The store RPCs (PutTensor, GetTensor, DeleteTensor, ListTensors, TensorInfo) run on the gRPC
 // thread, not the scheduler: they copy bytes and take the store's locks, and never run a kernel.

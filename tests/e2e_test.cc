@@ -1597,6 +1597,7 @@ BinaryRun RunServerBinary(const std::vector<std::string>& args) {
 // Every flag of server/main.cc, which --help must list.
 constexpr const char* kServerFlags[] = {"host",
                                         "port",
+                                        "unix_socket",
                                         "shutdown_grace_s",
                                         "max_message_bytes",
                                         "max_elements",
@@ -1712,6 +1713,80 @@ TEST(ServerProcessTest, AHostThatDoesNotResolveIsOneClearLine) {
                                 "or a name this machine resolves ("));
   EXPECT_EQ(absl::c_count(output, '\n'), 1) << output;
   EXPECT_THAT(output, Not(HasSubstr("chttp2")));
+}
+
+// --unix_socket: the server listens on the socket beside its TCP port; the C++ client and the CLI
+// reach it through "unix:PATH" targets; the file goes at shutdown.
+TEST(ServerProcessTest, TheUnixSocketServesTheClientAndTheCli) {
+  const std::string directory = MakeTempDirectory("e2e_unix_");
+  const std::string path = directory + "/tensorops.sock";
+  absl::StatusOr<ServerProcess> server = StartServer({"--unix_socket=" + path});
+  ASSERT_TRUE(server.ok()) << server.status();
+  static const std::regex kAlsoOn(R"(; also on (unix:\S+) \(socket file mode 0[0-7]+\); tls: off)");
+  const std::optional<std::string> also_on =
+      server->process->WaitForMatch(kAlsoOn, kStartupTimeout);
+  EXPECT_EQ(also_on, "unix:" + path) << server->process->stdout_text();
+
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Create("unix:" + path);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const Tensor x = Float32Tensor({2, 2}, {1, 2, 3, 4});
+  const Tensor index = Int64Tensor({2, 2}, {0, 0, 1, 0});
+  absl::StatusOr<Tensor> gathered = (*client)->Gather(x.view(), 1, index.view());
+  ASSERT_TRUE(gathered.ok()) << gathered.status();
+  ref::ExpectTensorsNear(*gathered, Float32Tensor({2, 2}, {1, 1, 4, 3}));
+
+  const std::string x_path = directory + "/x.npy";
+  const std::string index_path = directory + "/i.npy";
+  ASSERT_TRUE(WriteNpy(x_path, x.view()).ok());
+  ASSERT_TRUE(WriteNpy(index_path, index.view()).ok());
+  for (const std::string& target : {"unix:" + path, "unix://" + path}) {
+    absl::StatusOr<std::unique_ptr<ChildProcess>> cli =
+        ChildProcess::Spawn({TENSOROPS_CLI_PATH, "--target=" + target, "gather",
+                             "--input=" + x_path, "--index=" + index_path, "--axis=1"});
+    ASSERT_TRUE(cli.ok()) << cli.status();
+    const int status = (*cli)->WaitForExit(kCliTimeout);
+    EXPECT_TRUE(ExitedWith(status, 0)) << target << ": " << DescribeExit(status) << "\n"
+                                       << (*cli)->stderr_text();
+    EXPECT_THAT((*cli)->stdout_text(), HasSubstr("[[1., 1.],")) << target;
+  }
+  for (const std::string target : {"unix:", "unix-abstract:"}) {
+    absl::StatusOr<std::unique_ptr<ChildProcess>> cli =
+        ChildProcess::Spawn({TENSOROPS_CLI_PATH, "--target=" + target, "health"});
+    ASSERT_TRUE(cli.ok()) << cli.status();
+    const int status = (*cli)->WaitForExit(kCliTimeout);
+    EXPECT_TRUE(ExitedWith(status, 2)) << target << ": " << DescribeExit(status);
+    EXPECT_THAT((*cli)->stderr_text(), HasSubstr("names no socket (expected unix:PATH")) << target;
+  }
+
+  client->reset();
+  const int status = server->process->Terminate(kShutdownTimeout);
+  EXPECT_TRUE(ExitedWith(status, 0)) << DescribeExit(status) << "; stderr:\n"
+                                     << server->process->stderr_text();
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(path)));
+  std::filesystem::remove_all(directory);
+}
+
+// A --unix_socket path too long for a socket is a usage error; a file that is not a socket stops
+// the start with one line, as a busy port does.
+TEST(ServerProcessTest, UnixSocketMistakesAreOneClearLine) {
+  const std::string long_path = "/tmp/" + std::string(110, 'x');
+  BinaryRun run = RunServerBinary({"--port=0", "--unix_socket=" + long_path});
+  EXPECT_TRUE(ExitedWith(run.status, 2)) << DescribeExit(run.status);
+  EXPECT_THAT(run.stderr_text, HasSubstr("--unix_socket=" + long_path +
+                                         " is too long: 115 bytes, and a Unix "
+                                         "socket's path holds at most 107"));
+
+  const std::string directory = MakeTempDirectory("e2e_unix_file_");
+  const std::string file = directory + "/not-a-socket";
+  std::ofstream(file) << "x";
+  run = RunServerBinary({"--host=127.0.0.1", "--port=0", "--threads=1", "--unix_socket=" + file});
+  EXPECT_TRUE(ExitedWith(run.status, 1)) << DescribeExit(run.status);
+  const std::string output = run.stdout_text + run.stderr_text;
+  EXPECT_THAT(output, HasSubstr(absl::StrCat("cannot listen on unix:", file, ": ", file,
+                                             " exists and is a regular file, not a socket")));
+  EXPECT_EQ(absl::c_count(output, '\n'), 1) << output;
+  EXPECT_TRUE(std::filesystem::is_regular_file(file));
+  std::filesystem::remove_all(directory);
 }
 
 // Without a GPU the start-up line says so plainly; why there is none stays in ServerInfo.

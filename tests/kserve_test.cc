@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -275,6 +276,19 @@ TEST_F(KServeTest, BadRequestsNameTheInputOrParameterAndTheRule) {
   EXPECT_TRUE(Infer(hinted, &response).ok());
 }
 
+// AnswersById half-closes `stream`, reads every answer by its request's id and checks that the
+// stream ends OK.
+std::map<std::string, inference::ModelStreamInferResponse> AnswersById(
+    grpc::ClientReaderWriter<ModelInferRequest, inference::ModelStreamInferResponse>& stream) {
+  EXPECT_TRUE(stream.WritesDone());
+  std::map<std::string, inference::ModelStreamInferResponse> answers;
+  inference::ModelStreamInferResponse response;
+  while (stream.Read(&response)) answers[response.infer_response().id()] = response;
+  const grpc::Status status = stream.Finish();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return answers;
+}
+
 TEST_F(KServeTest, StreamAnswersEveryRequestWithItsIdAndGoesOnAfterAnError) {
   std::mt19937 rng(11);
   const std::vector<Case> cases = Cases(rng);
@@ -289,12 +303,7 @@ TEST_F(KServeTest, StreamAnswersEveryRequestWithItsIdAndGoesOnAfterAnError) {
   bad.set_id("bad");
   SetInt("axis", 9, &bad);
   ASSERT_TRUE(stream->Write(bad));
-  ASSERT_TRUE(stream->WritesDone());
-  std::map<std::string, inference::ModelStreamInferResponse> answers;
-  inference::ModelStreamInferResponse response;
-  while (stream->Read(&response)) answers[response.infer_response().id()] = response;
-  const grpc::Status status = stream->Finish();
-  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::map<std::string, inference::ModelStreamInferResponse> answers = AnswersById(*stream);
   ASSERT_EQ(answers.size(), cases.size() + 1);
   for (size_t i = 0; i < cases.size(); ++i) {
     const inference::ModelStreamInferResponse& answer = answers[absl::StrFormat("r%d", i)];
@@ -452,6 +461,53 @@ TEST(KServeStoreOffTest, StoredInputWhileTheStoreIsOffSaysTheStoreIsOff) {
   EXPECT_EQ(run_status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
       << run_status.error_message();
   EXPECT_THAT(run_status.error_message(), HasSubstr("the tensor store is off"));
+}
+
+// A ModelInfer request over --max_message_bytes is refused naming the flag and its size; on a
+// ModelStreamInfer it gets that error by its id and the stream goes on.
+TEST(KServeLimitsTest, RequestsOverMaxMessageBytesAreRefusedNamingTheFlag) {
+  constexpr int64_t kLimit = 64 << 10;
+  ServerOptions options;
+  options.limits.max_message_bytes = kLimit;
+  std::unique_ptr<Server> server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<inference::GRPCInferenceService::Stub> kserve = ConnectInference(server->port());
+
+  ModelInferRequest large;
+  large.set_model_name("gather");
+  large.set_id("large");
+  AddInput("input", MakeTensor<float>({32 << 10}, std::vector<float>(32 << 10, 1.0f)), &large);
+  AddInput("index", MakeTensor<int64_t>({1}, {0}), &large);
+  SetInt("axis", 0, &large);
+  const std::string refusal = absl::StrFormat(
+      "request of %d bytes (inference.ModelInferRequest) is larger than --max_message_bytes=%d",
+      large.ByteSizeLong(), kLimit);
+  {
+    ModelInferResponse response;
+    grpc::ClientContext context;
+    const grpc::Status status = kserve->ModelInfer(&context, large, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(status.error_message(), HasSubstr(refusal));
+  }
+
+  grpc::ClientContext context;
+  auto stream = kserve->ModelStreamInfer(&context);
+  ASSERT_TRUE(stream->Write(large));
+  ModelInferRequest small;
+  small.set_model_name("gather");
+  small.set_id("small");
+  AddInput("input", MakeTensor<float>({2}, {1, 2}), &small);
+  AddInput("index", MakeTensor<int64_t>({1}, {1}), &small);
+  SetInt("axis", 0, &small);
+  ASSERT_TRUE(stream->Write(small));
+  std::map<std::string, inference::ModelStreamInferResponse> answers = AnswersById(*stream);
+  ASSERT_EQ(answers.size(), 2u);
+  EXPECT_THAT(answers["large"].error_message(), HasSubstr(refusal));
+  EXPECT_EQ(answers["small"].error_message(), "");
+  ASSERT_EQ(answers["small"].infer_response().raw_output_contents_size(), 1);
+  const float two = 2;
+  EXPECT_EQ(answers["small"].infer_response().raw_output_contents(0),
+            std::string(reinterpret_cast<const char*>(&two), sizeof(two)));
 }
 
 TEST_F(KServeTest, ScatterGivenBothSrcAndValueIsRefusedNamingBoth) {

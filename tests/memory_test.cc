@@ -277,6 +277,31 @@ TEST_F(ServiceMemoryTest, ACallOverTheLimitIsRefusedAndASmallOnePasses) {
   EXPECT_TRUE(RejectedForMemory(1));
 }
 
+// Under --max_memory_bytes too, a request over --max_message_bytes is refused naming that flag,
+// not reset by gRPC: gRPC's receive limit (above the flag) and its resource quota (the limit plus
+// the smaller of the limit and that receive limit) let it arrive whole. It is refused before it
+// is admitted, so it is no memory rejection.
+TEST(ServiceMemoryLimitsTest, ARequestOverMaxMessageBytesIsToldThatFlag) {
+  ServerOptions options;
+  options.limits.max_memory_bytes = kLimit;
+  options.limits.max_message_bytes = 256 << 10;
+  std::unique_ptr<Server> server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<v1::TensorOps::Stub> stub = Connect(server->port());
+  const v1::GatherRequest medium = MediumGather();  // about 512 KiB
+  v1::GatherResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  const grpc::Status status = stub->Gather(&context, medium, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr(absl::StrFormat("request of %d bytes (tensorops.v1.GatherRequest) is "
+                                        "larger than --max_message_bytes=262144",
+                                        medium.ByteSizeLong())));
+  EXPECT_THAT(server->metrics().Scrape(),
+              HasSubstr("tensorops_rejected_total{reason=\"memory\"} 0\n"));
+}
+
 TEST_F(ServiceMemoryTest, CallsHoldTheirBytesUntilTheyFinishThenAFollowingCallPasses) {
   BlockingWork blocker;
   ASSERT_TRUE(server_->scheduler().Enqueue(&blocker).ok());

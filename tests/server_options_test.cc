@@ -1,7 +1,11 @@
 // ValidateServerOptions and ValidateSchedulerOptions: every range error's message, --device's
-// parse into DeviceChoice, and the server's command line (server/command_line.h).
+// parse into DeviceChoice, the server's command line (server/command_line.h), and what Start
+// makes of --unix_socket's path (a stale socket, one in use, a file that is not a socket).
 #include "server/server_options.h"
 
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,16 +25,21 @@
 #include "absl/flags/marshalling.h"
 #include "absl/flags/reflection.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "server/command_line.h"
 #include "server/scheduler.h"
 #include "server/server.h"
+#include "server/unix_socket.h"
+#include "tensorops/v1/service.grpc.pb.h"
 
 // A flag of the type --device has, to parse through Abseil's flag machinery as main.cc does.
 ABSL_FLAG(tensorops::DeviceChoice, device_choice_for_test, tensorops::DeviceChoice::kAuto,
@@ -68,6 +78,16 @@ TEST(ValidateServerOptionsTest, EachValueOutOfRangeNamesTheFlagTheValueAndTheRul
        "--port=-1 is out of range: must be 0..65535 (0 picks a free port)"},
       {[](ServerOptions& o) { o.port = 65536; },
        "--port=65536 is out of range: must be 0..65535 (0 picks a free port)"},
+      {[](ServerOptions& o) { o.unix_socket = "/run/" + std::string(103, 's'); },
+       "--unix_socket=/run/" + std::string(103, 's') +
+           " is too long: 108 bytes, and a Unix socket's path holds at most 107 (sockaddr_un's "
+           "108 bytes with the terminating NUL); choose a shorter path"},
+      {[](ServerOptions& o) { o.unix_socket = "unix:/run/tensorops.sock"; },
+       "--unix_socket=unix:/run/tensorops.sock is a gRPC target, not a path: give the socket's "
+       "path alone (/run/tensorops.sock)"},
+      {[](ServerOptions& o) { o.unix_socket = "unix-abstract:tensorops"; },
+       "--unix_socket=unix-abstract:tensorops is a gRPC target, not a path: give the socket's "
+       "path alone (tensorops)"},
       {[](ServerOptions& o) { o.threads = -2; },
        "--threads=-2 is out of range: must be >= 0 (0 = every core)"},
       {[](ServerOptions& o) { o.limits.max_message_bytes = 0; },
@@ -138,6 +158,8 @@ TEST(ValidateServerOptionsTest, TheEndsOfEachRangeAreValid) {
   const std::vector<std::function<void(ServerOptions&)>> edges = {
       [](ServerOptions& o) { o.port = 0; },
       [](ServerOptions& o) { o.port = 65535; },
+      [](ServerOptions& o) { o.unix_socket = "/run/" + std::string(102, 's'); },  // 107 bytes
+      [](ServerOptions& o) { o.unix_socket = "tensorops.sock"; },  // relative to the working dir
       [](ServerOptions& o) { o.limits.max_message_bytes = 1; },
       [](ServerOptions& o) { o.limits.max_message_bytes = INT_MAX; },
       [](ServerOptions& o) { o.limits.max_rank = 0; },
@@ -187,15 +209,29 @@ TEST(ServerOptionsTest, MemoryDefaultsAreNoLimitAndATrimAfterOneIdleSecond) {
   EXPECT_EQ(options.memory_trim.idle_after, absl::Seconds(1));
 }
 
+// gRPC's receive limit is above --max_message_bytes, so that the handlers see a request over the
+// flag and refuse it naming the flag: twice the flag, at least the flag plus 4 MiB, at most
+// INT_MAX.
+TEST(ServerOptionsTest, GrpcReceivesUpToTwiceTheMessageLimitAndAtLeast4MiBMore) {
+  ServerOptions::Limits limits;
+  EXPECT_EQ(GrpcMaxReceiveMessageBytes(limits), INT_MAX);  // the default, 1 GiB
+  limits.max_message_bytes = 100000;
+  EXPECT_EQ(GrpcMaxReceiveMessageBytes(limits), 100000 + (4 << 20));
+  limits.max_message_bytes = int64_t{64} << 20;
+  EXPECT_EQ(GrpcMaxReceiveMessageBytes(limits), int64_t{128} << 20);
+  limits.max_message_bytes = INT_MAX;
+  EXPECT_EQ(GrpcMaxReceiveMessageBytes(limits), INT_MAX);
+}
+
 // Under --max_memory_bytes gRPC's buffers get a quota of the limit plus the smaller of the limit
-// and one largest message; without the limit, no quota.
+// and gRPC's receive limit; without the limit, no quota.
 TEST(ServerOptionsTest, TheGrpcMemoryQuotaIsAtMostTwiceTheLimit) {
   ServerOptions::Limits limits;
   EXPECT_EQ(GrpcMemoryQuotaBytes(limits), 0);
   limits.max_memory_bytes = int64_t{256} << 20;
   EXPECT_EQ(GrpcMemoryQuotaBytes(limits), int64_t{512} << 20);
-  limits.max_message_bytes = int64_t{64} << 20;
-  EXPECT_EQ(GrpcMemoryQuotaBytes(limits), int64_t{320} << 20);
+  limits.max_message_bytes = int64_t{64} << 20;  // gRPC receives up to 128 MiB
+  EXPECT_EQ(GrpcMemoryQuotaBytes(limits), int64_t{384} << 20);
   limits.max_memory_bytes = INT64_MAX - 1;
   EXPECT_EQ(GrpcMemoryQuotaBytes(limits), INT64_MAX);
 }
@@ -429,6 +465,147 @@ TEST(ByteCountTest, ParsesIntegersAndQuantitySuffixes) {
         << text;
   }
   EXPECT_EQ(AbslUnparseFlag(ByteCount{int64_t{1} << 30}), "1073741824");
+}
+
+// --- --unix_socket: Start and Shutdown ------------------------------------------------------
+
+// SocketDirectory makes a fresh directory for sockets (TempDir is short enough for their paths).
+std::string SocketDirectory() {
+  std::string pattern = (std::filesystem::path(::testing::TempDir()) / "sock_XXXXXX").string();
+  EXPECT_NE(mkdtemp(pattern.data()), nullptr) << std::strerror(errno);
+  return pattern;
+}
+
+ServerOptions UnixSocketOptions(const std::string& path) {
+  ServerOptions options;
+  options.port = 0;
+  options.threads = 1;
+  options.device = DeviceChoice::kCpu;
+  options.memory_trim.idle_after = absl::ZeroDuration();
+  options.shutdown.grace = absl::Seconds(1);
+  options.unix_socket = path;
+  return options;
+}
+
+// ServerInfoAt calls ServerInfo through a channel of its own to `target`.
+grpc::Status ServerInfoAt(const std::string& target) {
+  std::unique_ptr<v1::TensorOps::Stub> stub =
+      v1::TensorOps::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  v1::ServerInfoResponse response;
+  return stub->ServerInfo(&context, v1::ServerInfoRequest(), &response);
+}
+
+// BoundSocket binds a socket of its own to `path` (listening on it when `listen_too`) and returns
+// it; closing a socket that is not listened on leaves the file behind, as a killed server does.
+int BoundSocket(const std::string& path, bool listen_too) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  EXPECT_GE(fd, 0) << std::strerror(errno);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.data(), path.size());
+  EXPECT_EQ(bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)), 0)
+      << path << ": " << std::strerror(errno);
+  if (listen_too) EXPECT_EQ(listen(fd, 4), 0) << std::strerror(errno);
+  return fd;
+}
+
+bool IsSocket(const std::string& path) {
+  struct stat status;
+  return lstat(path.c_str(), &status) == 0 && S_ISSOCK(status.st_mode);
+}
+
+TEST(UnixSocketTest, ServesOnTheSocketBesideTcpAndRemovesItAtShutdown) {
+  const std::string directory = SocketDirectory();
+  const std::string path = directory + "/tensorops.sock";
+  // The socket file's mode follows the umask (bind's 0777 less it).
+  const mode_t umask_before = umask(027);
+  absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(UnixSocketOptions(path));
+  umask(umask_before);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_TRUE(IsSocket(path));
+  struct stat status;
+  ASSERT_EQ(lstat(path.c_str(), &status), 0);
+  EXPECT_EQ(status.st_mode & 0777, 0750);
+
+  EXPECT_TRUE(ServerInfoAt("unix:" + path).ok());
+  EXPECT_TRUE(ServerInfoAt("unix://" + path).ok());
+  EXPECT_TRUE(ServerInfoAt(absl::StrCat("127.0.0.1:", (*server)->port())).ok());
+
+  (*server)->Shutdown();
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(path)));
+  server->reset();
+  std::filesystem::remove_all(directory);
+}
+
+TEST(UnixSocketTest, AStaleSocketFileIsReplaced) {
+  const std::string directory = SocketDirectory();
+  const std::string path = directory + "/stale.sock";
+  close(BoundSocket(path, /*listen_too=*/false));
+  ASSERT_TRUE(IsSocket(path));
+
+  absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(UnixSocketOptions(path));
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_TRUE(ServerInfoAt("unix:" + path).ok());
+  server->reset();
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(path)));
+  std::filesystem::remove_all(directory);
+}
+
+TEST(UnixSocketTest, ASocketAProcessListensOnIsInUseAndLeftAlone) {
+  const std::string directory = SocketDirectory();
+  const std::string path = directory + "/busy.sock";
+  const std::string in_use = absl::StrCat(
+      "cannot listen on unix:", path,
+      ": the socket is in use: another server listens there (stop it, or choose another "
+      "--unix_socket)");
+
+  // Any listener: gRPC alone would remove its file and take the path.
+  const int listener = BoundSocket(path, /*listen_too=*/true);
+  absl::Status status = Server::Start(UnixSocketOptions(path)).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_EQ(status.message(), in_use);
+  EXPECT_TRUE(IsSocket(path));
+  close(listener);
+  ASSERT_EQ(unlink(path.c_str()), 0);
+
+  // Another tensorops server: it keeps its socket and keeps serving.
+  absl::StatusOr<std::unique_ptr<Server>> first = Server::Start(UnixSocketOptions(path));
+  ASSERT_TRUE(first.ok()) << first.status();
+  status = Server::Start(UnixSocketOptions(path)).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_EQ(status.message(), in_use);
+  EXPECT_TRUE(ServerInfoAt("unix:" + path).ok());
+  first->reset();
+  std::filesystem::remove_all(directory);
+}
+
+TEST(UnixSocketTest, AFileThatIsNotASocketIsAnErrorAndLeftAlone) {
+  const std::string directory = SocketDirectory();
+  const std::string file = directory + "/notes.txt";
+  std::ofstream(file) << "keep me";
+  absl::Status status = Server::Start(UnixSocketOptions(file)).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_EQ(status.message(),
+            absl::StrCat("cannot listen on unix:", file, ": ", file,
+                         " exists and is a regular file, not a socket (remove it, or choose "
+                         "another --unix_socket)"));
+  std::ifstream in(file);
+  std::string contents;
+  std::getline(in, contents);
+  EXPECT_EQ(contents, "keep me");
+
+  status = Server::Start(UnixSocketOptions(directory)).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_THAT(status.message(), HasSubstr(" exists and is a directory, not a socket"));
+
+  const std::string missing = directory + "/no/such/dir/t.sock";
+  status = Server::Start(UnixSocketOptions(missing)).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_EQ(status.message(), absl::StrCat("cannot listen on unix:", missing, ": its directory ",
+                                           directory, "/no/such/dir does not exist"));
+  std::filesystem::remove_all(directory);
 }
 
 }  // namespace

@@ -5,9 +5,11 @@
 #include <cstdint>
 #include <cstring>
 #include <future>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -710,6 +712,16 @@ TEST_F(ServiceTest, MaskedScatterErrors) {
 // --- Limits
 // ---------------------------------------------------------------------------------------
 
+// TooLargeMessage is the refusal of a request of `bytes` bytes of `type` over
+// --max_message_bytes=`limit` (server/parsed_request.h).
+std::string TooLargeMessage(size_t bytes, std::string_view type, int64_t limit) {
+  return absl::StrFormat("request of %d bytes (%s) is larger than --max_message_bytes=%d: ", bytes,
+                         type, limit);
+}
+
+// gRPC receives more than --max_message_bytes (twice it, at least 4 MiB more), so that the server
+// refuses a larger request itself, naming the flag, the request's size and the limit, instead of
+// gRPC's "Received message larger than max". The stub sends anything (no client-side limit).
 TEST(ServiceLimitsTest, MessageLargerThanMaxMessageBytes) {
   ServerOptions::Limits limits;
   limits.max_message_bytes = 64 << 10;
@@ -723,8 +735,33 @@ TEST(ServiceLimitsTest, MessageLargerThanMaxMessageBytes) {
   v1::GatherResponse response;
   {
     grpc::ClientContext context;
-    ExpectStatus(stub->Gather(&context, request, &response), grpc::StatusCode::RESOURCE_EXHAUSTED,
-                 "");
+    const grpc::Status status = stub->Gather(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_EQ(status.error_message(),
+              TooLargeMessage(request.ByteSizeLong(), "tensorops.v1.GatherRequest", 64 << 10) +
+                  "send a smaller request; a tensor too large for one message can be uploaded to "
+                  "the tensor store with PutTensor, in chunks, and referenced by name");
+  }
+  // Run (and every other RPC) the same.
+  {
+    v1::OpRequest run;
+    *run.mutable_gather() = request;
+    v1::OpResponse run_response;
+    grpc::ClientContext context;
+    ExpectStatus(stub->Run(&context, run, &run_response), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                 TooLargeMessage(run.ByteSizeLong(), "tensorops.v1.OpRequest", 64 << 10));
+  }
+  // Both count as refused over a limit.
+  EXPECT_THAT(server->metrics().Scrape(),
+              HasSubstr("tensorops_rejected_total{reason=\"limit\"} 2\n"));
+  // Past gRPC's own limit (64 KiB + 4 MiB here), gRPC refuses the request as before.
+  {
+    v1::GatherRequest huge = request;
+    *huge.mutable_input() = MakeTensor<float>({5 << 18}, std::vector<float>(5 << 18, 1.0f));
+    grpc::ClientContext context;
+    ExpectStatus(stub->Gather(&context, huge, &response), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                 absl::StrFormat("Received message larger than max (%d vs. %d)",
+                                 huge.ByteSizeLong(), (64 << 10) + (4 << 20)));
   }
   // A request under the limit still works.
   *request.mutable_input() = MakeTensor<float>({4}, {1, 2, 3, 4});
@@ -733,6 +770,44 @@ TEST(ServiceLimitsTest, MessageLargerThanMaxMessageBytes) {
   const grpc::Status status = stub->Gather(&context, request, &response);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_THAT(Values<float>(response.result()), ElementsAre(4));
+}
+
+// A RunStream request over --max_message_bytes gets its error by its id, and the stream goes on.
+TEST(ServiceLimitsTest, RunStreamRequestLargerThanMaxMessageBytes) {
+  ServerOptions::Limits limits;
+  limits.max_message_bytes = 64 << 10;
+  std::unique_ptr<Server> server = StartServer(limits);
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<v1::TensorOps::Stub> stub = Connect(server->port());
+
+  grpc::ClientContext context;
+  auto stream = stub->RunStream(&context);
+  v1::RunStreamRequest large;
+  large.set_request_id(7);
+  v1::GatherRequest* gather = large.mutable_op()->mutable_gather();
+  *gather->mutable_input() = MakeTensor<float>({32 << 10}, std::vector<float>(32 << 10, 1.0f));
+  *gather->mutable_index() = MakeTensor<int64_t>({1}, {0});
+  ASSERT_TRUE(stream->Write(large));
+  v1::RunStreamRequest small;
+  small.set_request_id(8);
+  *small.mutable_op()->mutable_gather()->mutable_input() = MakeTensor<float>({2}, {1, 2});
+  *small.mutable_op()->mutable_gather()->mutable_index() = MakeTensor<int64_t>({1}, {1});
+  ASSERT_TRUE(stream->Write(small));
+  ASSERT_TRUE(stream->WritesDone());
+
+  // Responses come in completion order: take them by id.
+  std::map<uint64_t, v1::RunStreamResponse> responses;
+  v1::RunStreamResponse response;
+  while (stream->Read(&response)) responses[response.request_id()] = response;
+  ASSERT_EQ(responses.size(), 2u);
+  EXPECT_EQ(responses[7].error().code(),
+            static_cast<int32_t>(grpc::StatusCode::RESOURCE_EXHAUSTED));
+  EXPECT_THAT(
+      responses[7].error().message(),
+      HasSubstr(TooLargeMessage(large.ByteSizeLong(), "tensorops.v1.RunStreamRequest", 64 << 10)));
+  EXPECT_THAT(Values<float>(responses[8].result()), ElementsAre(2));
+  const grpc::Status status = stream->Finish();
+  EXPECT_TRUE(status.ok()) << status.error_message();
 }
 
 TEST(ServiceLimitsTest, TensorsAndResultsOverMaxElements) {

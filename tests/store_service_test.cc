@@ -333,6 +333,69 @@ TEST_P(StoreServiceTest, UploadBeyondTheLimitIsResourceExhaustedNamingTheFlag) {
       client_->PutTensor("small", TensorView(DataType::kFloat32, {100}, values.data())).ok());
 }
 
+// A PutTensor message over --max_message_bytes (a data chunk or a header) is refused naming the
+// flag and the message's size, and the upload leaves nothing; so is any other store RPC's request.
+// The raw stub has no send limit of its own (a client's own limit may refuse it before sending).
+TEST_P(StoreServiceTest, MessagesOverMaxMessageBytesAreRefusedNamingTheFlag) {
+  constexpr int64_t kLimit = 64 << 10;
+  ServerOptions options;
+  options.limits.max_message_bytes = kLimit;
+  Start(options);
+  {
+    grpc::ClientContext context;
+    v1::PutTensorResponse response;
+    auto writer = stub_->PutTensor(&context, &response);
+    v1::PutTensorRequest message;
+    message.mutable_header()->set_name("chunky");
+    message.mutable_header()->set_dtype(v1::DATA_TYPE_UINT8);
+    message.mutable_header()->add_shape(200 << 10);
+    ASSERT_TRUE(writer->Write(message));
+    message.set_data(std::string(100 << 10, 'x'));
+    const size_t chunk_bytes = message.ByteSizeLong();
+    writer->Write(message);
+    writer->WritesDone();
+    const grpc::Status status = writer->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_EQ(status.error_message(),
+              absl::StrFormat("request of %d bytes (tensorops.v1.PutTensorRequest) is larger than "
+                              "--max_message_bytes=%d: send the tensor's data in smaller chunks",
+                              chunk_bytes, kLimit));
+  }
+  EXPECT_TRUE(WaitFor([&] { return server_->store().used_bytes() == 0; }));
+  EXPECT_EQ(server_->store().tensor_count(), 0);
+
+  // A chunk within the limit passes.
+  const std::vector<float> values = Floats(1000);
+  EXPECT_TRUE(
+      client_->PutTensor("small", TensorView(DataType::kFloat32, {1000}, values.data())).ok());
+
+  // Unary (TensorInfo) and server-streaming (GetTensor) store RPCs, with a name past the limit.
+  const std::string long_name(kLimit, 'n');
+  {
+    v1::TensorInfoRequest request;
+    request.set_name(long_name);
+    v1::TensorInfoResponse response;
+    grpc::ClientContext context;
+    ExpectStatus(stub_->TensorInfo(&context, request, &response),
+                 grpc::StatusCode::RESOURCE_EXHAUSTED,
+                 absl::StrFormat("request of %d bytes (tensorops.v1.TensorInfoRequest) is larger "
+                                 "than --max_message_bytes=%d",
+                                 request.ByteSizeLong(), kLimit));
+  }
+  {
+    v1::GetTensorRequest request;
+    request.set_name(long_name);
+    grpc::ClientContext context;
+    auto reader = stub_->GetTensor(&context, request);
+    v1::GetTensorResponse response;
+    EXPECT_FALSE(reader->Read(&response));
+    ExpectStatus(reader->Finish(), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                 absl::StrFormat("request of %d bytes (tensorops.v1.GetTensorRequest) is larger "
+                                 "than --max_message_bytes=%d",
+                                 request.ByteSizeLong(), kLimit));
+  }
+}
+
 TEST_P(StoreServiceTest, UploadOverTheRankLimitIsRefused) {
   ServerOptions options;
   options.limits.max_rank = 2;

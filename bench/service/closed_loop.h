@@ -133,16 +133,20 @@ inline CellResult Drive(const SlotFactory& factory, int concurrency, int64_t max
   return result;
 }
 
-// Connect opens a channel to 127.0.0.1:`port` with no message size limits, on a connection of its
-// own.
-inline std::shared_ptr<grpc::Channel> Connect(int port) {
+// ConnectTo opens a channel to the gRPC `target` ("unix:PATH", "127.0.0.1:PORT") with no message
+// size limits, on a connection of its own.
+inline std::shared_ptr<grpc::Channel> ConnectTo(const std::string& target) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
   // Each server gets its own connection, not one shared through the global subchannel pool.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(absl::StrFormat("127.0.0.1:%d", port),
-                                   grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+
+// Connect opens a channel to 127.0.0.1:`port`, as ConnectTo.
+inline std::shared_ptr<grpc::Channel> Connect(int port) {
+  return ConnectTo(absl::StrFormat("127.0.0.1:%d", port));
 }
 
 // RunSettings are a run's repetitions and the limits of each of its cells.

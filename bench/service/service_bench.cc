@@ -10,12 +10,20 @@
 // alternate echo and tensorops so drift on a shared machine hits both, and the tables report the
 // median over repetitions (ratios are the median of per-repetition ratios).
 //
+// --only=unix compares transports instead: the same two calls at concurrency 1 through a Unix
+// domain socket (the servers' --unix_socket) and through loopback TCP, on the same servers.
+//
 //   build/release/bench/service/service_bench            # full tables, about 2-3 minutes
 //   build/release/bench/service/service_bench --quick    # smoke run, seconds
+//   build/release/bench/service/service_bench --only=unix   # Unix socket vs TCP, about 1 minute
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -56,23 +64,31 @@ ABSL_FLAG(int64_t, inline_max_bytes, int64_t{64} << 10,
           "compare).");
 ABSL_FLAG(std::string, only, "",
           "'echo' or 'tensorops': drive only that server (for profiling one side; ratios then "
-          "read 1.00x and the batching table is skipped); 'batching': only the batching table.");
+          "read 1.00x and the batching table is skipped); 'batching': only the batching table; "
+          "'unix': only the Unix socket against loopback TCP table (--unix_payloads).");
 ABSL_FLAG(tensorops::DeviceChoice, device, tensorops::DeviceChoice::kAuto,
           "Where the tensorops servers run calls (tensorops-server's --device): auto, cpu or "
           "cuda; with cuda every call goes to the GPU, however small.");
 ABSL_FLAG(std::vector<std::string>, batching_payloads, std::vector<std::string>({"1024"}),
           "Payload sizes in bytes (multiples of 1024) of the batching table, e.g. "
           "1024,16384,65536.");
+ABSL_FLAG(std::vector<std::string>, unix_payloads,
+          std::vector<std::string>({"1024", "65536", "1048576"}),
+          "Payload sizes in bytes (multiples of 1024) of --only=unix's table.");
 
 namespace tensorops::bench {
 namespace {
 
-// EchoServer serves EchoService on a free loopback port with tensorops' message limits.
+// EchoServer serves EchoService on a free loopback port with tensorops' message limits, and on the
+// Unix socket at `unix_socket` too when it is not empty.
 class EchoServer {
  public:
-  EchoServer() {
+  explicit EchoServer(const std::string& unix_socket = "") {
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    if (!unix_socket.empty()) {
+      builder.AddListeningPort("unix:" + unix_socket, grpc::InsecureServerCredentials());
+    }
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     builder.SetMaxReceiveMessageSize(1 << 30);
     builder.SetMaxSendMessageSize(1 << 30);
@@ -88,11 +104,12 @@ class EchoServer {
   int port_ = 0;
 };
 
-std::unique_ptr<Server> StartTensorOps(
-    int max_batch, absl::Duration max_queue_delay,
-    tensorops::DeviceChoice device = absl::GetFlag(FLAGS_device)) {
+std::unique_ptr<Server> StartTensorOps(int max_batch, absl::Duration max_queue_delay,
+                                       tensorops::DeviceChoice device = absl::GetFlag(FLAGS_device),
+                                       const std::string& unix_socket = "") {
   ServerOptions options;
   options.port = 0;
+  options.unix_socket = unix_socket;
   options.queue.max_batch = max_batch;
   options.queue.max_queue_delay = max_queue_delay;
   options.queue.inline_max_bytes = absl::GetFlag(FLAGS_inline_max_bytes);
@@ -353,11 +370,93 @@ void RunBatchingTable(const RunSettings& settings, std::vector<std::string>* ver
   }
 }
 
+// RunUnixSocketTable measures the echo and the tensorops call at concurrency 1 through a Unix
+// domain socket and through loopback TCP, on the same two servers (each listening on both), for
+// each --unix_payloads size. Every repetition measures the four cells, the transports in
+// alternating order; ratios are unix / tcp, the median of per-repetition ratios.
+void RunUnixSocketTable(const RunSettings& settings) {
+  std::string directory =
+      (std::filesystem::temp_directory_path() / "service_bench_XXXXXX").string();
+  if (mkdtemp(directory.data()) == nullptr) {
+    absl::FPrintF(stderr, "mkdtemp %s failed\n", directory);
+    std::exit(1);
+  }
+  const std::string echo_socket = directory + "/echo.sock";
+  const std::string tensorops_socket = directory + "/tensorops.sock";
+  EchoServer echo_server(echo_socket);
+  std::unique_ptr<Server> tensorops_server =
+      StartTensorOps(8, absl::ZeroDuration(), absl::GetFlag(FLAGS_device), tensorops_socket);
+  auto echo_tcp = tensorops::bench::v1::Echo::NewStub(Connect(echo_server.port()));
+  auto echo_unix = tensorops::bench::v1::Echo::NewStub(ConnectTo("unix:" + echo_socket));
+  auto ours_tcp = tensorops::v1::TensorOps::NewStub(Connect(tensorops_server->port()));
+  auto ours_unix = tensorops::v1::TensorOps::NewStub(ConnectTo("unix:" + tensorops_socket));
+
+  absl::PrintF(
+      "\n## Service: Unix domain socket vs loopback TCP, concurrency 1, %s\n\n"
+      "median of %d repetition(s), %.1f s per cell; ratio = unix / tcp (p50: lower is better; "
+      "calls/s: higher is better)\n\n"
+      "| payload | call | tcp p50 ms | unix p50 ms | p50 ratio | tcp p99 ms | unix p99 ms | "
+      "tcp calls/s | unix calls/s | calls/s ratio |\n"
+      "|---|---|---|---|---|---|---|---|---|---|\n",
+      absl::FormatTime("%Y-%m-%d", absl::Now(), absl::UTCTimeZone()), settings.repetitions,
+      absl::ToDoubleSeconds(settings.seconds_per_cell));
+  std::fflush(stdout);
+  for (const std::string& size : absl::GetFlag(FLAGS_unix_payloads)) {
+    const int64_t payload = std::stoll(size);
+    Workload workload = MakeWorkload(payload);
+    struct Call {
+      std::string name;
+      SlotFactory tcp, unix_socket;
+    };
+    const Call calls[] = {
+        {"echo", EchoSlots(echo_tcp.get(), &workload.echo),
+         EchoSlots(echo_unix.get(), &workload.echo)},
+        {"tensorops SliceScatter", TensorOpsSlots(ours_tcp.get(), &workload.slice_scatter),
+         TensorOpsSlots(ours_unix.get(), &workload.slice_scatter)}};
+    for (const Call& call : calls) {
+      std::vector<CellResult> tcp_reps, unix_reps;
+      std::vector<double> p50_ratios, throughput_ratios;
+      std::string error;
+      for (int rep = 0; rep < settings.repetitions && error.empty(); ++rep) {
+        CellResult tcp, unix_socket;
+        auto measure_tcp = [&] { tcp = Measure(call.tcp, 1, payload, settings); };
+        auto measure_unix = [&] { unix_socket = Measure(call.unix_socket, 1, payload, settings); };
+        if (rep % 2 == 0) {
+          measure_tcp();
+          measure_unix();
+        } else {
+          measure_unix();
+          measure_tcp();
+        }
+        error = !tcp.error.empty()
+                    ? "tcp: " + tcp.error
+                    : (!unix_socket.error.empty() ? "unix: " + unix_socket.error : "");
+        tcp_reps.push_back(tcp);
+        unix_reps.push_back(unix_socket);
+        p50_ratios.push_back(unix_socket.p50_ms / tcp.p50_ms);
+        throughput_ratios.push_back(unix_socket.calls_per_s / tcp.calls_per_s);
+      }
+      if (!error.empty()) {
+        absl::PrintF("| %s | %s | failed: %s |||||||\n", SizeName(payload), call.name, error);
+        continue;
+      }
+      const Summary t = Summarize(tcp_reps), u = Summarize(unix_reps);
+      absl::PrintF("| %s | %s | %.3f | %.3f | %.2fx | %.3f | %.3f | %.0f | %.0f | %.2fx |\n",
+                   SizeName(payload), call.name, t.p50_ms, u.p50_ms, Median(p50_ratios), t.p99_ms,
+                   u.p99_ms, t.calls_per_s, u.calls_per_s, Median(throughput_ratios));
+      std::fflush(stdout);
+    }
+  }
+  tensorops_server.reset();
+  std::filesystem::remove_all(directory);
+}
+
 int Run() {
   const bool quick = absl::GetFlag(FLAGS_quick);
   const std::string only = absl::GetFlag(FLAGS_only);
-  if (!only.empty() && only != "echo" && only != "tensorops" && only != "batching") {
-    absl::FPrintF(stderr, "--only=%s: expected echo, tensorops or batching\n", only);
+  if (!only.empty() && only != "echo" && only != "tensorops" && only != "batching" &&
+      only != "unix") {
+    absl::FPrintF(stderr, "--only=%s: expected echo, tensorops, batching or unix\n", only);
     return 2;
   }
   RunSettings settings{
@@ -365,6 +464,10 @@ int Run() {
       .seconds_per_cell = absl::Seconds(quick ? 0.2 : absl::GetFlag(FLAGS_seconds_per_cell)),
       .max_calls_per_cell = absl::GetFlag(FLAGS_max_calls_per_cell)};
   const int64_t max_inflight = quick ? int64_t{64} << 20 : absl::GetFlag(FLAGS_max_inflight_bytes);
+  if (only == "unix") {
+    RunUnixSocketTable(settings);
+    return 0;
+  }
   std::vector<std::string> verdicts;
   if (only != "batching") RunTransportTable(settings, only, max_inflight, &verdicts);
   if (only == "echo" || only == "tensorops") return 0;

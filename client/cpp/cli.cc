@@ -64,7 +64,9 @@
 #include "server/store/store_files.h"
 #include "tensorops/storefiles/v1/store_files.pb.h"
 
-ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Server address (host:port or a gRPC target).");
+ABSL_FLAG(std::string, target, "127.0.0.1:50051",
+          "Server address: host:port, or a gRPC target such as unix:PATH (a server's "
+          "--unix_socket), dns:///host:port or ipv4:host:port,host:port.");
 ABSL_FLAG(absl::Duration, timeout, absl::InfiniteDuration(),
           "Deadline of the call, e.g. 10s or 500ms; inf for none.");
 ABSL_FLAG(std::string, tls_ca, "",
@@ -909,9 +911,21 @@ const CommandSpec* FindCommand(absl::string_view name) {
 
 // ValidateTlsFlags checks that a client certificate comes with its key.
 // ValidateTarget refuses a --target with no port ("127.0.0.1", "localhost", "[::1]"), which gRPC
-// would dial at port 0; other forms (HOST:PORT, dns:///HOST:PORT, unix:PATH, ...) are gRPC's.
+// would dial at port 0, and a Unix socket target without its path or name ("unix:",
+// "unix-abstract:"); other forms (HOST:PORT, dns:///HOST:PORT, unix:PATH, unix:///PATH,
+// unix-abstract:NAME, ...) are gRPC's.
 absl::Status ValidateTarget() {
   const std::string target = absl::GetFlag(FLAGS_target);
+  for (absl::string_view scheme : {"unix:", "unix-abstract:"}) {
+    if (!absl::StartsWith(target, scheme)) continue;
+    if (target.size() == scheme.size() || target == "unix://" || target == "unix:///") {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--target = '%s' names no socket (expected unix:PATH, e.g. unix:/run/tensorops.sock, "
+          "or unix-abstract:NAME)",
+          target));
+    }
+    return absl::OkStatus();
+  }
   const bool bracketed_address = absl::StartsWith(target, "[") && absl::EndsWith(target, "]");
   if (target.find(':') == std::string::npos || bracketed_address) {
     return absl::InvalidArgumentError(absl::StrFormat(

@@ -102,7 +102,12 @@ grpc::internal::MethodHandler* NewRawUnaryHandler(const ServingContext& serving,
         if (status.ok()) {
           grpc::Slice slice;
           // gRPC hands a call whose request never came to the handler with no buffer.
-          if (!request->Valid() || !request->DumpToSingleSlice(&slice).ok()) {
+          if (request->Valid() &&
+              static_cast<int64_t>(request->Length()) > serving.limits.max_bytes) {
+            // As every handler does (server/parsed_request.h).
+            status =
+                MessageTooLargeError(method.method, request->Length(), serving.limits.max_bytes);
+          } else if (!request->Valid() || !request->DumpToSingleSlice(&slice).ok()) {
             status = absl::CancelledError(absl::StrFormat(
                 "no %s request arrived: the client cancelled the call, or closed its side of the "
                 "call without sending the request",
@@ -375,7 +380,7 @@ void InferenceService::HandleModelInfer() {
                 serving_, context, "ModelInfer",
                 parsed->ok ? InferCall::ModelName(parsed->message) : "model_infer",
                 [this, context, request, response]() -> absl::StatusOr<PreparedOp> {
-                  if (!request->ok) return MalformedRequestError(*request);
+                  TENSOROPS_RETURN_IF_ERROR(RequestError(*request, serving_.limits.max_bytes));
                   TENSOROPS_ASSIGN_OR_RETURN(std::shared_ptr<InferCall> call,
                                              InferCall::Translate(&request->message));
                   const std::string ns = StoreNamespace(serving_, *context);

@@ -294,8 +294,9 @@ func newClient(conn grpc.ClientConnInterface, s *settings) *Client {
 	return client
 }
 
-// Dial returns a Client of the server at target ("host:port", or any gRPC target; several
-// replicas as "dns:///name:port" or, as gRPC C-core spells a list, "ipv4:host:port,host:port" or
+// Dial returns a Client of the server at target ("host:port", or any gRPC target; a server's
+// Unix socket as "unix:PATH" or "unix:///PATH", or "unix-abstract:NAME"; several replicas as
+// "dns:///name:port" or, as gRPC C-core spells a list, "ipv4:host:port,host:port" or
 // "ipv6:[host]:port,...", which Dial resolves itself; see WithLoadBalancing). Like
 // grpc.Dial it does not wait for the connection: a server that is down shows as Unavailable on
 // the first call, with the message "no tensorops server answers at TARGET (is it running?)", a
@@ -320,6 +321,13 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	}
 	if isList {
 		s.dialOptions = append([]grpc.DialOption{grpc.WithResolvers(addressListBuilder{})}, s.dialOptions...)
+	}
+	target, unixAbstractDialer, err := unixAbstractTarget(target)
+	if err != nil {
+		return nil, err
+	}
+	if unixAbstractDialer != nil {
+		s.dialOptions = append([]grpc.DialOption{unixAbstractDialer}, s.dialOptions...)
 	}
 	serviceConfig := s.serviceConfig
 	if serviceConfig == "" {

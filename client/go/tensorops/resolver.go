@@ -1,9 +1,11 @@
 package tensorops
 
 import (
+	"context"
 	"net"
 	"strings"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/status"
@@ -52,3 +54,28 @@ type addressListResolver struct{}
 
 func (addressListResolver) ResolveNow(resolver.ResolveNowOptions) {}
 func (addressListResolver) Close()                                {}
+
+// unixAbstractPrefix starts gRPC C-core's targets of a socket in Linux's abstract namespace.
+const unixAbstractPrefix = "unix-abstract:"
+
+// unixAbstractTarget turns a "unix-abstract:NAME" target, which gRPC-Go before 1.40 has no
+// resolver for, into a target and a dialer that reach the socket NAME in the abstract namespace,
+// so that the C++, Python and Go clients accept the same targets. The connection's authority (the
+// name a TLS certificate is checked against unless TLSFiles.ServerName says otherwise) is
+// "localhost", as gRPC C-core's is for Unix sockets. "unix:PATH" targets need nothing: gRPC-Go
+// dials them itself. Other targets come back unchanged, with a nil option.
+func unixAbstractTarget(target string) (string, grpc.DialOption, error) {
+	if !strings.HasPrefix(target, unixAbstractPrefix) {
+		return target, nil, nil
+	}
+	name := strings.TrimPrefix(target, unixAbstractPrefix)
+	if name == "" {
+		return "", nil, status.Errorf(codes.InvalidArgument, "tensorops: target %q names no socket (expected unix-abstract:NAME)", target)
+	}
+	dial := func(ctx context.Context, _ string) (net.Conn, error) {
+		var dialer net.Dialer
+		// Go's net package spells the abstract namespace with a leading '@'.
+		return dialer.DialContext(ctx, "unix", "@"+name)
+	}
+	return "passthrough:///localhost", grpc.WithContextDialer(dial), nil
+}

@@ -194,6 +194,27 @@ def test_tls(certificates):
         server.stop()
 
 
+def test_tls_over_the_unix_socket(certificates, tmp_path):
+    # --unix_socket serves the TCP port's credentials; gRPC checks the certificate against
+    # "localhost" for unix: targets, which the test certificate names, so no server_name is needed.
+    d = certificates
+    path = str(tmp_path / "tls.sock")
+    if len(path) > 107:
+        pytest.skip(f"the temporary directory's path is too long for a socket: {path}")
+    server = ServerProcess(f"--tls_cert={d / 'server.crt'}", f"--tls_key={d / 'server.key'}",
+                           f"--unix_socket={path}")
+    try:
+        with tensorops.Client(f"unix:{path}", timeout=30,
+                              tls=tensorops.TLS(root_ca=d / "ca.crt")) as secure:
+            np.testing.assert_array_equal(secure.gather(X, 1, INDEX), [[2, 1]])
+            assert secure.server_info().tls
+        with tensorops.Client(f"unix:{path}", timeout=5) as plaintext:
+            with pytest.raises(tensorops.Unavailable):
+                plaintext.gather(X, 1, INDEX)
+    finally:
+        server.stop()
+
+
 def test_tls_client_against_a_plaintext_server(server, certificates):
     tls = tensorops.TLS(root_ca=certificates / "ca.crt", server_name="localhost")
     with tensorops.Client(server.address, timeout=5, tls=tls) as secure:

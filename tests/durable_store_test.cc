@@ -353,6 +353,9 @@ TEST(DurableStoreTest, ASnapshotReplacesTheOldFilesAndRecoveryAddsTheNewLog) {
   EXPECT_EQ(durable->recovery().records, 0);
   EXPECT_THAT(Ints(store, "", "t"), ElementsAre(12, 12));
   EXPECT_TRUE(store.FindChange("", "after").has_value());
+  // Nothing changed since that snapshot: stopping again writes none.
+  ASSERT_OK_AND_ASSIGN(std::optional<SnapshotReport> again, durable->Close());
+  EXPECT_FALSE(again.has_value());
 }
 
 // Writes log `generation` in `dir` with the records `write` appends.

@@ -465,8 +465,9 @@ absl::StatusOr<int64_t> DurableStore::Recover(const ReplayUpdate& replay) {
   {
     absl::MutexLock lock(&log_mu_);
     older_log_bytes_ = log_bytes;
-    // Replayed logs are worth compacting at the next snapshot (or Close).
-    changes_ = logs.empty() ? 0 : 1;
+    // Replayed records are worth compacting at the next snapshot (or Close); a log with none
+    // (after a clean stop, only its header) is not.
+    changes_ = recovery_.records + recovery_.skipped + recovery_.failed > 0 ? 1 : 0;
   }
   {
     absl::MutexLock lock(&snapshot_mu_);
@@ -829,7 +830,7 @@ absl::StatusOr<std::optional<SnapshotReport>> DurableStore::Close() {
   bool changed;
   {
     absl::ReaderMutexLock lock(&log_mu_);
-    changed = changes_ > 0 || older_log_bytes_ > 0;
+    changed = changes_ > 0;
   }
   absl::Status status;
   if (changed) {

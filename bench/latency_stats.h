@@ -10,9 +10,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 namespace tensorops::bench {
@@ -67,6 +71,23 @@ inline Summary Summarize(const std::vector<CellResult>& reps) {
     calls.push_back(r.calls);
   }
   return {Median(p50), Median(p99), Median(cps), static_cast<int64_t>(Median(calls))};
+}
+
+// Drive calls `call(i)` for i = 0, 1, ... one at a time (concurrency 1) until `max_calls` have
+// completed or `duration` has passed; the first failed call ends the cell with its error.
+inline CellResult Drive(const std::function<absl::Status(int64_t)>& call, absl::Duration duration,
+                        int64_t max_calls = std::numeric_limits<int64_t>::max()) {
+  std::vector<double> latencies;
+  const absl::Time start = absl::Now();
+  absl::Time now = start;
+  while (now - start < duration && static_cast<int64_t>(latencies.size()) < max_calls) {
+    const absl::Time sent = now;
+    absl::Status status = call(static_cast<int64_t>(latencies.size()));
+    now = absl::Now();
+    if (!status.ok()) return {.error = status.ToString()};
+    latencies.push_back(absl::ToDoubleMilliseconds(now - sent));
+  }
+  return CellFromLatencies(std::move(latencies), now - start);
 }
 
 }  // namespace tensorops::bench

@@ -229,6 +229,18 @@ std::optional<double> BootTimeSeconds() {
   return std::nullopt;
 }
 
+// Gauge and Counter are families of one unlabelled series.
+prometheus::MetricFamily Gauge(std::string name, std::string help, double value) {
+  prometheus::ClientMetric metric;
+  metric.gauge.value = value;
+  return {std::move(name), std::move(help), prometheus::MetricType::Gauge, {metric}};
+}
+prometheus::MetricFamily Counter(std::string name, std::string help, double value) {
+  prometheus::ClientMetric metric;
+  metric.counter.value = value;
+  return {std::move(name), std::move(help), prometheus::MetricType::Counter, {metric}};
+}
+
 // ProcessCollector serves the process metrics every Prometheus client library exports under the
 // same names (process_cpu_seconds_total, process_resident_memory_bytes, ...), read from /proc at
 // each scrape. A metric whose source cannot be read is left out of that scrape.
@@ -274,17 +286,6 @@ class ProcessCollector final : public prometheus::Collectable {
   }
 
  private:
-  static prometheus::MetricFamily Gauge(std::string name, std::string help, double value) {
-    prometheus::ClientMetric metric;
-    metric.gauge.value = value;
-    return {std::move(name), std::move(help), prometheus::MetricType::Gauge, {metric}};
-  }
-  static prometheus::MetricFamily Counter(std::string name, std::string help, double value) {
-    prometheus::ClientMetric metric;
-    metric.counter.value = value;
-    return {std::move(name), std::move(help), prometheus::MetricType::Counter, {metric}};
-  }
-
   // Unix seconds; nullopt when /proc/stat or /proc/self/stat could not be read at Create.
   std::optional<double> start_time_seconds_;
 };
@@ -312,35 +313,23 @@ std::vector<prometheus::MetricFamily> StoreFamilies(const StoreFigures& figures)
                {}, figures.limit_bytes)};
   if (!figures.durable.has_value()) return families;
   const DurableStoreStats& durable = *figures.durable;
-  const auto gauge = [](std::string name, std::string help, double value) {
-    prometheus::ClientMetric metric;
-    metric.gauge.value = value;
-    return prometheus::MetricFamily{
-        std::move(name), std::move(help), prometheus::MetricType::Gauge, {metric}};
-  };
-  const auto counter = [](std::string name, std::string help, double value) {
-    prometheus::ClientMetric metric;
-    metric.counter.value = value;
-    return prometheus::MetricFamily{
-        std::move(name), std::move(help), prometheus::MetricType::Counter, {metric}};
-  };
   if (durable.snapshot_time != absl::InfinitePast()) {
-    families.push_back(gauge("tensorops_store_snapshot_timestamp_seconds",
+    families.push_back(Gauge("tensorops_store_snapshot_timestamp_seconds",
                              "When the store's last snapshot was written (or the one loaded at "
                              "start-up), in Unix seconds.",
                              static_cast<double>(absl::ToUnixMicros(durable.snapshot_time)) / 1e6));
-    families.push_back(gauge("tensorops_store_snapshot_bytes", "The last snapshot's size.",
+    families.push_back(Gauge("tensorops_store_snapshot_bytes", "The last snapshot's size.",
                              static_cast<double>(durable.snapshot_bytes)));
   }
-  families.push_back(gauge("tensorops_store_log_bytes",
+  families.push_back(Gauge("tensorops_store_log_bytes",
                            "Bytes of store log since the last snapshot (what recovery replays).",
                            static_cast<double>(durable.log_bytes)));
-  families.push_back(counter("tensorops_store_fsyncs_total", "fsyncs of the store's log.",
+  families.push_back(Counter("tensorops_store_fsyncs_total", "fsyncs of the store's log.",
                              static_cast<double>(durable.fsyncs)));
-  families.push_back(counter("tensorops_store_fsync_seconds_total",
+  families.push_back(Counter("tensorops_store_fsync_seconds_total",
                              "Time spent in fsyncs of the store's log.",
                              absl::ToDoubleSeconds(durable.fsync_time)));
-  families.push_back(gauge("tensorops_store_recovery_seconds",
+  families.push_back(Gauge("tensorops_store_recovery_seconds",
                            "How long the store's recovery at start-up took.",
                            absl::ToDoubleSeconds(durable.recovery_time)));
   return families;

@@ -60,8 +60,8 @@ namespace tensorops::durable_bench {
 namespace {
 
 namespace fs = std::filesystem;
-using ::tensorops::bench::CellFromLatencies;
 using ::tensorops::bench::CellResult;
+using ::tensorops::bench::Drive;
 using ::tensorops::bench::Median;
 using ::tensorops::bench::Summarize;
 using ::tensorops::bench::Summary;
@@ -133,19 +133,6 @@ v1::OpRequest PushRequest(const Tensor& index, const Tensor& updates) {
   return request;
 }
 
-CellResult Drive(const std::function<absl::Status()>& call, absl::Duration duration) {
-  std::vector<double> latencies;
-  const absl::Time start = absl::Now();
-  absl::Time now = start;
-  while (now - start < duration) {
-    const absl::Time sent = now;
-    if (absl::Status status = call(); !status.ok()) return {.error = status.ToString()};
-    now = absl::Now();
-    latencies.push_back(absl::ToDoubleMilliseconds(now - sent));
-  }
-  return CellFromLatencies(std::move(latencies), now - start);
-}
-
 // ScrapeValue is the value of metric `name` (no labels) in a Prometheus text scrape.
 double ScrapeValue(const std::string& scrape, std::string_view name) {
   const size_t at = scrape.find("\n" + std::string(name) + " ");
@@ -190,10 +177,10 @@ void CostTable(const std::string& root, bool quick) {
       const size_t m = (k + rep) % modes.size();  // rotate who goes first
       Client& client = *clients[m];
       int64_t i = 0;
-      const auto push_call = [&]() -> absl::Status {
+      const auto push_call = [&](int64_t) -> absl::Status {
         return client.RunStored(PushRequest(indexes[i++ % indexes.size()], updates)).status();
       };
-      const auto put_call = [&]() -> absl::Status {
+      const auto put_call = [&](int64_t) -> absl::Status {
         return client.PutTensor(kPut, put.view(), {.overwrite = true}).status();
       };
       Drive(push_call, absl::Milliseconds(200));  // warm-up

@@ -81,8 +81,8 @@ ABSL_FLAG(int, repetitions, 3, "Repetitions of every cell; the tables report med
 namespace tensorops::store_bench {
 namespace {
 
-using ::tensorops::bench::CellFromLatencies;
 using ::tensorops::bench::CellResult;
+using ::tensorops::bench::Drive;
 using ::tensorops::bench::Median;
 using ::tensorops::bench::Summarize;
 using ::tensorops::bench::Summary;
@@ -114,24 +114,6 @@ std::vector<Tensor> MakeIndexBatches(int64_t rows, int64_t batch_rows, uint64_t 
     batches.push_back(std::move(index));
   }
   return batches;
-}
-
-// CellResult is one timed cell: calls one after another (concurrency 1).
-// Drive calls `call(i)` for i = 0, 1, ... until `max_calls` have completed or `duration` has
-// passed, one at a time.
-CellResult Drive(const std::function<absl::Status(int64_t)>& call, absl::Duration duration,
-                 int64_t max_calls) {
-  std::vector<double> latencies;
-  const absl::Time start = absl::Now();
-  absl::Time now = start;
-  while (now - start < duration && static_cast<int64_t>(latencies.size()) < max_calls) {
-    const absl::Time sent = now;
-    absl::Status status = call(static_cast<int64_t>(latencies.size()));
-    now = absl::Now();
-    if (!status.ok()) return {.error = status.ToString()};
-    latencies.push_back(absl::ToDoubleMilliseconds(now - sent));
-  }
-  return CellFromLatencies(std::move(latencies), now - start);
 }
 
 struct RunSettings {

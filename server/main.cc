@@ -85,6 +85,13 @@ ABSL_FLAG(tensorops::ByteCount, gpu_min_bytes, tensorops::ByteCount{int64_t{1} <
 ABSL_FLAG(tensorops::ByteCount, gpu_memory_limit, tensorops::ByteCount{0},
           "Most GPU memory in bytes that batches hold at once (>= 0; 0 = no limit but the "
           "device's); a batch that would exceed it runs on the CPU.");
+ABSL_FLAG(int64_t, max_shared_memory_regions, 64,
+          "Shared-memory regions one caller (token) may have registered at once; 0 refuses "
+          "shared memory.");
+ABSL_FLAG(tensorops::ByteCount, max_shared_memory_bytes, tensorops::ByteCount{0},
+          "Bytes of shared-memory regions mapped at once, over all callers (a region counts until "
+          "the last call using it is done); 0 = --max_memory_bytes, or no limit without it. Not "
+          "above --max_memory_bytes.");
 ABSL_FLAG(tensorops::ByteCount, store_memory_bytes, tensorops::ByteCount{int64_t{1} << 30},
           "Most bytes the tensor store (PutTensor, results stored by any op, referenced by any "
           "op) holds in all (>= 0; 0 turns the store off).");
@@ -178,6 +185,8 @@ tensorops::ServerOptions FlagsToOptions() {
   options.gpu.streams = absl::GetFlag(FLAGS_streams);
   options.gpu.min_bytes = absl::GetFlag(FLAGS_gpu_min_bytes).bytes;
   options.gpu.memory_limit_bytes = absl::GetFlag(FLAGS_gpu_memory_limit).bytes;
+  options.shared_memory.max_regions = absl::GetFlag(FLAGS_max_shared_memory_regions);
+  options.shared_memory.max_bytes = absl::GetFlag(FLAGS_max_shared_memory_bytes).bytes;
   options.store.memory_bytes = absl::GetFlag(FLAGS_store_memory_bytes).bytes;
   options.store.device = absl::GetFlag(FLAGS_store_device);
   options.store.download_snapshot_bytes = absl::GetFlag(FLAGS_store_download_snapshot_bytes).bytes;
@@ -231,6 +240,7 @@ const std::vector<tensorops::FlagGroup> kFlagGroups = {
     {"Batching", {"max_batch", "max_batch_bytes", "max_queue_delay_us", "inline_max_bytes"}},
     {"GPU", {"device", "streams", "gpu_min_bytes", "gpu_memory_limit"}},
     {"TLS and authentication", {"tls_cert", "tls_key", "tls_client_ca", "auth_token_file"}},
+    {"Shared memory", {"max_shared_memory_regions", "max_shared_memory_bytes"}},
     {"Metrics", {"metrics_port", "metrics_host"}},
     {"Logging", {"log_level"}},
     {"Store",

@@ -36,6 +36,7 @@
 #include "server/metrics.h"
 #include "server/prepared_op.h"
 #include "server/scheduler.h"
+#include "server/shared_memory/regions.h"
 #include "server/store/durable_store.h"
 #include "server/store/tensor_store.h"
 
@@ -56,6 +57,9 @@ struct ServingContext {
   TensorStore* store = nullptr;
   // The store's snapshots and log with --store_dir (SnapshotStore); null without.
   DurableStore* durable = nullptr;
+  // The shared-memory regions clients registered (server/shared_memory/regions.h); null (in
+  // some tests): no call can use shared memory.
+  SharedMemoryRegions* shared_memory = nullptr;
   // GetTensor copies a tensor of at most this many bytes whole before streaming it
   // (--store_download_snapshot_bytes); 0 = never.
   int64_t download_snapshot_bytes = 0;

@@ -45,8 +45,8 @@ namespace tensorops {
 // ArgDecoder decodes one request's fields for the op `op`, every error naming the op and the
 // argument. It is the one place a request's tensors are read, so whatever a tensor argument may
 // be besides inline bytes is resolved here for every op: a reference to a stored tensor
-// (Tensor.stored) is the value `operands` acquired for it (stored_operands.h), which the caller
-// holds until the op has run.
+// (Tensor.stored) or to bytes in a shared-memory region (Tensor.shared_memory) is the value
+// `operands` acquired for it (stored_operands.h), which the caller holds until the op has run.
 class ArgDecoder {
  public:
   // `result_stays_in_store`: the call's result is stored and not returned (ResultOptions), so a
@@ -60,7 +60,7 @@ class ArgDecoder {
         result_stays_in_store_(result_stays_in_store) {}
 
   absl::StatusOr<TensorView> Tensor(const v1::Tensor& tensor, std::string_view arg) const {
-    if (tensor.has_stored()) return StoredTensor(tensor, arg);
+    if (tensor.has_stored() || tensor.has_shared_memory()) return Referenced(tensor, arg);
     return wire::DecodeTensor(tensor, op_, arg, limits_);
   }
   absl::StatusOr<Scalar> ScalarArg(const v1::Scalar& scalar, std::string_view arg) const {
@@ -81,15 +81,17 @@ class ArgDecoder {
   std::string_view op() const { return op_; }
 
  private:
-  // StoredTensor is the value of the stored tensor `tensor` references. The store accepted its
-  // shape already; the op's rank and element limits still apply (what the kernels and the result
-  // may handle), but not the message size limit, which a tensor uploaded in chunks may pass.
-  absl::StatusOr<TensorView> StoredTensor(const v1::Tensor& tensor, std::string_view arg) const {
+  // Referenced is the value `tensor` references, a stored tensor or bytes in shared memory. The
+  // op's rank and element limits apply (what the kernels and the result may handle), but not the
+  // message size limit: neither crosses the wire in this call.
+  absl::StatusOr<TensorView> Referenced(const v1::Tensor& tensor, std::string_view arg) const {
     if (operands_ == nullptr) {
-      return absl::FailedPreconditionError(
-          absl::StrFormat("%s: %s refers to stored tensor \"%s\", but this call cannot read "
-                          "stored tensors",
-                          op_, arg, absl::CHexEscape(tensor.stored().name())));
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s: %s refers to %s \"%s\", but this call cannot read %s", op_, arg,
+          tensor.has_stored() ? "stored tensor" : "shared-memory region",
+          absl::CHexEscape(tensor.has_stored() ? tensor.stored().name()
+                                               : tensor.shared_memory().region()),
+          tensor.has_stored() ? "stored tensors" : "shared memory"));
     }
     TENSOROPS_ASSIGN_OR_RETURN(TensorView view, operands_->View(tensor, arg));
     wire::DecodeLimits stored_limits = limits_;

@@ -138,7 +138,13 @@ absl::StatusOr<PreparedOp> Prepare(std::string_view op, Plan plan, Kernel kernel
                       .run = std::move(run),
                       .operands_on_device = operands->on_device(),
                       .operands_in_host_memory = operands->in_host_memory()};
-  if (!target->in_response()) prepared.finish = [target] { return target->Finish(); };
+  if (!target->in_response() || operands->uses_shared_memory()) {
+    // What the call read from or wrote to shared memory counts only if no region shrank under it.
+    prepared.finish = [target, operands]() -> absl::Status {
+      TENSOROPS_RETURN_IF_ERROR(operands->CheckSharedMemory());
+      return target->in_response() ? absl::OkStatus() : target->Finish();
+    };
+  }
   if constexpr (requires(const Plan& p) { MakeDeviceCall(p); }) {
     prepared.device = [shared_plan, target, operands]() -> absl::StatusOr<DeviceRun> {
       std::unique_ptr<DeviceCall> call = MakeDeviceCall(*shared_plan);
@@ -224,6 +230,9 @@ absl::StatusOr<PreparedOp> PrepareFor(const typename Op::Request& request,
       StoredOperands::Acquire(op, request, stored,
                               {.tensor = options.in_place() ? &request.input() : nullptr,
                                .update_id = options.update_id()}));
+  // A call that changes the store reads its arguments in shared memory from copies: the kernel
+  // then never writes the store from a region its owner may change or shrink meanwhile.
+  if (ChangesStore(options)) TENSOROPS_RETURN_IF_ERROR(operands->CopySharedMemory());
   // A retry that waited for its first attempt to commit (the store checks under the lock).
   if (TensorStore::UpdateHandle* update = operands->update();
       update != nullptr && update->already_applied().has_value()) {
@@ -394,7 +403,8 @@ absl::StatusOr<PreparedOp> PrepareBackward(const v1::BackwardRequest& request,
         for (const auto& [argument, gradient] : gradients.by_argument) {
           wire::EncodeTensor(gradient.view(), &(*response->mutable_gradients())[argument]);
         }
-        return absl::OkStatus();
+        // Gradients of arguments read from shared memory count only if no region shrank.
+        return operands->CheckSharedMemory();
       },
       // The gradients are each the size of an input, which the request carries (or the store
       // holds, whose bytes count on their own).

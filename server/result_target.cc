@@ -6,6 +6,9 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "kernels/dtype.h"
+#include "kernels/shape.h"
 #include "kernels/status_macros.h"
 
 namespace tensorops {
@@ -44,6 +47,17 @@ absl::Status CheckResultOptions(std::string_view op, const v1::ResultOptions& op
           "%s: result_options.in_place = true and store_as = %s are exclusive (in place, the "
           "result is the stored input)",
           op, Quoted(options.store_as())));
+    }
+  }
+  if (options.has_shared_memory()) {
+    const char* other = options.in_place()            ? "in_place"
+                        : !options.store_as().empty() ? "store_as"
+                        : options.return_data()       ? "return_data"
+                                                      : nullptr;
+    if (other != nullptr) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: result_options.shared_memory and %s are exclusive (the result goes to one place)",
+          op, other));
     }
   }
   if (options.store_as().empty()) {
@@ -109,6 +123,7 @@ ResultTarget::ResultTarget(std::string_view op, Kind kind, const v1::ResultOptio
       kind_(kind),
       options_(options),
       store_(stored.store),
+      regions_(stored.regions),
       ns_(stored.ns),
       operands_(std::move(operands)),
       limits_(limits),
@@ -122,6 +137,7 @@ std::shared_ptr<ResultTarget> ResultTarget::Make(std::string_view op,
                                                  v1::Tensor* result) {
   const Kind kind = options.in_place()            ? Kind::kInPlace
                     : !options.store_as().empty() ? Kind::kStore
+                    : options.has_shared_memory() ? Kind::kSharedMemory
                                                   : Kind::kResponse;
   return std::shared_ptr<ResultTarget>(
       new ResultTarget(op, kind, options, stored, std::move(operands), limits, result));
@@ -153,6 +169,11 @@ absl::StatusOr<MutableTensorView> ResultTarget::Allocate(DataType dtype, ShapeSp
     case Kind::kResponse:
       allocated_ = wire::AllocateTensor(dtype, shape, result_);
       break;
+    case Kind::kSharedMemory: {
+      // Host memory whoever writes it: a device kernel's result is copied out into it.
+      TENSOROPS_ASSIGN_OR_RETURN(allocated_, InSharedMemory(dtype, shape));
+      break;
+    }
     case Kind::kStore: {
       if (store_ == nullptr) {
         return absl::FailedPreconditionError(absl::StrFormat(
@@ -201,8 +222,40 @@ absl::StatusOr<MutableTensorView> ResultTarget::Allocate(DataType dtype, ShapeSp
   return *allocated_;
 }
 
+absl::StatusOr<MutableTensorView> ResultTarget::InSharedMemory(DataType dtype, ShapeSpan shape) {
+  const v1::SharedMemoryRef& ref = options_.shared_memory();
+  const std::string what = absl::StrFormat("%s: result_options.shared_memory", op_);
+  if (regions_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s names a region, but this call cannot write shared memory", what));
+  }
+  TENSOROPS_ASSIGN_OR_RETURN(region_, regions_->Find(ns_, ref.region(), what));
+  TENSOROPS_ASSIGN_OR_RETURN(const int64_t numel, CheckedNumElements(shape, "result"));
+  const int64_t bytes = numel * ItemSize(dtype);
+  if (ref.byte_size() < bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s.byte_size is %d, smaller than the result (%s [%s], %d bytes)", what,
+                        ref.byte_size(), DataTypeName(dtype), absl::StrJoin(shape, ", "), bytes));
+  }
+  if (ref.offset() % ItemSize(dtype) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s.offset %d is not a multiple of the result's item size (%d bytes of %s)",
+                        what, ref.offset(), ItemSize(dtype), DataTypeName(dtype)));
+  }
+  TENSOROPS_ASSIGN_OR_RETURN(char* data, region_->Slice(ref.offset(), ref.byte_size(), what));
+  return MutableTensorView(dtype, shape, static_cast<void*>(data));
+}
+
 absl::Status ResultTarget::Finish() {
   if (kind_ == Kind::kResponse) return absl::OkStatus();
+  if (kind_ == Kind::kSharedMemory) {
+    TENSOROPS_RETURN_IF_ERROR(
+        region_->CheckIntact(absl::StrFormat("%s: result_options.shared_memory", op_)));
+    // The response describes the result the region holds, with no data.
+    result_->set_dtype(wire::DataTypeToProto(allocated_->dtype()));
+    result_->mutable_shape()->Assign(allocated_->shape().begin(), allocated_->shape().end());
+    return absl::OkStatus();
+  }
   // A CPU kernel's result goes to the store's device memory first.
   if (kind_ == Kind::kStore && host_copy_.has_value()) {
     TENSOROPS_RETURN_IF_ERROR(

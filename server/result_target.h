@@ -7,10 +7,12 @@
 //   TENSOROPS_RETURN_IF_ERROR(kernel(plan, out));
 //   TENSOROPS_RETURN_IF_ERROR(target->Finish());   // commits a stored or in-place result
 //
-// Three targets: the response (the default: the kernel writes into the bytes gRPC sends), a new
+// Four targets: the response (the default: the kernel writes into the bytes gRPC sends), a new
 // stored tensor (store_as: the kernel writes into the store's upload, so a result of any size is
-// written once and never crosses the wire unless asked), or the stored input itself (in_place:
-// the kernel runs on the stored bytes under the tensor's exclusive lock).
+// written once and never crosses the wire unless asked), the stored input itself (in_place:
+// the kernel runs on the stored bytes under the tensor's exclusive lock), or a client's
+// shared-memory region (shared_memory: the kernel writes there, and the response says only the
+// result's dtype and shape).
 #ifndef TENSOROPS_SERVER_RESULT_TARGET_H_
 #define TENSOROPS_SERVER_RESULT_TARGET_H_
 
@@ -82,7 +84,9 @@ class ResultTarget {
 
   // Finish runs after the kernel has written the result: for a stored or in-place result it
   // copies the bytes into the response when return_data asks, commits the change (with the
-  // update id) and leaves a reference to the new version in the response.
+  // update id) and leaves a reference to the new version in the response; for a result in shared
+  // memory it checks the region is still the client's (FAILED_PRECONDITION otherwise) and
+  // describes the result.
   absl::Status Finish();
 
   // The response is the target: the op may write its result there however it likes (taking
@@ -95,12 +99,15 @@ class ResultTarget {
   bool response_carries_data() const { return in_response() || options_.return_data(); }
 
  private:
-  enum class Kind { kResponse, kStore, kInPlace };
+  enum class Kind { kResponse, kStore, kInPlace, kSharedMemory };
 
   ResultTarget(std::string_view op, Kind kind, const v1::ResultOptions& options,
                const StoredTensors& stored, std::shared_ptr<StoredOperands> operands,
                const wire::DecodeLimits& limits, v1::Tensor* result);
 
+  // InSharedMemory is where a result of `dtype` and `shape` goes in the region
+  // options_.shared_memory names, checked against it (and held in region_).
+  absl::StatusOr<MutableTensorView> InSharedMemory(DataType dtype, ShapeSpan shape);
   // SetReference describes the stored result in the response: dtype, shape, name and version.
   void SetReference(const TensorView& value, std::string_view name, int64_t version);
 
@@ -108,6 +115,9 @@ class ResultTarget {
   const Kind kind_;
   const v1::ResultOptions& options_;
   TensorStore* const store_;
+  const SharedMemoryRegions* const regions_;
+  // The region a kSharedMemory result is written to, held until the target is gone.
+  std::shared_ptr<const MappedRegion> region_;
   // A copy: the caller's namespace string may go once the call is prepared.
   const std::string ns_;
   const std::shared_ptr<StoredOperands> operands_;

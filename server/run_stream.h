@@ -205,7 +205,9 @@ class OpStreamReactor<Protocol>::Request final : public OpCall {
         [this]() -> absl::StatusOr<PreparedOp> {
           if (!refusal_.ok()) return refusal_;
           const std::string ns = StoreNamespace(serving(), *stream_->context_);
-          return call_.Prepare(serving(), StoredTensors{.store = serving().store, .ns = ns});
+          return call_.Prepare(serving(), StoredTensors{.store = serving().store,
+                                                        .ns = ns,
+                                                        .regions = serving().shared_memory});
         },
         refusal_.ok() && call_.MayBlock());
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -355,6 +356,11 @@ void Server::BuildService(const ServerOptions& options, const Placement& placeme
   // different tensors seldom queue behind each other's waits.
   constexpr int kBlockingPoolThreads = 16;
   blocking_pool_ = std::make_unique<BlockingPool>(kBlockingPoolThreads);
+  shared_memory_ = std::make_unique<SharedMemoryRegions>(SharedMemoryRegions::Limits{
+      .max_regions = options.shared_memory.max_regions,
+      .max_bytes = options.shared_memory.max_bytes > 0 ? options.shared_memory.max_bytes
+                   : limits.max_memory_bytes > 0       ? limits.max_memory_bytes
+                                                       : std::numeric_limits<int64_t>::max()});
   memory_ = std::make_unique<MemoryBudget>(limits.max_memory_bytes,
                                            [store = store_.get()] { return store->used_bytes(); });
   metrics_->WatchStore([store = store_.get(), durable = durable_.get()] {
@@ -375,6 +381,7 @@ void Server::BuildService(const ServerOptions& options, const Placement& placeme
                             .max_stream_in_flight = limits.max_stream_in_flight,
                             .store = store_.get(),
                             .durable = durable_.get(),
+                            .shared_memory = shared_memory_.get(),
                             .download_snapshot_bytes = options.store.download_snapshot_bytes,
                             .blocking_pool = blocking_pool_.get(),
                             .memory = memory_.get(),

@@ -37,6 +37,7 @@
 #include "server/op_call.h"
 #include "server/scheduler.h"
 #include "server/server_options.h"
+#include "server/shared_memory/regions.h"
 #include "server/store/tensor_store.h"
 #include "server/tensor_ops_service.h"
 #include "server/unix_socket.h"
@@ -154,6 +155,8 @@ class Server {
   // The store's snapshots and log (--store_dir; null without): after the store, which it
   // journals, so that it goes first.
   std::unique_ptr<DurableStore> durable_;
+  // The shared-memory regions clients registered; calls hold the regions they use.
+  std::unique_ptr<SharedMemoryRegions> shared_memory_;
   // The bytes of op calls in flight, with the store's, against --max_memory_bytes.
   std::unique_ptr<MemoryBudget> memory_;
   // Prepares the calls that wait for a stored tensor's lock; its tasks submit to the scheduler.

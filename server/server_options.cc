@@ -249,6 +249,17 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
       AtLeast("--max_memory_bytes", limits.max_memory_bytes, 0, " (0 = no limit)"));
   TENSOROPS_RETURN_IF_ERROR(
       ValidateQueue(options.queue, /*min_concurrent_calls=*/0, " (0 = one per CPU thread)"));
+  TENSOROPS_RETURN_IF_ERROR(AtLeast("--max_shared_memory_regions",
+                                    options.shared_memory.max_regions, 0,
+                                    " (0 = no shared memory)"));
+  TENSOROPS_RETURN_IF_ERROR(AtLeast("--max_shared_memory_bytes", options.shared_memory.max_bytes, 0,
+                                    " (0 = as --max_memory_bytes)"));
+  if (limits.max_memory_bytes > 0 && options.shared_memory.max_bytes > limits.max_memory_bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--max_shared_memory_bytes=%d is above --max_memory_bytes=%d: the regions' bytes are "
+        "under the server's memory limit (lower it, or leave it 0 to take --max_memory_bytes)",
+        options.shared_memory.max_bytes, limits.max_memory_bytes));
+  }
 
   const auto device = static_cast<int>(options.device);
   if (device < 0 || device >= static_cast<int>(std::size(kDeviceChoices))) {

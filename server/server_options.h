@@ -155,6 +155,18 @@ struct ServerOptions {
   MetricsOptions metrics;
   // The tensor store (server/store/tensor_store.h): named tensors kept in memory by PutTensor and
   // referenced by any op.
+  // Shared-memory regions clients on this host register (RegisterSharedMemory, Triton's
+  // SystemSharedMemoryRegister): server/shared_memory/regions.h.
+  struct SharedMemory {
+    // Regions one caller (token namespace) may have registered at once, >= 0 (0: shared memory
+    // is refused). Default 64.
+    int64_t max_regions = 64;
+    // Bytes mapped for all regions together, >= 0; 0 (the default) takes --max_memory_bytes, or
+    // no limit without it. Not above --max_memory_bytes when that is set.
+    int64_t max_bytes = 0;
+  };
+  SharedMemory shared_memory;
+
   struct Store {
     // Most bytes the stored tensors (and uploads in flight) hold in all, >= 0; an upload beyond
     // it gets RESOURCE_EXHAUSTED naming --store_memory_bytes. 0 turns the store off. Default

@@ -1,5 +1,7 @@
 #include "server/stored_operands.h"
 
+#include <algorithm>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -8,6 +10,8 @@
 #include "absl/strings/str_join.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/reflection.h"
+#include "kernels/dtype.h"
+#include "kernels/shape.h"
 #include "kernels/status_macros.h"
 #include "proto/codec.h"
 #include "tensorops/v1/generic.pb.h"
@@ -15,14 +19,15 @@
 namespace tensorops {
 namespace {
 
-// Reference is one Tensor of a request that names a stored tensor, and the field that holds it.
+// Reference is one Tensor of a request that names a stored tensor or a shared-memory region, and
+// the field that holds it.
 struct Reference {
   const v1::Tensor* tensor;
   std::string_view arg;
 };
 
 // CollectReferences appends every set Tensor field of `message` (and of the messages it holds)
-// whose `stored` is set. Requests hold their tensors in singular fields only.
+// whose `stored` or `shared_memory` is set. Requests hold their tensors in singular fields only.
 void CollectReferences(const google::protobuf::Message& message, std::vector<Reference>* out) {
   const google::protobuf::Reflection* reflection = message.GetReflection();
   std::vector<const google::protobuf::FieldDescriptor*> fields;
@@ -38,7 +43,9 @@ void CollectReferences(const google::protobuf::Message& message, std::vector<Ref
       continue;
     }
     const auto* tensor = google::protobuf::DynamicCastToGenerated<v1::Tensor>(&value);
-    if (tensor != nullptr && tensor->has_stored()) out->push_back({tensor, field->name()});
+    if (tensor != nullptr && (tensor->has_stored() || tensor->has_shared_memory())) {
+      out->push_back({tensor, field->name()});
+    }
   }
 }
 
@@ -79,15 +86,82 @@ absl::Status StoreError(const TensorStore& store, std::string_view op, std::stri
 bool ReferencesStoredTensors(const google::protobuf::Message& request) {
   std::vector<Reference> references;
   CollectReferences(request, &references);
-  return !references.empty();
+  return std::any_of(references.begin(), references.end(),
+                     [](const Reference& reference) { return reference.tensor->has_stored(); });
+}
+
+absl::StatusOr<MutableTensorView> SharedMemoryView(const v1::Tensor& tensor,
+                                                   const MappedRegion& region, std::string_view op,
+                                                   std::string_view arg) {
+  const v1::SharedMemoryRef& ref = tensor.shared_memory();
+  if (!tensor.data().empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %s is in shared-memory region %s and also carries %d data bytes; a tensor in shared "
+        "memory carries no data of its own",
+        op, arg, Quoted(ref.region()), tensor.data().size()));
+  }
+  if (tensor.dtype() == v1::DATA_TYPE_UNSPECIFIED) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %s is in shared-memory region %s but has no dtype; a tensor in shared memory needs "
+        "its dtype and shape",
+        op, arg, Quoted(ref.region())));
+  }
+  TENSOROPS_ASSIGN_OR_RETURN(const DataType dtype,
+                             wire::DataTypeFromProto(tensor.dtype(), op, arg));
+  const Shape shape(tensor.shape().begin(), tensor.shape().end());
+  TENSOROPS_ASSIGN_OR_RETURN(const int64_t numel,
+                             CheckedNumElements(shape, absl::StrFormat("%s: %s", op, arg)));
+  const int64_t item = ItemSize(dtype);
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(numel, item, &bytes) || bytes != ref.byte_size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %s is %s [%s], %d bytes, but its shared_memory.byte_size is %d; byte_size must be "
+        "the tensor's bytes exactly",
+        op, arg, DataTypeName(dtype), absl::StrJoin(shape, ", "), bytes, ref.byte_size()));
+  }
+  if (ref.offset() % item != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %s has shared_memory.offset %d, which is not a multiple of its item size (%d bytes "
+        "of %s); place a tensor at an offset its elements are aligned at",
+        op, arg, ref.offset(), item, DataTypeName(dtype)));
+  }
+  TENSOROPS_ASSIGN_OR_RETURN(char* data,
+                             region.Slice(ref.offset(), bytes, absl::StrFormat("%s: %s", op, arg)));
+  return MutableTensorView(dtype, shape, static_cast<void*>(data));
 }
 
 absl::StatusOr<std::shared_ptr<StoredOperands>> StoredOperands::Acquire(
     std::string_view op, const google::protobuf::Message& request, const StoredTensors& stored,
     const InPlaceTarget& in_place) {
   std::shared_ptr<StoredOperands> operands(new StoredOperands(op));
+  std::vector<Reference> all_references;
+  CollectReferences(request, &all_references);
   std::vector<Reference> references;
-  CollectReferences(request, &references);
+  for (const Reference& reference : all_references) {
+    const v1::Tensor& tensor = *reference.tensor;
+    if (!tensor.has_shared_memory()) {
+      references.push_back(reference);
+      continue;
+    }
+    const std::string& region = tensor.shared_memory().region();
+    if (tensor.has_stored()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: %s refers to stored tensor %s and to shared-memory region %s; set one", op,
+          reference.arg, Quoted(tensor.stored().name()), Quoted(region)));
+    }
+    if (stored.regions == nullptr) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s: %s is in shared-memory region %s, but this call cannot read shared memory", op,
+          reference.arg, Quoted(region)));
+    }
+    operands->shared_memory_args_.emplace_back(reference.tensor, reference.arg);
+    if (!operands->regions_.contains(region)) {
+      TENSOROPS_ASSIGN_OR_RETURN(
+          std::shared_ptr<const MappedRegion> mapped,
+          stored.regions->Find(stored.ns, region, absl::StrFormat("%s: %s", op, reference.arg)));
+      operands->regions_.emplace(region, std::move(mapped));
+    }
+  }
   if (references.empty()) return operands;
 
   // Sorted by name: the order every call takes its tensors in.
@@ -149,6 +223,21 @@ absl::StatusOr<std::shared_ptr<StoredOperands>> StoredOperands::Acquire(
 
 absl::StatusOr<TensorView> StoredOperands::View(const v1::Tensor& tensor,
                                                 std::string_view arg) const {
+  if (tensor.has_shared_memory()) {
+    if (const auto copy = shared_memory_copies_.find(tensor.SerializeAsString());
+        copy != shared_memory_copies_.end()) {
+      return copy->second.view();
+    }
+    const auto region = regions_.find(tensor.shared_memory().region());
+    if (region == regions_.end()) {
+      return absl::InternalError(absl::StrFormat(
+          "%s: %s is in shared-memory region %s, which was not acquired with the request", op_, arg,
+          Quoted(tensor.shared_memory().region())));
+    }
+    TENSOROPS_ASSIGN_OR_RETURN(MutableTensorView view,
+                               SharedMemoryView(tensor, *region->second, op_, arg));
+    return TensorView(view);
+  }
   const std::string& name = tensor.stored().name();
   std::optional<TensorView> view;
   if (const auto mirror = mirrors_.find(name); mirror != mirrors_.end()) {
@@ -187,6 +276,27 @@ absl::StatusOr<TensorView> StoredOperands::View(const v1::Tensor& tensor,
         absl::StrJoin(says, " ")));
   }
   return *view;
+}
+
+absl::Status StoredOperands::CopySharedMemory() {
+  if (regions_.empty()) return absl::OkStatus();
+  for (const auto& [tensor, arg] : shared_memory_args_) {
+    std::string key = tensor->SerializeAsString();
+    if (shared_memory_copies_.contains(key)) continue;
+    TENSOROPS_ASSIGN_OR_RETURN(const TensorView view, View(*tensor, arg));
+    Tensor copy(view.dtype(), view.shape());
+    std::memcpy(copy.data(), view.data(), copy.nbytes());
+    shared_memory_copies_.emplace(std::move(key), std::move(copy));
+  }
+  // The copies are what the client's regions held only if no region shrank under the copying.
+  return CheckSharedMemory();
+}
+
+absl::Status StoredOperands::CheckSharedMemory() const {
+  for (const auto& [name, region] : regions_) {
+    TENSOROPS_RETURN_IF_ERROR(region->CheckIntact(op_));
+  }
+  return absl::OkStatus();
 }
 
 bool StoredOperands::Unmirrored(const std::string& name, const TensorMemory& memory) const {
@@ -280,9 +390,9 @@ absl::Status StoredOperands::InlineReads(google::protobuf::Message* message) con
       continue;
     }
     auto* tensor = google::protobuf::DynamicCastToGenerated<v1::Tensor>(value);
-    if (tensor == nullptr || !tensor->has_stored() || !reads_.contains(tensor->stored().name())) {
-      continue;
-    }
+    const bool read =
+        tensor != nullptr && tensor->has_stored() && reads_.contains(tensor->stored().name());
+    if (!read && (tensor == nullptr || !tensor->has_shared_memory())) continue;
     TENSOROPS_ASSIGN_OR_RETURN(const TensorView view, View(*tensor, field->name()));
     if (view.on_device()) {
       return absl::InternalError(absl::StrFormat(
@@ -301,7 +411,7 @@ absl::Status StoredOperands::InlineReads(google::protobuf::Message* message) con
 absl::StatusOr<std::string> StoredOperands::JournalCall(
     int op_field, const google::protobuf::Message& request) const {
   std::string call;
-  if (reads_.empty()) {
+  if (reads_.empty() && regions_.empty()) {
     // The OpRequest's encoding written around the request's own: one copy of its bytes, not two.
     const size_t bytes = request.ByteSizeLong();
     call.reserve(bytes + 16);

@@ -22,6 +22,7 @@
 #include "server/prepared_op.h"
 #include "server/put_tensor_message.h"
 #include "server/quick_unary_call.h"
+#include "server/shared_memory/region_handler.h"
 #include "server/store/tensor_store.h"
 #include "server/stored_operands.h"
 #include "tensorops/v1/store.pb.h"
@@ -154,6 +155,12 @@ class PutTensorReactor final : public grpc::ServerReadReactor<PutTensorMessage> 
   // within the tensor's bytes.
   absl::Status CheckChunk(int64_t size) const {
     if (!upload_.has_value()) return NoHeaderError();
+    if (from_shared_memory_) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "put_tensor: tensor \"%s\" takes its bytes from the header's shared-memory region; "
+          "send no data chunks after such a header",
+          upload_->name()));
+    }
     if (size > upload_->bytes() - upload_->bytes_received()) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "put_tensor: tensor \"%s\" is %d bytes, but the chunks sent hold more (%d so far)",
@@ -186,6 +193,18 @@ class PutTensorReactor final : public grpc::ServerReadReactor<PutTensorMessage> 
         TensorStore::Upload upload,
         serving_.store->BeginUpload(ns_, header.name(), dtype, shape, options));
     upload_.emplace(std::move(upload));
+    if (header.has_shared_memory()) {
+      // The bytes are in a region: one copy into the store, checked before anything commits.
+      from_shared_memory_ = true;
+      const std::string_view what = "put_tensor: header.shared_memory";
+      TENSOROPS_ASSIGN_OR_RETURN(
+          const RegionBytes source,
+          FindBytes(serving_.shared_memory, ns_, header.shared_memory(), upload_->bytes(),
+                    /*exactly=*/true, what));
+      TENSOROPS_RETURN_IF_ERROR(
+          upload_->Write(0, std::string_view(source.data, static_cast<size_t>(upload_->bytes()))));
+      TENSOROPS_RETURN_IF_ERROR(source.region->CheckIntact(what));
+    }
     return absl::OkStatus();
   }
 
@@ -233,6 +252,8 @@ class PutTensorReactor final : public grpc::ServerReadReactor<PutTensorMessage> 
   const absl::Time start_ = absl::Now();
   PutTensorMessage message_;
   std::optional<TensorStore::Upload> upload_;
+  // The header placed the bytes in shared memory: no data chunks may follow.
+  bool from_shared_memory_ = false;
   int64_t request_bytes_ = 0;
 };
 
@@ -352,6 +373,20 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
     name_ = read.name();
     version_ = read.version();
     bytes_ = read.bytes();
+    if (request.has_shared_memory()) {
+      // The bytes go into the region under this read lock; the stream carries the info alone.
+      const std::string_view what = "get_tensor: shared_memory";
+      TENSOROPS_ASSIGN_OR_RETURN(const RegionBytes target,
+                                 FindBytes(serving_.shared_memory, ns_, request.shared_memory(),
+                                           bytes_, /*exactly=*/false, what));
+      if (read.memory().host_accessible()) {
+        std::memcpy(target.data, read.view().data(), static_cast<size_t>(bytes_));
+      } else {
+        TENSOROPS_RETURN_IF_ERROR(read.CopyToHost(0, bytes_, target.data));
+      }
+      TENSOROPS_RETURN_IF_ERROR(target.region->CheckIntact(what));
+      bytes_ = 0;
+    }
     TENSOROPS_RETURN_IF_ERROR(TakeSnapshot(read));
     // The info of the version read; created/updated come from the store's current entry when it
     // is still that version.
@@ -431,6 +466,7 @@ TensorOpsService::TensorOpsService(const ServingContext& serving,
   HandleServerInfo();
   HandleRunStream();
   HandleStoreRpcs();
+  HandleSharedMemoryRpcs();
 }
 
 void TensorOpsService::BeginShutdown() { streams_.CloseAll(); }
@@ -460,8 +496,10 @@ void TensorOpsService::HandleOpCall(std::string_view method, std::string_view op
                 [this, context, request, response, prepare]() -> absl::StatusOr<PreparedOp> {
                   TENSOROPS_RETURN_IF_ERROR(RequestError(*request, serving_.limits.max_bytes));
                   const std::string ns = StoreNamespace(serving_, *context);
-                  return prepare(request->message, response,
-                                 StoredTensors{.store = serving_.store, .ns = ns});
+                  return prepare(
+                      request->message, response,
+                      StoredTensors{
+                          .store = serving_.store, .ns = ns, .regions = serving_.shared_memory});
                 },
                 /*may_block=*/request->ok&& ReferencesStoredTensors(request->message),
                 static_cast<int64_t>(request->bytes), response);
@@ -569,6 +607,42 @@ void TensorOpsService::HandleStoreRpcs() {
         ToProto(metadata, response->mutable_info());
         return absl::OkStatus();
       });
+}
+
+void TensorOpsService::HandleSharedMemoryRpcs() {
+  MarkMethodCallback(
+      MethodIndex("RegisterSharedMemory"),
+      NewRegionHandler<v1::RegisterSharedMemoryRequest, v1::RegisterSharedMemoryResponse>(
+          serving_, "RegisterSharedMemory", "register_shared_memory",
+          [](SharedMemoryRegions& regions, std::string_view ns,
+             const v1::RegisterSharedMemoryRequest& request, v1::RegisterSharedMemoryResponse*) {
+            return regions.Register(ns, request.region());
+          }));
+  MarkMethodCallback(
+      MethodIndex("UnregisterSharedMemory"),
+      NewRegionHandler<v1::UnregisterSharedMemoryRequest, v1::UnregisterSharedMemoryResponse>(
+          serving_, "UnregisterSharedMemory", "unregister_shared_memory",
+          [](SharedMemoryRegions& regions, std::string_view ns,
+             const v1::UnregisterSharedMemoryRequest& request,
+             v1::UnregisterSharedMemoryResponse* response) -> absl::Status {
+            TENSOROPS_ASSIGN_OR_RETURN(std::vector<std::string> names,
+                                       regions.Unregister(ns, request.name()));
+            for (std::string& name : names) response->add_names(std::move(name));
+            return absl::OkStatus();
+          }));
+  MarkMethodCallback(MethodIndex("ListSharedMemory"),
+                     NewRegionHandler<v1::ListSharedMemoryRequest, v1::ListSharedMemoryResponse>(
+                         serving_, "ListSharedMemory", "list_shared_memory",
+                         [](SharedMemoryRegions& regions, std::string_view ns,
+                            const v1::ListSharedMemoryRequest& request,
+                            v1::ListSharedMemoryResponse* response) -> absl::Status {
+                           TENSOROPS_ASSIGN_OR_RETURN(std::vector<v1::SharedMemoryRegion> listed,
+                                                      regions.List(ns, request.name()));
+                           for (v1::SharedMemoryRegion& region : listed) {
+                             *response->add_regions() = std::move(region);
+                           }
+                           return absl::OkStatus();
+                         }));
 }
 
 template <typename Request, typename Response, typename Handle>

@@ -69,6 +69,8 @@ class TensorOpsService final : public v1::TensorOps::CallbackService {
   // handle(store, namespace, request, response).
   template <typename Request, typename Response, typename Handle>
   void HandleStoreCall(std::string_view method, std::string_view op, Handle handle);
+  // The shared-memory RPCs (shared_memory.proto), on serving_.shared_memory.
+  void HandleSharedMemoryRpcs();
 
   const ServingContext serving_;
   const v1::ServerInfoResponse server_info_;

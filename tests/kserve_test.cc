@@ -582,12 +582,16 @@ TEST_F(KServeTest, StoredInputsDatatypeAndShapeAreCheckedEachOnItsOwn) {
 
 // Shared memory is not served: an output (or an input) that names a region is refused, with the
 // same code and words for both, instead of coming back inline while the client reads the region.
-TEST_F(KServeTest, TensorsInSharedMemoryAreRefused) {
+// Shared-memory parameters (Triton's set_shared_memory) that are incomplete, of the wrong kind or
+// name no region are refused naming the tensor, the parameter and the rule
+// (tests/shared_memory_test.cc has the ones that work).
+TEST_F(KServeTest, BadSharedMemoryParametersAreRefusedNamingTheRule) {
   std::mt19937 rng(29);
   const ModelInferRequest gather = Cases(rng)[0].kserve;
   struct BadCase {
     std::string what;
     std::function<void(ModelInferRequest*)> change;
+    grpc::StatusCode code;
     std::string message;
   };
   const auto output_parameter = [](ModelInferRequest* r, const std::string& name) {
@@ -596,35 +600,56 @@ TEST_F(KServeTest, TensorsInSharedMemoryAreRefused) {
     output->set_name("output");
     return &(*output->mutable_parameters())[name];
   };
+  const auto input_parameter = [](ModelInferRequest* r, const std::string& name) {
+    return &(*r->mutable_inputs(0)->mutable_parameters())[name];
+  };
   const std::vector<BadCase> bad = {
-      {"output region",
+      {"output region not registered",
        [&](ModelInferRequest* r) {
          output_parameter(r, "shared_memory_region")->set_string_param("out0");
          output_parameter(r, "shared_memory_byte_size")->set_int64_param(48);
        },
-       "gather: output \"output\" has parameter \"shared_memory_region\", which places it in a "
-       "shared-memory region, but tensorops serves no shared memory"},
+       grpc::StatusCode::NOT_FOUND,
+       "gather: result_options.shared_memory names shared-memory region \"out0\", which is not "
+       "registered"},
       {"output size alone",
        [&](ModelInferRequest* r) {
          output_parameter(r, "shared_memory_byte_size")->set_int64_param(48);
        },
-       "output \"output\" has parameter \"shared_memory_byte_size\""},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "output \"output\" has parameter \"shared_memory_byte_size\" but no "
+       "\"shared_memory_region\""},
       {"output offset alone",
        [&](ModelInferRequest* r) {
          output_parameter(r, "shared_memory_offset")->set_int64_param(8);
        },
-       "store_as"},
-      {"input region",
-       [](ModelInferRequest* r) {
-         (*r->mutable_inputs(0)->mutable_parameters())["shared_memory_region"].set_string_param(
-             "in0");
+       grpc::StatusCode::INVALID_ARGUMENT, "has parameter \"shared_memory_offset\" but no"},
+      {"input region without its size",
+       [&](ModelInferRequest* r) {
+         input_parameter(r, "shared_memory_region")->set_string_param("in0");
        },
-       "gather: input \"input\" has parameter \"shared_memory_region\", which places it in a "
-       "shared-memory region, but tensorops serves no shared memory"},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "gather: input \"input\" names shared-memory region \"in0\" but has no "
+       "\"shared_memory_byte_size\""},
+      {"input region of the wrong kind",
+       [&](ModelInferRequest* r) {
+         input_parameter(r, "shared_memory_region")->set_int64_param(3);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "it takes a string, the region's name"},
+      {"input region not registered",
+       [&](ModelInferRequest* r) {
+         input_parameter(r, "shared_memory_region")->set_string_param("in0");
+         input_parameter(r, "shared_memory_byte_size")->set_int64_param(96);
+         // Its bytes are in the region, not in raw_input_contents.
+         r->mutable_raw_input_contents()->erase(r->mutable_raw_input_contents()->begin());
+       },
+       grpc::StatusCode::NOT_FOUND,
+       "gather: input names shared-memory region \"in0\", which is not registered"},
       {"another output parameter",
        [&](ModelInferRequest* r) { output_parameter(r, "classification")->set_int64_param(2); },
-       "gather: output \"output\" has parameter \"classification\" (int64); an output takes no "
-       "parameters"},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "gather: output \"output\" has parameter \"classification\" (int64); an output takes only "
+       "the shared-memory parameters"},
   };
   for (const BadCase& c : bad) {
     SCOPED_TRACE(c.what);
@@ -632,7 +657,7 @@ TEST_F(KServeTest, TensorsInSharedMemoryAreRefused) {
     c.change(&request);
     ModelInferResponse response;
     const grpc::Status status = Infer(request, &response);
-    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    EXPECT_EQ(status.error_code(), c.code) << status.error_message();
     EXPECT_THAT(status.error_message(), HasSubstr(c.message));
   }
 }
@@ -697,7 +722,8 @@ TEST_F(KServeTest, ServerMetadataListsTheExtensionsServedParametersIncluded) {
   ASSERT_TRUE(kserve_->ServerMetadata(&context, {}, &metadata).ok());
   EXPECT_EQ(metadata.name(), "tensorops");
   EXPECT_THAT(metadata.extensions(),
-              ::testing::UnorderedElementsAre("model_configuration", "parameters", "statistics"));
+              ::testing::UnorderedElementsAre("model_configuration", "parameters", "statistics",
+                                              "system_shared_memory"));
 }
 
 // The methods of Triton's service tensorops does not serve answer UNIMPLEMENTED saying what is
@@ -706,12 +732,6 @@ TEST_F(KServeTest, UnservedMethodsSayWhatIsNotImplementedAndWhatToUseInstead) {
   const std::vector<std::pair<std::string, std::string>> methods = {
       {"RepositoryModelLoad", "always loaded"},
       {"RepositoryModelUnload", "cannot be unloaded"},
-      {"SystemSharedMemoryStatus", "raw_input_contents"},
-      {"SystemSharedMemoryRegister", "\"stored\""},
-      {"SystemSharedMemoryUnregister", "no shared memory"},
-      {"CudaSharedMemoryStatus", "no shared memory"},
-      {"CudaSharedMemoryRegister", "raw_input_contents"},
-      {"CudaSharedMemoryUnregister", "no shared memory"},
       {"TraceSetting", "ModelStatistics"},
       {"LogSettings", "--log_level"},
   };

@@ -205,10 +205,14 @@ TEST(ScaleOutOptionsTest, ServiceConfigNamesThePolicyAndTheRetries) {
   EXPECT_THAT(ServiceConfigJson(options),
               HasSubstr(R"("retryableStatusCodes":["UNAVAILABLE","CANCELLED","ABORTED"])"));
   EXPECT_THAT(ServiceConfigJson(options), HasSubstr(R"("service":"tensorops.v1.TensorOps")"));
-  // PutTensor and DeleteTensor carry no update id: an entry of their own, without retries.
-  EXPECT_THAT(ServiceConfigJson(options),
-              HasSubstr(R"({"name":[{"service":"tensorops.v1.TensorOps","method":"PutTensor"},)"
-                        R"({"service":"tensorops.v1.TensorOps","method":"DeleteTensor"}]})"));
+  // PutTensor, DeleteTensor and the shared-memory registrations carry no update id: an entry of
+  // their own, without retries.
+  EXPECT_THAT(
+      ServiceConfigJson(options),
+      HasSubstr(R"({"name":[{"service":"tensorops.v1.TensorOps","method":"PutTensor"},)"
+                R"({"service":"tensorops.v1.TensorOps","method":"DeleteTensor"},)"
+                R"({"service":"tensorops.v1.TensorOps","method":"RegisterSharedMemory"},)"
+                R"({"service":"tensorops.v1.TensorOps","method":"UnregisterSharedMemory"}]})"));
   options.round_robin = false;
   options.max_attempts = 1;
   EXPECT_THAT(ServiceConfigJson(options), HasSubstr("pick_first"));

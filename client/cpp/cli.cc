@@ -1359,6 +1359,59 @@ int RunSnapshot(Client& client, const std::vector<std::string>& /*args*/) {
   return 0;
 }
 
+// ParseByteArg reads the integer argument `what` of a shared-memory command (>= `minimum`).
+absl::StatusOr<int64_t> ParseByteArg(std::string_view text, std::string_view what,
+                                     int64_t minimum) {
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(absl::string_view(text.data(), text.size()), &value) || value < minimum) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s = \"%s\" is not an integer >= %d", what, std::string(text), minimum));
+  }
+  return value;
+}
+
+// shm-register NAME KEY BYTE_SIZE [OFFSET]: maps BYTE_SIZE bytes from OFFSET of the POSIX
+// shared-memory object KEY into the server as region NAME.
+int RunShmRegister(Client& client, const std::vector<std::string>& args) {
+  absl::StatusOr<int64_t> byte_size = ParseByteArg(args[2], "BYTE_SIZE", 1);
+  if (!byte_size.ok()) return UsageError(byte_size.status(), "shm-register");
+  absl::StatusOr<int64_t> offset =
+      args.size() > 3 ? ParseByteArg(args[3], "OFFSET", 0) : absl::StatusOr<int64_t>(0);
+  if (!offset.ok()) return UsageError(offset.status(), "shm-register");
+  const absl::Status status = client.RegisterSharedMemory(args[0], args[1], *byte_size, *offset);
+  if (!status.ok()) return ReportFailure(status);
+  std::cout << absl::StrFormat("registered region %s: %d bytes from offset %d of %s\n", args[0],
+                               *byte_size, *offset, args[1]);
+  return 0;
+}
+
+// shm-unregister [NAME]: forgets region NAME, or every region of the caller's.
+int RunShmUnregister(Client& client, const std::vector<std::string>& args) {
+  absl::StatusOr<std::vector<std::string>> names =
+      client.UnregisterSharedMemory(args.empty() ? "" : args[0]);
+  if (!names.ok()) return ReportFailure(names.status());
+  for (const std::string& name : *names) std::cout << "unregistered region " << name << "\n";
+  return 0;
+}
+
+// shm-ls: the caller's regions, one line each.
+int RunShmLs(Client& client, const std::vector<std::string>& /*args*/) {
+  absl::StatusOr<std::vector<v1::SharedMemoryRegion>> regions = client.ListSharedMemory();
+  if (!regions.ok()) return ReportFailure(regions.status());
+  if (regions->empty()) std::cout << "(no regions)\n";
+  for (const v1::SharedMemoryRegion& region : *regions) {
+    if (region.has_system()) {
+      std::cout << absl::StrFormat("%s  system  key %s  offset %d  %d bytes\n", region.name(),
+                                   region.system().key(), region.system().offset(),
+                                   region.system().byte_size());
+    } else {
+      std::cout << absl::StrFormat("%s  cuda  device %d  %d bytes\n", region.name(),
+                                   region.cuda().device_id(), region.cuda().byte_size());
+    }
+  }
+  return 0;
+}
+
 namespace files = ::tensorops::storefiles::v1;
 
 // The bytes every store file begins with: the magic of its first record's head.
@@ -1826,6 +1879,19 @@ const std::vector<ServiceCommand>& ServiceCommands() {
        .summary = "have the server write a snapshot of its whole store to its\n"
                   "--store_dir now; print the file, its tensors, bytes, time taken",
        .run = RunSnapshot},
+      {.name = "shm-register",
+       .synopsis = "NAME KEY BYTE_SIZE [OFFSET]",
+       .summary = "register BYTE_SIZE bytes from OFFSET of the POSIX shared-memory\n"
+                  "object KEY (\"/name\") as region NAME, for calls from this host",
+       .min_args = 3,
+       .max_args = 4,
+       .run = RunShmRegister},
+      {.name = "shm-unregister",
+       .synopsis = "[NAME]",
+       .summary = "unregister region NAME, or every region of the caller's",
+       .max_args = 1,
+       .run = RunShmUnregister},
+      {.name = "shm-ls", .summary = "list the caller's shared-memory regions", .run = RunShmLs},
       {.name = "store-file",
        .synopsis = "FILE [NAME OUT.npy [--namespace=NS]]",
        .summary = "list what a store snapshot or log file records (namespace, name,\n"

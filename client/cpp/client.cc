@@ -154,6 +154,16 @@ bool ChangesStore(const v1::OpRequest& request) {
       [] { return false; });
 }
 
+// ResultInSharedMemory is true when `request`'s op writes its result into shared memory.
+bool ResultInSharedMemory(const v1::OpRequest& request) {
+  return ops::VisitOp(
+      request,
+      [&]<typename Op>(Op, const typename Op::Request& op) {
+        return op.result_options().has_shared_memory();
+      },
+      [] { return false; });
+}
+
 // NewUpdateId returns 128 random bits in hex: ids that no two calls share.
 std::string NewUpdateId() {
   thread_local absl::BitGen generator;
@@ -172,13 +182,17 @@ std::string ServiceConfigJson(const ClientOptions& options) {
                 R"(,"retryPolicy":{"maxAttempts":%d,"initialBackoff":"0.05s","maxBackoff":"1s",)"
                 R"("backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE","CANCELLED","ABORTED"]})",
                 options.max_attempts);
-  // A method named on its own takes its config from that entry, not the service's: PutTensor and
-  // DeleteTensor get none, so no retries (see ClientOptions::max_attempts).
-  return absl::StrFormat(R"({"loadBalancingConfig":[{"%s":{}}],)"
-                         R"("methodConfig":[{"name":[{"service":"tensorops.v1.TensorOps"}]%s},)"
-                         R"({"name":[{"service":"tensorops.v1.TensorOps","method":"PutTensor"},)"
-                         R"({"service":"tensorops.v1.TensorOps","method":"DeleteTensor"}]}]})",
-                         options.round_robin ? "round_robin" : "pick_first", retry_policy);
+  // A method named on its own takes its config from that entry, not the service's: PutTensor,
+  // DeleteTensor and the shared-memory registrations get none, so no retries (see
+  // ClientOptions::max_attempts).
+  return absl::StrFormat(
+      R"({"loadBalancingConfig":[{"%s":{}}],)"
+      R"("methodConfig":[{"name":[{"service":"tensorops.v1.TensorOps"}]%s},)"
+      R"({"name":[{"service":"tensorops.v1.TensorOps","method":"PutTensor"},)"
+      R"({"service":"tensorops.v1.TensorOps","method":"DeleteTensor"},)"
+      R"({"service":"tensorops.v1.TensorOps","method":"RegisterSharedMemory"},)"
+      R"({"service":"tensorops.v1.TensorOps","method":"UnregisterSharedMemory"}]}]})",
+      options.round_robin ? "round_robin" : "pick_first", retry_policy);
 }
 
 v1::Tensor StoredArgument(std::string_view name, std::optional<int64_t> version) {
@@ -388,6 +402,11 @@ absl::StatusOr<Tensor> Client::Run(const v1::OpRequest& request, const CallOptio
         "run: the request's result_options store the result or update in place, so the answer "
         "is a stored tensor, not a tensor: call RunStored");
   }
+  if (ResultInSharedMemory(request)) {
+    return absl::InvalidArgumentError(
+        "run: the request's result_options write the result into shared memory, so the answer "
+        "has no bytes: call RunInto");
+  }
   TENSOROPS_ASSIGN_OR_RETURN(
       const v1::OpResponse response,
       CallRpc<v1::OpResponse>("run", Deadline(options.timeout),
@@ -496,6 +515,127 @@ absl::StatusOr<v1::TensorInfo> Client::PutTensor(std::string_view name, const Te
   const grpc::Status status = writer->Finish();
   if (!status.ok()) return wire::FromGrpcStatus(status);
   return response.info();
+}
+
+absl::Status Client::RegisterSharedMemory(std::string_view name, std::string_view key,
+                                          int64_t byte_size, int64_t offset,
+                                          const CallOptions& options) {
+  v1::RegisterSharedMemoryRequest request;
+  v1::SharedMemoryRegion* region = request.mutable_region();
+  region->set_name(name.data(), name.size());
+  region->mutable_system()->set_key(key.data(), key.size());
+  region->mutable_system()->set_offset(offset);
+  region->mutable_system()->set_byte_size(byte_size);
+  return CallRpc<v1::RegisterSharedMemoryResponse>(
+             "register_shared_memory", Deadline(options.timeout),
+             [&](grpc::ClientContext* context, v1::RegisterSharedMemoryResponse* received) {
+               return stub_->RegisterSharedMemory(context, request, received);
+             })
+      .status();
+}
+
+absl::StatusOr<std::vector<std::string>> Client::UnregisterSharedMemory(
+    std::string_view name, const CallOptions& options) {
+  v1::UnregisterSharedMemoryRequest request;
+  request.set_name(name.data(), name.size());
+  TENSOROPS_ASSIGN_OR_RETURN(
+      const v1::UnregisterSharedMemoryResponse response,
+      CallRpc<v1::UnregisterSharedMemoryResponse>(
+          "unregister_shared_memory", Deadline(options.timeout),
+          [&](grpc::ClientContext* context, v1::UnregisterSharedMemoryResponse* received) {
+            return stub_->UnregisterSharedMemory(context, request, received);
+          }));
+  return std::vector<std::string>(response.names().begin(), response.names().end());
+}
+
+absl::StatusOr<std::vector<v1::SharedMemoryRegion>> Client::ListSharedMemory(
+    const CallOptions& options) {
+  TENSOROPS_ASSIGN_OR_RETURN(
+      const v1::ListSharedMemoryResponse response,
+      CallRpc<v1::ListSharedMemoryResponse>(
+          "list_shared_memory", Deadline(options.timeout),
+          [&](grpc::ClientContext* context, v1::ListSharedMemoryResponse* received) {
+            return stub_->ListSharedMemory(context, v1::ListSharedMemoryRequest(), received);
+          }));
+  return std::vector<v1::SharedMemoryRegion>(response.regions().begin(), response.regions().end());
+}
+
+absl::StatusOr<ResultShape> Client::RunInto(v1::OpRequest request,
+                                            const v1::SharedMemoryRef& result,
+                                            const CallOptions& options) {
+  v1::ResultOptions* result_options = MutableResultOptions(&request);
+  if (result_options == nullptr) {
+    return absl::InvalidArgumentError(
+        "run_into: op is not set (expected exactly one operation request, e.g. gather)");
+  }
+  *result_options->mutable_shared_memory() = result;
+  TENSOROPS_ASSIGN_OR_RETURN(
+      const v1::OpResponse response,
+      CallRpc<v1::OpResponse>("run_into", Deadline(options.timeout),
+                              [&](grpc::ClientContext* context, v1::OpResponse* received) {
+                                return stub_->Run(context, request, received);
+                              }));
+  ResultShape shape;
+  TENSOROPS_ASSIGN_OR_RETURN(
+      shape.dtype, wire::DataTypeFromProto(response.result().dtype(), "run_into", "result"));
+  shape.shape.assign(response.result().shape().begin(), response.result().shape().end());
+  return shape;
+}
+
+absl::StatusOr<v1::TensorInfo> Client::PutTensorFromSharedMemory(std::string_view name,
+                                                                 DataType dtype, ShapeSpan shape,
+                                                                 const v1::SharedMemoryRef& source,
+                                                                 const PutTensorOptions& options) {
+  grpc::ClientContext context;
+  TENSOROPS_RETURN_IF_ERROR(PrepareContext(Deadline(options.timeout), "put_tensor", &context));
+  v1::PutTensorResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::PutTensorRequest>> writer =
+      stub_->PutTensor(&context, &response);
+  v1::PutTensorRequest message;
+  v1::PutTensorHeader* header = message.mutable_header();
+  header->set_name(name.data(), name.size());
+  header->set_dtype(wire::DataTypeToProto(dtype));
+  header->mutable_shape()->Assign(shape.begin(), shape.end());
+  header->set_overwrite(options.overwrite);
+  if (options.expected_version.has_value()) header->set_expected_version(*options.expected_version);
+  *header->mutable_shared_memory() = source;
+  // The header alone: the bytes are in the region. A failed write means the server ended the
+  // call, and Finish says why.
+  if (writer->Write(message)) writer->WritesDone();
+  const grpc::Status status = writer->Finish();
+  if (!status.ok()) return wire::FromGrpcStatus(status);
+  return response.info();
+}
+
+absl::StatusOr<v1::TensorInfo> Client::GetTensorIntoSharedMemory(std::string_view name,
+                                                                 const v1::SharedMemoryRef& target,
+                                                                 const GetTensorOptions& options) {
+  grpc::ClientContext context;
+  TENSOROPS_RETURN_IF_ERROR(PrepareContext(Deadline(options.timeout), "get_tensor", &context));
+  v1::GetTensorRequest request;
+  request.set_name(name.data(), name.size());
+  if (options.version.has_value()) request.set_version(*options.version);
+  *request.mutable_shared_memory() = target;
+  std::unique_ptr<grpc::ClientReader<v1::GetTensorResponse>> reader =
+      stub_->GetTensor(&context, request);
+  v1::GetTensorResponse message;
+  std::optional<v1::TensorInfo> info;
+  bool unexpected = false;
+  while (reader->Read(&message)) {
+    if (message.has_info() && !info.has_value()) {
+      info = message.info();
+    } else {
+      unexpected = true;
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  if (!status.ok()) return wire::FromGrpcStatus(status);
+  if (!info.has_value() || unexpected) {
+    return absl::InternalError(
+        "get_tensor: the server's answer to a download into shared memory was not its info "
+        "alone");
+  }
+  return *std::move(info);
 }
 
 absl::StatusOr<Tensor> Client::GetTensor(std::string_view name, const GetTensorOptions& options) {

@@ -31,6 +31,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/cpp/shared_memory.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "kernels/reduction.h"
@@ -471,6 +472,39 @@ class Client {
   // started without --store_dir (its store is in memory only); the server's error, naming the
   // file, when the snapshot cannot be written.
   absl::StatusOr<v1::SnapshotStoreResponse> SnapshotStore(const CallOptions& options = {});
+
+  // Shared memory (shared_memory.h), for a client on the server's host. RegisterSharedMemory
+  // maps `byte_size` bytes from `offset` of the POSIX shared-memory object `key` into the server
+  // as region `name` (in the caller's token namespace): ALREADY_EXISTS for a name in use,
+  // NOT_FOUND for an object that does not exist, RESOURCE_EXHAUSTED past the server's
+  // --max_shared_memory_regions or --max_shared_memory_bytes.
+  absl::Status RegisterSharedMemory(std::string_view name, std::string_view key, int64_t byte_size,
+                                    int64_t offset = 0, const CallOptions& options = {});
+  // UnregisterSharedMemory forgets the region `name` (every region of the caller's when empty)
+  // and returns the names forgotten; the server unmaps a region once the calls using it are done.
+  absl::StatusOr<std::vector<std::string>> UnregisterSharedMemory(std::string_view name = "",
+                                                                  const CallOptions& options = {});
+  // ListSharedMemory describes the caller's regions, sorted by name.
+  absl::StatusOr<std::vector<v1::SharedMemoryRegion>> ListSharedMemory(
+      const CallOptions& options = {});
+  // RunInto runs `request` with its result written into the region bytes `result`
+  // (result_options.shared_memory; at least the result's bytes) and returns the result's dtype
+  // and shape. FAILED_PRECONDITION when the region's object shrank or was removed under the call;
+  // otherwise errors as Run.
+  absl::StatusOr<ResultShape> RunInto(v1::OpRequest request, const v1::SharedMemoryRef& result,
+                                      const CallOptions& options = {});
+  // PutTensorFromSharedMemory stores the tensor of `dtype` and `shape` whose bytes are at
+  // `source` (exactly its bytes) under `name`: one copy on the server, no bytes on the wire.
+  // Errors as PutTensor's, and the region's.
+  absl::StatusOr<v1::TensorInfo> PutTensorFromSharedMemory(std::string_view name, DataType dtype,
+                                                           ShapeSpan shape,
+                                                           const v1::SharedMemoryRef& source,
+                                                           const PutTensorOptions& options = {});
+  // GetTensorIntoSharedMemory writes the stored tensor's bytes into `target` (at least its
+  // bytes) and returns its info. Errors as GetTensor's, and the region's.
+  absl::StatusOr<v1::TensorInfo> GetTensorIntoSharedMemory(std::string_view name,
+                                                           const v1::SharedMemoryRef& target,
+                                                           const GetTensorOptions& options = {});
 
   // channel returns the channel this client calls over, for other services of the same server
   // (grpc.health.v1.Health, server reflection) with the same TLS settings. Calls made on it carry

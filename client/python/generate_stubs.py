@@ -3,8 +3,9 @@
 
     generate_stubs.py --out DIR [--proto-dir PROTO_DIR] [--generator auto|grpc_tools|protoc]
 
-writes DIR/tensorops/v1/{tensor,ops,generic,server_info,store,service}_pb2.py and *_pb2_grpc.py (and
-an empty DIR/tensorops/v1/__init__.py). DIR itself gets no tensorops/__init__.py: the package's
+writes DIR/tensorops/v1/{tensor,ops,generic,server_info,store,shared_memory,service}_pb2.py and
+*_pb2_grpc.py (one pair per proto/tensorops/v1/*.proto), and an empty
+DIR/tensorops/v1/__init__.py. DIR itself gets no tensorops/__init__.py: the package's
 code lives in client/python/tensorops, which adds DIR/tensorops to its path when DIR is on
 sys.path (see tensorops/__init__.py).
 

@@ -94,11 +94,14 @@ absl::StatusOr<std::vector<StoredInput>> ParseStoredInputs(const Model& model,
   return entries;
 }
 // The parameters with which Triton's clients place an input or an output in a registered
-// shared-memory region (set_shared_memory). tensorops serves no shared-memory extension, so a
-// tensor that names one is refused rather than sent inline behind the client's back: the client
-// would wait for bytes in a region nobody writes.
-constexpr std::string_view kSharedMemoryParameters[] = {
-    "shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"};
+// shared-memory region (set_shared_memory).
+constexpr char kRegionParameter[] = "shared_memory_region";
+constexpr char kByteSizeParameter[] = "shared_memory_byte_size";
+constexpr char kOffsetParameter[] = "shared_memory_offset";
+
+bool IsSharedMemoryParameter(std::string_view name) {
+  return name == kRegionParameter || name == kByteSizeParameter || name == kOffsetParameter;
+}
 
 // KindOf names an InferParameter's kind for messages.
 std::string_view KindOf(const InferParameter& parameter) {
@@ -119,22 +122,6 @@ std::string_view KindOf(const InferParameter& parameter) {
   return "empty";
 }
 
-// SharedMemoryError is INVALID_ARGUMENT when `parameters` (those of the input or output `tensor`,
-// `kind` saying which) place it in shared memory, saying what to do `instead`; OK otherwise.
-absl::Status SharedMemoryError(const Model& model, std::string_view kind, std::string_view tensor,
-                               const google::protobuf::Map<std::string, InferParameter>& parameters,
-                               std::string_view instead) {
-  // Checked in a fixed order (a map's is not), so the message names the same one every time.
-  for (const std::string_view name : kSharedMemoryParameters) {
-    if (!parameters.contains(std::string(name))) continue;
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: %s \"%s\" has parameter \"%s\", which places it in a shared-memory region, but "
-        "tensorops serves no shared memory (neither system nor CUDA); %s",
-        model.name, kind, Escaped(tensor), name, instead));
-  }
-  return absl::OkStatus();
-}
-
 // ParameterInt is an integer parameter's value (int64, or uint64 that fits).
 std::optional<int64_t> ParameterInt(const InferParameter& parameter) {
   if (parameter.has_int64_param()) return parameter.int64_param();
@@ -143,6 +130,54 @@ std::optional<int64_t> ParameterInt(const InferParameter& parameter) {
     return static_cast<int64_t>(parameter.uint64_param());
   }
   return std::nullopt;
+}
+
+// SharedMemoryRefOf reads the shared-memory parameters of the input or output `tensor` (`kind`
+// says which) into `ref`: false when it has none; INVALID_ARGUMENT naming the parameter when
+// they are incomplete or of the wrong kind.
+absl::StatusOr<bool> SharedMemoryRefOf(
+    const Model& model, std::string_view kind, std::string_view tensor,
+    const google::protobuf::Map<std::string, InferParameter>& parameters,
+    v1::SharedMemoryRef* ref) {
+  const auto region = parameters.find(kRegionParameter);
+  const auto byte_size = parameters.find(kByteSizeParameter);
+  const auto offset = parameters.find(kOffsetParameter);
+  if (region == parameters.end()) {
+    if (byte_size == parameters.end() && offset == parameters.end()) return false;
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %s \"%s\" has parameter \"%s\" but no \"%s\" (the region's name)", model.name, kind,
+        Escaped(tensor), byte_size != parameters.end() ? kByteSizeParameter : kOffsetParameter,
+        kRegionParameter));
+  }
+  if (!region->second.has_string_param()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %s \"%s\" has parameter \"%s\" of kind %s; it takes a string, the region's name",
+        model.name, kind, Escaped(tensor), kRegionParameter, KindOf(region->second)));
+  }
+  ref->set_region(region->second.string_param());
+  const auto integer =
+      [&](const google::protobuf::Map<std::string, InferParameter>::const_iterator it,
+          std::string_view name) -> absl::StatusOr<int64_t> {
+    const std::optional<int64_t> value = ParameterInt(it->second);
+    if (!value.has_value() || *value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: %s \"%s\" has parameter \"%s\" of kind %s; it takes an int64 >= 0",
+                          model.name, kind, Escaped(tensor), name, KindOf(it->second)));
+    }
+    return *value;
+  };
+  if (byte_size == parameters.end()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %s \"%s\" names shared-memory region \"%s\" but has no \"%s\"", model.name, kind,
+        Escaped(tensor), Escaped(ref->region()), kByteSizeParameter));
+  }
+  TENSOROPS_ASSIGN_OR_RETURN(const int64_t bytes, integer(byte_size, kByteSizeParameter));
+  ref->set_byte_size(bytes);
+  if (offset != parameters.end()) {
+    TENSOROPS_ASSIGN_OR_RETURN(const int64_t at, integer(offset, kOffsetParameter));
+    ref->set_offset(at);
+  }
+  return true;
 }
 
 // ParseIntegers reads a list parameter: "0,2", "[0, 2]", "" (empty).
@@ -343,12 +378,9 @@ absl::Status TypedContents(const Model& model, const ModelInferRequest::InferInp
 // when the input has neither typed contents nor a stored tensor.
 absl::Status InputTensor(const Model& model, ModelInferRequest::InferInputTensor* input,
                          ModelInferRequest* request, int* raw, v1::Tensor* tensor) {
-  TENSOROPS_RETURN_IF_ERROR(SharedMemoryError(
-      model, "input", input->name(), input->parameters(),
-      "send its bytes in raw_input_contents (or contents), or keep the tensor on the server "
-      "(PutTensor) and name it with the input parameter \"stored\""));
   std::optional<std::string> stored;
   for (const auto& [name, parameter] : input->parameters()) {
+    if (IsSharedMemoryParameter(name)) continue;  // read below
     if (name == "stored" && parameter.has_string_param()) {
       tensor->mutable_stored()->set_name(parameter.string_param());
       stored = parameter.string_param();
@@ -357,9 +389,30 @@ absl::Status InputTensor(const Model& model, ModelInferRequest::InferInputTensor
     } else {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s: input \"%s\" has parameter \"%s\" (%s); an input takes only \"stored\" (a string, "
-          "the name of a stored tensor) and \"stored_version\" (an int64)",
+          "the name of a stored tensor) and \"stored_version\" (an int64), or the shared-memory "
+          "parameters \"shared_memory_region\", \"shared_memory_byte_size\" and "
+          "\"shared_memory_offset\"",
           model.name, input->name(), Escaped(name), KindOf(parameter)));
     }
+  }
+  v1::SharedMemoryRef ref;
+  TENSOROPS_ASSIGN_OR_RETURN(
+      const bool in_shared_memory,
+      SharedMemoryRefOf(model, "input", input->name(), input->parameters(), &ref));
+  if (in_shared_memory) {
+    if (stored.has_value() || tensor->has_stored() || input->has_contents()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: input \"%s\" is in shared-memory region \"%s\" and also %s; send one", model.name,
+          input->name(), Escaped(ref.region()),
+          input->has_contents() ? "sends contents" : "names a stored tensor"));
+    }
+    // Its bytes are in the region: dtype and shape say how many, and no raw content is taken.
+    TENSOROPS_ASSIGN_OR_RETURN(DataType dtype,
+                               DatatypeFromName(input->datatype(), model.name, input->name()));
+    tensor->set_dtype(wire::DataTypeToProto(dtype));
+    tensor->mutable_shape()->Assign(input->shape().begin(), input->shape().end());
+    *tensor->mutable_shared_memory() = std::move(ref);
+    return absl::OkStatus();
   }
   if (tensor->has_stored() && !stored.has_value()) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -390,7 +443,7 @@ absl::Status InputTensor(const Model& model, ModelInferRequest::InferInputTensor
   if (*raw >= request->raw_input_contents_size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: input \"%s\" has no contents: raw_input_contents has %d entries, one per input "
-        "without typed contents or a stored tensor, in the order of inputs",
+        "without typed contents, a stored tensor or a shared-memory region, in the order of inputs",
         model.name, input->name(), request->raw_input_contents_size()));
   }
   tensor->mutable_data()->swap(*request->mutable_raw_input_contents(*raw));
@@ -400,7 +453,7 @@ absl::Status InputTensor(const Model& model, ModelInferRequest::InferInputTensor
 
 // OutputTensor puts `result` into `response` as output `name`, moving its bytes.
 absl::Status OutputTensor(const Model& model, std::string_view name, v1::Tensor* result,
-                          inference::ModelInferResponse* response) {
+                          inference::ModelInferResponse* response, bool in_shared_memory = false) {
   inference::ModelInferResponse::InferOutputTensor* output = response->add_outputs();
   output->set_name(std::string(name));
   if (result->dtype() != v1::DATA_TYPE_UNSPECIFIED) {
@@ -430,7 +483,9 @@ absl::Status OutputTensor(const Model& model, std::string_view name, v1::Tensor*
       output->add_shape(0);
     }
   }
-  response->add_raw_output_contents()->swap(*result->mutable_data());
+  // A result written into shared memory has no raw content (as Triton answers): the client
+  // reads the region.
+  if (!in_shared_memory) response->add_raw_output_contents()->swap(*result->mutable_data());
   return absl::OkStatus();
 }
 
@@ -537,7 +592,8 @@ absl::StatusOr<std::unique_ptr<InferCall>> InferCall::Translate(ModelInferReques
   if (raw != request->raw_input_contents_size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: raw_input_contents has %d entries, but %d inputs take theirs from it (one entry per "
-        "input without typed contents or a stored tensor, in the order of inputs)",
+        "input without typed contents, a stored tensor or a shared-memory region, in the order of "
+        "inputs)",
         model->name, request->raw_input_contents_size(), raw));
   }
   for (size_t i = 0; i < model->inputs.size(); ++i) {
@@ -554,23 +610,33 @@ absl::StatusOr<std::unique_ptr<InferCall>> InferCall::Translate(ModelInferReques
           absl::StrFormat("%s: \"%s\" is not an output of this model (outputs: %s)", model->name,
                           Escaped(output.name()), absl::StrJoin(model->outputs, ", ")));
     }
-    TENSOROPS_RETURN_IF_ERROR(SharedMemoryError(
-        *model, "output", output.name(), output.parameters(),
-        model->FindParameter("store_as") != nullptr
-            ? "its bytes come back in raw_output_contents, or set the request parameter "
-              "\"store_as\" to keep the result on the server"
-            : "its bytes come back in raw_output_contents"));
+    v1::SharedMemoryRef ref;
+    TENSOROPS_ASSIGN_OR_RETURN(
+        const bool in_shared_memory,
+        SharedMemoryRefOf(*model, "output", output.name(), output.parameters(), &ref));
+    if (in_shared_memory && model->backward) {
+      // Gradients are computed into tensors of their own: Respond copies each into its region.
+      call->gradient_regions_[output.name()] = ref;
+    } else if (in_shared_memory) {
+      // The op writes its result into the region (ResultOptions.shared_memory).
+      Message* options = op_request->GetReflection()->MutableMessage(
+          op_request, op_request->GetDescriptor()->FindFieldByName("result_options"));
+      *static_cast<v1::ResultOptions*>(options)->mutable_shared_memory() = std::move(ref);
+    }
     // Anything else asks for an output other than the tensor (Triton's "classification"):
     // refused as an input's unknown parameter is, not ignored. The first name in order, so the
     // message names the same one every time.
-    if (!output.parameters().empty()) {
-      auto first = output.parameters().begin();
-      for (auto it = first; it != output.parameters().end(); ++it) {
-        if (it->first < first->first) first = it;
-      }
+    std::optional<google::protobuf::Map<std::string, InferParameter>::const_iterator> first;
+    for (auto it = output.parameters().begin(); it != output.parameters().end(); ++it) {
+      if (IsSharedMemoryParameter(it->first)) continue;
+      if (!first.has_value() || it->first < (*first)->first) first = it;
+    }
+    if (first.has_value()) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: output \"%s\" has parameter \"%s\" (%s); an output takes no parameters", model->name,
-          output.name(), Escaped(first->first), KindOf(first->second)));
+          "%s: output \"%s\" has parameter \"%s\" (%s); an output takes only the shared-memory "
+          "parameters \"shared_memory_region\", \"shared_memory_byte_size\" and "
+          "\"shared_memory_offset\"",
+          model->name, output.name(), Escaped((*first)->first), KindOf((*first)->second)));
     }
     if (std::find(call->requested_outputs_.begin(), call->requested_outputs_.end(),
                   output.name()) != call->requested_outputs_.end()) {
@@ -590,6 +656,8 @@ bool InferCall::ReferencesStoredTensors() const {
 absl::StatusOr<PreparedOp> InferCall::Prepare(const wire::DecodeLimits& limits,
                                               const StoredTensors& stored,
                                               inference::ModelInferResponse* response) {
+  regions_ = stored.regions;
+  ns_ = std::string(stored.ns);
   // The v1 request is this call's own and nothing reads it after the op has run, so the op may
   // take its input bytes as the result.
   TENSOROPS_ASSIGN_OR_RETURN(
@@ -613,8 +681,14 @@ absl::Status InferCall::Respond(inference::ModelInferResponse* response) {
                requested_outputs_.end();
   };
   if (!model_->backward) {
-    if (wanted("output"))
-      TENSOROPS_RETURN_IF_ERROR(OutputTensor(*model_, "output", &result_, response));
+    if (wanted("output")) {
+      const bool in_shared_memory = ops::VisitCase(
+          model_->op,
+          [&]<typename Op>(Op) { return ops::Get<Op>(op_).result_options().has_shared_memory(); },
+          [] { return false; });
+      TENSOROPS_RETURN_IF_ERROR(
+          OutputTensor(*model_, "output", &result_, response, in_shared_memory));
+    }
     return absl::OkStatus();
   }
   // The gradients come keyed by argument ("input", "src"), in the order the request asked for
@@ -624,7 +698,20 @@ absl::Status InferCall::Respond(inference::ModelInferResponse* response) {
     auto gradient =
         gradients_.mutable_gradients()->find(output.substr(std::string("grad_").size()));
     if (gradient == gradients_.mutable_gradients()->end()) continue;
-    TENSOROPS_RETURN_IF_ERROR(OutputTensor(*model_, output, &gradient->second, response));
+    const auto region = gradient_regions_.find(output);
+    if (region != gradient_regions_.end()) {
+      v1::Tensor& value = gradient->second;
+      const std::string what = absl::StrFormat("%s: output \"%s\"", model_->name, output);
+      TENSOROPS_ASSIGN_OR_RETURN(
+          const RegionBytes target,
+          FindBytes(regions_, ns_, region->second, static_cast<int64_t>(value.data().size()),
+                    /*exactly=*/false, what));
+      std::memcpy(target.data, value.data().data(), value.data().size());
+      TENSOROPS_RETURN_IF_ERROR(target.region->CheckIntact(what));
+      value.clear_data();
+    }
+    TENSOROPS_RETURN_IF_ERROR(OutputTensor(*model_, output, &gradient->second, response,
+                                           /*in_shared_memory=*/region != gradient_regions_.end()));
   }
   return absl::OkStatus();
 }

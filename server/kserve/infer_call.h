@@ -11,6 +11,7 @@
 #ifndef TENSOROPS_SERVER_KSERVE_INFER_CALL_H_
 #define TENSOROPS_SERVER_KSERVE_INFER_CALL_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -21,8 +22,10 @@
 #include "proto/codec.h"
 #include "server/kserve/models.h"
 #include "server/prepared_op.h"
+#include "server/shared_memory/regions.h"
 #include "server/stored_operands.h"
 #include "tensorops/v1/generic.pb.h"
+#include "tensorops/v1/tensor.pb.h"
 
 namespace tensorops::kserve {
 
@@ -66,6 +69,11 @@ class InferCall {
   // Where the v1 result goes.
   v1::Tensor result_;
   v1::BackwardResponse gradients_;
+  // A gradient model's outputs asked for in shared memory, by output name; Respond copies each
+  // gradient there from the regions of the caller's namespace.
+  std::map<std::string, v1::SharedMemoryRef> gradient_regions_;
+  const SharedMemoryRegions* regions_ = nullptr;
+  std::string ns_;
 };
 
 }  // namespace tensorops::kserve

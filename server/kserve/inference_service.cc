@@ -1,10 +1,14 @@
 #include "server/kserve/inference_service.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -21,6 +25,8 @@
 #include "server/kserve/models.h"
 #include "server/parsed_request.h"
 #include "server/quick_unary_call.h"
+#include "server/shared_memory/region_handler.h"
+#include "server/shared_memory/regions.h"
 
 namespace tensorops::kserve {
 namespace {
@@ -42,7 +48,11 @@ int MethodIndex(std::string_view method) {
 // The extensions of the protocol this server serves (ServerMetadata.extensions). `parameters`:
 // every attribute of an op travels as a request parameter. Not model_repository: of its methods
 // only RepositoryIndex is served, since the models are built in and cannot be loaded.
-constexpr std::string_view kExtensions[] = {"model_configuration", "parameters", "statistics"};
+// system_shared_memory: Triton's RPCs and input and output parameters (shared_memory_region,
+// _offset, _byte_size). Not cuda_shared_memory: its RPCs answer, but no CUDA region can be
+// registered yet.
+constexpr std::string_view kExtensions[] = {"model_configuration", "parameters", "statistics",
+                                            "system_shared_memory"};
 
 // The methods of Triton's GRPCInferenceService that grpc_service.proto does not declare, as
 // gRPC names them in a call (it keeps the pointer: literals), each with what it is counted as in
@@ -55,10 +65,6 @@ struct UndeclaredMethod {
   std::string_view op;
   std::string_view reason;
 };
-constexpr std::string_view kNoSharedMemory =
-    "tensorops serves no shared memory (neither system nor CUDA); send tensors in "
-    "raw_input_contents, or keep them on the server (PutTensor) and name them with the input "
-    "parameter \"stored\", so that they cross the network once";
 constexpr UndeclaredMethod kUnimplementedMethods[] = {
     {"/inference.GRPCInferenceService/RepositoryModelLoad", "RepositoryModelLoad",
      "repository_model_load",
@@ -68,18 +74,6 @@ constexpr UndeclaredMethod kUnimplementedMethods[] = {
      "repository_model_unload",
      "tensorops' models are its ops, built into the server, and cannot be unloaded; a model "
      "nobody calls holds no memory"},
-    {"/inference.GRPCInferenceService/SystemSharedMemoryStatus", "SystemSharedMemoryStatus",
-     "system_shared_memory_status", kNoSharedMemory},
-    {"/inference.GRPCInferenceService/SystemSharedMemoryRegister", "SystemSharedMemoryRegister",
-     "system_shared_memory_register", kNoSharedMemory},
-    {"/inference.GRPCInferenceService/SystemSharedMemoryUnregister", "SystemSharedMemoryUnregister",
-     "system_shared_memory_unregister", kNoSharedMemory},
-    {"/inference.GRPCInferenceService/CudaSharedMemoryStatus", "CudaSharedMemoryStatus",
-     "cuda_shared_memory_status", kNoSharedMemory},
-    {"/inference.GRPCInferenceService/CudaSharedMemoryRegister", "CudaSharedMemoryRegister",
-     "cuda_shared_memory_register", kNoSharedMemory},
-    {"/inference.GRPCInferenceService/CudaSharedMemoryUnregister", "CudaSharedMemoryUnregister",
-     "cuda_shared_memory_unregister", kNoSharedMemory},
     {"/inference.GRPCInferenceService/TraceSetting", "TraceSetting", "trace_setting",
      "tensorops traces no requests; ModelStatistics and /metrics give each model's time queued, "
      "decoding, running and encoding, and --log_level=debug logs a line per call"},
@@ -244,6 +238,7 @@ struct StreamProtocol {
 
 InferenceService::InferenceService(const ServingContext& serving) : serving_(serving) {
   HandleHealthAndMetadata();
+  HandleSharedMemory();
   HandleModelInfer();
   HandleModelStreamInfer();
   HandleUndeclaredMethods();
@@ -346,6 +341,139 @@ void InferenceService::HandleHealthAndMetadata() {
           }));
 }
 
+void InferenceService::HandleSharedMemory() {
+  // Each RPC is the registry's (server/shared_memory/regions.h) in Triton's messages.
+  // Triton unregisters a name it does not know without an error, and an empty name means every
+  // region of the kind.
+  const auto unregister = [](SharedMemoryRegions& regions, std::string_view ns,
+                             std::string_view name, bool system) -> absl::Status {
+    std::vector<std::string> names;
+    if (name.empty()) {
+      TENSOROPS_ASSIGN_OR_RETURN(std::vector<v1::SharedMemoryRegion> listed, regions.List(ns, ""));
+      for (const v1::SharedMemoryRegion& region : listed) {
+        if (region.has_system() == system) names.push_back(region.name());
+      }
+    } else {
+      names.emplace_back(name);
+    }
+    for (const std::string& region : names) {
+      const absl::StatusOr<std::vector<std::string>> gone = regions.Unregister(ns, region);
+      if (!gone.ok() && !absl::IsNotFound(gone.status())) return gone.status();
+    }
+    return absl::OkStatus();
+  };
+  // The regions of one kind that a status request asks for: `name` alone (NOT_FOUND when it is
+  // not registered, or is of the other kind) or all of them.
+  const auto listed = [](SharedMemoryRegions& regions, std::string_view ns, std::string_view name,
+                         bool system) -> absl::StatusOr<std::vector<v1::SharedMemoryRegion>> {
+    TENSOROPS_ASSIGN_OR_RETURN(std::vector<v1::SharedMemoryRegion> all, regions.List(ns, name));
+    std::vector<v1::SharedMemoryRegion> of_kind;
+    for (v1::SharedMemoryRegion& region : all) {
+      if (region.has_system() == system) of_kind.push_back(std::move(region));
+    }
+    if (!name.empty() && of_kind.empty()) {
+      return absl::NotFoundError(
+          absl::StrFormat("region \"%s\" is not a registered %s shared-memory region", name,
+                          system ? "system" : "CUDA"));
+    }
+    return of_kind;
+  };
+  MarkMethodCallback(
+      MethodIndex("SystemSharedMemoryRegister"),
+      NewRegionHandler<inference::SystemSharedMemoryRegisterRequest,
+                       inference::SystemSharedMemoryRegisterResponse>(
+          serving_, "SystemSharedMemoryRegister", "system_shared_memory_register",
+          [](SharedMemoryRegions& regions, std::string_view ns,
+             const inference::SystemSharedMemoryRegisterRequest& request,
+             inference::SystemSharedMemoryRegisterResponse*) -> absl::Status {
+            // Triton's sizes are unsigned; ours are int64, and a size past it cannot be mapped.
+            constexpr uint64_t kMax = std::numeric_limits<int64_t>::max();
+            if (request.offset() > kMax || request.byte_size() > kMax) {
+              return absl::InvalidArgumentError(absl::StrFormat(
+                  "region \"%s\": offset %d and byte_size %d must each be below 2^63",
+                  request.name(), request.offset(), request.byte_size()));
+            }
+            v1::SharedMemoryRegion region;
+            region.set_name(request.name());
+            region.mutable_system()->set_key(request.key());
+            region.mutable_system()->set_offset(static_cast<int64_t>(request.offset()));
+            region.mutable_system()->set_byte_size(static_cast<int64_t>(request.byte_size()));
+            return regions.Register(ns, region);
+          }));
+  MarkMethodCallback(
+      MethodIndex("SystemSharedMemoryUnregister"),
+      NewRegionHandler<inference::SystemSharedMemoryUnregisterRequest,
+                       inference::SystemSharedMemoryUnregisterResponse>(
+          serving_, "SystemSharedMemoryUnregister", "system_shared_memory_unregister",
+          [unregister](SharedMemoryRegions& regions, std::string_view ns,
+                       const inference::SystemSharedMemoryUnregisterRequest& request,
+                       inference::SystemSharedMemoryUnregisterResponse*) {
+            return unregister(regions, ns, request.name(), /*system=*/true);
+          }));
+  MarkMethodCallback(
+      MethodIndex("SystemSharedMemoryStatus"),
+      NewRegionHandler<inference::SystemSharedMemoryStatusRequest,
+                       inference::SystemSharedMemoryStatusResponse>(
+          serving_, "SystemSharedMemoryStatus", "system_shared_memory_status",
+          [listed](SharedMemoryRegions& regions, std::string_view ns,
+                   const inference::SystemSharedMemoryStatusRequest& request,
+                   inference::SystemSharedMemoryStatusResponse* response) -> absl::Status {
+            TENSOROPS_ASSIGN_OR_RETURN(std::vector<v1::SharedMemoryRegion> found,
+                                       listed(regions, ns, request.name(), /*system=*/true));
+            for (const v1::SharedMemoryRegion& region : found) {
+              auto& status = (*response->mutable_regions())[region.name()];
+              status.set_name(region.name());
+              status.set_key(region.system().key());
+              status.set_offset(static_cast<uint64_t>(region.system().offset()));
+              status.set_byte_size(static_cast<uint64_t>(region.system().byte_size()));
+            }
+            return absl::OkStatus();
+          }));
+  MarkMethodCallback(
+      MethodIndex("CudaSharedMemoryRegister"),
+      NewRegionHandler<inference::CudaSharedMemoryRegisterRequest,
+                       inference::CudaSharedMemoryRegisterResponse>(
+          serving_, "CudaSharedMemoryRegister", "cuda_shared_memory_register",
+          [](SharedMemoryRegions& regions, std::string_view ns,
+             const inference::CudaSharedMemoryRegisterRequest& request,
+             inference::CudaSharedMemoryRegisterResponse*) {
+            v1::SharedMemoryRegion region;
+            region.set_name(request.name());
+            region.mutable_cuda()->set_raw_handle(request.raw_handle());
+            region.mutable_cuda()->set_device_id(request.device_id());
+            region.mutable_cuda()->set_byte_size(static_cast<int64_t>(
+                std::min<uint64_t>(request.byte_size(), std::numeric_limits<int64_t>::max())));
+            return regions.Register(ns, region);
+          }));
+  MarkMethodCallback(MethodIndex("CudaSharedMemoryUnregister"),
+                     NewRegionHandler<inference::CudaSharedMemoryUnregisterRequest,
+                                      inference::CudaSharedMemoryUnregisterResponse>(
+                         serving_, "CudaSharedMemoryUnregister", "cuda_shared_memory_unregister",
+                         [unregister](SharedMemoryRegions& regions, std::string_view ns,
+                                      const inference::CudaSharedMemoryUnregisterRequest& request,
+                                      inference::CudaSharedMemoryUnregisterResponse*) {
+                           return unregister(regions, ns, request.name(), /*system=*/false);
+                         }));
+  MarkMethodCallback(
+      MethodIndex("CudaSharedMemoryStatus"),
+      NewRegionHandler<inference::CudaSharedMemoryStatusRequest,
+                       inference::CudaSharedMemoryStatusResponse>(
+          serving_, "CudaSharedMemoryStatus", "cuda_shared_memory_status",
+          [listed](SharedMemoryRegions& regions, std::string_view ns,
+                   const inference::CudaSharedMemoryStatusRequest& request,
+                   inference::CudaSharedMemoryStatusResponse* response) -> absl::Status {
+            TENSOROPS_ASSIGN_OR_RETURN(std::vector<v1::SharedMemoryRegion> found,
+                                       listed(regions, ns, request.name(), /*system=*/false));
+            for (const v1::SharedMemoryRegion& region : found) {
+              auto& status = (*response->mutable_regions())[region.name()];
+              status.set_name(region.name());
+              status.set_device_id(static_cast<uint64_t>(region.cuda().device_id()));
+              status.set_byte_size(static_cast<uint64_t>(region.cuda().byte_size()));
+            }
+            return absl::OkStatus();
+          }));
+}
+
 void InferenceService::HandleUndeclaredMethods() {
   // The generated service holds one method per declared one, in order; these follow.
   int index = InferenceDescriptor()->method_count();
@@ -386,8 +514,11 @@ void InferenceService::HandleModelInfer() {
                   const std::string ns = StoreNamespace(serving_, *context);
                   TENSOROPS_ASSIGN_OR_RETURN(
                       PreparedOp prepared,
-                      call->Prepare(serving_.limits,
-                                    StoredTensors{.store = serving_.store, .ns = ns}, response));
+                      call->Prepare(
+                          serving_.limits,
+                          StoredTensors{
+                              .store = serving_.store, .ns = ns, .regions = serving_.shared_memory},
+                          response));
                   // The op reads the call's bytes: it keeps the call for as long as it lives.
                   prepared.run = [call, run = std::move(prepared.run)] { return run(); };
                   return prepared;

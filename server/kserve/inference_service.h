@@ -37,6 +37,9 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
 
  private:
   void HandleHealthAndMetadata();
+  // Triton's shared-memory extension (SystemSharedMemory*, CudaSharedMemory*), on
+  // serving_.shared_memory.
+  void HandleSharedMemory();
   // HandleUndeclaredMethods answers the methods of Triton's service that grpc_service.proto does
   // not declare: RepositoryIndex, and every other one UNIMPLEMENTED with a message that says
   // what to use instead (gRPC alone would answer them UNIMPLEMENTED with none).

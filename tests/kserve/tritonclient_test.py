@@ -707,7 +707,9 @@ def test_server_metadata(triton, v1):
     metadata = triton.get_server_metadata()
     assert metadata.name == "tensorops"
     assert metadata.version == v1.server_info().version
-    assert set(metadata.extensions) == {"model_configuration", "parameters", "statistics"}
+    # Not cuda_shared_memory: CUDA regions cannot be registered yet (docs/kserve.md).
+    assert set(metadata.extensions) == {"model_configuration", "parameters", "statistics",
+                                        "system_shared_memory"}
 
 
 @pytest.mark.parametrize("model", ALL_MODELS)
@@ -777,10 +779,10 @@ def test_repository_index_lists_every_model_ready(triton):
 
 
 def test_other_triton_methods_are_unimplemented_saying_what_to_use(triton):
-    """Loading models, shared memory, trace and logging are not served; each says so."""
-    for call in [triton.get_system_shared_memory_status,
-                 triton.get_cuda_shared_memory_status, triton.get_trace_settings,
-                 triton.get_log_settings, lambda: triton.load_model("gather")]:
+    """Loading models, trace and logging are not served; each says so (shared memory is:
+    shared_memory_test.py)."""
+    for call in [triton.get_trace_settings, triton.get_log_settings,
+                 lambda: triton.load_model("gather")]:
         with raises("UNIMPLEMENTED", "is not implemented: "):
             call()
 

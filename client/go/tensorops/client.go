@@ -17,6 +17,11 @@
 // stores the result under a name or updates a stored input in place, safely retried through an
 // update id.
 //
+// A client on the server's host can share memory with it (CreateSharedMemoryRegion): tensor
+// arguments in a region (InSharedMemory, SharedMemory.Write), results written into one
+// (ResultOptions.SharedMemory), and Put from and Get into one, so that their bytes skip the
+// socket.
+//
 // Errors from calls are the gRPC status errors of the call, unwrapped, so status.Code(err) and
 // status.FromError(err) give the server's code (codes.InvalidArgument for bad input) and message.
 // A call that reaches no server is Unavailable with the message "no tensorops server answers at
@@ -34,6 +39,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -207,11 +213,13 @@ const MaxAttemptsCap = 5
 // first included, 1 (no retries) to MaxAttemptsCap; others are InvalidArgument. Calls whose
 // context ends are not retried.
 //
-// A retry is safe for every call but two: ops are free of side effects or, when they store their
+// A retry is safe for every call but four: ops are free of side effects or, when they store their
 // result or update in place, carry an update id the server applies once (the client picks one
 // per call and gRPC resends the same request). PutTensor and DeleteTensor change the store
 // without one, so the config never retries them: a put or delete whose answer was lost could
-// otherwise replace or remove a value another client stored in between.
+// otherwise replace or remove a value another client stored in between. Nor
+// RegisterSharedMemory and UnregisterSharedMemory, whose retry after a lost answer would fail
+// with ALREADY_EXISTS or NOT_FOUND though the first attempt did what was asked.
 //
 // gRPC-Go before 1.40 (Debian 12 has 1.33) ignores retry policies unless the environment has
 // GRPC_GO_RETRY=on when the program starts; round_robin works either way.
@@ -227,7 +235,7 @@ func ServiceConfig(roundRobin bool, maxAttempts int) (string, error) {
 	if maxAttempts > 1 {
 		retry = fmt.Sprintf(`,"retryPolicy":{"maxAttempts":%d,"initialBackoff":"0.05s","maxBackoff":"1s","backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE","CANCELLED","ABORTED"]}`, maxAttempts)
 	}
-	neverRetried := `{"name":[{"service":"tensorops.v1.TensorOps","method":"PutTensor"},{"service":"tensorops.v1.TensorOps","method":"DeleteTensor"}]}`
+	neverRetried := `{"name":[{"service":"tensorops.v1.TensorOps","method":"PutTensor"},{"service":"tensorops.v1.TensorOps","method":"DeleteTensor"},{"service":"tensorops.v1.TensorOps","method":"RegisterSharedMemory"},{"service":"tensorops.v1.TensorOps","method":"UnregisterSharedMemory"}]}`
 	return fmt.Sprintf(`{"loadBalancingConfig":[{%q:{}}],"methodConfig":[{"name":[{"service":"tensorops.v1.TensorOps"}]%s},%s]}`, policy, retry, neverRetried), nil
 }
 
@@ -379,10 +387,14 @@ func (c *Client) Stub() tensoropsv1.TensorOpsClient { return c.stub }
 // bearer token.
 func (c *Client) CallOptions() []grpc.CallOption { return append([]grpc.CallOption{}, c.callOpts...) }
 
-// unary returns the result of a unary call.
-func unary(response interface{ GetResult() *tensoropsv1.Tensor }, err error) (Tensor, error) {
+// unary returns the result of op's unary call: a tensor in shared memory when op's result was
+// written into a region.
+func unary(op Op, response interface{ GetResult() *tensoropsv1.Tensor }, err error) (Tensor, error) {
 	if err != nil {
 		return Tensor{}, err
+	}
+	if shared := op.resultOptions().GetSharedMemory(); shared != nil {
+		return resultIn(response.GetResult(), shared)
 	}
 	return result(response.GetResult())
 }
@@ -402,7 +414,7 @@ func result(message *tensoropsv1.Tensor) (Tensor, error) {
 func (c *Client) Gather(ctx context.Context, input Tensor, axis int64, index Tensor, opts ...GatherOptions) (Tensor, error) {
 	op := withUpdateID(GatherOp(input, axis, index, opts...), true)
 	response, err := c.stub.Gather(ctx, op.message.GetGather(), c.callOpts...)
-	return unary(response, err)
+	return unary(op, response, err)
 }
 
 // Scatter returns torch.scatter(input, axis, index, src), or scatter_reduce with opts.Reduce.
@@ -418,14 +430,14 @@ func (c *Client) ScatterValue(ctx context.Context, input Tensor, axis int64, ind
 func (c *Client) scatter(ctx context.Context, op Op) (Tensor, error) {
 	op = withUpdateID(op, true)
 	response, err := c.stub.Scatter(ctx, op.message.GetScatter(), c.callOpts...)
-	return unary(response, err)
+	return unary(op, response, err)
 }
 
 // IndexSelect returns torch.index_select(input, axis, index); index is 1-D (or a scalar).
 func (c *Client) IndexSelect(ctx context.Context, input Tensor, axis int64, index Tensor, opts ...IndexSelectOptions) (Tensor, error) {
 	op := withUpdateID(IndexSelectOp(input, axis, index, opts...), true)
 	response, err := c.stub.IndexSelect(ctx, op.message.GetIndexSelect(), c.callOpts...)
-	return unary(response, err)
+	return unary(op, response, err)
 }
 
 // IndexReduce returns torch.index_add (the default, Reduce: Sum, with Alpha), index_copy
@@ -433,28 +445,28 @@ func (c *Client) IndexSelect(ctx context.Context, input Tensor, axis int64, inde
 func (c *Client) IndexReduce(ctx context.Context, input Tensor, axis int64, index Tensor, src Tensor, opts ...IndexReduceOptions) (Tensor, error) {
 	op := withUpdateID(IndexReduceOp(input, axis, index, src, opts...), true)
 	response, err := c.stub.IndexReduce(ctx, op.message.GetIndexReduce(), c.callOpts...)
-	return unary(response, err)
+	return unary(op, response, err)
 }
 
 // SelectScatter returns torch.select_scatter(input, src, axis, index).
 func (c *Client) SelectScatter(ctx context.Context, input Tensor, src Tensor, axis int64, index int64, opts ...SelectScatterOptions) (Tensor, error) {
 	op := withUpdateID(SelectScatterOp(input, src, axis, index, opts...), true)
 	response, err := c.stub.SelectScatter(ctx, op.message.GetSelectScatter(), c.callOpts...)
-	return unary(response, err)
+	return unary(op, response, err)
 }
 
 // SliceScatter returns torch.slice_scatter(input, src, axis, start, end, step).
 func (c *Client) SliceScatter(ctx context.Context, input Tensor, src Tensor, axis int64, opts ...SliceScatterOptions) (Tensor, error) {
 	op := withUpdateID(SliceScatterOp(input, src, axis, opts...), true)
 	response, err := c.stub.SliceScatter(ctx, op.message.GetSliceScatter(), c.callOpts...)
-	return unary(response, err)
+	return unary(op, response, err)
 }
 
 // DiagonalScatter returns torch.diagonal_scatter(input, src, offset, axis1, axis2).
 func (c *Client) DiagonalScatter(ctx context.Context, input Tensor, src Tensor, opts ...DiagonalScatterOptions) (Tensor, error) {
 	op := withUpdateID(DiagonalScatterOp(input, src, opts...), true)
 	response, err := c.stub.DiagonalScatter(ctx, op.message.GetDiagonalScatter(), c.callOpts...)
-	return unary(response, err)
+	return unary(op, response, err)
 }
 
 // GatherNd returns tf.gather_nd(input, index, batch_dims), or the axes form (docs/semantics.md,
@@ -462,7 +474,7 @@ func (c *Client) DiagonalScatter(ctx context.Context, input Tensor, src Tensor, 
 func (c *Client) GatherNd(ctx context.Context, input Tensor, index Tensor, opts ...GatherNdOptions) (Tensor, error) {
 	op := withUpdateID(GatherNdOp(input, index, opts...), true)
 	response, err := c.stub.GatherNd(ctx, op.message.GetGatherNd(), c.callOpts...)
-	return unary(response, err)
+	return unary(op, response, err)
 }
 
 // ScatterNd returns tf.tensor_scatter_nd_update(input, index, src), or _add / _min / _max with
@@ -479,14 +491,14 @@ func (c *Client) ScatterNdZeros(ctx context.Context, shape []int64, index Tensor
 func (c *Client) scatterNd(ctx context.Context, op Op) (Tensor, error) {
 	op = withUpdateID(op, true)
 	response, err := c.stub.ScatterNd(ctx, op.message.GetScatterNd(), c.callOpts...)
-	return unary(response, err)
+	return unary(op, response, err)
 }
 
 // MaskedScatter returns torch.masked_scatter(input, mask, src).
 func (c *Client) MaskedScatter(ctx context.Context, input Tensor, mask Tensor, src Tensor, opts ...MaskedScatterOptions) (Tensor, error) {
 	op := withUpdateID(MaskedScatterOp(input, mask, src, opts...), true)
 	response, err := c.stub.MaskedScatter(ctx, op.message.GetMaskedScatter(), c.callOpts...)
-	return unary(response, err)
+	return unary(op, response, err)
 }
 
 // Run runs any op through the generic Run RPC: the same validation and result as its own RPC.
@@ -495,7 +507,7 @@ func (c *Client) MaskedScatter(ctx context.Context, input Tensor, mask Tensor, s
 func (c *Client) Run(ctx context.Context, op Op) (Tensor, error) {
 	op = withUpdateID(op, false)
 	response, err := c.stub.Run(ctx, op.message, c.callOpts...)
-	return unary(response, err)
+	return unary(op, response, err)
 }
 
 // Backward returns the gradients of op's differentiable inputs for gradOutput, the gradient of its
@@ -537,6 +549,11 @@ type StreamResult struct {
 // another Receives; neither method may be called from two goroutines at once.
 type Stream struct {
 	stream tensoropsv1.TensorOps_RunStreamClient
+
+	mu sync.Mutex
+	// The region each request in flight writes its result into, by request id, for Recv to
+	// describe the result (the response has only its dtype and shape).
+	sharedResults map[uint64]*tensoropsv1.SharedMemoryRef
 }
 
 // RunStream opens a stream; cancelling ctx ends it. Each request sent gets exactly one result
@@ -546,13 +563,18 @@ func (c *Client) RunStream(ctx context.Context) (*Stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Stream{stream}, nil
+	return &Stream{stream: stream, sharedResults: map[uint64]*tensoropsv1.SharedMemoryRef{}}, nil
 }
 
 // Send sends one op with the caller's id (an op that stores its result gets an update id as Run
 // gives it). An error (io.EOF when the server ended the stream) means no more can be sent; Recv
 // gives the stream's status.
 func (s *Stream) Send(requestID uint64, op Op) error {
+	if shared := op.resultOptions().GetSharedMemory(); shared != nil {
+		s.mu.Lock()
+		s.sharedResults[requestID] = shared
+		s.mu.Unlock()
+	}
 	return s.stream.Send(&tensoropsv1.RunStreamRequest{RequestId: requestID, Op: withUpdateID(op, false).message})
 }
 
@@ -568,9 +590,17 @@ func (s *Stream) Recv() (StreamResult, error) {
 		return StreamResult{}, err
 	}
 	out := StreamResult{RequestID: response.GetRequestId()}
+	s.mu.Lock()
+	shared := s.sharedResults[out.RequestID]
+	delete(s.sharedResults, out.RequestID)
+	s.mu.Unlock()
 	switch outcome := response.GetOutcome().(type) {
 	case *tensoropsv1.RunStreamResponse_Result:
-		out.Result, out.Err = result(outcome.Result)
+		if shared != nil {
+			out.Result, out.Err = resultIn(outcome.Result, shared)
+		} else {
+			out.Result, out.Err = result(outcome.Result)
+		}
 	case *tensoropsv1.RunStreamResponse_Error:
 		out.Err = status.Error(codes.Code(outcome.Error.GetCode()), outcome.Error.GetMessage())
 	default:

@@ -61,3 +61,33 @@ func ExampleClient_RunStream() {
 		fmt.Println(result.RequestID, result.Result.Int64s(), result.Err)
 	}
 }
+
+// A lookup whose ids and result stay in shared memory (compiled, not run: it needs a server on
+// this host, with the table "emb" stored).
+func ExampleClient_CreateSharedMemoryRegion() {
+	client, err := tensorops.Dial("127.0.0.1:50051")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+	shm, err := client.CreateSharedMemoryRegion(ctx, "io", 1<<20)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.DestroySharedMemoryRegion(ctx, shm)
+	ids, err := shm.Write(0, tensorops.FromInt64([]int64{7, 3, 7}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	out, err := client.IndexSelect(ctx, tensorops.Ref("emb"), 0, ids, tensorops.IndexSelectOptions{
+		Result: tensorops.ResultOptions{SharedMemory: shm.Ref(4096, 1<<20-4096)}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	rows, err := shm.Read(out) // Or shm.Bytes()[4096:], read in place.
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(out, rows.Float32s()[:4])
+}

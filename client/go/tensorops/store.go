@@ -21,7 +21,9 @@ const DefaultChunkBytes = 4 << 20
 // ResultOptions say where an op's result goes: the Result field of every op's options struct.
 // The zero value returns the result as usual. A result stored (StoreAs) or written in place
 // (InPlace) comes back as a reference to the stored tensor at its new version (Tensor.IsRef),
-// with its dtype and shape, and with its elements only when ReturnData is set.
+// with its dtype and shape, and with its elements only when ReturnData is set. A result written
+// into shared memory (SharedMemory) comes back as a tensor in shared memory
+// (Tensor.IsSharedMemory), with its dtype and shape.
 type ResultOptions struct {
 	// Store the result under this name, in the caller's namespace.
 	StoreAs string
@@ -41,6 +43,10 @@ type ResultOptions struct {
 	// retry a call yourself (after Unavailable, or from another process); never give one id to
 	// two different updates.
 	UpdateID string
+	// Write the result into a registered shared-memory region instead of the response: from
+	// Offset, ByteSize at least the result's bytes (InvalidArgument otherwise); the bytes after
+	// the result are left as they were. Not together with StoreAs, InPlace or ReturnData.
+	SharedMemory SharedMemoryRef
 }
 
 func (o ResultOptions) proto() *tensoropsv1.ResultOptions {
@@ -50,6 +56,7 @@ func (o ResultOptions) proto() *tensoropsv1.ResultOptions {
 	return &tensoropsv1.ResultOptions{
 		StoreAs: o.StoreAs, Overwrite: o.Overwrite, ExpectedVersion: o.ExpectedVersion,
 		InPlace: o.InPlace, ReturnData: o.ReturnData, UpdateId: o.UpdateID,
+		SharedMemory: o.SharedMemory.proto(),
 	}
 }
 
@@ -138,7 +145,8 @@ type PutOptions struct {
 	// Data bytes per message, 1 to the client's max message bytes less 1 KiB (else
 	// InvalidArgument); 0 means DefaultChunkBytes.
 	ChunkBytes int
-	// Called after each chunk has been sent (and once with 0, 0 for an empty tensor).
+	// Called after each chunk has been sent (and once with 0, 0 for an empty tensor; once with
+	// the tensor's bytes for a tensor in shared memory, when the server has them).
 	Progress Progress
 }
 
@@ -165,15 +173,25 @@ func (c *Client) chunkBytes(requested int, fallback int) (int, error) {
 // tensor becomes visible when the upload completes, all at once. Put is never retried
 // automatically (it carries no update id, and a retry could replace a value another client
 // stored in between): on Unavailable, call it again. t must hold its elements (not a reference:
-// InvalidArgument).
+// InvalidArgument), or be a tensor in shared memory (InSharedMemory, SharedMemory.Write): then
+// the server copies its bytes from the region and the stream carries the header alone.
 func (c *Client) Put(ctx context.Context, name string, t Tensor, opts ...PutOptions) (Tensor, error) {
 	o := optional("Put", opts)
-	if !t.HasData() || t.IsZero() {
-		return Tensor{}, status.Errorf(codes.InvalidArgument, "tensorops: Put %q: %v holds no elements to store", name, t)
+	header := &tensoropsv1.PutTensorHeader{
+		Name: name, Dtype: tensoropsv1.DataType(t.dtype), Shape: t.shape,
+		Overwrite: o.Overwrite, ExpectedVersion: o.ExpectedVersion,
 	}
-	chunk, err := c.chunkBytes(o.ChunkBytes, DefaultChunkBytes)
-	if err != nil {
-		return Tensor{}, err
+	chunk := 0
+	if t.shared != nil {
+		header.SharedMemory = t.shared.proto()
+	} else {
+		if !t.HasData() || t.IsZero() {
+			return Tensor{}, status.Errorf(codes.InvalidArgument, "tensorops: Put %q: %v holds no elements to store", name, t)
+		}
+		var err error
+		if chunk, err = c.chunkBytes(o.ChunkBytes, DefaultChunkBytes); err != nil {
+			return Tensor{}, err
+		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -181,13 +199,10 @@ func (c *Client) Put(ctx context.Context, name string, t Tensor, opts ...PutOpti
 	if err != nil {
 		return Tensor{}, err
 	}
-	header := &tensoropsv1.PutTensorHeader{
-		Name: name, Dtype: tensoropsv1.DataType(t.dtype), Shape: t.shape,
-		Overwrite: o.Overwrite, ExpectedVersion: o.ExpectedVersion,
-	}
 	if err := stream.Send(&tensoropsv1.PutTensorRequest{Part: &tensoropsv1.PutTensorRequest_Header{Header: header}}); err != nil {
 		return Tensor{}, putError(stream)
 	}
+	// A tensor in shared memory has no data here: the stream is its header alone.
 	total := int64(len(t.data))
 	for done := 0; done < len(t.data); {
 		end := done + chunk
@@ -202,12 +217,15 @@ func (c *Client) Put(ctx context.Context, name string, t Tensor, opts ...PutOpti
 			o.Progress(int64(done), total)
 		}
 	}
-	if total == 0 && o.Progress != nil {
+	if total == 0 && t.shared == nil && o.Progress != nil {
 		o.Progress(0, 0)
 	}
 	response, err := stream.CloseAndRecv()
 	if err != nil {
 		return Tensor{}, err
+	}
+	if t.shared != nil && o.Progress != nil {
+		o.Progress(t.shared.ByteSize, t.shared.ByteSize)
 	}
 	return infoFromProto(response.GetInfo()).Ref(), nil
 }
@@ -228,11 +246,18 @@ type GetOptions struct {
 	Version *int64
 	// The most data bytes per message; 0: the server's default (4 MiB).
 	ChunkBytes int
-	// Called after each chunk has arrived (and once with 0, 0 for an empty tensor).
+	// Called after each chunk has arrived (and once with 0, 0 for an empty tensor; once with the
+	// tensor's bytes when they were written into SharedMemory).
 	Progress Progress
+	// Write the tensor's bytes into this registered shared-memory region instead of sending
+	// them: from Offset, ByteSize at least the tensor's bytes (InvalidArgument otherwise).
+	SharedMemory SharedMemoryRef
 }
 
-// Get returns the stored tensor `name`, all of one version, received in chunks.
+// Get returns the stored tensor `name`, all of one version, received in chunks. With
+// GetOptions.SharedMemory the server writes the bytes into the region instead, and Get returns
+// the tensor in shared memory that names them (its dtype and shape, no elements:
+// SharedMemory.Read reads them).
 func (c *Client) Get(ctx context.Context, name string, opts ...GetOptions) (Tensor, error) {
 	o := optional("Get", opts)
 	if o.ChunkBytes != 0 {
@@ -243,7 +268,8 @@ func (c *Client) Get(ctx context.Context, name string, opts ...GetOptions) (Tens
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := c.stub.GetTensor(ctx, &tensoropsv1.GetTensorRequest{
-		Name: name, Version: o.Version, ChunkBytes: int64(o.ChunkBytes)}, c.callOpts...)
+		Name: name, Version: o.Version, ChunkBytes: int64(o.ChunkBytes),
+		SharedMemory: o.SharedMemory.proto()}, c.callOpts...)
 	if err != nil {
 		return Tensor{}, err
 	}
@@ -255,7 +281,13 @@ func (c *Client) Get(ctx context.Context, name string, opts ...GetOptions) (Tens
 	if info == nil {
 		return Tensor{}, status.Errorf(codes.Internal, "tensorops: Get %q: the first message holds no TensorInfo", name)
 	}
-	data := make([]byte, 0, info.GetBytes())
+	// Into shared memory, the stream carries no data after the TensorInfo.
+	shared := o.SharedMemory != (SharedMemoryRef{})
+	streamed := info.GetBytes()
+	if shared {
+		streamed = 0
+	}
+	data := make([]byte, 0, streamed)
 	for {
 		response, err := stream.Recv()
 		if err == io.EOF {
@@ -264,18 +296,23 @@ func (c *Client) Get(ctx context.Context, name string, opts ...GetOptions) (Tens
 		if err != nil {
 			return Tensor{}, err
 		}
-		if int64(len(data)+len(response.GetData())) > info.GetBytes() {
-			return Tensor{}, status.Errorf(codes.Internal, "tensorops: Get %q: the server sent more than the tensor's %d bytes", name, info.GetBytes())
+		if int64(len(data)+len(response.GetData())) > streamed {
+			return Tensor{}, status.Errorf(codes.Internal, "tensorops: Get %q: the server sent more than the %d bytes it was to send", name, streamed)
 		}
 		data = append(data, response.GetData()...)
 		if o.Progress != nil {
 			o.Progress(int64(len(data)), info.GetBytes())
 		}
 	}
-	if info.GetBytes() == 0 && o.Progress != nil {
-		o.Progress(0, 0)
+	if o.Progress != nil && (info.GetBytes() == 0 || shared) {
+		o.Progress(info.GetBytes(), info.GetBytes())
 	}
-	tensor, err := NewTensor(DType(info.GetDtype()), info.GetShape(), data)
+	var tensor Tensor
+	if shared {
+		tensor, err = sharedTensor(SharedMemoryRef{Region: o.SharedMemory.Region, Offset: o.SharedMemory.Offset}, DType(info.GetDtype()), info.GetShape())
+	} else {
+		tensor, err = NewTensor(DType(info.GetDtype()), info.GetShape(), data)
+	}
 	if err != nil {
 		return Tensor{}, status.Errorf(codes.Internal, "tensorops: Get %q: %v", name, err)
 	}

@@ -69,12 +69,18 @@ func (d DType) ItemSize() int {
 // and results stored with ResultOptions): ops then read the stored value by name, and no bytes
 // cross the wire. A reference knows its dtype and shape when the server told them; it holds
 // elements only when a stored result was asked for with ReturnData (HasData).
+//
+// Or a Tensor may name bytes in a shared-memory region the caller registered (InSharedMemory,
+// results written with ResultOptions.SharedMemory, Get with GetOptions.SharedMemory): it has its
+// dtype and shape but never its elements, which the server reads or writes in the region.
 type Tensor struct {
 	dtype DType
 	shape []int64
 	data  []byte
 	// Non-nil for a reference to a stored tensor.
 	stored *storedRef
+	// Non-nil for a tensor in a shared-memory region.
+	shared *SharedMemoryRef
 }
 
 // storedRef names a stored tensor, at a version or at whatever version is current.
@@ -124,9 +130,9 @@ func (t Tensor) Latest() Tensor {
 	return Tensor{dtype: t.dtype, shape: t.shape, stored: &storedRef{name: t.stored.name}}
 }
 
-// HasData reports whether t holds its elements: every Tensor but references, and references
-// returned with ReturnData.
-func (t Tensor) HasData() bool { return t.stored == nil || t.stored.withData }
+// HasData reports whether t holds its elements: every Tensor but references and tensors in
+// shared memory, and references returned with ReturnData.
+func (t Tensor) HasData() bool { return t.shared == nil && (t.stored == nil || t.stored.withData) }
 
 // DType returns the element type.
 func (t Tensor) DType() DType { return t.dtype }
@@ -137,7 +143,8 @@ func (t Tensor) Shape() []int64 { return append([]int64{}, t.shape...) }
 // NumElements returns the product of the shape (1 for a scalar).
 func (t Tensor) NumElements() int64 { return numElements(t.shape) }
 
-// Bytes returns a copy of the raw little-endian element bytes; nil for a reference without data.
+// Bytes returns a copy of the raw little-endian element bytes; nil for a reference without data
+// and for a tensor in shared memory (SharedMemory.Read reads those).
 func (t Tensor) Bytes() []byte {
 	if !t.HasData() {
 		return nil
@@ -147,12 +154,17 @@ func (t Tensor) Bytes() []byte {
 
 // IsZero reports whether t is the zero Tensor (no dtype), which ops treat as an absent argument.
 func (t Tensor) IsZero() bool {
-	return t.dtype == Invalid && t.shape == nil && t.data == nil && t.stored == nil
+	return t.dtype == Invalid && t.shape == nil && t.data == nil && t.stored == nil && t.shared == nil
 }
 
 // String describes the tensor's dtype and shape, not its elements: "float32[2 3]"; a reference
-// adds its name and version: `stored "table"@3 float32[2 3]` ("@latest": no version).
+// adds its name and version: `stored "table"@3 float32[2 3]` ("@latest": no version); a tensor in
+// shared memory its region and byte range: `shared memory "in"[64:88] float32[2 3]`.
 func (t Tensor) String() string {
+	if t.shared != nil {
+		return fmt.Sprintf("shared memory %q[%d:%d] %v%v", t.shared.Region, t.shared.Offset,
+			t.shared.Offset+t.shared.ByteSize, t.dtype, t.shape)
+	}
 	if t.stored == nil {
 		return fmt.Sprintf("%v%v", t.dtype, t.shape)
 	}
@@ -165,13 +177,14 @@ func (t Tensor) String() string {
 
 // Reshape returns a tensor with the same elements and dtype and the given shape (none: a scalar).
 // It panics if the shape's product differs from the number of elements or a size is negative,
-// or if t is a reference.
+// or if t is a reference. A tensor in shared memory is reshaped in place: the same bytes of the
+// same region.
 func (t Tensor) Reshape(shape ...int64) Tensor {
 	if t.stored != nil {
 		panic(fmt.Sprintf("tensorops: Reshape of %v: a reference has no elements to reshape", t))
 	}
 	checkShape("Reshape", shape, t.NumElements())
-	return Tensor{dtype: t.dtype, shape: append([]int64{}, shape...), data: t.data}
+	return Tensor{dtype: t.dtype, shape: append([]int64{}, shape...), data: t.data, shared: t.shared}
 }
 
 // NewTensor returns a tensor of the given dtype and shape holding the raw little-endian bytes
@@ -195,10 +208,17 @@ func NewTensor(dtype DType, shape []int64, data []byte) (Tensor, error) {
 
 // FromProto returns the tensor a wire message holds, with NewTensor's checks. A message with
 // `stored` set gives a reference, with the dtype and shape the message has, and its elements
-// when the message carries them (a result asked for with ReturnData, or one of no elements).
+// when the message carries them (a result asked for with ReturnData, or one of no elements). A
+// message with `shared_memory` set gives a tensor in shared memory (InSharedMemory's checks).
 func FromProto(message *tensoropsv1.Tensor) (Tensor, error) {
 	if message == nil {
 		return Tensor{}, fmt.Errorf("tensorops: missing tensor")
+	}
+	if shared := message.GetSharedMemory(); shared != nil {
+		if len(message.GetData()) != 0 || message.GetStored() != nil {
+			return Tensor{}, fmt.Errorf("tensorops: a tensor in shared memory region %q with data or a stored reference too", shared.GetRegion())
+		}
+		return sharedTensor(sharedMemoryRefFromProto(shared), DType(message.GetDtype()), message.GetShape())
 	}
 	stored := message.GetStored()
 	if stored == nil {
@@ -226,10 +246,17 @@ func FromProto(message *tensoropsv1.Tensor) (Tensor, error) {
 
 // Proto returns the wire message of t; nil for the zero Tensor. The message shares t's bytes:
 // do not modify its Data. A reference's message names the stored tensor (and the version it
-// requires) and carries neither dtype, shape nor data.
+// requires) and carries neither dtype, shape nor data; a tensor in shared memory's names the
+// region and the bytes, with the dtype and shape.
 func (t Tensor) Proto() *tensoropsv1.Tensor {
 	if t.IsZero() {
 		return nil
+	}
+	if t.shared != nil {
+		return &tensoropsv1.Tensor{
+			Dtype: tensoropsv1.DataType(t.dtype), Shape: append([]int64{}, t.shape...),
+			SharedMemory: t.shared.proto(),
+		}
 	}
 	if t.stored != nil {
 		ref := &tensoropsv1.TensorRef{Name: t.stored.name}
@@ -375,6 +402,9 @@ func FromComplex128(data []complex128, shape ...int64) Tensor {
 // elements checks that t has the accessor's dtype and its elements and returns their count; it
 // panics otherwise, like a failed type assertion.
 func (t Tensor) elements(accessor string, want DType) int {
+	if t.shared != nil {
+		panic(fmt.Sprintf("tensorops: %s on %v: its elements are in the region (SharedMemory.Read)", accessor, t))
+	}
 	if !t.HasData() {
 		panic(fmt.Sprintf("tensorops: %s on %v, a reference without its elements: Client.Get them", accessor, t))
 	}

@@ -9,7 +9,9 @@
 Arrays go in and come out as numpy.ndarray (results are read-only views over the response's
 bytes unless copy=True); torch tensors in give torch tensors out; bfloat16 travels as
 tensorops.bfloat16 (raw uint16 bits). Tensors kept on the server (client.put, client.ref) are
-tensorops.Ref, usable wherever an array is. Failed calls raise a tensorops.Error subclass
+tensorops.Ref, usable wherever an array is; so are arrays in shared memory with a server on the
+same host (client.shared_memory, tensorops.SharedMemoryRegion), whose bytes never cross the
+socket, and results can be written there (out=). Failed calls raise a tensorops.Error subclass
 carrying the gRPC code and the server's message. tensorops.aio.Client is the asyncio variant;
 tensorops.requests builds OpRequests for run_stream and backward.
 """
@@ -50,12 +52,14 @@ from tensorops._errors import (Aborted, AlreadyExists, Cancelled, DataLoss, Dead
                                OutOfRange, PermissionDenied, ResourceExhausted, Unauthenticated,
                                Unavailable, Unimplemented, Unknown)
 from tensorops._tensor import REDUCTIONS, Ref, bfloat16
+from tensorops._shared_memory import InSharedMemory, SharedMemoryInfo, SharedMemoryRegion
 from tensorops._store import Snapshot, TensorInfo
 from tensorops._client import TLS, Client, service_config
 from tensorops import aio, requests
 
 __all__ = [
-    "Client", "Ref", "Snapshot", "TLS", "TensorInfo", "__version__", "aio", "bfloat16", "requests",
+    "Client", "InSharedMemory", "Ref", "SharedMemoryInfo", "SharedMemoryRegion", "Snapshot", "TLS",
+    "TensorInfo", "__version__", "aio", "bfloat16", "requests",
     "service_config", "REDUCTIONS", "Error",
     "Aborted", "AlreadyExists",
     "Cancelled", "DataLoss", "DeadlineExceeded", "FailedPrecondition", "Internal",

@@ -1,4 +1,5 @@
 """tensorops.Client: the synchronous client, and what the asyncio client shares with it."""
+import contextlib
 import dataclasses
 import inspect
 import itertools
@@ -8,11 +9,14 @@ import os
 import grpc
 
 from tensorops import requests
-from tensorops._errors import Error, from_rpc_error, make_error
+from tensorops._errors import Error, NotFound, from_rpc_error, make_error
+from tensorops._shared_memory import InSharedMemory, SharedMemoryInfo, SharedMemoryRegion
 from tensorops._store import (DEFAULT_CHUNK_BYTES, Download, Snapshot, TensorInfo, Upload,
-                              check_chunk_bytes, name_and_version)
-from tensorops._tensor import DTYPE_NAMES, Ref, from_tensor, to_tensor, torch_device
-from tensorops.v1 import generic_pb2, server_info_pb2, service_pb2_grpc, store_pb2
+                              check_chunk_bytes, name_and_version, shared_memory_request)
+from tensorops._tensor import (DTYPE_NAMES, Ref, from_tensor, result_in_shared_memory, to_tensor,
+                               torch_device)
+from tensorops.v1 import (generic_pb2, server_info_pb2, service_pb2_grpc, shared_memory_pb2,
+                          store_pb2)
 
 # The server's default message limit (1 GiB), both ways.
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
@@ -21,21 +25,22 @@ DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
 _MAX_ATTEMPTS_CAP = 5
 
 # The RPCs that change the store without an update id: no retry policy (see service_config).
-_NEVER_RETRIED = ("PutTensor", "DeleteTensor")
+_NEVER_RETRIED = ("PutTensor", "DeleteTensor", "RegisterSharedMemory", "UnregisterSharedMemory")
 
 # The keyword arguments of every op method that say where its result goes
 # (tensorops.requests.result_options).
 _RESULT_KEYWORDS = ("store_as", "overwrite", "expected_version", "in_place", "return_data",
-                    "update_id")
+                    "update_id", "out")
 
 
 @dataclasses.dataclass(frozen=True)
 class _Decoding:
     """How a call's result comes back: copied (writable), on a torch device, with a stored
-    result's data."""
+    result's data, or written into shared memory at out's place."""
     copy: bool
     device: object  # torch.device, or None for numpy
     return_data: bool
+    out: object = None  # the call's out=, or None
 
 
 def service_config(round_robin=True, max_attempts=5):
@@ -49,11 +54,13 @@ def service_config(round_robin=True, max_attempts=5):
     deadline passes are not retried, nor calls the server has answered or whose request exceeds
     gRPC's 256 KiB retry buffer.
 
-    A retry is safe for every call but two: ops are free of side effects, or, when they store
+    A retry is safe for every call but four: ops are free of side effects, or, when they store
     their result or update in place, carry an update id the server applies once (the client
     picks one per call; gRPC resends the same request). PutTensor and DeleteTensor change the
     store without one, so they are never retried: a put or delete whose answer was lost could
-    otherwise replace or remove a value another client stored in between.
+    otherwise replace or remove a value another client stored in between. Nor are
+    RegisterSharedMemory and UnregisterSharedMemory, whose retry after a lost answer would fail
+    with ALREADY_EXISTS or NOT_FOUND though the first attempt did what was asked.
     """
     if not 1 <= max_attempts <= _MAX_ATTEMPTS_CAP:
         raise ValueError(f"max_attempts = {max_attempts} is out of range (expected 1 to "
@@ -172,17 +179,21 @@ class _Base:
         target."""
         return from_rpc_error(rpc_error, self.target, self._tls)
 
-    def _decoding(self, copy, arguments, options=None):
+    def _decoding(self, copy, arguments, options=None, out=None):
         """How to return a call's result: `copy` (None: the client's), torch out when one of
-        `arguments` is a torch tensor, a stored result's data when `options` ask for it."""
+        `arguments` is a torch tensor, a stored result's data when `options` ask for it, `out`
+        when the result went into shared memory."""
         return _Decoding(copy=self.copy if copy is None else copy,
                          device=torch_device(arguments),
-                         return_data=options is not None and options.return_data)
+                         return_data=options is not None and options.return_data, out=out)
 
     @staticmethod
     def _decode(tensor, decoding):
-        """A result message as the caller gets it: an array (or torch tensor), or a Ref with the
-        array in .data when it was stored and return_data was asked for."""
+        """A result message as the caller gets it: an array (or torch tensor), a Ref with the
+        array in .data when it was stored and return_data was asked for, or out= (or a view of
+        its bytes) when it was written into shared memory."""
+        if decoding.out is not None:
+            return result_in_shared_memory(decoding.out, tensor.dtype, tensor.shape)
         if not tensor.HasField("stored"):
             return from_tensor(tensor, decoding.copy, decoding.device)
         # A stream's results are decoded without their requests' options: data that came is kept.
@@ -195,23 +206,25 @@ class _Base:
     def _op_call(self, builder, args, kwargs, copy):
         """(rpc, request, decoding) of an op method's call: the builder's request with the
         result keywords (popped from kwargs) applied."""
-        options = requests.result_options(
-            **{key: kwargs.pop(key) for key in _RESULT_KEYWORDS if key in kwargs})
+        result_keywords = {key: kwargs.pop(key) for key in _RESULT_KEYWORDS if key in kwargs}
+        options = requests.result_options(**result_keywords)
         op = requests.with_result_options(builder(*args, **kwargs), options)
         rpc, request = self._unary_parts(op)
-        return rpc, request, self._decoding(copy, itertools.chain(args, kwargs.values()), options)
+        return rpc, request, self._decoding(copy, itertools.chain(args, kwargs.values()), options,
+                                            result_keywords.get("out"))
 
     def _run_call(self, op, args, kwargs, copy):
         """(request, decoding) of run's call; a caller's OpRequest is copied before its result
         options are set."""
-        options = requests.result_options(
-            **{key: kwargs.pop(key) for key in _RESULT_KEYWORDS if key in kwargs})
+        result_keywords = {key: kwargs.pop(key) for key in _RESULT_KEYWORDS if key in kwargs}
+        options = requests.result_options(**result_keywords)
         if isinstance(op, generic_pb2.OpRequest) and options is not None:
             copied = generic_pb2.OpRequest()
             copied.CopyFrom(op)
             op = copied
         request = requests.with_result_options(requests.build(op, *args, **kwargs), options)
-        return request, self._decoding(copy, itertools.chain(args, kwargs.values()), options)
+        return request, self._decoding(copy, itertools.chain(args, kwargs.values()), options,
+                                       result_keywords.get("out"))
 
     def _upload(self, name, array, overwrite, expected_version, chunk_bytes, progress):
         check_chunk_bytes(chunk_bytes, self.max_message_bytes)
@@ -222,14 +235,33 @@ class _Base:
         info = response.info
         return Ref(info.name, info.version, DTYPE_NAMES.get(info.dtype), tuple(info.shape))
 
-    def _get_request(self, name, version, chunk_bytes):
+    def _get_request(self, name, version, chunk_bytes, out):
         name, version = name_and_version(name, version)
         if chunk_bytes is not None:
             check_chunk_bytes(chunk_bytes, self.max_message_bytes)
         request = store_pb2.GetTensorRequest(name=name, chunk_bytes=chunk_bytes or 0)
         if version is not None:
             request.version = version
+        if out is not None:
+            shared_memory_request(request, out)
         return name, request
+
+    @staticmethod
+    def _register_request(name, key, byte_size, offset):
+        """The RegisterSharedMemoryRequest of register_shared_memory's arguments: a name, key,
+        byte_size and offset, or a tensorops.SharedMemoryRegion as `name`."""
+        if isinstance(name, SharedMemoryRegion):
+            if key is not None or byte_size is not None or offset:
+                raise TypeError("register_shared_memory: give a SharedMemoryRegion alone, or "
+                                "name, key and byte_size")
+            return shared_memory_pb2.RegisterSharedMemoryRequest(region=name.system_proto())
+        if key is None or byte_size is None:
+            raise TypeError("register_shared_memory: give the region's name, key and byte_size "
+                            "(or a SharedMemoryRegion)")
+        return shared_memory_pb2.RegisterSharedMemoryRequest(
+            region=shared_memory_pb2.SharedMemoryRegion(
+                name=name, system=shared_memory_pb2.SystemSharedMemory(
+                    key=key, offset=offset, byte_size=byte_size)))
 
     @staticmethod
     def _delete_request(name, expected_version):
@@ -245,22 +277,33 @@ class _Base:
         return store_pb2.TensorInfoRequest(name=name)
 
     @staticmethod
-    def _stream_request(position, item):
-        """The RunStreamRequest of an (id, OpRequest) pair, or of an OpRequest at `position`."""
+    def _stream_request(position, item, in_shared_memory):
+        """The RunStreamRequest of an (id, OpRequest) pair, or of an OpRequest at `position`.
+        An op whose result goes into shared memory is noted in `in_shared_memory` (request id ->
+        where), since its response says only the result's dtype and shape."""
         if isinstance(item, generic_pb2.OpRequest):
             request_id, op = position, item
         else:
             request_id, op = item
+        field = op.WhichOneof("op")
+        if field is not None and getattr(op, field).result_options.HasField("shared_memory"):
+            where = getattr(op, field).result_options.shared_memory
+            in_shared_memory[request_id] = InSharedMemory(where.region, where.offset, None, ())
         return generic_pb2.RunStreamRequest(request_id=request_id, op=op)
 
     @classmethod
-    def _stream_requests(cls, items):
+    def _stream_requests(cls, items, in_shared_memory):
         for position, item in enumerate(items):
-            yield cls._stream_request(position, item)
+            yield cls._stream_request(position, item, in_shared_memory)
 
-    def _stream_outcome(self, response, decoding):
+    def _stream_outcome(self, response, decoding, in_shared_memory):
+        """(request id, result or Error) of a RunStream response; a result written into shared
+        memory as a tensorops.InSharedMemory."""
+        out = in_shared_memory.pop(response.request_id, None)
         if response.WhichOneof("outcome") == "error":
             return response.request_id, make_error(response.error.code, response.error.message)
+        if out is not None:
+            decoding = dataclasses.replace(decoding, out=out)
         return response.request_id, self._decode(response.result, decoding)
 
     def _backward_call(self, op, grad_output, args, kwargs, copy):
@@ -282,8 +325,8 @@ class _Base:
 
 # The keyword arguments every op method adds to its builder's, with their defaults.
 _METHOD_KEYWORDS = {"store_as": None, "overwrite": False, "expected_version": None,
-                    "in_place": False, "return_data": False, "update_id": None, "copy": None,
-                    "timeout": None}
+                    "in_place": False, "return_data": False, "update_id": None, "out": None,
+                    "copy": None, "timeout": None}
 
 
 def _method_signature(builder):
@@ -305,6 +348,9 @@ expected_version=N requires the name at version N). in_place=True: update the st
 that input (a tensorops.Ref) names. Either returns a tensorops.Ref to the result at its new
 version, with the values in .data when return_data=True. update_id: the id that makes a retry of
 this call apply once (default: a fresh uuid4 hex per call).
+out: an ndarray over a registered tensorops.SharedMemoryRegion (or a tensorops.InSharedMemory)
+that the server writes the result into; returns out when the result has its dtype and shape, else
+the result's dtype and shape over the same bytes.
 timeout: seconds for this call (default: the client's)."""
 
 
@@ -341,8 +387,9 @@ class Client(_Base):
     its builder in tensorops.requests plus store_as=, overwrite=, expected_version=, in_place=,
     return_data=, update_id=, copy= and timeout=, returns an ndarray (a torch tensor when a
     tensor argument is one, a tensorops.Ref when stored) and raises tensorops.Error. put, get,
-    list, info, delete, ref and snapshot_store use the tensor store. A Client may be used from
-    many threads at once.
+    list, info, delete, ref and snapshot_store use the tensor store. register_shared_memory,
+    unregister_shared_memory, list_shared_memory and shared_memory share memory with a server on
+    this host (tensorops.SharedMemoryRegion). A Client may be used from many threads at once.
     """
 
     def __init__(self, target, **kwargs):
@@ -398,6 +445,9 @@ class Client(_Base):
         stored, and put raises that exception. Never
         retried automatically (see tensorops.service_config): on tensorops.Unavailable, call
         it again. Returns a tensorops.Ref to the stored tensor at its new version.
+        An array over a registered tensorops.SharedMemoryRegion (C-contiguous), or a
+        tensorops.InSharedMemory, is read by the server where it lies: the stream carries the
+        header alone (progress is called once, with the tensor's bytes as done and total).
         """
         upload = self._upload(name, array, overwrite, expected_version, chunk_bytes, progress)
         try:
@@ -407,16 +457,20 @@ class Client(_Base):
             raise
         return self._put_result(response)
 
-    def get(self, name, version=None, *, chunk_bytes=None, progress=None, timeout=None):
+    def get(self, name, version=None, *, out=None, chunk_bytes=None, progress=None,
+            timeout=None):
         """The stored tensor `name` (a str or a tensorops.Ref) as a writable ndarray of its own
         (tensorops.bfloat16 for bfloat16).
 
         version: the version it must be at (tensorops.FailedPrecondition otherwise); for a Ref,
         default its version. The bytes arrive in chunks of chunk_bytes (default: the server's,
         4 MiB), all of one version; progress(bytes_done, bytes_total) is called after each.
+        out: an ndarray over a registered tensorops.SharedMemoryRegion (or a
+        tensorops.InSharedMemory) whose bytes cover the tensor's: the server writes them there
+        and no bytes cross the socket; returns out as op methods' out= does.
         """
-        name, request = self._get_request(name, version, chunk_bytes)
-        download = Download(name, progress)
+        name, request = self._get_request(name, version, chunk_bytes, out)
+        download = Download(name, progress, out)
         responses = self._stub.GetTensor(request, timeout=self._timeout(timeout),
                                          metadata=self._metadata)
         try:
@@ -452,6 +506,51 @@ class Client(_Base):
         info = self.info(name, timeout=timeout)
         return Ref(info.name, version, info.dtype, info.shape)
 
+    def register_shared_memory(self, name, key=None, byte_size=None, offset=0, *, timeout=None):
+        """Registers the POSIX shared-memory object `key` ("/name", as shm_open takes it), its
+        `byte_size` bytes from `offset`, as the region `name` of this client's namespace (a
+        tensorops.SharedMemoryRegion may stand for all four). The server maps it: it must be on
+        the server's host. tensorops.InvalidArgument for a bad name, offset or size,
+        AlreadyExists for a name in use, NotFound for an object that does not exist,
+        ResourceExhausted past the server's limits."""
+        self._call("RegisterSharedMemory",
+                   self._register_request(name, key, byte_size, offset), timeout)
+
+    def unregister_shared_memory(self, name="", *, timeout=None):
+        """Unregisters the region `name` (a str or a tensorops.SharedMemoryRegion), or every
+        region of this client's namespace when it is ""; returns the names unregistered,
+        sorted. The server unmaps a region once the calls already using it are done."""
+        if isinstance(name, SharedMemoryRegion):
+            name = name.name
+        request = shared_memory_pb2.UnregisterSharedMemoryRequest(name=name)
+        return list(self._call("UnregisterSharedMemory", request, timeout).names)
+
+    def list_shared_memory(self, name="", *, timeout=None):
+        """The registered regions of this client's namespace as tensorops.SharedMemoryInfo,
+        sorted by name; only `name` when given (tensorops.NotFound when it is not registered)."""
+        request = shared_memory_pb2.ListSharedMemoryRequest(name=name)
+        response = self._call("ListSharedMemory", request, timeout)
+        return [SharedMemoryInfo.from_proto(region) for region in response.regions]
+
+    @contextlib.contextmanager
+    def shared_memory(self, name, byte_size, *, key=None, timeout=None):
+        """A new tensorops.SharedMemoryRegion of `byte_size` bytes, registered as `name` for
+        the `with` block; on leaving it the region is unregistered, unmapped (once no array
+        over it is left) and its object unlinked:
+
+            with client.shared_memory("batch", 1 << 20) as region:
+                x = region.array(np.float32, (256, 64))
+        """
+        with SharedMemoryRegion(name, byte_size, key=key) as region:
+            self.register_shared_memory(region, timeout=timeout)
+            try:
+                yield region
+            finally:
+                try:
+                    self.unregister_shared_memory(name, timeout=timeout)
+                except NotFound:
+                    pass  # unregistered in the block already
+
     def snapshot_store(self, *, timeout=None):
         """Has the server write a snapshot of its whole store (every namespace) to its
         --store_dir now; returns a tensorops.Snapshot (path, generation, tensors, bytes,
@@ -470,14 +569,17 @@ class Client(_Base):
         items: an iterable (consumed lazily, on gRPC's thread) of (request_id, OpRequest) pairs,
         or of OpRequests (their ids are their positions). Results come in completion order. An
         op that fails yields its Error and the stream goes on; if the stream itself fails, the
-        iterator raises its Error. timeout bounds the whole stream.
+        iterator raises its Error. timeout bounds the whole stream. An op whose result went into
+        shared memory (requests.with_result_options(op, requests.result_options(out=...))) yields
+        a tensorops.InSharedMemory with the result's dtype and shape.
         """
         decoding = self._decoding(None, ())
-        responses = self._stub.RunStream(self._stream_requests(items),
+        in_shared_memory = {}
+        responses = self._stub.RunStream(self._stream_requests(items, in_shared_memory),
                                          timeout=self._timeout(timeout), metadata=self._metadata)
         try:
             for response in responses:
-                yield self._stream_outcome(response, decoding)
+                yield self._stream_outcome(response, decoding, in_shared_memory)
         except grpc.RpcError as e:
             raise self._error(e) from None
         finally:

@@ -5,7 +5,9 @@ import grpc
 import numpy as np
 
 from tensorops._errors import make_error
-from tensorops._tensor import (DTYPE_NAMES, _NUMPY_DTYPE, Ref, wire_array, wrap_array)
+from tensorops._tensor import (DTYPE_NAMES, _NUMPY_DTYPE, Ref, placed_in_shared_memory,
+                               result_in_shared_memory, shared_memory_target, wire_array,
+                               wire_dtype, wrap_array)
 from tensorops.v1 import store_pb2
 
 # The data bytes in one PutTensor message unless put(chunk_bytes=...) says otherwise: the
@@ -92,22 +94,32 @@ def _malformed(message):
 
 
 class Upload:
-    """A PutTensor call's request messages: the header, then the array's bytes in chunks.
+    """A PutTensor call's request messages: the header, then the array's bytes in chunks; or,
+    for an array the server can read in a shared-memory region, the header alone.
 
     Iterating it (gRPC does, on its own thread) calls progress(bytes_done, bytes_total) after
-    each chunk has been handed to gRPC, and once with (0, 0) for an empty tensor. An exception
-    from progress ends the iteration, which cancels the call; reraise_progress_error raises it
-    in the caller's thread.
+    each chunk has been handed to gRPC, and once with (0, 0) for an empty tensor (with
+    (bytes, bytes) once for one in shared memory). An exception from progress ends the
+    iteration, which cancels the call; reraise_progress_error raises it in the caller's thread.
     """
 
     def __init__(self, name, array, overwrite, expected_version, chunk_bytes, progress):
         if not isinstance(name, str):
             raise TypeError(f"put: name = {name!r} is not a str")
-        wire, values = wire_array(array, "array")
-        if not values.flags.c_contiguous:  # (np.ascontiguousarray would make a scalar 1-d)
-            values = values.copy(order="C")
-        self.header = store_pb2.PutTensorHeader(name=name, dtype=wire, shape=values.shape,
-                                                overwrite=overwrite)
+        placed = placed_in_shared_memory(array)
+        if placed is not None:
+            self.header = store_pb2.PutTensorHeader(name=name, dtype=wire_dtype(placed.dtype),
+                                                    shape=placed.shape, overwrite=overwrite,
+                                                    shared_memory=placed.proto())
+            self._shared_bytes = placed.byte_size
+            values = np.empty(0, np.uint8)
+        else:
+            wire, values = wire_array(array, "array")
+            if not values.flags.c_contiguous:  # (np.ascontiguousarray would make a scalar 1-d)
+                values = values.copy(order="C")
+            self.header = store_pb2.PutTensorHeader(name=name, dtype=wire, shape=values.shape,
+                                                    overwrite=overwrite)
+            self._shared_bytes = None
         if expected_version is not None:
             self.header.expected_version = expected_version
         self._bytes = values.reshape(-1).view(np.uint8)
@@ -133,6 +145,9 @@ class Upload:
 
     def __iter__(self):
         yield store_pb2.PutTensorRequest(header=self.header)
+        if self._shared_bytes is not None:
+            self._report(self._shared_bytes, self._shared_bytes)
+            return
         total = self._bytes.size
         done = 0
         while done < total:
@@ -144,12 +159,20 @@ class Upload:
             self._report(0, 0)
 
 
-class Download:
-    """Assembles a GetTensor stream's messages into one writable array."""
+def shared_memory_request(request, out):
+    """Sets GetTensorRequest `request` to write the tensor into out='s place in shared memory
+    (an ndarray over a region, a bfloat16 whose bits are, or a tensorops.InSharedMemory)."""
+    request.shared_memory.CopyFrom(shared_memory_target(out, "out").proto())
 
-    def __init__(self, name, progress):
+
+class Download:
+    """Assembles a GetTensor stream's messages into one writable array; with `out` (the stream
+    carries the TensorInfo alone, the bytes went into shared memory), returns out, as ops do."""
+
+    def __init__(self, name, progress, out=None):
         self._name = name
         self._progress = progress
+        self._out = out
         self.info = None
         self._buffer = None
         self._done = 0
@@ -161,7 +184,7 @@ class Download:
                 raise _malformed(f"get {self._name!r}: the server's first message has "
                                  f"{part}, expected the tensor's info")
             self.info = response.info
-            self._buffer = np.empty(self.info.bytes, np.uint8)
+            self._buffer = np.empty(0 if self._out is not None else self.info.bytes, np.uint8)
             return
         chunk = response.data
         end = self._done + len(chunk)
@@ -179,6 +202,10 @@ class Download:
             expected = "its info" if self.info is None else f"{self._buffer.size} bytes"
             raise _malformed(f"get {self._name!r}: the stream ended after {received} "
                              f"bytes, expected {expected}")
+        if self._out is not None:
+            if self._progress is not None:
+                self._progress(self.info.bytes, self.info.bytes)
+            return result_in_shared_memory(self._out, self.info.dtype, self.info.shape)
         if self._buffer.size == 0 and self._progress is not None:
             self._progress(0, 0)
         dtype = _NUMPY_DTYPE.get(self.info.dtype)

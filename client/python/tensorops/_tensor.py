@@ -5,6 +5,7 @@ import sys
 
 import numpy as np
 
+from tensorops._shared_memory import InSharedMemory, in_shared_memory, shared_memory_of, view_over
 from tensorops.v1 import ops_pb2, tensor_pb2
 
 _DT = tensor_pb2.DataType
@@ -139,6 +140,9 @@ def wire_array(value, name="tensor"):
     if isinstance(value, Ref):
         raise TypeError(f"{name} is a reference to the stored tensor {value.name!r}, where the "
                         "tensor's values are needed")
+    if isinstance(value, InSharedMemory):
+        raise TypeError(f"{name} is a tensor in the shared-memory region {value.region!r}, where "
+                        "the tensor's values are needed")
     if isinstance(value, bfloat16):
         array, wire = value.bits, _DT.DATA_TYPE_BFLOAT16
     elif is_torch_tensor(value):
@@ -160,10 +164,42 @@ def wire_array(value, name="tensor"):
     return wire, array
 
 
+def placed_in_shared_memory(value):
+    """The tensorops.InSharedMemory of `value` when the server can read it in place (one, an
+    ndarray over a region that is C-contiguous, little-endian and aligned, or a bfloat16 whose
+    bits are), else None."""
+    if isinstance(value, InSharedMemory):
+        return value
+    if isinstance(value, bfloat16):
+        return in_shared_memory(value.bits, "bfloat16")
+    return in_shared_memory(value)
+
+
+def shared_memory_target(value, name):
+    """The tensorops.InSharedMemory of `value` given as out= (one, an ndarray over a region, or a
+    bfloat16 whose bits are), or ValueError saying why it cannot be one."""
+    if isinstance(value, bfloat16):
+        return shared_memory_of(value.bits, name, "bfloat16")
+    return shared_memory_of(value, name)
+
+
+def shared_memory_tensor(placed, name="tensor"):
+    """The tensor_pb2.Tensor referencing the bytes a tensorops.InSharedMemory names."""
+    wire = _WIRE_BY_NAME.get(placed.dtype)
+    if wire is None:
+        raise TypeError(f"{name}: dtype {placed.dtype} is not supported by tensorops")
+    return tensor_pb2.Tensor(dtype=wire, shape=placed.shape, shared_memory=placed.proto())
+
+
 def to_tensor(value, name="tensor"):
-    """A tensor_pb2.Tensor holding `value` (see wire_array), or referencing a Ref's tensor."""
+    """A tensor_pb2.Tensor holding `value` (see wire_array), referencing a Ref's tensor, or
+    referencing the bytes of a tensor in shared memory (placed_in_shared_memory: an ndarray
+    over a region that the server cannot read in place, e.g. a strided view, is sent as bytes)."""
     if isinstance(value, Ref):
         return value.proto()
+    placed = placed_in_shared_memory(value)
+    if placed is not None:
+        return shared_memory_tensor(placed, name)
     wire, array = wire_array(value, name)
     # protobuf needs a bytes object: one copy, which tobytes() makes from any layout (C order).
     return tensor_pb2.Tensor(dtype=wire, shape=array.shape, data=array.tobytes())
@@ -236,6 +272,23 @@ def from_tensor(tensor, copy=False, device=None):
     if copy or device is not None:
         array = array.copy()
     return wrap_array(array, tensor.dtype, device)
+
+
+def result_in_shared_memory(out, wire, shape):
+    """What a call that wrote its result (of wire dtype `wire` and `shape`) into out= returns:
+    `out` itself when it has that dtype and shape; else the result's dtype and shape at out's
+    place (an InSharedMemory, or an ndarray or bfloat16 over the same bytes as out)."""
+    dtype_name = DTYPE_NAMES.get(wire)
+    if dtype_name is None:
+        raise TypeError(f"server sent unknown dtype {wire}")
+    shape = tuple(shape)
+    if isinstance(out, InSharedMemory):
+        return dataclasses.replace(out, dtype=dtype_name, shape=shape)
+    array = out.bits if isinstance(out, bfloat16) else out
+    out_name = "bfloat16" if isinstance(out, bfloat16) else array.dtype.name
+    if out_name == dtype_name and array.shape == shape:
+        return out
+    return wrap_array(view_over(array, _NUMPY_DTYPE[wire], shape), wire)
 
 
 def wrap_array(array, wire, device=None):

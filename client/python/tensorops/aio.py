@@ -5,14 +5,17 @@
 
 Every method of tensorops.Client, as a coroutine (run_stream: an async iterator).
 """
+import contextlib
+
 import grpc
 import grpc.aio
 
 from tensorops._client import _add_op_methods, _Base
-from tensorops._errors import Error
+from tensorops._errors import Error, NotFound
+from tensorops._shared_memory import SharedMemoryInfo, SharedMemoryRegion
 from tensorops._store import DEFAULT_CHUNK_BYTES, Download, Snapshot, TensorInfo
 from tensorops._tensor import Ref
-from tensorops.v1 import server_info_pb2, service_pb2_grpc, store_pb2
+from tensorops.v1 import server_info_pb2, service_pb2_grpc, shared_memory_pb2, store_pb2
 
 
 class Client(_Base):
@@ -63,10 +66,11 @@ class Client(_Base):
             raise
         return self._put_result(response)
 
-    async def get(self, name, version=None, *, chunk_bytes=None, progress=None, timeout=None):
+    async def get(self, name, version=None, *, out=None, chunk_bytes=None, progress=None,
+                  timeout=None):
         """As tensorops.Client.get."""
-        name, request = self._get_request(name, version, chunk_bytes)
-        download = Download(name, progress)
+        name, request = self._get_request(name, version, chunk_bytes, out)
+        download = Download(name, progress, out)
         call = self._stub.GetTensor(request, timeout=self._timeout(timeout),
                                     metadata=self._metadata)
         try:
@@ -97,6 +101,38 @@ class Client(_Base):
         info = await self.info(name, timeout=timeout)
         return Ref(info.name, version, info.dtype, info.shape)
 
+    async def register_shared_memory(self, name, key=None, byte_size=None, offset=0, *,
+                                     timeout=None):
+        """As tensorops.Client.register_shared_memory."""
+        await self._call("RegisterSharedMemory",
+                         self._register_request(name, key, byte_size, offset), timeout)
+
+    async def unregister_shared_memory(self, name="", *, timeout=None):
+        """As tensorops.Client.unregister_shared_memory."""
+        if isinstance(name, SharedMemoryRegion):
+            name = name.name
+        request = shared_memory_pb2.UnregisterSharedMemoryRequest(name=name)
+        return list((await self._call("UnregisterSharedMemory", request, timeout)).names)
+
+    async def list_shared_memory(self, name="", *, timeout=None):
+        """As tensorops.Client.list_shared_memory."""
+        request = shared_memory_pb2.ListSharedMemoryRequest(name=name)
+        response = await self._call("ListSharedMemory", request, timeout)
+        return [SharedMemoryInfo.from_proto(region) for region in response.regions]
+
+    @contextlib.asynccontextmanager
+    async def shared_memory(self, name, byte_size, *, key=None, timeout=None):
+        """As tensorops.Client.shared_memory, with `async with`."""
+        with SharedMemoryRegion(name, byte_size, key=key) as region:
+            await self.register_shared_memory(region, timeout=timeout)
+            try:
+                yield region
+            finally:
+                try:
+                    await self.unregister_shared_memory(name, timeout=timeout)
+                except NotFound:
+                    pass  # unregistered in the block already
+
     async def snapshot_store(self, *, timeout=None):
         """As tensorops.Client.snapshot_store."""
         response = await self._call("SnapshotStore", store_pb2.SnapshotStoreRequest(), timeout)
@@ -109,21 +145,22 @@ class Client(_Base):
     async def run_stream(self, items, *, timeout=None):
         """As tensorops.Client.run_stream, as an async iterator; items may be a plain iterable
         or an async iterable of (request_id, OpRequest) pairs or OpRequests."""
+        in_shared_memory = {}
         if hasattr(items, "__aiter__"):
             async def stream_requests():
                 position = 0
                 async for item in items:
-                    yield self._stream_request(position, item)
+                    yield self._stream_request(position, item, in_shared_memory)
                     position += 1
             request_iterator = stream_requests()
         else:
-            request_iterator = self._stream_requests(items)
+            request_iterator = self._stream_requests(items, in_shared_memory)
         decoding = self._decoding(None, ())
         call = self._stub.RunStream(request_iterator, timeout=self._timeout(timeout),
                                     metadata=self._metadata)
         try:
             async for response in call:
-                yield self._stream_outcome(response, decoding)
+                yield self._stream_outcome(response, decoding, in_shared_memory)
         except grpc.RpcError as e:
             raise self._error(e) from None
         finally:

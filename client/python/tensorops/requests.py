@@ -5,14 +5,17 @@ run_stream and backward take these: e.g.
 Each builder checks nothing the server checks; it only converts arrays and names.
 
 Tensor arguments are numpy arrays, torch tensors (detached and copied to the CPU), array-likes
-(lists, tuples, Python numbers) or tensorops.Ref (a stored tensor). An argument that must have
+(lists, tuples, Python numbers), tensorops.Ref (a stored tensor) or tensors in a registered
+shared-memory region (an ndarray over a tensorops.SharedMemoryRegion, or tensorops.InSharedMemory),
+which are sent as references to their bytes. An argument that must have
 the input's dtype (src, source) keeps its dtype when it has one (arrays, tensors; the server
 rejects a mismatch) and takes the input's when it is a list, tuple or Python number, as
 torch.tensor(src, dtype=input.dtype) would.
 """
 import uuid
 
-from tensorops._tensor import is_scalar, to_reduction, to_scalar, to_tensor, to_tensor_like
+from tensorops._tensor import (is_scalar, shared_memory_target, to_reduction, to_scalar, to_tensor,
+                               to_tensor_like)
 from tensorops.v1 import generic_pb2, ops_pb2, tensor_pb2
 
 # Every builder below, by name, and the unary RPC that runs it alone.
@@ -216,9 +219,14 @@ def build(op, *args, **kwargs):
 
 
 def result_options(*, store_as=None, overwrite=False, expected_version=None, in_place=False,
-                   return_data=False, update_id=None):
+                   return_data=False, update_id=None, out=None):
     """The tensor_pb2.ResultOptions of an op's keyword arguments, or None when they ask for
     nothing (the result comes back in the response).
+
+    out: write the result into shared memory, at the place of `out` (an ndarray over a
+    registered tensorops.SharedMemoryRegion, C-contiguous, or a tensorops.InSharedMemory) whose
+    bytes must cover the result's; the response then carries its dtype and shape only. Not
+    together with store_as, in_place or return_data.
 
     store_as: store the result under this name (overwrite=True replaces a value; with
     expected_version the name must be at that version). in_place=True: update the stored tensor
@@ -228,10 +236,12 @@ def result_options(*, store_as=None, overwrite=False, expected_version=None, in_
     reuses, since it is part of the request gRPC resends.
     """
     if not (store_as or in_place or overwrite or expected_version is not None or return_data
-            or update_id):
+            or update_id or out is not None):
         return None
     options = tensor_pb2.ResultOptions(store_as=store_as or "", overwrite=overwrite,
                                        in_place=in_place, return_data=return_data)
+    if out is not None:
+        options.shared_memory.CopyFrom(shared_memory_target(out, "out").proto())
     if expected_version is not None:
         options.expected_version = expected_version
     if update_id is None and (store_as or in_place):

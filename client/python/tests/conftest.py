@@ -81,6 +81,15 @@ class ServerProcess:
                 self.process.wait()
 
 
+def start_token_server(directory, *tokens):
+    """A ServerProcess started with --auth_token_file: a file in `directory` (a pathlib.Path)
+    holding `tokens`, one a line, each a tenant of its own."""
+    token_file = directory / "tokens"
+    token_file.write_text("".join(f"{token}\n" for token in tokens))
+    os.chmod(token_file, 0o600)
+    return ServerProcess(f"--auth_token_file={token_file}")
+
+
 @pytest.fixture(scope="session")
 def server():
     process = ServerProcess()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tensorops
-from conftest import ServerProcess
+from conftest import ServerProcess, start_token_server
 
 X = np.array([[1, 2], [3, 4]], np.float32)
 INDEX = np.array([[1, 0]])
@@ -40,10 +40,7 @@ def certificates(tmp_path_factory):
 
 
 def test_token(tmp_path):
-    token_file = tmp_path / "token"
-    token_file.write_text("s3cret-token")
-    os.chmod(token_file, 0o600)
-    server = ServerProcess(f"--auth_token_file={token_file}")
+    server = start_token_server(tmp_path, "s3cret-token")
     try:
         with tensorops.Client(server.address, timeout=30) as anonymous:
             with pytest.raises(tensorops.Unauthenticated, match="missing authorization"):

@@ -56,6 +56,15 @@ type TensorOpsClient interface {
 	// SnapshotStore writes a snapshot of the whole store (every namespace) to --store_dir now and
 	// answers once it is on disk; FAILED_PRECONDITION on a server without --store_dir.
 	SnapshotStore(ctx context.Context, in *SnapshotStoreRequest, opts ...grpc.CallOption) (*SnapshotStoreResponse, error)
+	// Shared memory (shared_memory.proto), for clients on the server's host. RegisterSharedMemory
+	// maps a region into the server: INVALID_ARGUMENT for a bad name, offset or size,
+	// ALREADY_EXISTS for a name in use, NOT_FOUND for an object that does not exist,
+	// RESOURCE_EXHAUSTED past --max_shared_memory_regions or --max_shared_memory_bytes.
+	RegisterSharedMemory(ctx context.Context, in *RegisterSharedMemoryRequest, opts ...grpc.CallOption) (*RegisterSharedMemoryResponse, error)
+	// UnregisterSharedMemory forgets a region (or all of the caller's): no call can name it from
+	// then on, and the server unmaps it once the calls already using it are done.
+	UnregisterSharedMemory(ctx context.Context, in *UnregisterSharedMemoryRequest, opts ...grpc.CallOption) (*UnregisterSharedMemoryResponse, error)
+	ListSharedMemory(ctx context.Context, in *ListSharedMemoryRequest, opts ...grpc.CallOption) (*ListSharedMemoryResponse, error)
 }
 
 type tensorOpsClient struct {
@@ -316,6 +325,33 @@ func (c *tensorOpsClient) SnapshotStore(ctx context.Context, in *SnapshotStoreRe
 	return out, nil
 }
 
+func (c *tensorOpsClient) RegisterSharedMemory(ctx context.Context, in *RegisterSharedMemoryRequest, opts ...grpc.CallOption) (*RegisterSharedMemoryResponse, error) {
+	out := new(RegisterSharedMemoryResponse)
+	err := c.cc.Invoke(ctx, "/tensorops.v1.TensorOps/RegisterSharedMemory", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tensorOpsClient) UnregisterSharedMemory(ctx context.Context, in *UnregisterSharedMemoryRequest, opts ...grpc.CallOption) (*UnregisterSharedMemoryResponse, error) {
+	out := new(UnregisterSharedMemoryResponse)
+	err := c.cc.Invoke(ctx, "/tensorops.v1.TensorOps/UnregisterSharedMemory", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tensorOpsClient) ListSharedMemory(ctx context.Context, in *ListSharedMemoryRequest, opts ...grpc.CallOption) (*ListSharedMemoryResponse, error) {
+	out := new(ListSharedMemoryResponse)
+	err := c.cc.Invoke(ctx, "/tensorops.v1.TensorOps/ListSharedMemory", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TensorOpsServer is the server API for TensorOps service.
 // All implementations must embed UnimplementedTensorOpsServer
 // for forward compatibility
@@ -359,6 +395,15 @@ type TensorOpsServer interface {
 	// SnapshotStore writes a snapshot of the whole store (every namespace) to --store_dir now and
 	// answers once it is on disk; FAILED_PRECONDITION on a server without --store_dir.
 	SnapshotStore(context.Context, *SnapshotStoreRequest) (*SnapshotStoreResponse, error)
+	// Shared memory (shared_memory.proto), for clients on the server's host. RegisterSharedMemory
+	// maps a region into the server: INVALID_ARGUMENT for a bad name, offset or size,
+	// ALREADY_EXISTS for a name in use, NOT_FOUND for an object that does not exist,
+	// RESOURCE_EXHAUSTED past --max_shared_memory_regions or --max_shared_memory_bytes.
+	RegisterSharedMemory(context.Context, *RegisterSharedMemoryRequest) (*RegisterSharedMemoryResponse, error)
+	// UnregisterSharedMemory forgets a region (or all of the caller's): no call can name it from
+	// then on, and the server unmaps it once the calls already using it are done.
+	UnregisterSharedMemory(context.Context, *UnregisterSharedMemoryRequest) (*UnregisterSharedMemoryResponse, error)
+	ListSharedMemory(context.Context, *ListSharedMemoryRequest) (*ListSharedMemoryResponse, error)
 	mustEmbedUnimplementedTensorOpsServer()
 }
 
@@ -425,6 +470,15 @@ func (UnimplementedTensorOpsServer) TensorInfo(context.Context, *TensorInfoReque
 }
 func (UnimplementedTensorOpsServer) SnapshotStore(context.Context, *SnapshotStoreRequest) (*SnapshotStoreResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SnapshotStore not implemented")
+}
+func (UnimplementedTensorOpsServer) RegisterSharedMemory(context.Context, *RegisterSharedMemoryRequest) (*RegisterSharedMemoryResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RegisterSharedMemory not implemented")
+}
+func (UnimplementedTensorOpsServer) UnregisterSharedMemory(context.Context, *UnregisterSharedMemoryRequest) (*UnregisterSharedMemoryResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method UnregisterSharedMemory not implemented")
+}
+func (UnimplementedTensorOpsServer) ListSharedMemory(context.Context, *ListSharedMemoryRequest) (*ListSharedMemoryResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListSharedMemory not implemented")
 }
 func (UnimplementedTensorOpsServer) mustEmbedUnimplementedTensorOpsServer() {}
 
@@ -818,6 +872,60 @@ func _TensorOps_SnapshotStore_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TensorOps_RegisterSharedMemory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RegisterSharedMemoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TensorOpsServer).RegisterSharedMemory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/tensorops.v1.TensorOps/RegisterSharedMemory",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TensorOpsServer).RegisterSharedMemory(ctx, req.(*RegisterSharedMemoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TensorOps_UnregisterSharedMemory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnregisterSharedMemoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TensorOpsServer).UnregisterSharedMemory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/tensorops.v1.TensorOps/UnregisterSharedMemory",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TensorOpsServer).UnregisterSharedMemory(ctx, req.(*UnregisterSharedMemoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TensorOps_ListSharedMemory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSharedMemoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TensorOpsServer).ListSharedMemory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/tensorops.v1.TensorOps/ListSharedMemory",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TensorOpsServer).ListSharedMemory(ctx, req.(*ListSharedMemoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 var _TensorOps_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "tensorops.v1.TensorOps",
 	HandlerType: (*TensorOpsServer)(nil),
@@ -889,6 +997,18 @@ var _TensorOps_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SnapshotStore",
 			Handler:    _TensorOps_SnapshotStore_Handler,
+		},
+		{
+			MethodName: "RegisterSharedMemory",
+			Handler:    _TensorOps_RegisterSharedMemory_Handler,
+		},
+		{
+			MethodName: "UnregisterSharedMemory",
+			Handler:    _TensorOps_UnregisterSharedMemory_Handler,
+		},
+		{
+			MethodName: "ListSharedMemory",
+			Handler:    _TensorOps_ListSharedMemory_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

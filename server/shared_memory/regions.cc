@@ -1,0 +1,319 @@
+#include "server/shared_memory/regions.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_format.h"
+#include "kernels/status_macros.h"
+#include "server/store/tensor_store.h"
+
+namespace tensorops {
+namespace {
+
+std::string Quoted(std::string_view text) {
+  return absl::StrFormat("\"%s\"", absl::CHexEscape(absl::string_view(text.data(), text.size())));
+}
+
+// Described is how errors name a region: `region "r" (key "/k")`.
+std::string Described(const v1::SharedMemoryRegion& region) {
+  if (region.has_system()) {
+    return absl::StrFormat("shared-memory region %s (key %s)", Quoted(region.name()),
+                           Quoted(region.system().key()));
+  }
+  return absl::StrFormat("shared-memory region %s", Quoted(region.name()));
+}
+
+// Key is `text` as Abseil's containers look it up (Debian's Abseil has a string_view of its own).
+absl::string_view Key(std::string_view text) { return absl::string_view(text.data(), text.size()); }
+
+int64_t PageSize() {
+  static const int64_t page = sysconf(_SC_PAGESIZE);
+  return page;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MappedRegion>> MappedRegion::MapSystem(
+    std::string_view name, const v1::SystemSharedMemory& system) {
+  const std::string& key = system.key();
+  if (key.empty() || key.size() > NAME_MAX || key.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "region %s: key %s is not a shared-memory object's name (1..%d bytes, as shm_open "
+        "takes it: \"/name\")",
+        Quoted(name), Quoted(key), NAME_MAX));
+  }
+  if (system.offset() < 0 || system.byte_size() <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "region %s: offset %d and byte_size %d do not make a region (offset >= 0, byte_size "
+        ">= 1)",
+        Quoted(name), system.offset(), system.byte_size()));
+  }
+  const int fd = shm_open(key.c_str(), O_RDWR, 0);
+  if (fd < 0) {
+    const int error = errno;
+    const std::string message =
+        absl::StrFormat("region %s: cannot open shared-memory object %s: %s", Quoted(name),
+                        Quoted(key), std::strerror(error));
+    if (error == ENOENT) return absl::NotFoundError(message);
+    if (error == EACCES || error == EPERM) return absl::PermissionDeniedError(message);
+    return absl::InvalidArgumentError(message);
+  }
+  struct stat status = {};
+  int64_t end = 0;
+  if (fstat(fd, &status) != 0 ||
+      __builtin_add_overflow(system.offset(), system.byte_size(), &end) || end > status.st_size) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "region %s: offset %d + byte_size %d is past the end of shared-memory object %s, which "
+        "has %d bytes",
+        Quoted(name), system.offset(), system.byte_size(), Quoted(key), status.st_size));
+  }
+  // mmap's offset must be page-aligned: map from the page the region starts in.
+  const int64_t page_start = system.offset() / PageSize() * PageSize();
+  const int64_t data_offset = system.offset() - page_start;
+  const size_t mapped_bytes = static_cast<size_t>(data_offset + system.byte_size());
+  void* mapping = mmap(nullptr, mapped_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, page_start);
+  if (mapping == MAP_FAILED) {
+    const int error = errno;
+    close(fd);
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("region %s: cannot map %d bytes of shared-memory object %s: %s",
+                        Quoted(name), mapped_bytes, Quoted(key), std::strerror(error)));
+  }
+  absl::StatusOr<SigbusGuard> guard = SigbusGuard::Guard(mapping, mapped_bytes);
+  if (!guard.ok()) {
+    munmap(mapping, mapped_bytes);
+    close(fd);
+    return guard.status();
+  }
+  v1::SharedMemoryRegion description;
+  description.set_name(std::string(name));
+  *description.mutable_system() = system;
+  return std::unique_ptr<MappedRegion>(new MappedRegion(
+      std::move(description), fd, mapping, mapped_bytes, data_offset, *std::move(guard)));
+}
+
+MappedRegion::MappedRegion(v1::SharedMemoryRegion description, int fd, void* mapping,
+                           size_t mapped_bytes, int64_t data_offset, SigbusGuard guard)
+    : description_(std::move(description)),
+      byte_size_(description_.system().byte_size()),
+      fd_(fd),
+      mapping_(mapping),
+      mapped_bytes_(mapped_bytes),
+      data_offset_(data_offset),
+      guard_(std::move(guard)) {}
+
+MappedRegion::~MappedRegion() {
+  // Unguarded before it is unmapped: a fault in the range is not ours to absorb from then on.
+  { SigbusGuard released = std::move(guard_); }
+  munmap(mapping_, mapped_bytes_);
+  close(fd_);
+}
+
+absl::StatusOr<char*> MappedRegion::Slice(int64_t offset, int64_t bytes,
+                                          std::string_view what) const {
+  int64_t end = 0;
+  if (offset < 0 || bytes < 0 || __builtin_add_overflow(offset, bytes, &end) || end > byte_size_) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: offset %d + byte_size %d is outside %s, which has %d bytes", what,
+                        offset, bytes, Described(description_), byte_size_));
+  }
+  TENSOROPS_RETURN_IF_ERROR(CheckIntact(what));
+  return static_cast<char*>(mapping_) + data_offset_ + offset;
+}
+
+absl::Status MappedRegion::CheckIntact(std::string_view what) const {
+  if (guard_.Faulted()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: %s was shrunk by its owner after it was registered, under a call that used it; "
+        "unregister it and register it again",
+        what, Described(description_)));
+  }
+  struct stat status = {};
+  if (fstat(fd_, &status) != 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: %s cannot be checked: %s", what, Described(description_), std::strerror(errno)));
+  }
+  if (status.st_nlink == 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: %s was removed (shm_unlink) after it was registered, so nobody else sees its bytes; "
+        "unregister it, and register the new object",
+        what, Described(description_)));
+  }
+  const int64_t end = description_.system().offset() + byte_size_;
+  if (status.st_size < end) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: %s was shrunk by its owner to %d bytes after it was registered (the region ends at "
+        "byte %d); unregister it, and register it again once the object is large enough",
+        what, Described(description_), status.st_size, end));
+  }
+  return absl::OkStatus();
+}
+
+SharedMemoryRegions::SharedMemoryRegions(Limits limits)
+    : limits_(limits), mapped_bytes_(std::make_shared<std::atomic<int64_t>>(0)) {}
+
+SharedMemoryRegions::~SharedMemoryRegions() = default;
+
+absl::Status SharedMemoryRegions::Register(std::string_view ns,
+                                           const v1::SharedMemoryRegion& region) {
+  const absl::Status name_status = ValidateTensorName(region.name());
+  if (!name_status.ok()) {
+    return absl::InvalidArgumentError(absl::StrFormat("region name: %s", name_status.message()));
+  }
+  if (region.has_cuda()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "region %s: CUDA shared memory is not served by this server yet; register system shared "
+        "memory (a POSIX shared-memory object) instead",
+        Quoted(region.name())));
+  }
+  if (!region.has_system()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("region %s: set one of system (a POSIX shared-memory object) or cuda",
+                        Quoted(region.name())));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    const auto it = by_namespace_.find(Key(ns));
+    if (it != by_namespace_.end()) {
+      if (it->second.contains(region.name())) {
+        return absl::AlreadyExistsError(absl::StrFormat(
+            "region %s is registered already; unregister it first", Quoted(region.name())));
+      }
+      if (static_cast<int64_t>(it->second.size()) >= limits_.max_regions) {
+        return absl::ResourceExhaustedError(
+            absl::StrFormat("region %s: %d regions are registered, the most one caller may have "
+                            "(%s=%d); unregister one first",
+                            Quoted(region.name()), it->second.size(), kMaxSharedMemoryRegionsFlag,
+                            limits_.max_regions));
+      }
+    }
+  }
+  // Reserve the bytes before mapping, so that two registrations cannot both pass the limit.
+  const int64_t bytes = region.system().byte_size();
+  const int64_t before = mapped_bytes_->fetch_add(bytes);
+  if (bytes > limits_.max_bytes - before) {
+    mapped_bytes_->fetch_sub(bytes);
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "region %s: %d bytes would take the server's shared memory past %s=%d (%d bytes are "
+        "mapped); unregister regions, or raise the flag",
+        Quoted(region.name()), bytes, kMaxSharedMemoryBytesFlag, limits_.max_bytes, before));
+  }
+  absl::StatusOr<std::unique_ptr<MappedRegion>> mapped =
+      MappedRegion::MapSystem(region.name(), region.system());
+  if (!mapped.ok()) {
+    mapped_bytes_->fetch_sub(bytes);
+    return mapped.status();
+  }
+  // The bytes come back when the last holder (the registry or a call) lets the region go.
+  std::shared_ptr<MappedRegion> shared(mapped->release(),
+                                       [counter = mapped_bytes_, bytes](MappedRegion* gone) {
+                                         delete gone;
+                                         counter->fetch_sub(bytes);
+                                       });
+  absl::MutexLock lock(&mu_);
+  auto& regions = by_namespace_[Key(ns)];
+  // Checked again: another registration of the name may have won while this one mapped.
+  if (!regions.emplace(region.name(), std::move(shared)).second) {
+    return absl::AlreadyExistsError(absl::StrFormat(
+        "region %s is registered already; unregister it first", Quoted(region.name())));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> SharedMemoryRegions::Unregister(std::string_view ns,
+                                                                         std::string_view name) {
+  // Unmapped after the lock is released (a region's last holder may be this call).
+  std::vector<std::shared_ptr<MappedRegion>> released;
+  std::vector<std::string> names;
+  {
+    absl::MutexLock lock(&mu_);
+    const auto it = by_namespace_.find(Key(ns));
+    if (name.empty()) {
+      if (it == by_namespace_.end()) return names;
+      for (auto& [region_name, region] : it->second) {
+        names.push_back(region_name);
+        released.push_back(std::move(region));
+      }
+      by_namespace_.erase(it);
+    } else {
+      if (it == by_namespace_.end() || !it->second.contains(Key(name))) {
+        return absl::NotFoundError(
+            absl::StrFormat("shared-memory region %s is not registered", Quoted(name)));
+      }
+      const auto region = it->second.find(Key(name));
+      names.push_back(region->first);
+      released.push_back(std::move(region->second));
+      it->second.erase(region);
+      if (it->second.empty()) by_namespace_.erase(it);
+    }
+  }
+  released.clear();
+  return names;
+}
+
+absl::StatusOr<std::vector<v1::SharedMemoryRegion>> SharedMemoryRegions::List(
+    std::string_view ns, std::string_view name) const {
+  std::vector<v1::SharedMemoryRegion> regions;
+  absl::MutexLock lock(&mu_);
+  const auto it = by_namespace_.find(Key(ns));
+  if (!name.empty()) {
+    if (it == by_namespace_.end() || !it->second.contains(Key(name))) {
+      return absl::NotFoundError(
+          absl::StrFormat("shared-memory region %s is not registered", Quoted(name)));
+    }
+    regions.push_back(it->second.find(Key(name))->second->description());
+    return regions;
+  }
+  if (it == by_namespace_.end()) return regions;
+  for (const auto& [region_name, region] : it->second) regions.push_back(region->description());
+  return regions;
+}
+
+absl::StatusOr<std::shared_ptr<const MappedRegion>> SharedMemoryRegions::Find(
+    std::string_view ns, std::string_view name, std::string_view what) const {
+  absl::MutexLock lock(&mu_);
+  const auto it = by_namespace_.find(Key(ns));
+  if (it != by_namespace_.end()) {
+    if (const auto region = it->second.find(Key(name)); region != it->second.end()) {
+      return std::shared_ptr<const MappedRegion>(region->second);
+    }
+  }
+  return absl::NotFoundError(absl::StrFormat(
+      "%s names shared-memory region %s, which is not registered (RegisterSharedMemory)", what,
+      Quoted(name)));
+}
+
+int64_t SharedMemoryRegions::regions() const {
+  absl::MutexLock lock(&mu_);
+  int64_t count = 0;
+  for (const auto& [ns, regions] : by_namespace_) count += regions.size();
+  return count;
+}
+
+absl::StatusOr<RegionBytes> FindBytes(const SharedMemoryRegions* regions, std::string_view ns,
+                                      const v1::SharedMemoryRef& ref, int64_t bytes, bool exactly,
+                                      std::string_view what) {
+  if (regions == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s names a region, but this call cannot use shared memory", what));
+  }
+  if (exactly ? ref.byte_size() != bytes : ref.byte_size() < bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s.byte_size is %d, but the tensor has %d bytes (byte_size must be %s)", what,
+        ref.byte_size(), bytes, exactly ? "the tensor's bytes exactly" : "at least its bytes"));
+  }
+  RegionBytes found;
+  TENSOROPS_ASSIGN_OR_RETURN(found.region, regions->Find(ns, ref.region(), what));
+  TENSOROPS_ASSIGN_OR_RETURN(found.data, found.region->Slice(ref.offset(), bytes, what));
+  return found;
+}
+
+}  // namespace tensorops

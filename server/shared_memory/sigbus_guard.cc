@@ -1,0 +1,117 @@
+#include "server/shared_memory/sigbus_guard.h"
+
+#include <signal.h>
+#include <sys/mman.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+
+#include "absl/base/call_once.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+
+namespace tensorops {
+namespace {
+
+// One guarded mapping. The handler reads the table without a lock (a signal handler may take
+// none), so a slot's range is published with release stores and `end` is cleared first when the
+// slot is given up: the handler never sees a range that is not mapped.
+struct Slot {
+  std::atomic<uintptr_t> begin{0};
+  std::atomic<uintptr_t> end{0};
+  std::atomic<bool> faulted{false};
+  bool used = false;  // guarded by SlotsMutex()
+};
+
+Slot g_slots[SigbusGuard::kMaxGuarded];
+struct sigaction g_previous;
+absl::once_flag g_install_once;
+
+absl::Mutex& SlotsMutex() {
+  static absl::Mutex* const mutex = new absl::Mutex();
+  return *mutex;
+}
+
+void OnSigbus(int signal_number, siginfo_t* info, void* context) {
+  const auto address = reinterpret_cast<uintptr_t>(info->si_addr);
+  for (Slot& slot : g_slots) {
+    const uintptr_t end = slot.end.load(std::memory_order_acquire);
+    const uintptr_t begin = slot.begin.load(std::memory_order_acquire);
+    if (end == 0 || address < begin || address >= end) continue;
+    // mmap is a system call, safe here in practice (it is not on POSIX's list, but a handler that
+    // only calls it and stores an atomic touches no lock).
+    void* replaced = mmap(reinterpret_cast<void*>(begin), end - begin, PROT_READ | PROT_WRITE,
+                          MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (replaced != MAP_FAILED) {
+      slot.faulted.store(true, std::memory_order_release);
+      return;  // the faulting access runs again, on the zero pages
+    }
+    break;
+  }
+  // Not a guarded mapping: what would have happened without us.
+  if ((g_previous.sa_flags & SA_SIGINFO) != 0 && g_previous.sa_sigaction != nullptr) {
+    g_previous.sa_sigaction(signal_number, info, context);
+    return;
+  }
+  if (g_previous.sa_handler != SIG_DFL && g_previous.sa_handler != SIG_IGN &&
+      g_previous.sa_handler != nullptr) {
+    g_previous.sa_handler(signal_number);
+    return;
+  }
+  // The default action: restore it and return, so that the access faults again and ends the
+  // process with SIGBUS and a core, as it would have.
+  signal(SIGBUS, SIG_DFL);
+}
+
+void InstallHandler() {
+  struct sigaction action = {};
+  action.sa_sigaction = OnSigbus;
+  action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGBUS, &action, &g_previous);
+}
+
+}  // namespace
+
+absl::StatusOr<SigbusGuard> SigbusGuard::Guard(void* base, size_t bytes) {
+  absl::call_once(g_install_once, InstallHandler);
+  absl::MutexLock lock(&SlotsMutex());
+  for (int i = 0; i < kMaxGuarded; ++i) {
+    Slot& slot = g_slots[i];
+    if (slot.used) continue;
+    slot.used = true;
+    slot.faulted.store(false, std::memory_order_relaxed);
+    const auto begin = reinterpret_cast<uintptr_t>(base);
+    slot.begin.store(begin, std::memory_order_release);
+    slot.end.store(begin + bytes, std::memory_order_release);
+    return SigbusGuard(i);
+  }
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "the server guards %d shared-memory mappings already, its most", kMaxGuarded));
+}
+
+SigbusGuard& SigbusGuard::operator=(SigbusGuard&& other) noexcept {
+  if (this != &other) {
+    this->~SigbusGuard();
+    slot_ = other.slot_;
+    other.slot_ = -1;
+  }
+  return *this;
+}
+
+SigbusGuard::~SigbusGuard() {
+  if (slot_ < 0) return;
+  absl::MutexLock lock(&SlotsMutex());
+  Slot& slot = g_slots[slot_];
+  slot.end.store(0, std::memory_order_release);
+  slot.begin.store(0, std::memory_order_release);
+  slot.used = false;
+}
+
+bool SigbusGuard::Faulted() const {
+  return slot_ >= 0 && g_slots[slot_].faulted.load(std::memory_order_acquire);
+}
+
+}  // namespace tensorops

@@ -1,0 +1,571 @@
+// Shared memory (server/shared_memory/, docs/service.md "Shared memory"): the registry and its
+// guard against objects that shrink under a mapping, then every op through both protocols with
+// each tensor argument and the result in a region, the store through regions, namespaces, bounds
+// and limits, through the C++ client against an in-process server.
+#include "client/cpp/shared_memory.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "client/cpp/client.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/reflection.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "inference/grpc_service.grpc.pb.h"
+#include "proto/op_list.h"
+#include "server/server.h"
+#include "server/shared_memory/regions.h"
+#include "tests/op_cases.h"
+#include "tests/service_test_util.h"
+
+namespace tensorops {
+namespace {
+
+using testing::Cases;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// UniqueKey is a shared-memory object name no other test (or run) uses.
+std::string UniqueKey(std::string_view what) {
+  static int counter = 0;
+  return absl::StrFormat("/tensorops-test-%d-%s-%d", getpid(), what, counter++);
+}
+
+v1::SharedMemoryRegion SystemRegion(std::string_view name, const SharedMemoryObject& object,
+                                    int64_t offset = 0, int64_t byte_size = -1) {
+  v1::SharedMemoryRegion region;
+  region.set_name(std::string(name));
+  region.mutable_system()->set_key(object.key());
+  region.mutable_system()->set_offset(offset);
+  region.mutable_system()->set_byte_size(byte_size < 0 ? object.byte_size() - offset : byte_size);
+  return region;
+}
+
+// Shrink truncates the object `key` to `bytes`, as a misbehaving client would.
+void Shrink(const std::string& key, int64_t bytes) {
+  const int fd = shm_open(key.c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, bytes), 0);
+  close(fd);
+}
+
+TEST(SharedMemoryRegionsTest, RegistersListsAndUnregistersByNamespace) {
+  absl::StatusOr<SharedMemoryObject> object = SharedMemoryObject::Create(UniqueKey("list"), 8192);
+  ASSERT_TRUE(object.ok()) << object.status();
+  SharedMemoryRegions regions({.max_regions = 4, .max_bytes = 1 << 20});
+  ASSERT_TRUE(regions.Register("a", SystemRegion("r1", *object)).ok());
+  ASSERT_TRUE(regions.Register("a", SystemRegion("r2", *object, 4096)).ok());
+  EXPECT_EQ(regions.Register("a", SystemRegion("r1", *object)).code(),
+            absl::StatusCode::kAlreadyExists);
+  // The same name in another namespace is another region; neither sees the other's.
+  ASSERT_TRUE(regions.Register("b", SystemRegion("r1", *object)).ok());
+  absl::StatusOr<std::vector<v1::SharedMemoryRegion>> listed = regions.List("a", "");
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[1].system().offset(), 4096);
+  EXPECT_EQ((*listed)[1].system().byte_size(), 4096);
+  EXPECT_EQ(regions.List("c", "r1").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(regions.Find("c", "r1", "gather: input").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(regions.mapped_bytes(), 8192 + 4096 + 8192);
+  absl::StatusOr<std::vector<std::string>> gone = regions.Unregister("a", "");
+  ASSERT_TRUE(gone.ok());
+  EXPECT_THAT(*gone, ElementsAre("r1", "r2"));
+  EXPECT_EQ(regions.Unregister("a", "r1").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(regions.regions(), 1);
+  EXPECT_EQ(regions.mapped_bytes(), 8192);
+}
+
+TEST(SharedMemoryRegionsTest, RefusesBadRegionsNamingTheRule) {
+  absl::StatusOr<SharedMemoryObject> object = SharedMemoryObject::Create(UniqueKey("bad"), 4096);
+  ASSERT_TRUE(object.ok()) << object.status();
+  SharedMemoryRegions regions({.max_regions = 2, .max_bytes = 6000});
+  absl::Status status = regions.Register("", SystemRegion("r", *object, 0, 4097));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("past the end"));
+  v1::SharedMemoryRegion missing = SystemRegion("r", *object);
+  missing.mutable_system()->set_key("/tensorops-test-no-such-object");
+  EXPECT_EQ(regions.Register("", missing).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(regions.Register("", SystemRegion("bad name!", *object)).code(),
+            absl::StatusCode::kInvalidArgument);
+  v1::SharedMemoryRegion neither;
+  neither.set_name("n");
+  EXPECT_EQ(regions.Register("", neither).code(), absl::StatusCode::kInvalidArgument);
+  // Limits name their flags.
+  ASSERT_TRUE(regions.Register("", SystemRegion("a", *object)).ok());
+  status = regions.Register("", SystemRegion("b", *object));
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(status.message(), HasSubstr("--max_shared_memory_bytes=6000"));
+  ASSERT_TRUE(regions.Register("", SystemRegion("b", *object, 0, 100)).ok());
+  status = regions.Register("", SystemRegion("c", *object, 0, 100));
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(status.message(), HasSubstr("--max_shared_memory_regions=2"));
+}
+
+TEST(SharedMemoryRegionsTest, SlicesAreCheckedAgainstTheRegion) {
+  absl::StatusOr<SharedMemoryObject> object = SharedMemoryObject::Create(UniqueKey("slice"), 8192);
+  ASSERT_TRUE(object.ok()) << object.status();
+  SharedMemoryRegions regions({});
+  // A region that starts inside a page: its bytes are the object's from the offset on.
+  ASSERT_TRUE(regions.Register("", SystemRegion("r", *object, 100, 1000)).ok());
+  std::memcpy(object->data() + 100, "abc", 3);
+  absl::StatusOr<std::shared_ptr<const MappedRegion>> region = regions.Find("", "r", "test");
+  ASSERT_TRUE(region.ok());
+  absl::StatusOr<char*> bytes = (*region)->Slice(0, 3, "test");
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_EQ(std::string(*bytes, 3), "abc");
+  EXPECT_EQ((*region)->Slice(998, 3, "gather: index").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*region)->Slice(-1, 3, "test").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SharedMemoryRegionsTest, AnObjectShrunkUnderTheMappingFailsItsUseAndNotTheProcess) {
+  const std::string key = UniqueKey("shrink");
+  absl::StatusOr<SharedMemoryObject> object = SharedMemoryObject::Create(key, 3 * 4096);
+  ASSERT_TRUE(object.ok()) << object.status();
+  SharedMemoryRegions regions({});
+  ASSERT_TRUE(regions.Register("", SystemRegion("r", *object)).ok());
+  absl::StatusOr<std::shared_ptr<const MappedRegion>> region = regions.Find("", "r", "test");
+  ASSERT_TRUE(region.ok());
+  absl::StatusOr<char*> bytes = (*region)->Slice(0, 3 * 4096, "test");
+  ASSERT_TRUE(bytes.ok());
+  ASSERT_TRUE((*region)->CheckIntact("test").ok());
+  // The object shrinks between the check and the access, as a racing client makes it: the
+  // server's pages past the end would raise SIGBUS. Touched from another thread, as a kernel's
+  // worker would.
+  Shrink(key, 4096);
+  std::thread reader([&] {
+    volatile char* page = *bytes + 2 * 4096;
+    page[0] = 1;
+    EXPECT_EQ(page[0], 1);  // the zero page that replaced it is writable
+  });
+  reader.join();
+  const absl::Status status = (*region)->CheckIntact("gather: input");
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("shrunk"));
+  // Growing it back does not make the replaced mapping the client's again.
+  Shrink(key, 3 * 4096);
+  EXPECT_EQ((*region)->CheckIntact("test").code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(SharedMemoryRegionsTest, AnUnlinkedObjectIsReported) {
+  const std::string key = UniqueKey("unlink");
+  absl::StatusOr<SharedMemoryObject> object = SharedMemoryObject::Create(key, 4096);
+  ASSERT_TRUE(object.ok()) << object.status();
+  SharedMemoryRegions regions({});
+  ASSERT_TRUE(regions.Register("", SystemRegion("r", *object)).ok());
+  ASSERT_EQ(shm_unlink(key.c_str()), 0);
+  absl::StatusOr<std::shared_ptr<const MappedRegion>> region = regions.Find("", "r", "test");
+  ASSERT_TRUE(region.ok());
+  const absl::Status status = (*region)->CheckIntact("test");
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("shm_unlink"));
+}
+
+TEST(SharedMemoryRegionsTest, UnregisteringARegionInUseUnmapsItWhenTheUseEnds) {
+  absl::StatusOr<SharedMemoryObject> object = SharedMemoryObject::Create(UniqueKey("use"), 4096);
+  ASSERT_TRUE(object.ok()) << object.status();
+  SharedMemoryRegions regions({});
+  ASSERT_TRUE(regions.Register("", SystemRegion("r", *object)).ok());
+  absl::StatusOr<std::shared_ptr<const MappedRegion>> held = regions.Find("", "r", "test");
+  ASSERT_TRUE(held.ok());
+  ASSERT_TRUE(regions.Unregister("", "r").ok());
+  EXPECT_EQ(regions.Find("", "r", "test").status().code(), absl::StatusCode::kNotFound);
+  // The call that holds it still reads and writes it, and its bytes still count.
+  object->data()[10] = 42;
+  absl::StatusOr<char*> bytes = (*held)->Slice(10, 1, "test");
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_EQ(**bytes, 42);
+  EXPECT_EQ(regions.mapped_bytes(), 4096);
+  held->reset();
+  EXPECT_EQ(regions.mapped_bytes(), 0);
+}
+
+// The service, through both protocols.
+class SharedMemoryServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerOptions options;
+    options.limits.max_message_bytes = 64 << 20;
+    server_ = testing::StartServer(options);
+    ASSERT_NE(server_, nullptr);
+    absl::StatusOr<std::unique_ptr<Client>> client =
+        Client::Create(absl::StrFormat("127.0.0.1:%d", server_->port()));
+    ASSERT_TRUE(client.ok());
+    client_ = *std::move(client);
+    stub_ = testing::Connect(server_->port());
+    kserve_ = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+        absl::StrFormat("127.0.0.1:%d", server_->port()), grpc::InsecureChannelCredentials()));
+    absl::StatusOr<SharedMemoryObject> object =
+        SharedMemoryObject::Create(UniqueKey("svc"), 1 << 20);
+    ASSERT_TRUE(object.ok()) << object.status();
+    object_.emplace(*std::move(object));
+    ASSERT_TRUE(client_->RegisterSharedMemory("region", object_->key(), object_->byte_size()).ok());
+  }
+
+  // Place copies `tensor`'s bytes into the region at the next free aligned offset and makes it a
+  // reference to them.
+  void Place(v1::Tensor* tensor) {
+    const int64_t bytes = static_cast<int64_t>(tensor->data().size());
+    std::memcpy(object_->data() + next_, tensor->data().data(), bytes);
+    tensor->clear_data();
+    *tensor->mutable_shared_memory() = SharedMemoryRef("region", next_, bytes);
+    next_ += (bytes + 63) / 64 * 64 + 64;
+  }
+
+  std::unique_ptr<Server> server_;
+  std::unique_ptr<Client> client_;
+  std::unique_ptr<v1::TensorOps::Stub> stub_;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> kserve_;
+  std::optional<SharedMemoryObject> object_;
+  int64_t next_ = 0;
+};
+
+// The Tensor fields of an op request that carry data, by name.
+std::vector<std::string> DataArguments(const google::protobuf::Message& op) {
+  std::vector<std::string> names;
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  op.GetReflection()->ListFields(op, &fields);
+  for (const google::protobuf::FieldDescriptor* field : fields) {
+    if (field->message_type() != v1::Tensor::descriptor()) continue;
+    const auto& tensor = static_cast<const v1::Tensor&>(op.GetReflection()->GetMessage(op, field));
+    if (!tensor.data().empty()) names.push_back(field->name());
+  }
+  return names;
+}
+
+v1::Tensor* MutableArgument(v1::OpRequest* request, const std::string& name) {
+  google::protobuf::Message* op = nullptr;
+  ops::VisitOp(
+      *request,
+      [&]<typename Op>(Op, const typename Op::Request&) { op = ops::Mutable<Op>(request); }, [] {});
+  const google::protobuf::FieldDescriptor* field = op->GetDescriptor()->FindFieldByName(name);
+  return static_cast<v1::Tensor*>(op->GetReflection()->MutableMessage(op, field));
+}
+
+TEST_F(SharedMemoryServiceTest, EveryOpGivesTheSameBytesWithEachArgumentAndTheResultInARegion) {
+  std::mt19937 rng(7);
+  for (const testing::Case& c : Cases(rng)) {
+    const std::string op(ops::NameOfCase(c.v1.op_case()));
+    SCOPED_TRACE(op);
+    grpc::ClientContext context;
+    v1::OpResponse inline_answer;
+    ASSERT_TRUE(stub_->Run(&context, c.v1, &inline_answer).ok());
+    const google::protobuf::Message* op_message = nullptr;
+    ops::VisitOp(
+        c.v1, [&]<typename Op>(Op, const typename Op::Request& r) { op_message = &r; }, [] {});
+    std::vector<std::string> arguments = DataArguments(*op_message);
+    ASSERT_FALSE(arguments.empty());
+    // Each argument alone in the region, then all of them with the result there too.
+    arguments.push_back("");
+    for (const std::string& argument : arguments) {
+      SCOPED_TRACE(argument.empty() ? "all, and the result" : argument);
+      next_ = 0;
+      v1::OpRequest request = c.v1;
+      if (!argument.empty()) {
+        Place(MutableArgument(&request, argument));
+        grpc::ClientContext call;
+        v1::OpResponse answer;
+        const grpc::Status status = stub_->Run(&call, request, &answer);
+        ASSERT_TRUE(status.ok()) << status.error_message();
+        EXPECT_EQ(answer.result().data(), inline_answer.result().data());
+        EXPECT_THAT(answer.result().shape(),
+                    ::testing::ElementsAreArray(inline_answer.result().shape()));
+        continue;
+      }
+      for (const std::string& name : DataArguments(*op_message)) {
+        Place(MutableArgument(&request, name));
+      }
+      const int64_t result_bytes = static_cast<int64_t>(inline_answer.result().data().size());
+      const int64_t at = next_;
+      std::memset(object_->data() + at, 0x5a, result_bytes + 8);
+      absl::StatusOr<ResultShape> written =
+          client_->RunInto(request, SharedMemoryRef("region", at, result_bytes + 8));
+      ASSERT_TRUE(written.ok()) << written.status();
+      EXPECT_EQ(std::string(object_->data() + at, result_bytes), inline_answer.result().data());
+      // The bytes after the result are left as they were.
+      EXPECT_EQ(object_->data()[at + result_bytes], 0x5a);
+      EXPECT_THAT(written->shape, ::testing::ElementsAreArray(inline_answer.result().shape()));
+    }
+  }
+}
+
+TEST_F(SharedMemoryServiceTest, KServeInputsAndOutputsInARegionGiveTheInlineBytes) {
+  std::mt19937 rng(11);
+  for (const testing::Case& c : Cases(rng)) {
+    SCOPED_TRACE(c.kserve.model_name());
+    grpc::ClientContext context;
+    inference::ModelInferResponse inline_answer;
+    ASSERT_TRUE(kserve_->ModelInfer(&context, c.kserve, &inline_answer).ok());
+    next_ = 0;
+    inference::ModelInferRequest request = c.kserve;
+    for (int i = 0; i < request.inputs_size(); ++i) {
+      const std::string& bytes = request.raw_input_contents(i);
+      std::memcpy(object_->data() + next_, bytes.data(), bytes.size());
+      auto& parameters = *request.mutable_inputs(i)->mutable_parameters();
+      parameters["shared_memory_region"].set_string_param("region");
+      parameters["shared_memory_byte_size"].set_int64_param(static_cast<int64_t>(bytes.size()));
+      parameters["shared_memory_offset"].set_int64_param(next_);
+      next_ += (static_cast<int64_t>(bytes.size()) + 63) / 64 * 64 + 64;
+    }
+    request.clear_raw_input_contents();
+    const std::string& expected = inline_answer.raw_output_contents(0);
+    auto* output = request.add_outputs();
+    output->set_name("output");
+    (*output->mutable_parameters())["shared_memory_region"].set_string_param("region");
+    (*output->mutable_parameters())["shared_memory_byte_size"].set_int64_param(
+        static_cast<int64_t>(expected.size()));
+    (*output->mutable_parameters())["shared_memory_offset"].set_int64_param(next_);
+    grpc::ClientContext call;
+    inference::ModelInferResponse answer;
+    const grpc::Status status = kserve_->ModelInfer(&call, request, &answer);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(answer.raw_output_contents_size(), 0);
+    ASSERT_EQ(answer.outputs_size(), 1);
+    EXPECT_THAT(answer.outputs(0).shape(),
+                ::testing::ElementsAreArray(inline_answer.outputs(0).shape()));
+    EXPECT_EQ(std::string(object_->data() + next_, expected.size()), expected);
+  }
+}
+
+TEST_F(SharedMemoryServiceTest, KServeRegistersListsAndUnregistersAsTritonDoes) {
+  absl::StatusOr<SharedMemoryObject> object = SharedMemoryObject::Create(UniqueKey("kserve"), 4096);
+  ASSERT_TRUE(object.ok());
+  inference::SystemSharedMemoryRegisterRequest request;
+  request.set_name("triton");
+  request.set_key(object->key());
+  request.set_byte_size(4096);
+  {
+    grpc::ClientContext context;
+    inference::SystemSharedMemoryRegisterResponse response;
+    ASSERT_TRUE(kserve_->SystemSharedMemoryRegister(&context, request, &response).ok());
+  }
+  {
+    grpc::ClientContext context;
+    inference::SystemSharedMemoryStatusResponse response;
+    ASSERT_TRUE(kserve_
+                    ->SystemSharedMemoryStatus(
+                        &context, inference::SystemSharedMemoryStatusRequest(), &response)
+                    .ok());
+    ASSERT_EQ(response.regions().size(), 2u);  // "region" of SetUp too
+    EXPECT_EQ(response.regions().at("triton").key(), object->key());
+    EXPECT_EQ(response.regions().at("triton").byte_size(), 4096u);
+  }
+  {
+    // Triton forgets a name it does not know without an error.
+    grpc::ClientContext context;
+    inference::SystemSharedMemoryUnregisterRequest unknown;
+    unknown.set_name("never-registered");
+    inference::SystemSharedMemoryUnregisterResponse response;
+    EXPECT_TRUE(kserve_->SystemSharedMemoryUnregister(&context, unknown, &response).ok());
+  }
+  {
+    grpc::ClientContext context;
+    inference::SystemSharedMemoryUnregisterResponse response;
+    ASSERT_TRUE(kserve_
+                    ->SystemSharedMemoryUnregister(
+                        &context, inference::SystemSharedMemoryUnregisterRequest(), &response)
+                    .ok());
+  }
+  absl::StatusOr<std::vector<v1::SharedMemoryRegion>> left = client_->ListSharedMemory();
+  ASSERT_TRUE(left.ok());
+  EXPECT_TRUE(left->empty());
+  {
+    grpc::ClientContext context;
+    inference::CudaSharedMemoryRegisterRequest cuda;
+    cuda.set_name("gpu");
+    cuda.set_raw_handle(std::string(64, '\0'));
+    cuda.set_byte_size(4096);
+    inference::CudaSharedMemoryRegisterResponse response;
+    const grpc::Status status = kserve_->CudaSharedMemoryRegister(&context, cuda, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(status.error_message(), HasSubstr("CUDA shared memory"));
+  }
+  {
+    grpc::ClientContext context;
+    inference::ServerMetadataResponse response;
+    ASSERT_TRUE(
+        kserve_->ServerMetadata(&context, inference::ServerMetadataRequest(), &response).ok());
+    EXPECT_THAT(response.extensions(), ::testing::Contains("system_shared_memory"));
+  }
+}
+
+TEST_F(SharedMemoryServiceTest, TheStoreTakesAndGivesItsBytesThroughARegion) {
+  std::vector<float> values(1000);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.5f;
+  std::memcpy(object_->data(), values.data(), 4000);
+  absl::StatusOr<v1::TensorInfo> put = client_->PutTensorFromSharedMemory(
+      "table", DataType::kFloat32, {10, 100}, SharedMemoryRef("region", 0, 4000));
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(put->version(), 1);
+  absl::StatusOr<Tensor> stored = client_->GetTensor("table");
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(std::memcmp(stored->data(), values.data(), 4000), 0);
+  absl::StatusOr<v1::TensorInfo> got =
+      client_->GetTensorIntoSharedMemory("table", SharedMemoryRef("region", 8192, 4096));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->bytes(), 4000);
+  EXPECT_EQ(std::memcmp(object_->data() + 8192, values.data(), 4000), 0);
+  // Exactly the tensor's bytes for a put; at least them for a get.
+  absl::StatusOr<v1::TensorInfo> short_put = client_->PutTensorFromSharedMemory(
+      "other", DataType::kFloat32, {10, 100}, SharedMemoryRef("region", 0, 3996));
+  EXPECT_EQ(short_put.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(short_put.status().message(), HasSubstr("byte_size"));
+  EXPECT_EQ(client_->GetTensorIntoSharedMemory("table", SharedMemoryRef("region", 0, 100))
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  // A lookup from the stored table with the rows and the result in the region.
+  const std::vector<int64_t> rows = {3, 1, 3};
+  std::memcpy(object_->data() + 16384, rows.data(), 24);
+  v1::OpRequest lookup;
+  v1::IndexSelectRequest* select = lookup.mutable_index_select();
+  *select->mutable_input() = StoredArgument("table");
+  *select->mutable_index() = SharedMemoryArgument("region", 16384, DataType::kInt64, {3});
+  absl::StatusOr<ResultShape> written =
+      client_->RunInto(lookup, SharedMemoryRef("region", 20480, 1200));
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_THAT(written->shape, ElementsAre(3, 100));
+  EXPECT_EQ(std::memcmp(object_->data() + 20480, values.data() + 300, 400), 0);
+  EXPECT_EQ(std::memcmp(object_->data() + 20480 + 400, values.data() + 100, 400), 0);
+}
+
+TEST_F(SharedMemoryServiceTest, AnInPlaceUpdateReadsItsRegionArgumentsOnce) {
+  std::vector<float> zeros(8, 0.0f);
+  ASSERT_TRUE(client_->PutTensor("acc", TensorView(DataType::kFloat32, {8}, zeros.data())).ok());
+  const std::vector<int64_t> index = {1, 1, 5};
+  const std::vector<float> src = {1.0f, 2.0f, 4.0f};
+  std::memcpy(object_->data(), index.data(), 24);
+  std::memcpy(object_->data() + 64, src.data(), 12);
+  v1::OpRequest push;
+  v1::ScatterRequest* scatter = push.mutable_scatter();
+  *scatter->mutable_input() = StoredArgument("acc");
+  *scatter->mutable_index() = SharedMemoryArgument("region", 0, DataType::kInt64, {3});
+  *scatter->mutable_src() = SharedMemoryArgument("region", 64, DataType::kFloat32, {3});
+  scatter->set_reduce(v1::REDUCTION_SUM);
+  scatter->mutable_result_options()->set_in_place(true);
+  ASSERT_TRUE(client_->RunStored(push).ok());
+  absl::StatusOr<Tensor> acc = client_->GetTensor("acc");
+  ASSERT_TRUE(acc.ok());
+  const float* values = static_cast<const float*>(acc->data());
+  EXPECT_EQ(values[1], 3.0f);
+  EXPECT_EQ(values[5], 4.0f);
+}
+
+TEST_F(SharedMemoryServiceTest, BadReferencesAreRefusedNamingTheArgumentAndTheRule) {
+  v1::OpRequest request;
+  v1::GatherRequest* gather = request.mutable_gather();
+  *gather->mutable_input() = SharedMemoryArgument("region", 0, DataType::kFloat32, {4, 4});
+  *gather->mutable_index() = SharedMemoryArgument("region", 64, DataType::kInt64, {4, 4});
+  std::memset(object_->data(), 0, 256);
+  const auto run = [&](const v1::OpRequest& r) {
+    grpc::ClientContext context;
+    v1::OpResponse response;
+    return stub_->Run(&context, r, &response);
+  };
+  ASSERT_TRUE(run(request).ok());
+  v1::OpRequest outside = request;
+  outside.mutable_gather()->mutable_input()->mutable_shared_memory()->set_offset((1 << 20) - 32);
+  testing::ExpectStatus(run(outside), grpc::StatusCode::INVALID_ARGUMENT,
+                        "gather: input: offset 1048544 + byte_size 64 is outside");
+  v1::OpRequest wrong_size = request;
+  wrong_size.mutable_gather()->mutable_index()->mutable_shared_memory()->set_byte_size(100);
+  testing::ExpectStatus(run(wrong_size), grpc::StatusCode::INVALID_ARGUMENT,
+                        "gather: index is int64 [4, 4], 128 bytes, but its shared_memory.byte_size "
+                        "is 100");
+  v1::OpRequest unaligned = request;
+  unaligned.mutable_gather()->mutable_index()->mutable_shared_memory()->set_offset(4);
+  testing::ExpectStatus(run(unaligned), grpc::StatusCode::INVALID_ARGUMENT,
+                        "not a multiple of its item size");
+  v1::OpRequest unknown = request;
+  unknown.mutable_gather()->mutable_input()->mutable_shared_memory()->set_region("nope");
+  testing::ExpectStatus(run(unknown), grpc::StatusCode::NOT_FOUND,
+                        "gather: input names shared-memory region \"nope\", which is not "
+                        "registered");
+  v1::OpRequest no_dtype = request;
+  no_dtype.mutable_gather()->mutable_input()->clear_dtype();
+  testing::ExpectStatus(run(no_dtype), grpc::StatusCode::INVALID_ARGUMENT, "has no dtype");
+  v1::OpRequest small_result = request;
+  *small_result.mutable_gather()->mutable_result_options()->mutable_shared_memory() =
+      SharedMemoryRef("region", 4096, 8);
+  testing::ExpectStatus(run(small_result), grpc::StatusCode::INVALID_ARGUMENT,
+                        "smaller than the result");
+  v1::OpRequest both = small_result;
+  both.mutable_gather()->mutable_result_options()->set_return_data(true);
+  testing::ExpectStatus(run(both), grpc::StatusCode::INVALID_ARGUMENT, "are exclusive");
+}
+
+TEST_F(SharedMemoryServiceTest, AShrunkObjectFailsTheCallAndTheServerGoesOn) {
+  v1::OpRequest request;
+  v1::GatherRequest* gather = request.mutable_gather();
+  std::memset(object_->data(), 0, 4096);
+  *gather->mutable_input() = SharedMemoryArgument("region", 512 << 10, DataType::kFloat32, {4, 4});
+  *gather->mutable_index() = SharedMemoryArgument("region", 0, DataType::kInt64, {4, 4});
+  Shrink(object_->key(), 4096);
+  grpc::ClientContext context;
+  v1::OpResponse response;
+  testing::ExpectStatus(stub_->Run(&context, request, &response),
+                        grpc::StatusCode::FAILED_PRECONDITION, "was shrunk by its owner");
+  // The server serves the next call.
+  absl::StatusOr<std::vector<v1::SharedMemoryRegion>> listed = client_->ListSharedMemory();
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->size(), 1u);
+}
+
+TEST(SharedMemoryNamespaceTest, AnotherTokenCannotSeeOrUseARegion) {
+  const std::string token_file = ::testing::TempDir() + "/shared_memory_test_tokens";
+  {
+    std::FILE* file = std::fopen(token_file.c_str(), "w");
+    ASSERT_NE(file, nullptr);
+    std::fputs("alice-token\nbob-token\n", file);
+    std::fclose(file);
+  }
+  ServerOptions options;
+  options.security.auth_token_file = token_file;
+  std::unique_ptr<Server> server = testing::StartServer(options);
+  ASSERT_NE(server, nullptr);
+  const std::string target = absl::StrFormat("127.0.0.1:%d", server->port());
+  absl::StatusOr<std::unique_ptr<Client>> alice =
+      Client::Create(target, {.auth_token = "alice-token"});
+  absl::StatusOr<std::unique_ptr<Client>> bob = Client::Create(target, {.auth_token = "bob-token"});
+  ASSERT_TRUE(alice.ok() && bob.ok());
+  absl::StatusOr<SharedMemoryObject> object = SharedMemoryObject::Create(UniqueKey("ns"), 4096);
+  ASSERT_TRUE(object.ok());
+  ASSERT_TRUE((*alice)->RegisterSharedMemory("mine", object->key(), 4096).ok());
+  absl::StatusOr<std::vector<v1::SharedMemoryRegion>> seen = (*bob)->ListSharedMemory();
+  ASSERT_TRUE(seen.ok());
+  EXPECT_TRUE(seen->empty());
+  v1::OpRequest request;
+  *request.mutable_gather()->mutable_input() =
+      SharedMemoryArgument("mine", 0, DataType::kFloat32, {2});
+  *request.mutable_gather()->mutable_index() =
+      SharedMemoryArgument("mine", 64, DataType::kInt64, {2});
+  EXPECT_EQ((*bob)->Run(request).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE((*alice)->Run(request).ok());
+  EXPECT_EQ((*bob)->UnregisterSharedMemory("mine").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(SharedMemoryLimitsTest, TheFlagsAreValidatedAtStartUp) {
+  ServerOptions options;
+  options.limits.max_memory_bytes = 1 << 20;
+  options.shared_memory.max_bytes = 2 << 20;
+  const absl::Status status = ValidateServerOptions(options);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("--max_shared_memory_bytes=2097152 is above"));
+  options.shared_memory.max_bytes = 0;
+  options.shared_memory.max_regions = -1;
+  EXPECT_THAT(ValidateServerOptions(options).message(), HasSubstr("--max_shared_memory_regions"));
+}
+
+}  // namespace
+}  // namespace tensorops

@@ -11,8 +11,8 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "inference/grpc_service.pb.h"
 #include "proto/codec.h"
-#include "server/prepared_op.h"
-#include "server/stored_operands.h"
+#include "server/core/prepared_op.h"
+#include "server/core/stored_operands.h"
 #include "tensorops/v1/generic.pb.h"
 #include "tensorops/v1/store.pb.h"
 

@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "google/protobuf/stubs/logging.h"
 #include "proto/codec.h"
-#include "server/prepared_op.h"
+#include "server/core/prepared_op.h"
 #include "spdlog/spdlog.h"
 #include "tensorops/v1/tensor.pb.h"
 

@@ -7,9 +7,9 @@
 
 #include "fuzz/fuzz_checks.h"
 #include "inference/grpc_service.pb.h"
+#include "server/core/prepared_op.h"
 #include "server/kserve/infer_call.h"
 #include "server/kserve/models.h"
-#include "server/prepared_op.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using tensorops::fuzz::CheckError;

@@ -6,7 +6,7 @@
 #include <cstdlib>
 
 #include "fuzz/fuzz_checks.h"
-#include "server/prepared_op.h"
+#include "server/core/prepared_op.h"
 #include "tensorops/v1/generic.pb.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

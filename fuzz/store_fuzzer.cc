@@ -14,7 +14,7 @@
 
 #include "fuzz/fuzz_checks.h"
 #include "kernels/dtype.h"
-#include "server/prepared_op.h"
+#include "server/core/prepared_op.h"
 #include "server/store/tensor_store.h"
 #include "tensorops/v1/generic.pb.h"
 

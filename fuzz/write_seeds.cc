@@ -14,7 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "client/cpp/npy.h"
 #include "proto/codec.h"
-#include "server/prepared_op.h"
+#include "server/core/prepared_op.h"
 #include "tests/op_cases.h"
 
 namespace {

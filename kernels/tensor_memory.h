@@ -57,7 +57,7 @@ TensorMemory& HostTensorMemory();
 // Planning works from what is on the host: shapes, dtypes, the request's own bytes. A plan that
 // must also read an operand's elements calls RequireHostBytes first; for a view of device memory
 // it returns FAILED_PRECONDITION marked so that NeedsHostBytes recognizes it, and the server then
-// copies the call's operands to the host deliberately and plans again (server/prepared_op.cc).
+// copies the call's operands to the host deliberately and plans again (server/core/prepared_op.cc).
 absl::Status RequireHostBytes(std::string_view op, std::string_view arg, const TensorView& view);
 bool NeedsHostBytes(const absl::Status& status);
 

@@ -1,7 +1,7 @@
 // The op table's wire half: every operation of tensorops.v1 listed once, with its request and
 // response messages and its case in OpRequest's oneof. The server, the C++ client and the CLI
 // iterate this list instead of naming each op; the server's half (decode, plan, kernels,
-// backward) is server/op_table.h.
+// backward) is server/core/op_table.h.
 //
 //   ops::ForEachOp([&]<typename Op>(Op) { names.push_back(ops::Name<Op>()); });
 //   ops::VisitOp(request, [&]<typename Op>(Op, const typename Op::Request& op) { ... },

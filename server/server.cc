@@ -25,10 +25,10 @@
 #include "kernels/status_macros.h"
 #include "proto/codec.h"
 #include "proto/op_list.h"
-#include "server/build_info.h"
-#include "server/call_log.h"
-#include "server/credentials.h"
-#include "server/journal_replay.h"
+#include "server/core/journal_replay.h"
+#include "server/observability/build_info.h"
+#include "server/observability/call_log.h"
+#include "server/rpc/credentials.h"
 #include "spdlog/spdlog.h"
 
 namespace tensorops {

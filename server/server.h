@@ -12,9 +12,9 @@
 // limits); Shutdown logs its steps.
 //
 // Security (ServerOptions::Security): TLS or mutual TLS on the listening port
-// (server/credentials.h), and a bearer token that every TensorOps call must carry
-// (server/auth.h). Health and reflection stay open to callers without a token: load balancers and
-// probes must reach health, and reflection reveals only the schema, which is public anyway.
+// (server/rpc/credentials.h), and a bearer token that every TensorOps call must carry
+// (server/rpc/auth.h). Health and reflection stay open to callers without a token: load balancers
+// and probes must reach health, and reflection reveals only the schema, which is public anyway.
 #ifndef TENSOROPS_SERVER_SERVER_H_
 #define TENSOROPS_SERVER_SERVER_H_
 
@@ -28,19 +28,19 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "oneapi/tbb/global_control.h"
-#include "server/auth.h"
-#include "server/blocking_pool.h"
-#include "server/in_flight_calls.h"
+#include "server/config/server_options.h"
+#include "server/core/blocking_pool.h"
+#include "server/core/in_flight_calls.h"
+#include "server/core/memory_budget.h"
+#include "server/core/memory_trimmer.h"
+#include "server/core/op_call.h"
+#include "server/core/scheduler.h"
 #include "server/kserve/inference_service.h"
-#include "server/memory_budget.h"
-#include "server/memory_trimmer.h"
-#include "server/op_call.h"
-#include "server/scheduler.h"
-#include "server/server_options.h"
+#include "server/rpc/auth.h"
+#include "server/rpc/unix_socket.h"
 #include "server/shared_memory/regions.h"
 #include "server/store/tensor_store.h"
-#include "server/tensor_ops_service.h"
-#include "server/unix_socket.h"
+#include "server/tensorops_v1/tensor_ops_service.h"
 
 namespace tensorops {
 
@@ -60,9 +60,9 @@ class Server {
   // inconsistent (ValidateServerOptions, naming the flag); FAILED_PRECONDITION for DeviceChoice::
   // kCuda without a usable GPU; UNAVAILABLE when the address cannot be bound (port in use, unknown
   // host), the Unix socket cannot be (a server listens there, a file that is not a socket is there,
-  // its directory is missing: PrepareUnixSocketPath, server/unix_socket.h) or gRPC refuses the TLS
-  // certificate and key (a key that does not match the certificate, say); for a security file that
-  // cannot be read, its error naming the path (see BuildServerCredentials and
+  // its directory is missing: PrepareUnixSocketPath, server/rpc/unix_socket.h) or gRPC refuses the
+  // TLS certificate and key (a key that does not match the certificate, say); for a security file
+  // that cannot be read, its error naming the path (see BuildServerCredentials and
   // TokenAuthenticator::FromFile).
   static absl::StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options);
 

@@ -10,7 +10,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "server/scheduler.h"
+#include "server/core/scheduler.h"
 #include "tests/wait_for.h"
 
 namespace tensorops::testing {

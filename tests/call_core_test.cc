@@ -1,7 +1,7 @@
-// The call core (server/op_call.h) as clients meet it: a unary call and the same call sent as a
-// RunStream request end the same way and count the same in the metrics, including a call
+// The call core (server/core/op_call.h) as clients meet it: a unary call and the same call sent as
+// a RunStream request end the same way and count the same in the metrics, including a call
 // cancelled while it waits for a worker; and every RPC answers a body that is not its request
-// message with INVALID_ARGUMENT naming the message type (server/parsed_request.h).
+// message with INVALID_ARGUMENT naming the message type (server/rpc/parsed_request.h).
 #include <map>
 #include <memory>
 #include <string>

@@ -1,7 +1,7 @@
 // The finished-call log: failed calls in full up to a budget per client and window, then one
 // summary line per client, the rest at debug level; and, through a server, that each line names
 // its call's client.
-#include "server/call_log.h"
+#include "server/observability/call_log.h"
 
 #include <chrono>
 #include <memory>

@@ -1,7 +1,7 @@
 // Tests of bounded memory: the admission limit on the bytes calls hold (--max_memory_bytes,
-// server/memory_budget.h), alone and through the service, gRPC's resource quota under that limit
-// (GrpcMemoryQuotaBytes), and the idle heap trimmer (server/memory_trimmer.h) on a fake clock and
-// a fake trim.
+// server/core/memory_budget.h), alone and through the service, gRPC's resource quota under that
+// limit (GrpcMemoryQuotaBytes), and the idle heap trimmer (server/core/memory_trimmer.h) on a fake
+// clock and a fake trim.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -23,9 +23,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/tensor.h"
-#include "server/memory_budget.h"
-#include "server/memory_trimmer.h"
-#include "server/rejection.h"
+#include "server/core/memory_budget.h"
+#include "server/core/memory_trimmer.h"
+#include "server/core/rejection.h"
 #include "server/server.h"
 #include "tests/blocking_work.h"
 #include "tests/service_test_util.h"

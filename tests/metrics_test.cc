@@ -1,7 +1,7 @@
 // Tests of Metrics: what the recording methods do to the Prometheus text (parsed sample by sample,
 // never matched loosely), exact totals under concurrent recording, and the HTTP endpoint fetched
 // over a plain TCP socket.
-#include "server/metrics.h"
+#include "server/observability/metrics.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -37,7 +37,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/build_info.h"
+#include "server/observability/build_info.h"
 #include "tests/http_get.h"
 
 namespace tensorops {

@@ -54,12 +54,23 @@ TEST(OpListTest, EntriesMatchTheirFieldAndRpc) {
 }
 
 TEST(OpListTest, EveryTypedRpcIsAnOp) {
-  // The service's methods other than the generic and the store ones are exactly the ops' RPCs.
+  // The service's methods other than the generic, the store and the shared-memory ones are
+  // exactly the ops' RPCs.
   std::set<std::string> rpcs;
   ops::ForEachOp([&]<typename Op>(Op) { rpcs.insert(std::string(ops::Rpc<Op>())); });
-  const std::set<std::string> generic = {
-      "Run",       "RunStream",    "Backward",    "ServerInfo", "PutTensor",
-      "GetTensor", "DeleteTensor", "ListTensors", "TensorInfo", "SnapshotStore"};
+  const std::set<std::string> generic = {"Run",
+                                         "RunStream",
+                                         "Backward",
+                                         "ServerInfo",
+                                         "PutTensor",
+                                         "GetTensor",
+                                         "DeleteTensor",
+                                         "ListTensors",
+                                         "TensorInfo",
+                                         "SnapshotStore",
+                                         "RegisterSharedMemory",
+                                         "UnregisterSharedMemory",
+                                         "ListSharedMemory"};
   for (int i = 0; i < Service().method_count(); ++i) {
     const std::string& name = Service().method(i)->name();
     EXPECT_TRUE(rpcs.contains(name) || generic.contains(name)) << name;
@@ -67,7 +78,7 @@ TEST(OpListTest, EveryTypedRpcIsAnOp) {
   EXPECT_EQ(static_cast<int>(rpcs.size() + generic.size()), Service().method_count());
 }
 
-// The server reads every request's `input` and `result_options` (server/prepared_op.cc); a new
+// The server reads every request's `input` and `result_options` (server/core/prepared_op.cc); a new
 // op's request must have both, at the same numbers for result_options.
 TEST(OpListTest, EveryRequestHasAnInputAndResultOptionsAtFifteen) {
   ops::ForEachOp([&]<typename Op>(Op) {

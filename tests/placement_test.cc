@@ -27,7 +27,7 @@
 #include "kernels/device.h"
 #include "kernels/device_call.h"
 #include "kernels/gather.h"
-#include "server/scheduler.h"
+#include "server/core/scheduler.h"
 #include "server/server.h"
 #include "tests/blocking_work.h"
 #include "tests/service_test_util.h"

@@ -1,6 +1,6 @@
 // Tests of admission control: the Scheduler on its own with real worker threads, and through the
 // service (a full queue, a deadline that passes while queued, a client that cancels while queued).
-#include "server/scheduler.h"
+#include "server/core/scheduler.h"
 
 #include <atomic>
 #include <chrono>

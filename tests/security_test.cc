@@ -40,7 +40,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "inference/grpc_service.grpc.pb.h"
-#include "server/auth.h"
+#include "server/rpc/auth.h"
 #include "server/server.h"
 #include "tests/generic_stream.h"
 

@@ -1,7 +1,7 @@
 // ValidateServerOptions and ValidateSchedulerOptions: every range error's message, --device's
-// parse into DeviceChoice, the server's command line (server/command_line.h), and what Start
+// parse into DeviceChoice, the server's command line (server/config/command_line.h), and what Start
 // makes of --unix_socket's path (a stale socket, one in use, a file that is not a socket).
-#include "server/server_options.h"
+#include "server/config/server_options.h"
 
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -35,10 +35,10 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "server/command_line.h"
-#include "server/scheduler.h"
+#include "server/config/command_line.h"
+#include "server/core/scheduler.h"
+#include "server/rpc/unix_socket.h"
 #include "server/server.h"
-#include "server/unix_socket.h"
 #include "tensorops/v1/service.grpc.pb.h"
 
 // A flag of the type --device has, to parse through Abseil's flag machinery as main.cc does.

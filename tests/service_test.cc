@@ -19,9 +19,9 @@
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "server/prepared_op.h"
+#include "server/core/prepared_op.h"
 #include "server/server.h"
-#include "server/tensor_ops_service.h"
+#include "server/tensorops_v1/tensor_ops_service.h"
 #include "tensorops/v1/service.grpc.pb.h"
 #include "tests/generic_stream.h"
 #include "tests/service_test_util.h"
@@ -713,7 +713,7 @@ TEST_F(ServiceTest, MaskedScatterErrors) {
 // ---------------------------------------------------------------------------------------
 
 // TooLargeMessage is the refusal of a request of `bytes` bytes of `type` over
-// --max_message_bytes=`limit` (server/parsed_request.h).
+// --max_message_bytes=`limit` (server/rpc/parsed_request.h).
 std::string TooLargeMessage(size_t bytes, std::string_view type, int64_t limit) {
   return absl::StrFormat("request of %d bytes (%s) is larger than --max_message_bytes=%d: ", bytes,
                          type, limit);

@@ -110,6 +110,11 @@ TEST(SharedMemoryRegionsTest, RefusesBadRegionsNamingTheRule) {
   status = regions.Register("", SystemRegion("c", *object, 0, 100));
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(status.message(), HasSubstr("--max_shared_memory_regions=2"));
+  // 0 refuses the first region too.
+  SharedMemoryRegions refusing({.max_regions = 0, .max_bytes = 6000});
+  status = refusing.Register("", SystemRegion("a", *object));
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(status.message(), HasSubstr("refuses shared memory"));
 }
 
 TEST(SharedMemoryRegionsTest, SlicesAreCheckedAgainstTheRegion) {
@@ -360,6 +365,17 @@ TEST_F(SharedMemoryServiceTest, KServeRegistersListsAndUnregistersAsTritonDoes) 
     ASSERT_EQ(response.regions().size(), 2u);  // "region" of SetUp too
     EXPECT_EQ(response.regions().at("triton").key(), object->key());
     EXPECT_EQ(response.regions().at("triton").byte_size(), 4096u);
+  }
+  {
+    // CudaSharedMemoryUnregister leaves a system region of the name alone, as Triton does.
+    grpc::ClientContext context;
+    inference::CudaSharedMemoryUnregisterRequest cuda;
+    cuda.set_name("triton");
+    inference::CudaSharedMemoryUnregisterResponse response;
+    EXPECT_TRUE(kserve_->CudaSharedMemoryUnregister(&context, cuda, &response).ok());
+    absl::StatusOr<std::vector<v1::SharedMemoryRegion>> still = client_->ListSharedMemory();
+    ASSERT_TRUE(still.ok());
+    EXPECT_EQ(still->size(), 2u);
   }
   {
     // Triton forgets a name it does not know without an error.

@@ -40,7 +40,7 @@
 #include "bench/service/closed_loop.h"
 #include "bench/service/echo_service.h"
 #include "grpcpp/grpcpp.h"
-#include "server/memory_trimmer.h"
+#include "server/core/memory_trimmer.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 #include "tensorops/v1/service.grpc.pb.h"

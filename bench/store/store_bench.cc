@@ -19,6 +19,12 @@
 // lookup's result bytes, sent both ways, for the latency; and the large upload's bytes over a bare
 // loopback TCP socket, for the upload's GB/s.
 //
+// 3. Shared memory (issue 39), for a client on the server's host: the same lookup with its rows
+//    and its result in a registered system shared-memory region (Client::RunInto), and the same
+//    push with its rows and updates there, against the stored calls above, which carry them in
+//    messages; and a --upload_bytes PutTensor whose bytes are in a region
+//    (Client::PutTensorFromSharedMemory) against a memcpy of the same bytes into fresh memory.
+//
 // The server runs in this process (as in bench/service) unless --target names one; it needs
 // --store_memory_bytes above the largest upload (default 6e9). Repetitions alternate stored and
 // inline, and the tables report medians over repetitions (ratios are the median of
@@ -34,6 +40,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <random>
@@ -52,6 +59,7 @@
 #include "bench/latency_stats.h"
 #include "bench/service/echo_service.h"
 #include "client/cpp/client.h"
+#include "client/cpp/shared_memory.h"
 #include "grpcpp/grpcpp.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
@@ -77,6 +85,9 @@ ABSL_FLAG(int64_t, max_calls_per_cell, 20000, "Most calls one cell makes (beside
 ABSL_FLAG(int, max_attempts, tensorops::ClientOptions{}.max_attempts,
           "The client's ClientOptions::max_attempts (1: gRPC retries off).");
 ABSL_FLAG(int, repetitions, 3, "Repetitions of every cell; the tables report medians.");
+ABSL_FLAG(bool, shared_memory, true,
+          "Also measure the lookup, the push and the large upload through a shared-memory region "
+          "(needs the server on this host: the in-process one, or --target on this machine).");
 
 namespace tensorops::store_bench {
 namespace {
@@ -300,6 +311,147 @@ absl::StatusOr<double> UploadStream(v1::TensorOps::Stub& stub, const std::string
   std::exit(1);
 }
 
+// SharedMemoryRun measures the lookup and the push with their rows, updates and result in a
+// shared-memory region against the stored calls (`stored_lookup`, `stored_push`), and a
+// PutTensor of `upload_bytes` from a region against a memcpy of them; it prints its tables and
+// adds its verdicts.
+void SharedMemoryRun(Client& client, const RunSettings& settings,
+                     const std::vector<Tensor>& stored_index,
+                     const std::function<absl::Status(int64_t)>& stored_lookup,
+                     const std::function<absl::Status(int64_t)>& stored_push, int64_t rows,
+                     int64_t cols, int64_t batch_rows, int64_t upload_bytes, int upload_repetitions,
+                     const std::string& date, std::vector<std::string>* verdicts) {
+  // The region: every index batch, then the updates, then the lookup's result.
+  const int64_t index_bytes = batch_rows * 8, rows_bytes = batch_rows * cols * 4;
+  const int64_t updates_at = kIndexBatches * index_bytes, result_at = updates_at + rows_bytes;
+  const std::string key = absl::StrFormat("/tensorops-store-bench-%d", getpid());
+  absl::StatusOr<SharedMemoryObject> memory =
+      SharedMemoryObject::Create(key, result_at + rows_bytes);
+  if (!memory.ok()) Fail("SharedMemoryObject::Create", memory.status());
+  for (int b = 0; b < kIndexBatches; ++b) {
+    std::memcpy(memory->data() + b * index_bytes, stored_index[b].data(), index_bytes);
+  }
+  std::fill_n(reinterpret_cast<float*>(memory->data() + updates_at), batch_rows * cols, 0.5f);
+  (void)client.UnregisterSharedMemory("bench");
+  absl::Status registered =
+      client.RegisterSharedMemory("bench", memory->key(), memory->byte_size());
+  if (!registered.ok()) Fail("RegisterSharedMemory", registered);
+  const v1::SharedMemoryRef result = SharedMemoryRef("bench", result_at, rows_bytes);
+  const Tensor no_rows(DataType::kFloat32, Shape{0, cols});
+  auto index_in_region = [&](int64_t i) {
+    return SharedMemoryArgument("bench", (i % kIndexBatches) * index_bytes, DataType::kInt64,
+                                {batch_rows});
+  };
+  auto shm_lookup = [&](int64_t i) -> absl::Status {
+    v1::OpRequest request;
+    v1::IndexSelectRequest* select = request.mutable_index_select();
+    *select->mutable_input() = StoredArgument(kTableName);
+    *select->mutable_index() = index_in_region(i);
+    return client.RunInto(std::move(request), result).status();
+  };
+  auto shm_push = [&](int64_t i) -> absl::Status {
+    v1::OpRequest request;
+    v1::IndexReduceRequest* reduce = request.mutable_index_reduce();
+    *reduce->mutable_input() = StoredArgument(kTableName);
+    *reduce->mutable_index() = index_in_region(i);
+    *reduce->mutable_src() =
+        SharedMemoryArgument("bench", updates_at, DataType::kFloat32, {batch_rows, cols});
+    reduce->set_reduce(v1::REDUCTION_SUM);
+    reduce->mutable_result_options()->set_in_place(true);
+    return client.RunStored(std::move(request)).status();
+  };
+  // The lookup's answer in the region is the table's rows (the pushes so far added 0.5s).
+  if (absl::Status looked = shm_lookup(0); !looked.ok()) Fail("lookup into the region", looked);
+  {
+    v1::OpRequest request;
+    *request.mutable_index_select() =
+        MakeIndexSelectRequest(no_rows.view(), 0, stored_index[0].view());
+    *request.mutable_index_select()->mutable_input() = StoredArgument(kTableName);
+    absl::StatusOr<Tensor> inline_rows = client.Run(request);
+    if (!inline_rows.ok()) Fail("IndexSelect of the stored table", inline_rows.status());
+    if (std::memcmp(inline_rows->data(), memory->data() + result_at, rows_bytes) != 0) {
+      Fail("lookup into the region", absl::InternalError("the region's rows differ"));
+    }
+  }
+  std::vector<Comparison> comparisons;
+  comparisons.push_back(
+      Compare("embedding lookup (IndexSelect)", shm_lookup, stored_lookup, settings));
+  comparisons.push_back(
+      Compare("gradient push (IndexReduce SUM)", shm_push, stored_push, settings));
+  absl::PrintF(
+      "\n## Store: shared memory vs messages, C++ client, concurrency 1, %s\n\n"
+      "shared memory: the rows (and the push's updates) in a registered system region, the "
+      "lookup's result written there (RunInto); messages: the stored calls above, the same work "
+      "with those bytes in the request and the response. The %d x %d float32 table is stored. "
+      "Median of %d repetition(s); ratio = shared memory / messages calls/s\n\n",
+      date, rows, cols, settings.repetitions);
+  absl::PrintF(
+      "| workload | shm p50 ms | shm p99 ms | shm calls/s | messages p50 ms | messages p99 ms | "
+      "messages calls/s | ratio |\n|---|---|---|---|---|---|---|---|\n");
+  for (const Comparison& c : comparisons) {
+    if (!c.error.empty()) {
+      absl::PrintF("| %s | failed: %s |||||||\n", c.workload, c.error);
+      verdicts->push_back(absl::StrFormat("- shared memory %s: failed", c.workload));
+      continue;
+    }
+    const Summary s = Summarize(c.stored), m = Summarize(c.inline_calls);
+    absl::PrintF("| %s | %.3f | %.3f | %.0f | %.3f | %.3f | %.0f | %.2fx |\n", c.workload, s.p50_ms,
+                 s.p99_ms, s.calls_per_s, m.p50_ms, m.p99_ms, m.calls_per_s, Median(c.ratios));
+    verdicts->push_back(absl::StrFormat("- shared memory %s: p50 %.3f ms, target <= 0.25 ms: %s",
+                                        c.workload, s.p50_ms,
+                                        s.p50_ms <= 0.25 ? "met" : "NOT met"));
+  }
+  (void)client.UnregisterSharedMemory("bench");
+  memory = absl::UnavailableError("released");  // unmapped and removed before the upload's
+
+  if (upload_bytes <= 0) return;
+  // The large upload from a region, against a memcpy of the same bytes into fresh memory (the
+  // store's allocation is fresh too, its pages first touched by the copy).
+  absl::StatusOr<SharedMemoryObject> upload =
+      SharedMemoryObject::Create(key + "-upload", upload_bytes);
+  if (!upload.ok()) Fail("SharedMemoryObject::Create", upload.status());
+  const std::vector<char>& pattern = PatternBuffer();
+  for (int64_t at = 0; at < upload_bytes; at += static_cast<int64_t>(pattern.size())) {
+    std::memcpy(upload->data() + at, pattern.data(),
+                std::min<int64_t>(pattern.size(), upload_bytes - at));
+  }
+  absl::Status registered_upload =
+      client.RegisterSharedMemory("bench-upload", upload->key(), upload_bytes);
+  if (!registered_upload.ok()) Fail("RegisterSharedMemory", registered_upload);
+  std::vector<double> put_seconds, copy_seconds;
+  for (int rep = 0; rep < upload_repetitions; ++rep) {
+    {
+      const absl::Time start = absl::Now();
+      std::unique_ptr<char[]> copy(new char[upload_bytes]);
+      std::memcpy(copy.get(), upload->data(), upload_bytes);
+      copy_seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
+    }
+    const absl::Time start = absl::Now();
+    absl::StatusOr<v1::TensorInfo> put =
+        client.PutTensorFromSharedMemory(kUploadName, DataType::kUInt8, {upload_bytes},
+                                         SharedMemoryRef("bench-upload", 0, upload_bytes));
+    if (!put.ok()) Fail("PutTensorFromSharedMemory", put.status());
+    put_seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
+    absl::Status deleted = client.DeleteTensor(kUploadName);
+    if (!deleted.ok()) Fail("DeleteTensor", deleted);
+  }
+  (void)client.UnregisterSharedMemory("bench-upload");
+  const double put_median = Median(put_seconds), copy_median = Median(copy_seconds);
+  absl::PrintF(
+      "\n| upload | bytes | seconds (median) | GB/s (median) | runs |\n|---|---|---|---|---|\n");
+  absl::PrintF("| %s PutTensor from a shared-memory region | %d | %.3f | %.2f | %d |\n",
+               SizeName(upload_bytes), upload_bytes, put_median, upload_bytes / put_median / 1e9,
+               upload_repetitions);
+  absl::PrintF("| %s memcpy into fresh memory (the floor) | %d | %.3f | %.2f | %d |\n",
+               SizeName(upload_bytes), upload_bytes, copy_median, upload_bytes / copy_median / 1e9,
+               upload_repetitions);
+  verdicts->push_back(absl::StrFormat(
+      "- %s PutTensor from shared memory: %.2fx a memcpy's time, target <= 1.5x: %s",
+      SizeName(upload_bytes), put_median / copy_median,
+      put_median <= 1.5 * copy_median ? "met" : "NOT met"));
+  std::fflush(stdout);
+}
+
 int Run() {
   const bool quick = absl::GetFlag(FLAGS_quick);
   const RunSettings settings{
@@ -497,6 +649,10 @@ int Run() {
     verdicts.push_back(absl::StrFormat(
         "- %s upload: %.2f GB/s (bare TCP: %.2f GB/s), target >= 1 GB/s (4 GiB): %s",
         SizeName(upload_bytes), upload_gbps, tcp_gbps, upload_gbps >= 1 ? "met" : "NOT met"));
+  }
+  if (absl::GetFlag(FLAGS_shared_memory)) {
+    SharedMemoryRun(client, settings, stored_index, stored_lookup, stored_push, rows, cols,
+                    batch_rows, upload_bytes, upload_repetitions, date, &verdicts);
   }
   absl::PrintF("\n### Store targets%s\n\n%s\n", quick ? " (--quick: sizes too small to judge)" : "",
                absl::StrJoin(verdicts, "\n"));

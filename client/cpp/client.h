@@ -86,11 +86,13 @@ struct ClientOptions {
   // Attempts a call gets when it fails with UNAVAILABLE (a replica shutting down, a connection
   // that broke) or with CANCELLED from the server (gRPC's server cancels the calls it has received
   // but not yet handed to the service when it shuts down), the first included: 1 (no retries) to
-  // 5 (gRPC's cap); Create rejects others. A retry is safe for every call but two: ops are free
+  // 5 (gRPC's cap); Create rejects others. A retry is safe for every call but four: ops are free
   // of side effects or, when they store their result or update in place, carry an update id the
   // server applies once (RunStored sets one; gRPC resends the same request). PutTensor and
   // DeleteTensor change the store without one, so they are never retried: a put or delete whose
   // answer was lost could otherwise replace or remove a value another client stored meanwhile.
+  // Nor are RegisterSharedMemory and UnregisterSharedMemory, whose retry after a lost answer
+  // would fail with ALREADY_EXISTS or NOT_FOUND though the first attempt did what was asked.
   // A call this client cancels, or whose deadline passes, is never retried.
   // gRPC retries only a call that the server has not answered yet and whose request fits in its
   // 256 KiB retry buffer (larger requests fail as they would without retries); streams are

@@ -1,5 +1,5 @@
 // InferCall: one KServe v2 ModelInferRequest, translated into the tensorops.v1 call it stands for,
-// prepared by the same code (server/prepared_op.h), and its result translated back.
+// prepared by the same code (server/core/prepared_op.h), and its result translated back.
 //
 //   absl::StatusOr<std::unique_ptr<InferCall>> call = InferCall::Translate(&request);
 //   if (!call.ok()) return call.status();
@@ -20,10 +20,10 @@
 #include "absl/status/statusor.h"
 #include "inference/grpc_service.pb.h"
 #include "proto/codec.h"
+#include "server/core/prepared_op.h"
+#include "server/core/stored_operands.h"
 #include "server/kserve/models.h"
-#include "server/prepared_op.h"
 #include "server/shared_memory/regions.h"
-#include "server/stored_operands.h"
 #include "tensorops/v1/generic.pb.h"
 #include "tensorops/v1/tensor.pb.h"
 

@@ -20,11 +20,11 @@
 #include "grpcpp/support/slice.h"
 #include "kernels/status_macros.h"
 #include "proto/grpc_status.h"
-#include "server/build_info.h"
 #include "server/kserve/infer_call.h"
 #include "server/kserve/models.h"
-#include "server/parsed_request.h"
-#include "server/quick_unary_call.h"
+#include "server/observability/build_info.h"
+#include "server/rpc/parsed_request.h"
+#include "server/rpc/quick_unary_call.h"
 #include "server/shared_memory/region_handler.h"
 #include "server/shared_memory/regions.h"
 
@@ -81,9 +81,10 @@ constexpr UndeclaredMethod kUnimplementedMethods[] = {
      "the log is set when the server starts (--log_level) and does not change while it runs"},
 };
 
-// NewRawUnaryHandler is NewQuickUnaryHandler (server/quick_unary_call.h) for an undeclared method,
-// whose messages tensorops has no type for: the same token check, log line and metrics, with the
-// request's and the response's bytes. `handle(request, response)` returns the call's status.
+// NewRawUnaryHandler is NewQuickUnaryHandler (server/rpc/quick_unary_call.h) for an undeclared
+// method, whose messages tensorops has no type for: the same token check, log line and metrics,
+// with the request's and the response's bytes. `handle(request, response)` returns the call's
+// status.
 template <typename Handle>
 grpc::internal::MethodHandler* NewRawUnaryHandler(const ServingContext& serving,
                                                   const UndeclaredMethod& method, Handle handle) {
@@ -98,7 +99,7 @@ grpc::internal::MethodHandler* NewRawUnaryHandler(const ServingContext& serving,
           // gRPC hands a call whose request never came to the handler with no buffer.
           if (request->Valid() &&
               static_cast<int64_t>(request->Length()) > serving.limits.max_bytes) {
-            // As every handler does (server/parsed_request.h).
+            // As every handler does (server/rpc/parsed_request.h).
             status =
                 MessageTooLargeError(method.method, request->Length(), serving.limits.max_bytes);
           } else if (!request->Valid() || !request->DumpToSingleSlice(&slice).ok()) {
@@ -343,21 +344,16 @@ void InferenceService::HandleHealthAndMetadata() {
 
 void InferenceService::HandleSharedMemory() {
   // Each RPC is the registry's (server/shared_memory/regions.h) in Triton's messages.
-  // Triton unregisters a name it does not know without an error, and an empty name means every
-  // region of the kind.
+  // Triton unregisters only regions of the RPC's kind: a name it does not know, or one of the
+  // other kind, is left alone without an error, and an empty name means every region of the kind.
   const auto unregister = [](SharedMemoryRegions& regions, std::string_view ns,
                              std::string_view name, bool system) -> absl::Status {
-    std::vector<std::string> names;
-    if (name.empty()) {
-      TENSOROPS_ASSIGN_OR_RETURN(std::vector<v1::SharedMemoryRegion> listed, regions.List(ns, ""));
-      for (const v1::SharedMemoryRegion& region : listed) {
-        if (region.has_system() == system) names.push_back(region.name());
-      }
-    } else {
-      names.emplace_back(name);
-    }
-    for (const std::string& region : names) {
-      const absl::StatusOr<std::vector<std::string>> gone = regions.Unregister(ns, region);
+    absl::StatusOr<std::vector<v1::SharedMemoryRegion>> listed = regions.List(ns, name);
+    if (absl::IsNotFound(listed.status())) return absl::OkStatus();
+    TENSOROPS_RETURN_IF_ERROR(listed.status());
+    for (const v1::SharedMemoryRegion& region : *listed) {
+      if (region.has_system() != system) continue;
+      const absl::StatusOr<std::vector<std::string>> gone = regions.Unregister(ns, region.name());
       if (!gone.ok() && !absl::IsNotFound(gone.status())) return gone.status();
     }
     return absl::OkStatus();

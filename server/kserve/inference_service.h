@@ -1,7 +1,7 @@
 // InferenceService: KServe's Open Inference Protocol (v2), `inference.GRPCInferenceService`,
 // served on the same server and port as tensorops.v1 (docs/kserve.md). Models are the op table's
 // ops and their backwards (models.h); a ModelInfer is translated into the tensorops.v1 call it
-// stands for (infer_call.h) and runs through the same call core (server/op_call.h): the same
+// stands for (infer_call.h) and runs through the same call core (server/core/op_call.h): the same
 // token check, limits, scheduler, deadlines, placement, metrics, logs and error messages.
 #ifndef TENSOROPS_SERVER_KSERVE_INFERENCE_SERVICE_H_
 #define TENSOROPS_SERVER_KSERVE_INFERENCE_SERVICE_H_
@@ -12,8 +12,8 @@
 
 #include "absl/time/time.h"
 #include "inference/grpc_service.grpc.pb.h"
-#include "server/op_call.h"
-#include "server/run_stream.h"
+#include "server/core/op_call.h"
+#include "server/tensorops_v1/run_stream.h"
 
 namespace tensorops::kserve {
 

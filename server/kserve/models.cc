@@ -10,7 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "proto/op_list.h"
-#include "server/prepared_op.h"
+#include "server/core/prepared_op.h"
 #include "tensorops/v1/tensor.pb.h"
 
 namespace tensorops::kserve {

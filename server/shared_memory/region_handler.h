@@ -1,7 +1,7 @@
 // NewRegionHandler: the gRPC handler of an RPC that registers, unregisters or lists shared-memory
 // regions, in either protocol (tensorops.v1's RegisterSharedMemory, Triton's
-// SystemSharedMemoryRegister, ...): NewQuickUnaryHandler's steps (server/quick_unary_call.h), the
-// caller's namespace, and the registry's errors with the RPC's name in front.
+// SystemSharedMemoryRegister, ...): NewQuickUnaryHandler's steps (server/rpc/quick_unary_call.h),
+// the caller's namespace, and the registry's errors with the RPC's name in front.
 //
 //   MarkMethodCallback(MethodIndex("ListSharedMemory"),
 //                      NewRegionHandler<v1::ListSharedMemoryRequest, v1::ListSharedMemoryResponse>(
@@ -17,8 +17,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "server/op_call.h"
-#include "server/quick_unary_call.h"
+#include "server/core/op_call.h"
+#include "server/rpc/quick_unary_call.h"
 #include "server/shared_memory/regions.h"
 
 namespace tensorops {

@@ -182,18 +182,18 @@ absl::Status SharedMemoryRegions::Register(std::string_view ns,
   {
     absl::MutexLock lock(&mu_);
     const auto it = by_namespace_.find(Key(ns));
-    if (it != by_namespace_.end()) {
-      if (it->second.contains(region.name())) {
-        return absl::AlreadyExistsError(absl::StrFormat(
-            "region %s is registered already; unregister it first", Quoted(region.name())));
-      }
-      if (static_cast<int64_t>(it->second.size()) >= limits_.max_regions) {
-        return absl::ResourceExhaustedError(
-            absl::StrFormat("region %s: %d regions are registered, the most one caller may have "
-                            "(%s=%d); unregister one first",
-                            Quoted(region.name()), it->second.size(), kMaxSharedMemoryRegionsFlag,
-                            limits_.max_regions));
-      }
+    const int64_t registered =
+        it == by_namespace_.end() ? 0 : static_cast<int64_t>(it->second.size());
+    if (registered > 0 && it->second.contains(Key(region.name()))) {
+      return absl::AlreadyExistsError(absl::StrFormat(
+          "region %s is registered already; unregister it first", Quoted(region.name())));
+    }
+    if (registered >= limits_.max_regions) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "region %s: %d regions are registered, the most one caller may have (%s=%d%s)",
+          Quoted(region.name()), registered, kMaxSharedMemoryRegionsFlag, limits_.max_regions,
+          limits_.max_regions == 0 ? ": this server refuses shared memory"
+                                   : "; unregister one first"));
     }
   }
   // Reserve the bytes before mapping, so that two registrations cannot both pass the limit.

@@ -1,0 +1,50 @@
+// BlockingPool runs tasks that may wait on a stored tensor's lock, off gRPC's threads and the
+// scheduler's workers.
+//
+//   BlockingPool pool(/*threads=*/16);
+//   pool.Run([call] { call->Prepare(); });   // may block until an update of a tensor commits
+//
+// Why a pool of its own: preparing a call that references stored tensors takes their locks
+// (stored_operands.h), and a lock may be held by a call that needs those very threads to finish:
+// an in-place update waiting in the scheduler's queue for a worker, or a GetTensor stream waiting
+// for a gRPC thread to send its next chunk. Waiting on a gRPC or worker thread could take the
+// last one such a holder needs, and nothing would move again. Threads of this pool are needed by
+// no holder, so a wait here ends when the holder finishes. Tasks run in arrival order.
+#ifndef TENSOROPS_SERVER_CORE_BLOCKING_POOL_H_
+#define TENSOROPS_SERVER_CORE_BLOCKING_POOL_H_
+
+#include <deque>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace tensorops {
+
+class BlockingPool {
+ public:
+  // A pool of `threads` (>= 1) threads.
+  explicit BlockingPool(int threads);
+  // Runs every task already queued, then joins the threads.
+  ~BlockingPool();
+
+  BlockingPool(const BlockingPool&) = delete;
+  BlockingPool& operator=(const BlockingPool&) = delete;
+
+  // Run queues `task`; one of the pool's threads runs it.
+  void Run(std::function<void()> task);
+
+ private:
+  void Work();
+
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace tensorops
+
+#endif  // TENSOROPS_SERVER_CORE_BLOCKING_POOL_H_

@@ -57,10 +57,11 @@ test: build
 SANITIZE_DIR ?= build/sanitize
 # Every op's suite (tests/ops/), then the rest.
 OP_SUITES := $(sort $(basename $(notdir $(wildcard tests/ops/*_test.cc))))
-SANITIZE_SUITES ?= core_test $(OP_SUITES) backward_test codec_test op_list_test npy_test \
+SANITIZE_SUITES ?= core_test $(OP_SUITES) backward_test int_divider_test index_walk_test \
+    codec_test op_list_test npy_test \
     tensor_store_test durable_store_test \
     scheduler_test service_test generic_rpc_test call_core_test store_service_test kserve_test \
-    call_log_test e2e_test
+    call_log_test e2e_test shared_memory_test
 FUZZERS = op_fuzzer backward_fuzzer kserve_fuzzer codec_fuzzer npy_fuzzer store_fuzzer \
     stream_fuzzer
 FUZZ_SECONDS ?= 20

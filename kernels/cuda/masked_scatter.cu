@@ -7,7 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <limits>
+#include <type_traits>
 
 #include "cub/device/device_scan.cuh"
 #include "kernels/cuda/launch.h"
@@ -19,14 +19,16 @@
 namespace tensorops::cuda {
 namespace {
 
-// MaskAt reads the (possibly broadcast) mask at a result position as 0 or 1.
+// MaskAt reads the (possibly broadcast) mask at a result position as 0 or 1. A Position of 32
+// bits walks in 32 (WithScanTypes).
 template <typename Position>
 struct MaskAt {
+  using Walked = std::make_unsigned_t<Position>;
   const bool* mask;
-  Walk<1> walk;
+  IndexWalk<1, Walked> walk;
   __device__ Position operator()(int64_t position) const {
-    int64_t at[1];
-    walk.Offsets(position, at);
+    typename IndexWalk<1, Walked>::Offset at[1];
+    walk.Offsets(static_cast<Walked>(position), at);
     return mask[at[0]] ? 1 : 0;
   }
 };
@@ -40,10 +42,13 @@ struct MaskBit {
 // WithScanTypes calls `fn(flags, TypeTag<Position>{})` with the iterator the prefix sum reads (the
 // mask's bytes themselves where the mask is laid out like the result, else each position through
 // the broadcast walk, 13 times slower on an H100) and the type of the positions it writes (int32
-// below 2^31 elements: half the bytes of int64).
+// below 2^31 elements: half the bytes of int64). The kernels then walk in the unsigned type of the
+// same width, so a call gets int32 positions where every offset it computes fits 32 bits (Fits32).
 template <typename Fn>
 decltype(auto) WithScanTypes(const MaskedScatterPlan& plan, Fn&& fn) {
   const int64_t count = NumElements(plan.result_shape);
+  const bool fits32 =
+      Fits32(MakeWalk<2>(plan.result_shape, {plan.input.strides(), plan.mask.strides()}), count);
   const auto with_position = [&]<typename Position>(TypeTag<Position> tag) {
     if (plan.mask.is_contiguous()) {
       return fn(
@@ -53,10 +58,11 @@ decltype(auto) WithScanTypes(const MaskedScatterPlan& plan, Fn&& fn) {
     return fn(thrust::make_transform_iterator(
                   thrust::counting_iterator<int64_t>(0),
                   MaskAt<Position>{plan.mask.device_data_as<bool>(),
-                                   MakeWalk<1>(plan.result_shape, {plan.mask.strides()})}),
+                                   IndexWalk<1, std::make_unsigned_t<Position>>(
+                                       MakeWalk<1>(plan.result_shape, {plan.mask.strides()}))}),
               tag);
   };
-  if (count <= std::numeric_limits<int32_t>::max()) return with_position(TypeTag<int32_t>{});
+  if (fits32) return with_position(TypeTag<int32_t>{});
   return with_position(TypeTag<int64_t>{});
 }
 
@@ -65,13 +71,15 @@ int64_t AlignUp(int64_t bytes) {
 }
 
 template <typename Elem, typename Position>
-__global__ void MaskedScatterKernel(Walk<2> walk, int64_t count, const Elem* __restrict__ input,
-                                    const bool* __restrict__ mask,
+__global__ void MaskedScatterKernel(IndexWalk<2, std::make_unsigned_t<Position>> walk,
+                                    std::make_unsigned_t<Position> count,
+                                    const Elem* __restrict__ input, const bool* __restrict__ mask,
                                     const Position* __restrict__ positions,
                                     const Elem* __restrict__ source, int64_t source_count,
                                     Elem* __restrict__ out, int32_t* error) {
-  TENSOROPS_GRID_STRIDE_LOOP(position, count) {
-    int64_t at[2];
+  using Walked = std::make_unsigned_t<Position>;
+  TENSOROPS_GRID_STRIDE_LOOP_OF(Walked, position, count) {
+    typename IndexWalk<2, Walked>::Offset at[2];
     walk.Offsets(position, at);
     if (!mask[at[1]]) {
       out[position] = input[at[0]];
@@ -125,10 +133,11 @@ absl::Status LaunchMaskedScatter(const MaskedScatterPlan& plan, void* result, vo
             MakeWalk<2>(plan.result_shape, {plan.input.strides(), plan.mask.strides()});
         return cpu::DispatchItemSize(ItemSize(plan.result_dtype), [&]<typename Elem>(
                                                                       TypeTag<Elem>) {
+          using Walked = std::make_unsigned_t<Position>;
           MaskedScatterKernel<Elem, Position><<<GridFor(count), kThreadsPerBlock, 0, cuda_stream>>>(
-              walk, count, static_cast<const Elem*>(plan.input.data()),
-              plan.mask.device_data_as<bool>(), positions,
-              static_cast<const Elem*>(plan.source.data()), plan.source.numel(),
+              IndexWalk<2, Walked>(walk), static_cast<Walked>(count),
+              static_cast<const Elem*>(plan.input.data()), plan.mask.device_data_as<bool>(),
+              positions, static_cast<const Elem*>(plan.source.data()), plan.source.numel(),
               static_cast<Elem*>(result), error_flag);
           return LaunchStatus("masked_scatter");
         });

@@ -15,13 +15,16 @@
 // reduction of each destination's run (below), whose order is fixed: the CPU's bytes.
 //
 // The ops differ only in where an update goes. Each passes an `Updates` value with
+//   using Position = uint32_t or uint64_t;  // what it numbers updates in (DispatchPosition)
+//   using Offset = std::make_signed_t<Position>;
 //   int64_t count;   // the updates, numbered in the row-major order of the CPU's loop
-//   __device__ bool Locate(int64_t position, int64_t* source, int64_t* dest, int32_t* error) const;
+//   __device__ bool Locate(Position position, Offset* source, Offset* dest, int32_t* error) const;
 // which gives update `position`'s source element offset and destination offset in the contiguous
 // result, or false for an index out of range (having raised `*error`, or found it raised by an
-// earlier kernel of the op).
+// earlier kernel of the op). A 32-bit Position promises that the count and every offset (into the
+// index, the source, the result and its scratch) stay below 2^31.
 //
-//   LaunchReducingScatter<T, Op>(job, AxisUpdates<Index>{...}, source, result, workspace, ...);
+//   LaunchReducingScatter<T, Op>(job, AxisUpdates<Index, Position>{...}, source, result, ...);
 //
 // Everything here is in an unnamed namespace on purpose: each .cu file that includes it gets its
 // own instantiations of the kernels, so no two translation units register one kernel symbol.
@@ -229,11 +232,11 @@ struct Scratch {
 // InitKernel copies the input (zeros where `input` is null) into the result (or its shadow) and
 // fills the scratch. `input` and `result` are the same memory in place: no __restrict__ (each
 // element is read, then written with the same value, by one thread).
-template <typename T, typename A>
-__global__ void InitKernel(Walk<2> walk, int64_t count, const T* input, T* result, Scratch scratch,
-                           unsigned long long initial) {
-  TENSOROPS_GRID_STRIDE_LOOP(position, count) {
-    int64_t at[2];
+template <typename T, typename A, typename Position>
+__global__ void InitKernel(IndexWalk<2, Position> walk, Position count, const T* input, T* result,
+                           Scratch scratch, unsigned long long initial) {
+  TENSOROPS_GRID_STRIDE_LOOP_OF(Position, position, count) {
+    typename IndexWalk<2, Position>::Offset at[2];
     walk.Offsets(position, at);
     const T value = input != nullptr ? input[at[0]] : T{};
     if (scratch.shadow != nullptr) {
@@ -248,9 +251,9 @@ __global__ void InitKernel(Walk<2> walk, int64_t count, const T* input, T* resul
 
 template <typename T, typename Op, typename Updates>
 __global__ void ResetKernel(Updates updates, Acc<T, Op>* acc, int32_t* error) {
-  TENSOROPS_GRID_STRIDE_LOOP(position, updates.count) {
-    int64_t source;
-    int64_t dest;
+  TENSOROPS_GRID_STRIDE_LOOP_OF(typename Updates::Position, position, updates.count) {
+    typename Updates::Offset source;
+    typename Updates::Offset dest;
     if (updates.Locate(position, &source, &dest, error)) acc[dest] = ResetValue<Op, Acc<T, Op>>();
   }
 }
@@ -261,9 +264,9 @@ __global__ void ResetKernel(Updates updates, Acc<T, Op>* acc, int32_t* error) {
 template <typename T, typename Op, typename Updates>
 __global__ void ReduceKernel(Updates updates, const T* __restrict__ source, Acc<T, Op>* acc,
                              unsigned long long* counts, int32_t* error) {
-  TENSOROPS_GRID_STRIDE_LOOP(position, updates.count) {
-    int64_t from;
-    int64_t dest;
+  TENSOROPS_GRID_STRIDE_LOOP_OF(typename Updates::Position, position, updates.count) {
+    typename Updates::Offset from;
+    typename Updates::Offset dest;
     if (!updates.Locate(position, &from, &dest, error)) continue;
     AtomicReduce<T, Op>(acc + dest, ToAcc<Acc<T, Op>>(source[from]));
     if (counts != nullptr) atomicAdd(counts + dest, 1ull);
@@ -272,9 +275,9 @@ __global__ void ReduceKernel(Updates updates, const T* __restrict__ source, Acc<
 
 template <typename Updates>
 __global__ void WinnerKernel(Updates updates, long long* winners, int32_t* error) {
-  TENSOROPS_GRID_STRIDE_LOOP(position, updates.count) {
-    int64_t source;
-    int64_t dest;
+  TENSOROPS_GRID_STRIDE_LOOP_OF(typename Updates::Position, position, updates.count) {
+    typename Updates::Offset source;
+    typename Updates::Offset dest;
     if (updates.Locate(position, &source, &dest, error)) {
       atomicMax(winners + dest, static_cast<long long>(position));
     }
@@ -284,11 +287,11 @@ __global__ void WinnerKernel(Updates updates, long long* winners, int32_t* error
 template <typename Elem, typename Updates>
 __global__ void AssignKernel(Updates updates, const Elem* __restrict__ source, Elem* result,
                              const long long* __restrict__ winners, int32_t* error) {
-  TENSOROPS_GRID_STRIDE_LOOP(position, updates.count) {
-    int64_t from;
-    int64_t dest;
+  TENSOROPS_GRID_STRIDE_LOOP_OF(typename Updates::Position, position, updates.count) {
+    typename Updates::Offset from;
+    typename Updates::Offset dest;
     if (!updates.Locate(position, &from, &dest, error)) continue;
-    if (winners[dest] == position) result[dest] = source[from];
+    if (winners[dest] == static_cast<long long>(position)) result[dest] = source[from];
   }
 }
 
@@ -425,9 +428,9 @@ absl::StatusOr<int64_t> SortedTempBytes(int64_t updates, int64_t numel) {
 template <typename T, typename Op, typename Updates>
 __global__ void KeysKernel(Updates updates, const T* __restrict__ source, Key sentinel, Key* keys,
                            Acc<T, Op>* values, int64_t* lengths, int32_t* error) {
-  TENSOROPS_GRID_STRIDE_LOOP(position, updates.count) {
-    int64_t from;
-    int64_t dest;
+  TENSOROPS_GRID_STRIDE_LOOP_OF(typename Updates::Position, position, updates.count) {
+    typename Updates::Offset from;
+    typename Updates::Offset dest;
     const bool in_range = updates.Locate(position, &from, &dest, error);
     keys[position] = in_range ? static_cast<Key>(dest) : sentinel;
     values[position] = in_range ? ToAcc<Acc<T, Op>>(source[from]) : Acc<T, Op>{};
@@ -550,9 +553,13 @@ absl::Status LaunchReducingScatter(const ScatterJob& job, const Updates& updates
   if (!in_place || scratch_needs_init) {
     const Shape input_strides = input != nullptr ? job.input.strides() : result_strides;
     const Walk<2> copy = MakeWalk<2>(job.result_shape, {input_strides, result_strides});
-    InitKernel<T, A><<<GridFor(numel), kThreadsPerBlock, 0, stream>>>(
-        copy, numel, input, result, scratch, job.include_self ? 1 : 0);
-    TENSOROPS_RETURN_IF_ERROR(LaunchStatus(op));
+    TENSOROPS_RETURN_IF_ERROR(
+        DispatchPosition(Fits32(copy, numel), [&]<typename Position>(TypeTag<Position>) {
+          InitKernel<T, A, Position><<<GridFor(numel), kThreadsPerBlock, 0, stream>>>(
+              IndexWalk<2, Position>(copy), static_cast<Position>(numel), input, result, scratch,
+              job.include_self ? 1 : 0);
+          return LaunchStatus(op);
+        }));
   }
 
   if (updates.count > 0) {

@@ -5,7 +5,9 @@
 // where an update goes: its index value along the axis, the rest of its position as it is.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <type_traits>
 #include <utility>
@@ -23,19 +25,44 @@ namespace {
 
 // ---- Gather ----
 
-template <typename Elem, typename Index>
-__global__ void GatherKernel(Walk<3> walk, int64_t count, const Index* __restrict__ index,
-                             const Elem* __restrict__ input, Elem* __restrict__ out,
-                             int64_t axis_size, int64_t axis_stride, int32_t* error) {
-  TENSOROPS_GRID_STRIDE_LOOP(position, count) {
-    int64_t at[3];
-    walk.Offsets(position, at);
-    const int64_t value = index[at[0]];
-    if (!InRange(value, axis_size)) {
-      *error = 1;
-      continue;
+// kElementsPerThread positions per thread: their index values are read together, then the input
+// elements they select, then the results written. The index value is checked in 64 bits, as
+// read; once in range it fits the offsets' type.
+template <typename Elem, typename Index, typename Position>
+__global__ void GatherKernel(IndexWalk<3, Position> walk, Position count,
+                             const Index* __restrict__ index, const Elem* __restrict__ input,
+                             Elem* __restrict__ out, int64_t axis_size,
+                             std::make_signed_t<Position> axis_stride, int32_t* error) {
+  using Offset = std::make_signed_t<Position>;
+  TENSOROPS_TILE_LOOP(Position, tile, count) {
+    int64_t values[kElementsPerThread];
+    Offset dest[kElementsPerThread];
+    Offset from[kElementsPerThread];
+#pragma unroll
+    for (int i = 0; i < kElementsPerThread; ++i) {
+      if (TileSlot(tile, i) >= count) continue;
+      Offset at[3];
+      walk.Offsets(TileSlot(tile, i), at);
+      values[i] = index[at[0]];
+      dest[i] = at[1];
+      from[i] = at[2];
     }
-    out[at[1]] = input[at[2] + WrapIndex(value, axis_size) * axis_stride];
+    Elem elements[kElementsPerThread];
+    bool valid[kElementsPerThread];
+#pragma unroll
+    for (int i = 0; i < kElementsPerThread; ++i) {
+      valid[i] = TileSlot(tile, i) < count && InRange(values[i], axis_size);
+      if (valid[i]) {
+        elements[i] =
+            input[from[i] + static_cast<Offset>(WrapIndex(values[i], axis_size)) * axis_stride];
+      } else if (TileSlot(tile, i) < count) {
+        *error = 1;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kElementsPerThread; ++i) {
+      if (valid[i]) out[dest[i]] = elements[i];
+    }
   }
 }
 
@@ -44,26 +71,29 @@ __global__ void GatherKernel(Walk<3> walk, int64_t count, const Index* __restric
 // last axis): one warp per row copies it in `Unit`s of up to 16 bytes, instead of one thread per
 // element each reading the index and dividing its position. `rows` walks the rows, its result and
 // input strides counted in Units.
-template <typename Unit, typename Index>
-__global__ void GatherRowsKernel(Walk<3> rows, int64_t row_count, int64_t row_units,
+template <typename Unit, typename Index, typename Position>
+__global__ void GatherRowsKernel(IndexWalk<3, Position> rows, Position row_count,
+                                 std::make_signed_t<Position> row_units,
                                  const Index* __restrict__ index, const Unit* __restrict__ input,
-                                 Unit* __restrict__ out, int64_t axis_size, int64_t axis_stride,
-                                 int32_t* error) {
+                                 Unit* __restrict__ out, int64_t axis_size,
+                                 std::make_signed_t<Position> axis_stride, int32_t* error) {
+  using Offset = std::make_signed_t<Position>;
   constexpr int kWarp = 32;
   const int lane = static_cast<int>(threadIdx.x % kWarp);
-  const int64_t warps = int64_t{gridDim.x} * blockDim.x / kWarp;
-  for (int64_t row = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / kWarp; row < row_count;
+  const Position warps = Position{gridDim.x} * blockDim.x / kWarp;
+  for (Position row = (blockIdx.x * Position{blockDim.x} + threadIdx.x) / kWarp; row < row_count;
        row += warps) {
-    int64_t at[3];
+    Offset at[3];
     rows.Offsets(row, at);
     const int64_t value = index[at[0]];
     if (!InRange(value, axis_size)) {
       if (lane == 0) *error = 1;
       continue;
     }
-    const Unit* from = input + at[2] + WrapIndex(value, axis_size) * axis_stride;
+    const Unit* from =
+        input + at[2] + static_cast<Offset>(WrapIndex(value, axis_size)) * axis_stride;
     Unit* to = out + at[1];
-    for (int64_t u = lane; u < row_units; u += kWarp) to[u] = from[u];
+    for (Offset u = lane; u < row_units; u += kWarp) to[u] = from[u];
   }
 }
 
@@ -113,28 +143,42 @@ absl::Status LaunchGatherRows(const GatherPlan& plan, const Walk<3>& walk, void*
   }
   const int64_t row_units = walk.sizes[walk.rank - 1] / per_unit;
   const int64_t row_count = NumElements(plan.result_shape) / walk.sizes[walk.rank - 1];
-  GatherRowsKernel<Unit, Index><<<GridFor(row_count * 32), kThreadsPerBlock, 0, stream>>>(
-      rows, row_count, row_units, plan.index.device_data_as<Index>(),
-      static_cast<const Unit*>(plan.input.data()), static_cast<Unit*>(result), plan.input_axis_size,
-      plan.input_axis_stride / per_unit, error_flag);
-  return LaunchStatus(plan.op);
+  const int64_t axis_stride = plan.input_axis_stride / per_unit;
+  // A row's units and its index value's axis term come on top of the walk's offsets.
+  const bool fits32 =
+      Fits32(rows, row_count,
+             {0, row_units,
+              std::max<int64_t>(plan.input_axis_size - 1, 0) * std::abs(axis_stride) + row_units});
+  return DispatchPosition(fits32, [&]<typename Position>(TypeTag<Position>) {
+    using Offset = std::make_signed_t<Position>;
+    GatherRowsKernel<Unit, Index, Position>
+        <<<GridFor(row_count * 32), kThreadsPerBlock, 0, stream>>>(
+            IndexWalk<3, Position>(rows), static_cast<Position>(row_count),
+            static_cast<Offset>(row_units), plan.index.device_data_as<Index>(),
+            static_cast<const Unit*>(plan.input.data()), static_cast<Unit*>(result),
+            plan.input_axis_size, static_cast<Offset>(axis_stride), error_flag);
+    return LaunchStatus(plan.op);
+  });
 }
 
 // ---- Scatter ----
 
-// AxisUpdates: Scatter's updates for the shared pipeline. `walk` gives an update's index, source
-// and destination offsets, the destination's without the axis term, which the index value adds.
-template <typename Index>
+// AxisUpdates: Scatter's updates for the shared pipeline, numbered in `Position`
+// (DispatchPosition). `walk` gives an update's index, source and destination offsets, the
+// destination's without the axis term, which the index value adds.
+template <typename Index, typename PositionType>
 struct AxisUpdates {
-  Walk<3> walk;
+  using Position = PositionType;
+  using Offset = std::make_signed_t<Position>;
+  IndexWalk<3, Position> walk;
   int64_t count = 0;
   int64_t axis_size = 0;
-  int64_t axis_stride = 0;
+  Offset axis_stride = 0;
   const Index* index = nullptr;
 
-  __device__ __forceinline__ bool Locate(int64_t position, int64_t* source, int64_t* dest,
+  __device__ __forceinline__ bool Locate(Position position, Offset* source, Offset* dest,
                                          int32_t* error) const {
-    int64_t at[3];
+    Offset at[3];
     walk.Offsets(position, at);
     const int64_t value = index[at[0]];
     if (!InRange(value, axis_size)) {
@@ -142,7 +186,7 @@ struct AxisUpdates {
       return false;
     }
     *source = at[1];
-    *dest = at[2] + WrapIndex(value, axis_size) * axis_stride;
+    *dest = at[2] + static_cast<Offset>(WrapIndex(value, axis_size)) * axis_stride;
     return true;
   }
 };
@@ -150,24 +194,37 @@ struct AxisUpdates {
 template <typename T, typename Index, typename Op>
 absl::Status LaunchScatterTyped(const ScatterPlan& plan, T* result, char* workspace,
                                 int64_t workspace_bytes, int32_t* error, cudaStream_t stream) {
-  AxisUpdates<Index> updates;
-  updates.count = plan.index.numel();
-  if (updates.count > 0) {
+  const int64_t count = plan.index.numel();
+  Walk<3> walk;
+  int64_t axis_stride = 0;
+  int64_t axis_size = 0;
+  if (count > 0) {
     // The destination is the contiguous result, its axis term added per index value.
     Shape dest_strides = plan.input.rank() == 0 ? Shape{1} : ContiguousStrides(plan.result_shape);
-    updates.axis_stride = dest_strides[plan.axis];
-    updates.axis_size = plan.input.rank() == 0 ? 1 : plan.input.size(plan.axis);
+    axis_stride = dest_strides[plan.axis];
+    axis_size = plan.input.rank() == 0 ? 1 : plan.input.size(plan.axis);
     dest_strides[plan.axis] = 0;
-    updates.walk = MakeWalk<3>(plan.index.shape(),
-                               {plan.index.strides(), plan.source.strides(), dest_strides});
-    updates.index = plan.index.device_data_as<Index>();
+    walk = MakeWalk<3>(plan.index.shape(),
+                       {plan.index.strides(), plan.source.strides(), dest_strides});
   }
   const ScatterJob job{.sizes = SizesOf(plan),
                        .result_shape = plan.result_shape,
                        .input = plan.input,
                        .include_self = plan.include_self};
-  return LaunchReducingScatter<T, Op>(job, updates, plan.source.device_data_as<T>(), result,
-                                      workspace, workspace_bytes, error, stream);
+  // Destinations index the result and its scratch: they fit when the result does.
+  const bool fits32 = Fits32(walk, count) && job.sizes.numel <= kMaxOffset32;
+  return DispatchPosition(fits32, [&]<typename Position>(TypeTag<Position>) {
+    AxisUpdates<Index, Position> updates;
+    updates.count = count;
+    if (count > 0) {
+      updates.walk = IndexWalk<3, Position>(walk);
+      updates.axis_size = axis_size;
+      updates.axis_stride = static_cast<std::make_signed_t<Position>>(axis_stride);
+      updates.index = plan.index.device_data_as<Index>();
+    }
+    return LaunchReducingScatter<T, Op>(job, updates, plan.source.device_data_as<T>(), result,
+                                        workspace, workspace_bytes, error, stream);
+  });
 }
 
 }  // namespace
@@ -200,14 +257,21 @@ absl::Status LaunchGather(const GatherPlan& plan, void* result, int32_t* error_f
       });
     });
   }
+  // The index value's axis term comes on top of the walk's input offset.
+  const bool fits32 = Fits32(
+      walk, count,
+      {0, 0, std::max<int64_t>(plan.input_axis_size - 1, 0) * std::abs(plan.input_axis_stride)});
   return cpu::DispatchItemSize(itemsize, [&]<typename Elem>(TypeTag<Elem>) {
     return DispatchIndexType(plan.index.dtype(), [&]<typename Index>(TypeTag<Index>) {
-      GatherKernel<Elem, Index>
-          <<<GridFor(count), kThreadsPerBlock, 0, static_cast<cudaStream_t>(stream)>>>(
-              walk, count, plan.index.device_data_as<Index>(),
-              static_cast<const Elem*>(plan.input.data()), static_cast<Elem*>(result),
-              plan.input_axis_size, plan.input_axis_stride, error_flag);
-      return LaunchStatus(plan.op);
+      return DispatchPosition(fits32, [&]<typename Position>(TypeTag<Position>) {
+        GatherKernel<Elem, Index, Position>
+            <<<GridForTiles(count), kThreadsPerBlock, 0, static_cast<cudaStream_t>(stream)>>>(
+                IndexWalk<3, Position>(walk), static_cast<Position>(count),
+                plan.index.device_data_as<Index>(), static_cast<const Elem*>(plan.input.data()),
+                static_cast<Elem*>(result), plan.input_axis_size,
+                static_cast<std::make_signed_t<Position>>(plan.input_axis_stride), error_flag);
+        return LaunchStatus(plan.op);
+      });
     });
   });
 }

@@ -1,13 +1,12 @@
 // Device-side helpers every CUDA kernel of tensorops shares: the strided walk over an iteration
-// shape (the GPU counterpart of the CPU's AxisWalk), grid sizing, bit casts, the element types the
-// kernels see, and turning a launch's outcome into a status.
+// shape (index_walk.h, the GPU counterpart of the CPU's AxisWalk) in 32 or 64 bits, grid sizing,
+// bit casts, the element types the kernels see, and turning a launch's outcome into a status.
 #ifndef TENSOROPS_KERNELS_CUDA_WALK_CUH_
 #define TENSOROPS_KERNELS_CUDA_WALK_CUH_
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <array>
 #include <complex>
 #include <cstdint>
 #include <cstring>
@@ -17,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cpu/item_size.h"
+#include "kernels/cuda/index_walk.h"
 #include "kernels/dispatch.h"
 #include "kernels/half.h"
 #include "kernels/shape.h"
@@ -24,52 +24,6 @@
 namespace tensorops::cuda {
 
 inline constexpr int kThreadsPerBlock = 256;
-
-// Walk visits the positions of an iteration shape and gives each of `kOperands` operands its
-// element offset there. Built on the host by MakeWalk, which drops size-1 dimensions and merges
-// dimensions that are contiguous for every operand, so most walks are rank 1 or 2 on the device.
-template <int kOperands>
-struct Walk {
-  int rank = 0;
-  int64_t sizes[kMaxRank];
-  int64_t strides[kOperands][kMaxRank];
-
-  // `position` < the product of `sizes`. The outermost coordinate is what the divisions leave:
-  // a walk of rank 1 divides nothing, one of rank r divides r - 1 times.
-  __device__ void Offsets(int64_t position, int64_t (&offsets)[kOperands]) const {
-    for (int k = 0; k < kOperands; ++k) offsets[k] = 0;
-    for (int d = rank - 1; d > 0; --d) {
-      const int64_t coordinate = position % sizes[d];
-      position /= sizes[d];
-      for (int k = 0; k < kOperands; ++k) offsets[k] += coordinate * strides[k][d];
-    }
-    if (rank > 0) {
-      for (int k = 0; k < kOperands; ++k) offsets[k] += position * strides[k][0];
-    }
-  }
-};
-
-template <int kOperands>
-Walk<kOperands> MakeWalk(ShapeSpan shape, const std::array<ShapeSpan, kOperands>& strides) {
-  Walk<kOperands> walk;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    const int last = walk.rank - 1;
-    bool merges = last >= 0;
-    for (int k = 0; k < kOperands && merges; ++k) {
-      merges = walk.strides[k][last] == strides[k][d] * shape[d];
-    }
-    if (merges) {
-      walk.sizes[last] *= shape[d];
-      for (int k = 0; k < kOperands; ++k) walk.strides[k][last] = strides[k][d];
-      continue;
-    }
-    walk.sizes[walk.rank] = shape[d];
-    for (int k = 0; k < kOperands; ++k) walk.strides[k][walk.rank] = strides[k][d];
-    ++walk.rank;
-  }
-  return walk;
-}
 
 // GridFor returns the blocks of a grid-stride loop over `count` items: enough to fill the GPU,
 // no more than the items need.
@@ -82,6 +36,39 @@ inline unsigned GridFor(int64_t count) {
 #define TENSOROPS_GRID_STRIDE_LOOP(position, count)                                           \
   for (int64_t position = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; position < (count); \
        position += int64_t{blockDim.x} * gridDim.x)
+
+// TENSOROPS_GRID_STRIDE_LOOP with positions of type `Position` (DispatchPosition): `count` must
+// fit it (Fits32 for uint32_t), and then so does every step, GridFor's grid being at most 2^24
+// threads.
+#define TENSOROPS_GRID_STRIDE_LOOP_OF(Position, position, count)            \
+  for (Position position = blockIdx.x * Position{blockDim.x} + threadIdx.x; \
+       position < static_cast<Position>(count); position += Position{blockDim.x} * gridDim.x)
+
+// kElementsPerThread: the positions each thread of a copy-like kernel takes per trip through its
+// grid-stride loop. It issues all their reads before its first write, so that it has that many
+// loads in flight instead of one: what hides memory latency in a kernel that does little else
+// (PyTorch's elementwise kernels take 4 as well).
+inline constexpr int kElementsPerThread = 4;
+inline constexpr int kTilePositions = kThreadsPerBlock * kElementsPerThread;
+
+// GridForTiles is GridFor for kernels that take kElementsPerThread positions per thread.
+inline unsigned GridForTiles(int64_t count) {
+  return GridFor((count + kElementsPerThread - 1) / kElementsPerThread);
+}
+
+// TENSOROPS_TILE_LOOP walks a launch of GridForTiles(count) blocks of kThreadsPerBlock threads
+// over tiles of kTilePositions positions. Within a tile, a thread's i-th position is
+// TileSlot(tile, i): each of its kElementsPerThread reads is coalesced across the block, as one
+// position per thread would be. `count` must fit `Position`; so does every step then (at most
+// 2^16 * kTilePositions = 2^26 past the last position, below 2^32 from under 2^31).
+#define TENSOROPS_TILE_LOOP(Position, tile, count)                                                 \
+  for (Position tile = blockIdx.x * Position{kTilePositions}; tile < static_cast<Position>(count); \
+       tile += Position{gridDim.x} * kTilePositions)
+
+template <typename Position>
+__device__ __forceinline__ Position TileSlot(Position tile, int i) {
+  return tile + threadIdx.x + static_cast<Position>(i) * kThreadsPerBlock;
+}
 
 template <typename To, typename From>
 __device__ __forceinline__ To BitCast(const From& from) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "client/cpp/client.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -1134,6 +1135,37 @@ TEST(ServerTest, InvalidMessageSizeIsRejected) {
   options.port = 0;
   options.limits.max_message_bytes = int64_t{1} << 31;
   EXPECT_EQ(Server::Start(options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A service that answers as gRPC does when the server's resource quota resets a stream
+// (ENHANCE_YOUR_CALM): no message of the server's, gRPC's words alone.
+class ResettingService final : public v1::TensorOps::Service {
+ public:
+  grpc::Status ServerInfo(grpc::ServerContext*, const v1::ServerInfoRequest*,
+                          v1::ServerInfoResponse*) override {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "Received RST_STREAM with error code 11");
+  }
+};
+
+TEST(ClientErrorsTest, AResetUnderTheMemoryLimitNamesTheFlag) {
+  ResettingService service;
+  int port = 0;
+  std::unique_ptr<grpc::Server> server =
+      grpc::ServerBuilder()
+          .AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port)
+          .RegisterService(&service)
+          .BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  absl::StatusOr<std::unique_ptr<Client>> client =
+      Client::Create(absl::StrFormat("127.0.0.1:%d", port));
+  ASSERT_TRUE(client.ok());
+  const absl::Status status = (*client)->ServerInfo().status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  const std::string message(status.message());
+  EXPECT_THAT(message, ::testing::HasSubstr("--max_memory_bytes"));
+  EXPECT_THAT(message, ::testing::EndsWith("[gRPC: Received RST_STREAM with error code 11]"));
+  server->Shutdown();
 }
 
 }  // namespace

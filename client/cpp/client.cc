@@ -154,6 +154,23 @@ bool ChangesStore(const v1::OpRequest& request) {
       [] { return false; });
 }
 
+constexpr char kResetHint[] =
+    "the server reset the call before reading its request: its gRPC buffers of requests still "
+    "arriving were full, which --max_memory_bytes bounds; send smaller requests, or fewer at once, "
+    "or raise the server's --max_memory_bytes";
+
+// CallStatus is the status of a failed call: the server's, or gRPC's own. A stream gRPC reset
+// with ENHANCE_YOUR_CALM (code 11) carries no message of the server's: gRPC's resource quota, which
+// the server sizes from --max_memory_bytes, refused the request while it arrived, so say that.
+absl::Status CallStatus(const grpc::Status& status) {
+  const absl::Status converted = wire::FromGrpcStatus(status);
+  if (status.error_message().find("RST_STREAM with error code 11") == std::string::npos) {
+    return converted;
+  }
+  return absl::Status(converted.code(),
+                      absl::StrFormat("%s [gRPC: %s]", kResetHint, status.error_message()));
+}
+
 // ResultInSharedMemory is true when `request`'s op writes its result into shared memory.
 bool ResultInSharedMemory(const v1::OpRequest& request) {
   return ops::VisitOp(
@@ -268,7 +285,7 @@ absl::StatusOr<Response> Client::CallRpc(std::string_view op, absl::Time deadlin
   TENSOROPS_RETURN_IF_ERROR(PrepareContext(deadline, op, &context));
   Response response;
   const grpc::Status status = send(&context, &response);
-  if (!status.ok()) return wire::FromGrpcStatus(status);
+  if (!status.ok()) return CallStatus(status);
   return response;
 }
 
@@ -513,7 +530,7 @@ absl::StatusOr<v1::TensorInfo> Client::PutTensor(std::string_view name, const Te
   }
   if (sending) writer->WritesDone();
   const grpc::Status status = writer->Finish();
-  if (!status.ok()) return wire::FromGrpcStatus(status);
+  if (!status.ok()) return CallStatus(status);
   return response.info();
 }
 
@@ -603,7 +620,7 @@ absl::StatusOr<v1::TensorInfo> Client::PutTensorFromSharedMemory(std::string_vie
   // call, and Finish says why.
   if (writer->Write(message)) writer->WritesDone();
   const grpc::Status status = writer->Finish();
-  if (!status.ok()) return wire::FromGrpcStatus(status);
+  if (!status.ok()) return CallStatus(status);
   return response.info();
 }
 
@@ -629,7 +646,7 @@ absl::StatusOr<v1::TensorInfo> Client::GetTensorIntoSharedMemory(std::string_vie
     }
   }
   const grpc::Status status = reader->Finish();
-  if (!status.ok()) return wire::FromGrpcStatus(status);
+  if (!status.ok()) return CallStatus(status);
   if (!info.has_value() || unexpected) {
     return absl::InternalError(
         "get_tensor: the server's answer to a download into shared memory was not its info "
@@ -688,7 +705,7 @@ absl::StatusOr<Tensor> Client::GetTensor(std::string_view name, const GetTensorO
   }
   const grpc::Status status = reader->Finish();
   TENSOROPS_RETURN_IF_ERROR(malformed);
-  if (!status.ok()) return wire::FromGrpcStatus(status);
+  if (!status.ok()) return CallStatus(status);
   if (!tensor.has_value() || received != tensor->nbytes()) {
     return absl::InternalError(
         absl::StrFormat("get_tensor: the stream ended after %d of the tensor's bytes", received));
@@ -789,7 +806,7 @@ absl::Status OpStream::Finish() {
   while (stream_->Read(&discarded)) {
   }
   finished_ = true;
-  return wire::FromGrpcStatus(stream_->Finish());
+  return CallStatus(stream_->Finish());
 }
 
 }  // namespace tensorops

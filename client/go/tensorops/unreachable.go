@@ -13,7 +13,8 @@ import (
 // unreachable rewrites the Unavailable errors of calls that reached no server at target into
 // "no tensorops server answers at TARGET (is it running?)", with a hint when the connection was
 // closed while it was set up (a TLS mismatch, typically) and gRPC's own message at the end. The
-// code stays Unavailable; a server's own Unavailable (one that shuts down) keeps its message.
+// code stays Unavailable; a server's own Unavailable (one that shuts down) keeps its message. A
+// stream the server's gRPC reset under its resource quota (ENHANCE_YOUR_CALM) gets resetHint.
 type unreachable struct {
 	target string
 	// The client's TLS configuration; nil for plaintext.
@@ -27,8 +28,18 @@ var noConnection = []string{
 	"use of closed network connection", "error reading server preface", "authentication handshake failed",
 }
 
+// resetHint explains a stream the server's gRPC reset with ENHANCE_YOUR_CALM, which carries no
+// message of the server's: gRPC's resource quota, sized from --max_memory_bytes, refused the
+// request while it arrived.
+const resetHint = "the server reset the call before reading its request: its gRPC buffers of " +
+	"requests still arriving were full, which --max_memory_bytes bounds; send smaller requests, " +
+	"or fewer at once, or raise the server's --max_memory_bytes"
+
 func (u unreachable) rewrite(err error) error {
 	st, ok := status.FromError(err)
+	if err != nil && ok && strings.Contains(st.Message(), "RST_STREAM with error code: ENHANCE_YOUR_CALM") {
+		return status.Errorf(st.Code(), "%s [gRPC: %s]", resetHint, st.Message())
+	}
 	if err == nil || !ok || st.Code() != codes.Unavailable {
 		return err
 	}

@@ -60,6 +60,11 @@ def make_error(code, message):
 # What gRPC says when a call reached no server at all (grpcio up to 1.52, then 1.53 on), rather
 # than a message a server sent.
 _NO_CONNECTION = ("failed to connect to all addresses", "connections to all backends failing")
+# What gRPC says of a stream the server's gRPC reset under its resource quota, and what it means.
+_RESET = "RST_STREAM with error code 11"
+_RESET_HINT = ("the server reset the call before reading its request: its gRPC buffers of "
+               "requests still arriving were full, which --max_memory_bytes bounds; send smaller "
+               "requests, or fewer at once, or raise the server's --max_memory_bytes")
 # A connection that the other end closed during its set-up: a TLS mismatch, typically.
 _CLOSED = ("Socket closed", "Connection reset", "Broken pipe", "End of TCP stream")
 
@@ -114,4 +119,8 @@ def from_rpc_error(error, target=None, tls=None):
     code, details = error.code(), error.details() or ""
     if target is not None and code == grpc.StatusCode.UNAVAILABLE:
         details = unreachable_message(target, details, tls) or details
+    if _RESET in details:
+        # A stream gRPC reset with ENHANCE_YOUR_CALM carries no message of the server's: gRPC's
+        # resource quota, sized from --max_memory_bytes, refused the request while it arrived.
+        details = f"{_RESET_HINT} [gRPC: {details}]"
     return make_error(code, details)

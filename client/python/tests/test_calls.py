@@ -96,6 +96,22 @@ def test_server_unavailable_messages_are_kept():
     assert tensorops._errors.unreachable_message("127.0.0.1:1", message) is None
 
 
+def test_a_reset_under_the_memory_limit_names_the_flag():
+    # gRPC's reset of a request its resource quota could not hold carries no message of the
+    # server's; the client's error names the flag that sizes the quota, keeping the code.
+    class Reset(grpc.RpcError):
+        def code(self):
+            return grpc.StatusCode.RESOURCE_EXHAUSTED
+
+        def details(self):
+            return "Received RST_STREAM with error code 11"
+
+    error = tensorops._errors.from_rpc_error(Reset(), target="127.0.0.1:1")
+    assert error.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "--max_memory_bytes" in error.message
+    assert error.message.endswith("[gRPC: Received RST_STREAM with error code 11]")
+
+
 def test_server_info(client):
     info = client.server_info()
     assert info.version

@@ -375,7 +375,14 @@ TEST_F(SecurityTest, PlaintextClientOfTlsServerIsUnavailable) {
   ASSERT_TRUE(server.ok()) << server.status();
   std::unique_ptr<Client> client = Connect((*server)->port(), {});
   ASSERT_NE(client, nullptr);
-  EXPECT_EQ(GatherOnce(*client).status().code(), absl::StatusCode::kUnavailable);
+  const absl::Status status = GatherOnce(*client).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  // The error names the target and the likely cause, gRPC's words at the end.
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr(absl::StrFormat("no tensorops server answers at 127.0.0.1:%d (is it "
+                                        "running?); the connection was closed as it opened, as a "
+                                        "TLS server closes a plaintext client's",
+                                        (*server)->port())));
 }
 
 TEST_F(SecurityTest, ClientTrustingAnotherCaIsUnavailable) {
@@ -384,7 +391,9 @@ TEST_F(SecurityTest, ClientTrustingAnotherCaIsUnavailable) {
   std::unique_ptr<Client> client = Connect(
       (*server)->port(), {.tls = ClientOptions::Tls{.root_ca_file = certs().other_ca_cert}});
   ASSERT_NE(client, nullptr);
-  EXPECT_EQ(GatherOnce(*client).status().code(), absl::StatusCode::kUnavailable);
+  const absl::Status status = GatherOnce(*client).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("its TLS certificate is not trusted"));
 }
 
 TEST_F(SecurityTest, TlsClientOfPlaintextServerIsUnavailable) {
@@ -392,7 +401,9 @@ TEST_F(SecurityTest, TlsClientOfPlaintextServerIsUnavailable) {
   ASSERT_TRUE(server.ok()) << server.status();
   std::unique_ptr<Client> client = Connect((*server)->port(), {.tls = TrustingTheCa()});
   ASSERT_NE(client, nullptr);
-  EXPECT_EQ(GatherOnce(*client).status().code(), absl::StatusCode::kUnavailable);
+  const absl::Status status = GatherOnce(*client).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("may not use TLS"));
 }
 
 TEST_F(SecurityTest, MutualTlsNeedsAClientCertificateFromTheCa) {
@@ -405,6 +416,8 @@ TEST_F(SecurityTest, MutualTlsNeedsAClientCertificateFromTheCa) {
   ASSERT_NE(anonymous, nullptr);
   absl::StatusOr<std::vector<int64_t>> refused = GatherOnce(*anonymous);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("as a server that requires client certificates (--tls_client_ca)"));
 
   // A certificate the server's client CA did not sign: the other CA's own, self-signed one.
   ClientOptions::Tls stranger = TrustingTheCa();
@@ -414,6 +427,8 @@ TEST_F(SecurityTest, MutualTlsNeedsAClientCertificateFromTheCa) {
   ASSERT_NE(unknown, nullptr);
   absl::StatusOr<std::vector<int64_t>> rejected = GatherOnce(*unknown);
   EXPECT_EQ(rejected.status().code(), absl::StatusCode::kUnavailable) << rejected.status();
+  EXPECT_THAT(std::string(rejected.status().message()),
+              HasSubstr("the server may not accept this client certificate"));
 
   ClientOptions::Tls with_certificate = TrustingTheCa();
   with_certificate.cert_file = certs().client_cert;

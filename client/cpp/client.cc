@@ -159,16 +159,73 @@ constexpr char kResetHint[] =
     "arriving were full, which --max_memory_bytes bounds; send smaller requests, or fewer at once, "
     "or raise the server's --max_memory_bytes";
 
-// CallStatus is the status of a failed call: the server's, or gRPC's own. A stream gRPC reset
-// with ENHANCE_YOUR_CALM (code 11) carries no message of the server's: gRPC's resource quota, which
-// the server sizes from --max_memory_bytes, refused the request while it arrived, so say that.
-absl::Status CallStatus(const grpc::Status& status) {
+// What gRPC says when a call reached no server at all (gRPC up to 1.52, then 1.53 on), rather
+// than a message a server sent.
+constexpr std::string_view kNoConnection[] = {"failed to connect to all addresses",
+                                              "connections to all backends failing"};
+// A connection that the other end closed during its set-up: a TLS mismatch, typically.
+constexpr std::string_view kClosed[] = {"socket closed", "connection reset", "broken pipe",
+                                        "end of tcp stream"};
+
+// UnreachableHint is the likely cause of a failed connection, from gRPC's `details` and the
+// client's `tls`, or "" when there is nothing more to say.
+std::string UnreachableHint(std::string_view details,
+                            const std::optional<ClientOptions::Tls>& tls) {
+  const std::string lowered =
+      absl::AsciiStrToLower(absl::string_view(details.data(), details.size()));
+  const auto has = [&](std::string_view text) { return lowered.find(text) != std::string::npos; };
+  if (tls.has_value() && has("wrong version number")) {
+    return "; the server at that address may not use TLS (a plaintext server: connect without "
+           "TLS)";
+  }
+  if (tls.has_value() && (has("certificate verify failed") || has("certificate_verify_failed"))) {
+    return "; its TLS certificate is not trusted: give the CA that signed it "
+           "(ClientOptions::Tls::root_ca_file, the CLI's --tls_ca), and the name it was issued "
+           "for (server_name_override, --tls_server_name) when the target is an IP address or "
+           "another name";
+  }
+  if (std::none_of(std::begin(kClosed), std::end(kClosed), has)) return "";
+  if (!tls.has_value()) {
+    return "; the connection was closed as it opened, as a TLS server closes a plaintext "
+           "client's: if the server uses TLS (--tls_cert), connect with TLS (ClientOptions::tls, "
+           "the CLI's --tls_ca)";
+  }
+  if (tls->cert_file.empty()) {
+    return "; the connection was closed during the TLS handshake, as a server that requires "
+           "client certificates (--tls_client_ca) closes it for a client without one: give a "
+           "certificate and its key (ClientOptions::Tls::cert_file and key_file, the CLI's "
+           "--tls_cert and --tls_key)";
+  }
+  return "; the connection was closed during the TLS handshake: the server may not accept this "
+         "client certificate (is it signed by the server's --tls_client_ca?)";
+}
+
+// CallStatus is the status of a failed call to `target` (empty: not known): the server's, or
+// gRPC's own, explained. A call that reached no server says so, naming the target and the likely
+// cause (a server's own UNAVAILABLE, one that shuts down, keeps its message). A stream gRPC reset
+// with ENHANCE_YOUR_CALM (code 11) carries no message of the server's: gRPC's resource quota,
+// which the server sizes from --max_memory_bytes, refused the request while it arrived. Either
+// keeps the code and ends with gRPC's words.
+absl::Status CallStatus(const grpc::Status& status, std::string_view target = "",
+                        const std::optional<ClientOptions::Tls>& tls = std::nullopt) {
   const absl::Status converted = wire::FromGrpcStatus(status);
-  if (status.error_message().find("RST_STREAM with error code 11") == std::string::npos) {
+  const std::string& details = status.error_message();
+  if (details.find("RST_STREAM with error code 11") != std::string::npos) {
+    return absl::Status(converted.code(), absl::StrFormat("%s [gRPC: %s]", kResetHint, details));
+  }
+  if (target.empty() || status.error_code() != grpc::StatusCode::UNAVAILABLE) return converted;
+  if (details.rfind("DNS resolution failed", 0) == 0) {
+    return absl::UnavailableError(absl::StrFormat(
+        "no tensorops server answers at %s: its host name does not resolve [gRPC: %s]", target,
+        details));
+  }
+  if (std::none_of(std::begin(kNoConnection), std::end(kNoConnection),
+                   [&](std::string_view text) { return details.rfind(text, 0) == 0; })) {
     return converted;
   }
-  return absl::Status(converted.code(),
-                      absl::StrFormat("%s [gRPC: %s]", kResetHint, status.error_message()));
+  return absl::UnavailableError(
+      absl::StrFormat("no tensorops server answers at %s (is it running?)%s [gRPC: %s]", target,
+                      UnreachableHint(details, tls), details));
 }
 
 // ResultInSharedMemory is true when `request`'s op writes its result into shared memory.
@@ -252,11 +309,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::string target, Clien
   }
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateCustomChannel(target, std::move(credentials), arguments);
-  return std::unique_ptr<Client>(new Client(std::move(channel), options));
+  return std::unique_ptr<Client>(new Client(target, std::move(channel), options));
 }
 
-Client::Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options)
-    : options_(std::move(options)),
+Client::Client(std::string target, std::shared_ptr<grpc::Channel> channel, ClientOptions options)
+    : target_(std::move(target)),
+      options_(std::move(options)),
       channel_(std::move(channel)),
       stub_(v1::TensorOps::NewStub(channel_)) {}
 
@@ -285,7 +343,7 @@ absl::StatusOr<Response> Client::CallRpc(std::string_view op, absl::Time deadlin
   TENSOROPS_RETURN_IF_ERROR(PrepareContext(deadline, op, &context));
   Response response;
   const grpc::Status status = send(&context, &response);
-  if (!status.ok()) return CallStatus(status);
+  if (!status.ok()) return CallStatus(status, target_, options_.tls);
   return response;
 }
 
@@ -530,7 +588,7 @@ absl::StatusOr<v1::TensorInfo> Client::PutTensor(std::string_view name, const Te
   }
   if (sending) writer->WritesDone();
   const grpc::Status status = writer->Finish();
-  if (!status.ok()) return CallStatus(status);
+  if (!status.ok()) return CallStatus(status, target_, options_.tls);
   return response.info();
 }
 
@@ -620,7 +678,7 @@ absl::StatusOr<v1::TensorInfo> Client::PutTensorFromSharedMemory(std::string_vie
   // call, and Finish says why.
   if (writer->Write(message)) writer->WritesDone();
   const grpc::Status status = writer->Finish();
-  if (!status.ok()) return CallStatus(status);
+  if (!status.ok()) return CallStatus(status, target_, options_.tls);
   return response.info();
 }
 
@@ -646,7 +704,7 @@ absl::StatusOr<v1::TensorInfo> Client::GetTensorIntoSharedMemory(std::string_vie
     }
   }
   const grpc::Status status = reader->Finish();
-  if (!status.ok()) return CallStatus(status);
+  if (!status.ok()) return CallStatus(status, target_, options_.tls);
   if (!info.has_value() || unexpected) {
     return absl::InternalError(
         "get_tensor: the server's answer to a download into shared memory was not its info "
@@ -705,7 +763,7 @@ absl::StatusOr<Tensor> Client::GetTensor(std::string_view name, const GetTensorO
   }
   const grpc::Status status = reader->Finish();
   TENSOROPS_RETURN_IF_ERROR(malformed);
-  if (!status.ok()) return CallStatus(status);
+  if (!status.ok()) return CallStatus(status, target_, options_.tls);
   if (!tensor.has_value() || received != tensor->nbytes()) {
     return absl::InternalError(
         absl::StrFormat("get_tensor: the stream ended after %d of the tensor's bytes", received));

@@ -514,7 +514,7 @@ class Client {
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }
 
  private:
-  Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options);
+  Client(std::string target, std::shared_ptr<grpc::Channel> channel, ClientOptions options);
 
   // PrepareContext readies `context` for one call of `op` that must finish by `deadline`: sets
   // the deadline and adds the bearer token's metadata. DEADLINE_EXCEEDED when the deadline has
@@ -538,6 +538,8 @@ class Client {
   template <typename Op>
   absl::StatusOr<Tensor> CallOp(const typename Op::Request& request, absl::Time deadline) const;
 
+  // What Create dialed, for the errors of calls that reach no server.
+  std::string target_;
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::TensorOps::Stub> stub_;

@@ -113,8 +113,10 @@ ABSL_FLAG(std::string, store_dir, "",
 ABSL_FLAG(tensorops::StoreSync, store_sync, tensorops::StoreSync::kInterval,
           "When the store's log is fsynced (with --store_dir): always (before a change is "
           "acknowledged), interval (every --store_sync_interval_ms) or none (when the OS writes "
-          "it). A crash of the server loses no acknowledged change in any mode; a crash of the "
-          "machine loses none with always, at most the interval with interval.");
+          "it). With always no crash loses an acknowledged change; with interval and none, "
+          "in-place updates are acknowledged once queued for the log's writer, so a crash of the "
+          "server loses at most those still queued, and a crash of the machine at most the "
+          "interval (interval) or what the OS had not written (none).");
 ABSL_FLAG(int64_t, store_sync_interval_ms, 100,
           "With --store_sync=interval, the longest an acknowledged change waits for its fsync, in "
           "milliseconds (> 0).");

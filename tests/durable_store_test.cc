@@ -544,6 +544,92 @@ TEST(DurableStoreTest, AFullDiskFailsTheChangeAndLeavesTheStoreAsItWas) {
   EXPECT_THAT(Ints(recovered, "", "after"), ElementsAre(3));
 }
 
+// With kInterval an in-place update is acknowledged once queued for the log's writer. When the
+// writer cannot write it, the log no longer says what memory holds: every later change is refused
+// (naming why), and a restart recovers the state before the update, a prefix of the changes.
+TEST(DurableStoreTest, AQueuedUpdateTheLogCannotWriteStopsEveryLaterChange) {
+  TempDir dir;
+  TensorStore store(64 << 20);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DurableStore> durable,
+                       OpenOn(dir.path(), &store, {.sync = StoreSync::kInterval}));
+  ASSERT_TRUE(PutInts(store, "", "t", {10, 20}).ok());
+  ASSERT_TRUE(AddInPlace(store, "", "t", 1).ok());
+  // Every record so far is written once a put (which follows the queue) returns.
+  ASSERT_TRUE(PutInts(store, "", "u", {7}).ok());
+  struct rlimit saved;
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit limited = saved;
+  limited.rlim_cur = static_cast<rlim_t>(durable->stats().log_bytes);
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limited), 0);
+  const absl::StatusOr<int64_t> acknowledged = AddInPlace(store, "", "t", 100);
+  const absl::StatusOr<int64_t> refused = PutInts(store, "", "u", {8});
+  const absl::Status delete_refused = store.Delete("", "u");
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &saved), 0);
+  std::signal(SIGXFSZ, old_handler);
+
+  ASSERT_TRUE(acknowledged.ok()) << acknowledged.status();
+  EXPECT_EQ(*acknowledged, 3);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("the store's log cannot record 1 in-place update(s) already made"));
+  EXPECT_EQ(delete_refused.code(), absl::StatusCode::kUnavailable);
+  // Memory holds the update; later changes stay refused after the disk has room again.
+  EXPECT_THAT(Ints(store, "", "t"), ElementsAre(111, 121));
+  EXPECT_EQ(AddInPlace(store, "", "t", 1).status().code(), absl::StatusCode::kUnavailable);
+  durable.reset();
+
+  TensorStore recovered(64 << 20);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DurableStore> reopened, OpenOn(dir.path(), &recovered));
+  EXPECT_THAT(Ints(recovered, "", "t"), ElementsAre(11, 21));
+  EXPECT_EQ(VersionOf(recovered, "", "t"), 2);
+  EXPECT_THAT(Ints(recovered, "", "u"), ElementsAre(7));
+}
+
+// Updates queued by many threads at once are written in the order their tensors changed, with
+// puts and deletes between them: the restart recovers every tensor at its last version.
+TEST(DurableStoreTest, QueuedUpdatesFromManyThreadsRecoverInOrder) {
+  TempDir dir;
+  TensorStore store(64 << 20);
+  constexpr int kThreads = 8;
+  constexpr int kUpdates = 200;
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<DurableStore> durable,
+                         OpenOn(dir.path(), &store, {.sync = StoreSync::kNone}));
+    ASSERT_TRUE(PutInts(store, "", "s", {0}).ok());
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&store, t] {
+        const std::string name = absl::StrCat("t", t);
+        ASSERT_TRUE(PutInts(store, "", name, {0, 0}).ok());
+        for (int i = 1; i <= kUpdates; ++i) {
+          // Shared tensor "s": every thread's updates interleave on it.
+          ASSERT_TRUE(AddInPlace(store, "", name, i).ok());
+          ASSERT_TRUE(AddInPlace(store, "", "s", 1).ok());
+          if (i % 50 == 0) {
+            ASSERT_TRUE(PutInts(store, "", absl::StrCat(name, "/blob"), {i}).ok());
+          }
+        }
+        ASSERT_TRUE(store.Delete("", absl::StrCat(name, "/blob")).ok());
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    // Destroyed without Close, as a process stops when killed: what it had queued is written
+    // first (the writer drains), and no snapshot is taken.
+  }
+  TensorStore recovered(64 << 20);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DurableStore> reopened, OpenOn(dir.path(), &recovered));
+  const int32_t sum = kUpdates * (kUpdates + 1) / 2;
+  for (int t = 0; t < kThreads; ++t) {
+    const std::string name = absl::StrCat("t", t);
+    EXPECT_THAT(Ints(recovered, "", name), ElementsAre(sum, sum)) << name;
+    EXPECT_EQ(VersionOf(recovered, "", name), kUpdates + 1) << name;
+    EXPECT_FALSE(recovered.Info("", absl::StrCat(name, "/blob")).ok());
+  }
+  EXPECT_THAT(Ints(recovered, "", "s"), ElementsAre(kThreads * kUpdates));
+  EXPECT_EQ(reopened->recovery().failed, 0);
+}
+
 TEST(DurableStoreTest, SyncAlwaysFsyncsBeforeAChangeIsAnswered) {
   TempDir dir;
   TensorStore store(1 << 20);

@@ -1134,8 +1134,9 @@ TEST_P(StoreServiceTest, ARecoveredStoreHoldsTheBytesItsInPlaceUpdatesMade) {
   EXPECT_EQ(StoredState(*client_), expected);
   const std::string scrape = server_->metrics().Scrape();
   for (const char* family :
-       {"tensorops_store_log_bytes ", "tensorops_store_fsyncs_total ",
-        "tensorops_store_fsync_seconds_total ", "tensorops_store_recovery_seconds "}) {
+       {"tensorops_store_log_bytes ", "tensorops_store_log_queued_bytes ",
+        "tensorops_store_fsyncs_total ", "tensorops_store_fsync_seconds_total ",
+        "tensorops_store_recovery_seconds "}) {
     EXPECT_THAT(scrape, HasSubstr(family));
   }
   // And once more from the snapshot the stop writes.

@@ -289,9 +289,9 @@ absl::StatusOr<PreparedOp> PrepareFor(const typename Op::Request& request,
     Serving::SetGpuOptions(request, journaled, &plan);
   }
   if (journaled) {
-    TENSOROPS_ASSIGN_OR_RETURN(const std::string call,
+    TENSOROPS_ASSIGN_OR_RETURN(std::string call,
                                operands->JournalCall(static_cast<int>(Op::kCase), request));
-    const absl::Status logged = operands->update()->LogChange(call, options.update_id());
+    const absl::Status logged = operands->update()->LogChange(std::move(call), options.update_id());
     if (!logged.ok()) {
       return absl::Status(logged.code(), absl::StrFormat("%s: %s", op, logged.message()));
     }

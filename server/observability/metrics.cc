@@ -324,6 +324,10 @@ std::vector<prometheus::MetricFamily> StoreFamilies(const StoreFigures& figures)
   families.push_back(Gauge("tensorops_store_log_bytes",
                            "Bytes of store log since the last snapshot (what recovery replays).",
                            static_cast<double>(durable.log_bytes)));
+  families.push_back(Gauge("tensorops_store_log_queued_bytes",
+                           "Bytes of in-place updates acknowledged and not yet written to the "
+                           "store's log (with --store_sync=interval or none).",
+                           static_cast<double>(durable.queued_update_bytes)));
   families.push_back(Counter("tensorops_store_fsyncs_total", "fsyncs of the store's log.",
                              static_cast<double>(durable.fsyncs)));
   families.push_back(Counter("tensorops_store_fsync_seconds_total",

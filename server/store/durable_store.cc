@@ -225,6 +225,13 @@ absl::StatusOr<std::unique_ptr<DurableStore>> DurableStore::Open(const DurableSt
   TENSOROPS_RETURN_IF_ERROR(SyncDirectory(options.dir));
   durable->recovery_.duration = absl::Now() - start;
   store->SetJournal(durable.get());
+  if (options.sync != StoreSync::kAlways) {
+    {
+      absl::MutexLock lock(&durable->log_mu_);
+      durable->writer_running_ = true;
+    }
+    durable->writer_ = std::thread([raw = durable.get()] { raw->WriteQueue(); });
+  }
   if (options.sync != StoreSync::kAlways || options.snapshot_interval > absl::ZeroDuration()) {
     durable->background_ = std::thread([raw = durable.get()] { raw->Background(); });
   }
@@ -486,6 +493,7 @@ absl::Status DurableStore::StartLog(int64_t generation) {
   TENSOROPS_RETURN_IF_ERROR(file.Append(RecordKind::kFileHeader, header).status());
   log_ = std::make_shared<RecordFile>(std::move(file));
   generation_ = generation;
+  log_end_ = log_->size();
   return absl::OkStatus();
 }
 
@@ -496,8 +504,10 @@ absl::StatusOr<StoreJournal::Ticket> DurableStore::Append(RecordKind kind,
                                                           int64_t payload_bytes,
                                                           const PayloadSource& payload) {
   absl::MutexLock lock(&log_mu_);
+  AwaitQueueWritten();
   if (!broken_.ok()) return broken_;
   absl::StatusOr<int64_t> offset = log_->Append(kind, meta, payload_bytes, payload);
+  log_end_ = log_->size();
   if (!offset.ok()) {
     return absl::Status(offset.status().code(),
                         absl::StrFormat("the change was not made, since the store's log cannot "
@@ -506,6 +516,60 @@ absl::StatusOr<StoreJournal::Ticket> DurableStore::Append(RecordKind kind,
   }
   ++changes_;
   return Ticket{.generation = generation_, .offset = *offset, .end = log_->size()};
+}
+
+void DurableStore::AwaitQueueWritten() {
+  const auto written = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(log_mu_) { return queued_.empty(); };
+  log_mu_.Await(absl::Condition(&written));
+}
+
+void DurableStore::WriteQueue() {
+  while (true) {
+    // Locked per record, so that updates queue while the one before is written.
+    absl::MutexLock lock(&log_mu_);
+    const auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(log_mu_) {
+      return !queued_.empty() || writer_stop_;
+    };
+    log_mu_.Await(absl::Condition(&work));
+    if (queued_.empty()) {
+      // In the same critical section as the last look at the queue: an update queued later
+      // sees the writer gone and writes itself.
+      writer_running_ = false;
+      return;
+    }
+    const QueuedUpdate& update = queued_.front();
+    absl::StatusOr<int64_t> offset =
+        log_->Append(RecordKind::kUpdatedTensor, update.meta,
+                     static_cast<int64_t>(update.call.size()), HostPayload(update.call));
+    if (offset.ok() && *offset != update.ticket.offset) {
+      offset = absl::InternalError(absl::StrFormat(
+          "%s: an update's record went to offset %d, not to %d where it was promised", log_->path(),
+          *offset, update.ticket.offset));
+    }
+    if (!offset.ok()) {
+      // These updates are in memory and were acknowledged: a crash from now on loses them, and
+      // a later change logged after them would be replayed without them.
+      broken_ = absl::UnavailableError(absl::StrFormat(
+          "the store's log cannot record %d in-place update(s) already made (%s); it refuses "
+          "every change until the server restarts, which recovers the state before them",
+          queued_.size(), offset.status().message()));
+      spdlog::error("tensor store: {}", std::string(broken_.message()));
+      queued_.clear();
+      queued_bytes_ = 0;
+      log_end_ = log_->size();
+      continue;
+    }
+    queued_bytes_ -= static_cast<int64_t>(update.call.size());
+    queued_.pop_front();
+  }
+}
+
+void DurableStore::StopWriter() {
+  {
+    absl::MutexLock lock(&log_mu_);
+    writer_stop_ = true;
+  }
+  if (writer_.joinable()) writer_.join();
 }
 
 absl::StatusOr<StoreJournal::Ticket> DurableStore::LogPut(const Put& put) {
@@ -531,9 +595,11 @@ absl::StatusOr<StoreJournal::Ticket> DurableStore::LogDelete(std::string_view ns
   return Append(RecordKind::kDeletedTensor, meta);
 }
 
-absl::StatusOr<StoreJournal::Ticket> DurableStore::LogUpdate(
-    std::string_view ns, std::string_view name, uint64_t serial, int64_t from_version,
-    std::string_view update_id, absl::Time updated, std::string_view call) {
+absl::StatusOr<StoreJournal::Ticket> DurableStore::LogUpdate(std::string_view ns,
+                                                             std::string_view name, uint64_t serial,
+                                                             int64_t from_version,
+                                                             std::string_view update_id,
+                                                             absl::Time updated, std::string call) {
   files::UpdatedTensor meta;
   meta.set_namespace_(std::string(ns));
   meta.set_name(std::string(name));
@@ -541,8 +607,29 @@ absl::StatusOr<StoreJournal::Ticket> DurableStore::LogUpdate(
   meta.set_from_version(from_version);
   meta.set_update_id(std::string(update_id));
   meta.set_updated_unix_nanos(UnixNanos(updated));
-  return Append(RecordKind::kUpdatedTensor, meta, static_cast<int64_t>(call.size()),
-                HostPayload(call));
+  const int64_t payload_bytes = static_cast<int64_t>(call.size());
+  if (options_.sync != StoreSync::kAlways) {
+    // Queued for the writer: the update runs while its record is checksummed and written.
+    absl::MutexLock lock(&log_mu_);
+    const auto room = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(log_mu_) {
+      return queued_.empty() || queued_bytes_ + payload_bytes <= kMaxQueuedUpdateBytes ||
+             !broken_.ok() || !writer_running_;
+    };
+    log_mu_.Await(absl::Condition(&room));
+    if (!broken_.ok()) return broken_;
+    if (writer_running_) {
+      const Ticket ticket{
+          .generation = generation_,
+          .offset = log_end_,
+          .end = log_end_ + RecordBytes(static_cast<int64_t>(meta.ByteSizeLong()), payload_bytes)};
+      log_end_ = ticket.end;
+      ++changes_;
+      queued_bytes_ += payload_bytes;
+      queued_.push_back({.meta = std::move(meta), .call = std::move(call), .ticket = ticket});
+      return ticket;
+    }
+  }
+  return Append(RecordKind::kUpdatedTensor, meta, payload_bytes, HostPayload(call));
 }
 
 void DurableStore::LogCancel(const Ticket& ticket) {
@@ -550,9 +637,11 @@ void DurableStore::LogCancel(const Ticket& ticket) {
   meta.set_generation(ticket.generation);
   meta.set_offset(ticket.offset);
   absl::MutexLock lock(&log_mu_);
+  AwaitQueueWritten();
   if (!broken_.ok()) return;
-  if (const absl::StatusOr<int64_t> offset = log_->Append(RecordKind::kCancelledUpdate, meta);
-      !offset.ok()) {
+  const absl::StatusOr<int64_t> offset = log_->Append(RecordKind::kCancelledUpdate, meta);
+  log_end_ = log_->size();
+  if (!offset.ok()) {
     // Recovery would replay an update that never completed: the log no longer tells the truth.
     broken_ = absl::UnavailableError(absl::StrFormat(
         "the store's log cannot record that an update failed (%s); it refuses every change "
@@ -664,6 +753,7 @@ absl::StatusOr<SnapshotReport> DurableStore::SnapshotLocked() {
   absl::Status rotated;
   store_->WhileCommitsPaused([&] {
     absl::MutexLock log_lock(&log_mu_);
+    AwaitQueueWritten();
     if (!broken_.ok()) {
       rotated = broken_;
       return;
@@ -826,6 +916,7 @@ void DurableStore::StopBackground() {
 
 absl::StatusOr<std::optional<SnapshotReport>> DurableStore::Close() {
   StopBackground();
+  StopWriter();
   std::optional<SnapshotReport> written;
   bool changed;
   {
@@ -850,6 +941,7 @@ absl::StatusOr<std::optional<SnapshotReport>> DurableStore::Close() {
 
 DurableStore::~DurableStore() {
   StopBackground();
+  StopWriter();
   if (!closed_) store_->SetJournal(nullptr);
   close(lock_fd_);
 }
@@ -859,6 +951,7 @@ DurableStoreStats DurableStore::stats() const {
   {
     absl::ReaderMutexLock lock(&log_mu_);
     stats.log_bytes = older_log_bytes_ + (log_ != nullptr ? log_->size() : 0);
+    stats.queued_update_bytes = queued_bytes_;
   }
   {
     absl::MutexLock lock(&sync_mu_);

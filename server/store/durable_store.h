@@ -9,11 +9,17 @@
 //   ... serve calls: every change to `store` is logged before it takes effect ...
 //   TENSOROPS_RETURN_IF_ERROR(durable->Close().status());   // a last snapshot
 //
-// What a crash may lose: a change is acknowledged only once its record is written to the log, so
-// a crash of the server process loses nothing acknowledged, whatever the sync mode; a crash of
-// the machine (power, kernel) loses nothing acknowledged with kAlways (the record is fsynced
-// first), at most the last sync interval with kInterval, and whatever the OS had not yet written
-// with kNone.
+// What a crash may lose: with kAlways, nothing acknowledged (a change is acknowledged once its
+// record is written and fsynced). With kInterval and kNone, puts, deletes and store_as are
+// acknowledged once their record is written (a crash of the process loses none of them), while an
+// in-place update is acknowledged once its record is queued for the log's writer thread, which
+// writes the queue in order as it fills (so the update's own call does not wait for its bytes to
+// be checksummed and copied into the page cache): a crash of the process loses at most the updates
+// still queued, normally none or a few milliseconds' worth, never more than kMaxQueuedUpdateBytes.
+// A crash of the machine loses at most the last sync interval with kInterval (the writer keeps up
+// unless the disk cannot, and then calls wait for it), and whatever the OS had not yet written
+// with kNone. Recovery always gives the state after a prefix of the acknowledged changes, in
+// their order: never a later change without an earlier one.
 //
 // Files, in the directory (docs/store-files.md has the format):
 //   snapshot-<G>.tosnap   every tensor as of the start of log G (and maybe some of G's changes),
@@ -34,6 +40,7 @@
 #define TENSOROPS_SERVER_STORE_DURABLE_STORE_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -47,6 +54,7 @@
 #include "absl/time/time.h"
 #include "server/store/store_files.h"
 #include "server/store/tensor_store.h"
+#include "tensorops/storefiles/v1/store_files.pb.h"
 
 namespace tensorops {
 
@@ -119,6 +127,8 @@ struct DurableStoreStats {
   int64_t snapshot_bytes = 0;
   // Bytes of log since the last snapshot (what recovery would replay).
   int64_t log_bytes = 0;
+  // Payload bytes of in-place updates acknowledged and not yet written to the log.
+  int64_t queued_update_bytes = 0;
   int64_t fsyncs = 0;
   absl::Duration fsync_time;
   absl::Duration recovery_time;
@@ -126,6 +136,11 @@ struct DurableStoreStats {
 
 class DurableStore final : public StoreJournal {
  public:
+  // The most bytes of in-place updates acknowledged and not yet written (kInterval, kNone): an
+  // update that would queue more waits for the writer, which bounds both what a crash of the
+  // process may lose and the memory the queue takes beside --max_memory_bytes.
+  static constexpr int64_t kMaxQueuedUpdateBytes = int64_t{32} << 20;
+
   // Open locks `options.dir` (FAILED_PRECONDITION when another server holds it), recovers the
   // store from its files into `store` (which must be empty, and outlive this object), starts a
   // new log and makes itself `store`'s journal. Errors name the directory, file and offset: a
@@ -155,7 +170,7 @@ class DurableStore final : public StoreJournal {
   absl::StatusOr<Ticket> LogDelete(std::string_view ns, std::string_view name) override;
   absl::StatusOr<Ticket> LogUpdate(std::string_view ns, std::string_view name, uint64_t serial,
                                    int64_t from_version, std::string_view update_id,
-                                   absl::Time updated, std::string_view call) override;
+                                   absl::Time updated, std::string call) override;
   void LogCancel(const Ticket& ticket) override;
   absl::Status AwaitDurable(const Ticket& ticket) override;
 
@@ -166,9 +181,18 @@ class DurableStore final : public StoreJournal {
   absl::StatusOr<int64_t> Recover(const ReplayUpdate& replay);
   // StartLog creates log `generation` and makes it the one appended to.
   absl::Status StartLog(int64_t generation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(log_mu_);
-  // Append writes one record to the current log; an error means it was not written.
+  // Append writes one record to the current log, after every queued update; an error means it
+  // was not written.
   absl::StatusOr<Ticket> Append(RecordKind kind, const google::protobuf::MessageLite& meta,
                                 int64_t payload_bytes = 0, const PayloadSource& payload = {});
+  // AwaitQueueWritten returns once the writer has written every queued update (or given up on
+  // them: broken_ then says why).
+  void AwaitQueueWritten() ABSL_EXCLUSIVE_LOCKS_REQUIRED(log_mu_);
+  // WriteQueue is the writer thread: it writes the queued updates in order until StopWriter.
+  void WriteQueue();
+  // StopWriter lets the writer write what is queued, then stops it; later updates are written by
+  // their callers.
+  void StopWriter();
   // SyncLog fsyncs the current log (kAlways: for every ticket waiting; kInterval: from the
   // background thread).
   absl::Status SyncLog();
@@ -196,9 +220,25 @@ class DurableStore final : public StoreJournal {
   int64_t older_log_bytes_ ABSL_GUARDED_BY(log_mu_) = 0;
   // Changes logged since the last snapshot began.
   int64_t changes_ ABSL_GUARDED_BY(log_mu_) = 0;
-  // Set when a record that must be in the log could not be written (a cancel) or a sync failed:
-  // from then on every change is refused, since the log no longer says what memory holds.
+  // Set when a record that must be in the log could not be written (a cancel, a queued update)
+  // or a sync failed: from then on every change is refused, since the log no longer says what
+  // memory holds.
   absl::Status broken_ ABSL_GUARDED_BY(log_mu_);
+
+  // In-place updates acknowledged before their record is written (kInterval, kNone), in the
+  // log's order: the writer thread writes them, and every other record waits for them.
+  struct QueuedUpdate {
+    storefiles::v1::UpdatedTensor meta;
+    std::string call;  // the payload
+    Ticket ticket;     // where it goes, decided when it was queued
+  };
+  std::deque<QueuedUpdate> queued_ ABSL_GUARDED_BY(log_mu_);
+  int64_t queued_bytes_ ABSL_GUARDED_BY(log_mu_) = 0;
+  // Where the next record of the current log goes: its size once the queue is written.
+  int64_t log_end_ ABSL_GUARDED_BY(log_mu_) = 0;
+  bool writer_running_ ABSL_GUARDED_BY(log_mu_) = false;
+  bool writer_stop_ ABSL_GUARDED_BY(log_mu_) = false;
+  std::thread writer_;
 
   mutable absl::Mutex sync_mu_;
   // Everything up to (synced_generation_, synced_end_) is durable.

@@ -46,6 +46,11 @@ enum class RecordKind : uint32_t {
 // Sizes of a record's frame.
 inline constexpr int64_t kRecordHeadBytes = 24;
 inline constexpr int64_t kRecordTailBytes = 8;
+// RecordBytes is the size of a record whose metadata encodes to `meta_bytes` bytes: where the
+// record after it begins.
+constexpr int64_t RecordBytes(int64_t meta_bytes, int64_t payload_bytes) {
+  return kRecordHeadBytes + meta_bytes + payload_bytes + kRecordTailBytes;
+}
 // The largest metadata a reader accepts: a RememberedChanges of 10,000 ids of 128 bytes fits.
 inline constexpr int64_t kMaxRecordMetaBytes = int64_t{16} << 20;
 

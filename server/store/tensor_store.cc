@@ -884,8 +884,7 @@ void TensorStore::UpdateHandle::Release() {
   entry_->lock.Unlock();
 }
 
-absl::Status TensorStore::UpdateHandle::LogChange(std::string_view call,
-                                                  std::string_view update_id) {
+absl::Status TensorStore::UpdateHandle::LogChange(std::string call, std::string_view update_id) {
   StoreJournal* const journal = state_->Journal();
   if (journal == nullptr) return absl::OkStatus();
   if (!held_ || already_applied_.has_value() || logged_.has_value()) {
@@ -901,8 +900,8 @@ absl::Status TensorStore::UpdateHandle::LogChange(std::string_view call,
     serial = entry_->serial;
   }
   const absl::Time now = absl::Now();
-  TENSOROPS_ASSIGN_OR_RETURN(
-      logged_, journal->LogUpdate(ns_, entry_->name, serial, version_, update_id, now, call));
+  TENSOROPS_ASSIGN_OR_RETURN(logged_, journal->LogUpdate(ns_, entry_->name, serial, version_,
+                                                         update_id, now, std::move(call)));
   logged_time_ = now;
   return absl::OkStatus();
 }

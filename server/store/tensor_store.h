@@ -142,7 +142,7 @@ class StoreJournal {
   virtual absl::StatusOr<Ticket> LogUpdate(std::string_view ns, std::string_view name,
                                            uint64_t serial, int64_t from_version,
                                            std::string_view update_id, absl::Time updated,
-                                           std::string_view call) = 0;
+                                           std::string call) = 0;
   // LogCancel records that the update `ticket` recorded did not complete.
   virtual void LogCancel(const Ticket& ticket) = 0;
   // AwaitDurable returns once the change `ticket` recorded is as durable as promised; an error
@@ -424,7 +424,7 @@ class TensorStore::UpdateHandle {
   // change time, which Commit then gives it. Nothing to do without a
   // journal. On an error nothing must be written. Once logged, a handle released without a
   // successful Commit journals the update as cancelled.
-  absl::Status LogChange(std::string_view call, std::string_view update_id);
+  absl::Status LogChange(std::string call, std::string_view update_id);
 
   // Commit returns the new version (version() + 1) and releases the lock, remembering a
   // non-empty `update_id` with the change (TensorStore::FindChange). ABORTED when the name

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <string>
@@ -26,6 +27,7 @@
 #include "proto/op_list.h"
 #include "server/server.h"
 #include "server/shared_memory/regions.h"
+#include "tests/fake_device.h"
 #include "tests/op_cases.h"
 #include "tests/service_test_util.h"
 
@@ -202,6 +204,7 @@ class SharedMemoryServiceTest : public ::testing::Test {
   void SetUp() override {
     ServerOptions options;
     options.limits.max_message_bytes = 64 << 20;
+    Configure(&options);
     server_ = testing::StartServer(options);
     ASSERT_NE(server_, nullptr);
     absl::StatusOr<std::unique_ptr<Client>> client =
@@ -217,6 +220,9 @@ class SharedMemoryServiceTest : public ::testing::Test {
     object_.emplace(*std::move(object));
     ASSERT_TRUE(client_->RegisterSharedMemory("region", object_->key(), object_->byte_size()).ok());
   }
+
+  // Configure lets a fixture change the server's options before it starts.
+  virtual void Configure(ServerOptions* /*options*/) {}
 
   // Place copies `tensor`'s bytes into the region at the next free aligned offset and makes it a
   // reference to them.
@@ -416,7 +422,53 @@ TEST_F(SharedMemoryServiceTest, KServeRegistersListsAndUnregistersAsTritonDoes) 
   }
 }
 
-TEST_F(SharedMemoryServiceTest, TheStoreTakesAndGivesItsBytesThroughARegion) {
+// Where the store keeps its tensors in the store tests: in host memory, or on the fake GPU
+// (tests/fake_device.h: memory the CPU cannot touch, so every region copy goes through the
+// store's device copies). Both with --store_dir, so that a test can recover the store.
+enum class StorePlacement { kHost, kFakeDevice };
+
+class SharedMemoryStoreTest : public SharedMemoryServiceTest,
+                              public ::testing::WithParamInterface<StorePlacement> {
+ protected:
+  void Configure(ServerOptions* options) override {
+    store_dir_ = absl::StrCat(::testing::TempDir(), "/shared_memory_store_",
+                              static_cast<int>(GetParam()), "_", getpid());
+    std::filesystem::remove_all(store_dir_);
+    options->store.dir = store_dir_;
+    options->store.sync = StoreSync::kAlways;
+    if (GetParam() == StorePlacement::kFakeDevice) {
+      options->gpu.executor_for_testing = &executor_;
+      options->store.device = DeviceChoice::kCuda;
+    }
+    options_ = *options;
+  }
+  void TearDown() override {
+    client_.reset();
+    server_.reset();
+    std::filesystem::remove_all(store_dir_);
+  }
+
+  // Recovered starts a second server on a copy of the store's directory as the running server
+  // left it, as a crash would (a server that stops writes a snapshot first): its store is
+  // rebuilt from the log.
+  std::unique_ptr<Server> Recovered() {
+    const std::string copy = store_dir_ + "_copy";
+    std::filesystem::remove_all(copy);
+    std::filesystem::copy(store_dir_, copy);
+    ServerOptions options = options_;
+    options.store.dir = copy;
+    std::unique_ptr<Server> server = testing::StartServer(options);
+    std::filesystem::remove_all(copy);
+    return server;
+  }
+
+  std::string store_dir_;
+  ServerOptions options_;
+  testing::FakeDeviceMemory device_memory_;
+  testing::StagingFakeExecutor executor_{&device_memory_};
+};
+
+TEST_P(SharedMemoryStoreTest, TheStoreTakesAndGivesItsBytesThroughARegion) {
   std::vector<float> values(1000);
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.5f;
   std::memcpy(object_->data(), values.data(), 4000);
@@ -456,20 +508,27 @@ TEST_F(SharedMemoryServiceTest, TheStoreTakesAndGivesItsBytesThroughARegion) {
   EXPECT_EQ(std::memcmp(object_->data() + 20480 + 400, values.data() + 100, 400), 0);
 }
 
-TEST_F(SharedMemoryServiceTest, AnInPlaceUpdateReadsItsRegionArgumentsOnce) {
+// InPlaceSumFromTheRegion is a scatter SUM into stored "acc" in place of `n` float32 values at
+// offset 64 of "region", at the int64 rows at its offset 0.
+v1::OpRequest InPlaceSumFromTheRegion(int64_t n) {
+  v1::OpRequest push;
+  v1::ScatterRequest* scatter = push.mutable_scatter();
+  *scatter->mutable_input() = StoredArgument("acc");
+  *scatter->mutable_index() = SharedMemoryArgument("region", 0, DataType::kInt64, {n});
+  *scatter->mutable_src() = SharedMemoryArgument("region", 64, DataType::kFloat32, {n});
+  scatter->set_reduce(v1::REDUCTION_SUM);
+  scatter->mutable_result_options()->set_in_place(true);
+  return push;
+}
+
+TEST_P(SharedMemoryStoreTest, AnInPlaceUpdateReadsItsRegionArgumentsOnce) {
   std::vector<float> zeros(8, 0.0f);
   ASSERT_TRUE(client_->PutTensor("acc", TensorView(DataType::kFloat32, {8}, zeros.data())).ok());
   const std::vector<int64_t> index = {1, 1, 5};
   const std::vector<float> src = {1.0f, 2.0f, 4.0f};
   std::memcpy(object_->data(), index.data(), 24);
   std::memcpy(object_->data() + 64, src.data(), 12);
-  v1::OpRequest push;
-  v1::ScatterRequest* scatter = push.mutable_scatter();
-  *scatter->mutable_input() = StoredArgument("acc");
-  *scatter->mutable_index() = SharedMemoryArgument("region", 0, DataType::kInt64, {3});
-  *scatter->mutable_src() = SharedMemoryArgument("region", 64, DataType::kFloat32, {3});
-  scatter->set_reduce(v1::REDUCTION_SUM);
-  scatter->mutable_result_options()->set_in_place(true);
+  const v1::OpRequest push = InPlaceSumFromTheRegion(3);
   ASSERT_TRUE(client_->RunStored(push).ok());
   absl::StatusOr<Tensor> acc = client_->GetTensor("acc");
   ASSERT_TRUE(acc.ok());
@@ -477,6 +536,52 @@ TEST_F(SharedMemoryServiceTest, AnInPlaceUpdateReadsItsRegionArgumentsOnce) {
   EXPECT_EQ(values[1], 3.0f);
   EXPECT_EQ(values[5], 4.0f);
 }
+
+// The durable store's log records an in-place update's region arguments inline (the region may
+// change or go away after the call): recovery replays the update to the same bytes, with the
+// region changed and the new server knowing no region at all.
+TEST_P(SharedMemoryStoreTest, AnInPlaceUpdateFromRegionsIsReplayedAtRecovery) {
+  const std::vector<float> start = {0.5f, 0, 0, 0, 0, 0, 0, 0};
+  ASSERT_TRUE(client_->PutTensor("acc", TensorView(DataType::kFloat32, {8}, start.data())).ok());
+  const std::vector<int64_t> index = {1, 1, 5, 0};
+  const std::vector<float> src = {1.0f, 2.0f, 4.0f, 0.25f};
+  std::memcpy(object_->data(), index.data(), 32);
+  std::memcpy(object_->data() + 64, src.data(), 16);
+  const v1::OpRequest push = InPlaceSumFromTheRegion(4);
+  ASSERT_TRUE(client_->RunStored(push).ok());
+  // A second push from other bytes at the same place in the region.
+  const std::vector<float> src2 = {10.0f, 20.0f, 40.0f, 80.0f};
+  std::memcpy(object_->data() + 64, src2.data(), 16);
+  ASSERT_TRUE(client_->RunStored(push).ok());
+  absl::StatusOr<Tensor> acc = client_->GetTensor("acc");
+  ASSERT_TRUE(acc.ok()) << acc.status();
+  const std::vector<float> expected = {80.75f, 33.0f, 0, 0, 0, 44.0f, 0, 0};
+  ASSERT_EQ(std::memcmp(acc->data(), expected.data(), 32), 0);
+  // What a replay reading the region now would see: none of the pushes' bytes.
+  std::memset(object_->data(), 0x7f, 128);
+
+  std::unique_ptr<Server> recovered = Recovered();
+  ASSERT_NE(recovered, nullptr);
+  absl::StatusOr<std::unique_ptr<Client>> connected =
+      Client::Create(absl::StrFormat("127.0.0.1:%d", recovered->port()));
+  ASSERT_TRUE(connected.ok()) << connected.status();
+  Client* client = connected->get();
+  absl::StatusOr<Tensor> replayed = client->GetTensor("acc");
+  ASSERT_TRUE(replayed.ok()) << replayed.status();
+  EXPECT_EQ(std::memcmp(replayed->data(), expected.data(), 32), 0);
+  absl::StatusOr<v1::TensorInfo> info = client->TensorInfo("acc");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->version(), 3);
+  absl::StatusOr<std::vector<v1::SharedMemoryRegion>> regions = client->ListSharedMemory();
+  ASSERT_TRUE(regions.ok()) << regions.status();
+  EXPECT_TRUE(regions->empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Placements, SharedMemoryStoreTest,
+                         ::testing::Values(StorePlacement::kHost, StorePlacement::kFakeDevice),
+                         [](const ::testing::TestParamInfo<StorePlacement>& info) {
+                           return info.param == StorePlacement::kHost ? "Host" : "FakeDevice";
+                         });
 
 TEST_F(SharedMemoryServiceTest, BadReferencesAreRefusedNamingTheArgumentAndTheRule) {
   v1::OpRequest request;

@@ -3,7 +3,9 @@
 // deterministic SUM), its inputs
 // already on the device, timed with CUDA events: our kernels' median time, the bandwidth they
 // achieve against a device-to-device copy of the same bytes measured in the same run, and, given
-// PyTorch CUDA's times for the same cases (bench/gpu_torch.py writes them), the ratio.
+// PyTorch CUDA's times for the same cases (bench/gpu_torch.py writes them), the ratio; and what
+// one call enqueues: its kernel launches (CUB's included), memsets and copies, counted from a CUDA
+// graph captured from the call's stream, so that nothing our code does not count is left out.
 //
 //   gpu_bench [--log2_elements=26] [--iterations=10] [--torch_times=torch.json]
 //
@@ -20,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -70,14 +73,21 @@ Tensor Values(DataType dtype, const Shape& shape, uint64_t seed) {
   return tensor;
 }
 
-// Indices in [0, bound), or drawn from only `distinct` values when > 0 (duplicate-heavy).
-Tensor Indices(const Shape& shape, int64_t bound, uint64_t seed, int64_t distinct = 0) {
-  Tensor tensor(DataType::kInt64, shape);
+// Indices in [0, bound), or drawn from only `distinct` values when > 0 (duplicate-heavy): int64,
+// or `dtype` int32 with the same values.
+Tensor Indices(const Shape& shape, int64_t bound, uint64_t seed, int64_t distinct = 0,
+               DataType dtype = DataType::kInt64) {
+  Tensor tensor(dtype, shape);
   Lcg lcg(seed);
   const int64_t spread = distinct > 0 ? std::min(distinct, bound) : bound;
   for (int64_t i = 0; i < tensor.numel(); ++i) {
     const int64_t pick = static_cast<int64_t>(lcg.Next() % static_cast<uint64_t>(spread));
-    tensor.mutable_view().data_as<int64_t>()[i] = distinct > 0 ? pick * (bound / spread) : pick;
+    const int64_t value = distinct > 0 ? pick * (bound / spread) : pick;
+    if (dtype == DataType::kInt32) {
+      tensor.mutable_view().data_as<int32_t>()[i] = static_cast<int32_t>(value);
+    } else {
+      tensor.mutable_view().data_as<int64_t>()[i] = value;
+    }
   }
   return tensor;
 }
@@ -86,6 +96,13 @@ double Median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   return values[values.size() / 2];
 }
+
+// Measured is what a case reports besides its time: the bytes it reads and writes once (its
+// inputs and its result) and what one call enqueues (DeviceRun::Launches).
+struct Measured {
+  int64_t bytes = 0;
+  std::string launches = "-";
+};
 
 // DeviceRun holds one call's buffers on the device and times its kernels.
 class DeviceRun {
@@ -120,13 +137,8 @@ class DeviceRun {
 
   // Milliseconds of one Enqueue (median over `iterations`, after a warm-up).
   double TimeMs(int iterations, cudaStream_t stream) {
-    const DeviceBuffers buffers{.inputs = inputs_,
-                                .result = result_,
-                                .workspace = workspace_,
-                                .workspace_bytes = workspace_bytes_,
-                                .error_flag = static_cast<int32_t*>(flag_)};
     return TimeEach(iterations, stream, [&] {
-      const absl::Status status = call_.Enqueue(buffers, stream);
+      const absl::Status status = call_.Enqueue(buffers(), stream);
       if (!status.ok()) {
         std::fprintf(stderr, "%s\n", status.ToString().c_str());
         std::exit(1);
@@ -134,8 +146,53 @@ class DeviceRun {
     });
   }
 
+  // Launches: what one Enqueue puts on the stream, captured into a CUDA graph (nothing runs) and
+  // counted by node: "3" kernels, "2 +1 memset +1 copy"; "?" where the call cannot be captured.
+  std::string Launches(cudaStream_t stream) {
+    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+    const absl::Status status = call_.Enqueue(buffers(), stream);
+    cudaGraph_t graph = nullptr;
+    const cudaError_t captured = cudaStreamEndCapture(stream, &graph);
+    if (!status.ok() || captured != cudaSuccess || graph == nullptr) {
+      cudaGetLastError();
+      return "?";
+    }
+    size_t count = 0;
+    CHECK_CUDA(cudaGraphGetNodes(graph, nullptr, &count));
+    std::vector<cudaGraphNode_t> nodes(count);
+    CHECK_CUDA(cudaGraphGetNodes(graph, nodes.data(), &count));
+    int kernels = 0, memsets = 0, copies = 0, others = 0;
+    for (cudaGraphNode_t node : nodes) {
+      cudaGraphNodeType type;
+      CHECK_CUDA(cudaGraphNodeGetType(node, &type));
+      if (type == cudaGraphNodeTypeKernel) {
+        ++kernels;
+      } else if (type == cudaGraphNodeTypeMemset) {
+        ++memsets;
+      } else if (type == cudaGraphNodeTypeMemcpy) {
+        ++copies;
+      } else {
+        ++others;
+      }
+    }
+    cudaGraphDestroy(graph);
+    std::string text = std::to_string(kernels);
+    if (memsets > 0) text += " +" + std::to_string(memsets) + " memset";
+    if (copies > 0) text += " +" + std::to_string(copies) + " copy";
+    if (others > 0) text += " +" + std::to_string(others) + " other";
+    return text;
+  }
+
   // Bytes the call reads and writes once: its inputs and its result.
   int64_t bytes() const { return bytes_; }
+
+  DeviceBuffers buffers() const {
+    return DeviceBuffers{.inputs = inputs_,
+                         .result = result_,
+                         .workspace = workspace_,
+                         .workspace_bytes = workspace_bytes_,
+                         .error_flag = static_cast<int32_t*>(flag_)};
+  }
 
   static double TimeEach(int iterations, cudaStream_t stream, const std::function<void()>& body) {
     cudaEvent_t start, stop;
@@ -201,12 +258,12 @@ std::map<std::string, double> ReadTorchTimes(const std::string& path) {
 
 struct Case {
   std::string name;
-  std::function<double(int iterations, cudaStream_t stream, int64_t* bytes)> run;
+  std::function<double(int iterations, cudaStream_t stream, Measured* measured)> run;
 };
 
 template <typename Plan>
 double RunPlan(const absl::StatusOr<Plan>& plan, int iterations, cudaStream_t stream,
-               int64_t* bytes) {
+               Measured* measured) {
   if (!plan.ok()) {
     std::fprintf(stderr, "%s\n", plan.status().ToString().c_str());
     std::exit(1);
@@ -217,29 +274,55 @@ double RunPlan(const absl::StatusOr<Plan>& plan, int iterations, cudaStream_t st
     std::exit(1);
   }
   DeviceRun run(*call);
-  *bytes = run.bytes();
+  measured->bytes = run.bytes();
+  measured->launches = run.Launches(stream);
   return run.TimeMs(iterations, stream);
 }
 
-std::vector<Case> Cases(int64_t elements) {
+// `log2_elements` sizes every case; IndexSelect and Gather also run at 2^20 (issue 38).
+std::vector<Case> Cases(int log2_elements) {
+  const int64_t elements = int64_t{1} << log2_elements;
   const int64_t cols = 256;
   const int64_t rows = elements / cols;
   std::vector<Case> cases;
   for (DataType dtype : {DataType::kFloat32, DataType::kBFloat16}) {
     const std::string type = dtype == DataType::kFloat32 ? "f32" : "bf16";
-    cases.push_back({"gather axis0 random " + type, [=](int it, cudaStream_t s, int64_t* b) {
+    // Row copies (IndexSelect) and element gathers at two sizes, with either index dtype: a
+    // small call shows what launches cost, a large one what memory does.
+    for (const int log2 : std::set<int>{20, log2_elements}) {
+      const int64_t sized_rows = (int64_t{1} << log2) / cols;
+      for (const DataType index_dtype : {DataType::kInt64, DataType::kInt32}) {
+        const std::string suffix = "2^" + std::to_string(log2) + " " +
+                                   (index_dtype == DataType::kInt64 ? "i64 " : "i32 ") + type;
+        cases.push_back({"index_select axis0 " + suffix, [=](int it, cudaStream_t s, Measured* b) {
+                           Tensor x = Values(dtype, {sized_rows, cols}, 27);
+                           Tensor i = Indices({sized_rows}, sized_rows, 28, 0, index_dtype);
+                           return RunPlan(
+                               PlanIndexSelect({.input = x.view(), .index = i.view(), .axis = 0}),
+                               it, s, b);
+                         }});
+        cases.push_back({"gather axis0 random " + suffix, [=](int it, cudaStream_t s, Measured* b) {
+                           Tensor x = Values(dtype, {sized_rows, cols}, 29);
+                           Tensor i = Indices({sized_rows, cols}, sized_rows, 30, 0, index_dtype);
+                           return RunPlan(
+                               PlanGather({.input = x.view(), .index = i.view(), .axis = 0}), it, s,
+                               b);
+                         }});
+      }
+    }
+    cases.push_back({"gather axis0 random " + type, [=](int it, cudaStream_t s, Measured* b) {
                        Tensor x = Values(dtype, {rows, cols}, 1);
                        Tensor i = Indices({rows, cols}, rows, 2);
                        return RunPlan(PlanGather({.input = x.view(), .index = i.view(), .axis = 0}),
                                       it, s, b);
                      }});
-    cases.push_back({"gather last random " + type, [=](int it, cudaStream_t s, int64_t* b) {
+    cases.push_back({"gather last random " + type, [=](int it, cudaStream_t s, Measured* b) {
                        Tensor x = Values(dtype, {rows, cols}, 1);
                        Tensor i = Indices({rows, cols}, cols, 3);
                        return RunPlan(PlanGather({.input = x.view(), .index = i.view(), .axis = 1}),
                                       it, s, b);
                      }});
-    cases.push_back({"index_select axis0 " + type, [=](int it, cudaStream_t s, int64_t* b) {
+    cases.push_back({"index_select axis0 " + type, [=](int it, cudaStream_t s, Measured* b) {
                        Tensor x = Values(dtype, {rows, cols}, 1);
                        Tensor i = Indices({rows}, rows, 4);
                        return RunPlan(
@@ -254,7 +337,7 @@ std::vector<Case> Cases(int64_t elements) {
           std::tuple{"assign random", Reduction::kAssign, int64_t{0}}}) {
       cases.push_back(
           {std::string("scatter axis0 ") + label + " " + type,
-           [=, reduce = reduce, distinct = distinct](int it, cudaStream_t s, int64_t* b) {
+           [=, reduce = reduce, distinct = distinct](int it, cudaStream_t s, Measured* b) {
              Tensor x = Values(dtype, {rows, cols}, 5);
              Tensor i = Indices({rows, cols}, rows, 6, distinct);
              Tensor src = Values(dtype, {rows, cols}, 7);
@@ -267,7 +350,7 @@ std::vector<Case> Cases(int64_t elements) {
            }});
     }
     cases.push_back(
-        {"scatter axis0 sum dup1% deterministic " + type, [=](int it, cudaStream_t s, int64_t* b) {
+        {"scatter axis0 sum dup1% deterministic " + type, [=](int it, cudaStream_t s, Measured* b) {
            Tensor x = Values(dtype, {rows, cols}, 5);
            Tensor i = Indices({rows, cols}, rows, 6, rows / 100);
            Tensor src = Values(dtype, {rows, cols}, 7);
@@ -280,7 +363,7 @@ std::vector<Case> Cases(int64_t elements) {
            return RunPlan(plan, it, s, b);
          }});
     cases.push_back(
-        {"masked_scatter half " + type, [=](int it, cudaStream_t s, int64_t* b) {
+        {"masked_scatter half " + type, [=](int it, cudaStream_t s, Measured* b) {
            Tensor x = Values(dtype, {elements}, 8);
            Tensor mask(DataType::kBool, {elements});
            Lcg lcg(9);
@@ -293,7 +376,7 @@ std::vector<Case> Cases(int64_t elements) {
                it, s, b);
          }});
     cases.push_back(
-        {"masked_scatter broadcast mask " + type, [=](int it, cudaStream_t s, int64_t* b) {
+        {"masked_scatter broadcast mask " + type, [=](int it, cudaStream_t s, Measured* b) {
            Tensor x = Values(dtype, {rows, cols}, 24);
            Tensor mask(DataType::kBool, {1, cols});
            Lcg lcg(25);
@@ -306,14 +389,14 @@ std::vector<Case> Cases(int64_t elements) {
                it, s, b);
          }});
     cases.push_back(
-        {"select_scatter " + type, [=](int it, cudaStream_t s, int64_t* b) {
+        {"select_scatter " + type, [=](int it, cudaStream_t s, Measured* b) {
            Tensor x = Values(dtype, {rows, cols}, 11);
            Tensor src = Values(dtype, {cols}, 12);
            return RunPlan(PlanSelectScatter(
                               {.input = x.view(), .src = src.view(), .axis = 0, .index = rows / 2}),
                           it, s, b);
          }});
-    cases.push_back({"slice_scatter step2 " + type, [=](int it, cudaStream_t s, int64_t* b) {
+    cases.push_back({"slice_scatter step2 " + type, [=](int it, cudaStream_t s, Measured* b) {
                        Tensor x = Values(dtype, {rows, cols}, 13);
                        Tensor src = Values(dtype, {rows, cols / 2}, 14);
                        return RunPlan(PlanSliceScatter({.input = x.view(),
@@ -324,7 +407,7 @@ std::vector<Case> Cases(int64_t elements) {
                                                         .step = 2}),
                                       it, s, b);
                      }});
-    cases.push_back({"diagonal_scatter " + type, [=](int it, cudaStream_t s, int64_t* b) {
+    cases.push_back({"diagonal_scatter " + type, [=](int it, cudaStream_t s, Measured* b) {
                        int64_t side = 1;
                        while (side * side * 4 <= elements) side *= 2;
                        Tensor x = Values(dtype, {side, side}, 15);
@@ -335,18 +418,19 @@ std::vector<Case> Cases(int64_t elements) {
     // ScatterNd's general (TensorFlow) form: whole rows addressed by one coordinate (an embedding
     // push; PyTorch: index_put with accumulate), and single elements addressed by two, 2^24 of
     // them (the index is two int64 per update).
-    cases.push_back({"scatter_nd rows sum random " + type, [=](int it, cudaStream_t s, int64_t* b) {
-                       Tensor x = Values(dtype, {rows, cols}, 17);
-                       Tensor i = Indices({rows, 1}, rows, 18);
-                       Tensor src = Values(dtype, {rows, cols}, 19);
-                       return RunPlan(PlanScatterNd({.input = x.view(),
-                                                     .index = i.view(),
-                                                     .source = src.view(),
-                                                     .reduce = Reduction::kSum}),
-                                      it, s, b);
-                     }});
     cases.push_back(
-        {"scatter_nd elements sum random " + type, [=](int it, cudaStream_t s, int64_t* b) {
+        {"scatter_nd rows sum random " + type, [=](int it, cudaStream_t s, Measured* b) {
+           Tensor x = Values(dtype, {rows, cols}, 17);
+           Tensor i = Indices({rows, 1}, rows, 18);
+           Tensor src = Values(dtype, {rows, cols}, 19);
+           return RunPlan(PlanScatterNd({.input = x.view(),
+                                         .index = i.view(),
+                                         .source = src.view(),
+                                         .reduce = Reduction::kSum}),
+                          it, s, b);
+         }});
+    cases.push_back(
+        {"scatter_nd elements sum random " + type, [=](int it, cudaStream_t s, Measured* b) {
            const int64_t updates = elements / 4;
            Tensor x = Values(dtype, {rows, cols}, 20);
            Tensor i(DataType::kInt64, {updates, 2});
@@ -387,16 +471,17 @@ int Main(int argc, char** argv) {
   CHECK_CUDA(cudaStreamCreate(&stream));
   std::printf("# %s, 2^%d elements, median of %d\n\n", inventory.cuda_devices[0].name.c_str(),
               log2_elements, iterations);
-  std::printf("| case | ours ms | GB/s | of copy | PyTorch ms | vs PyTorch |\n");
-  std::printf("|---|---|---|---|---|---|\n");
-  for (const Case& c : Cases(int64_t{1} << log2_elements)) {
-    int64_t bytes = 0;
-    const double ours = c.run(iterations, stream, &bytes);
-    const double copy = CopyMs(bytes, iterations, stream);
-    const double gbps = static_cast<double>(bytes) / (ours * 1e6);
+  std::printf("| case | ours ms | GB/s | of copy | launches | PyTorch ms | vs PyTorch |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  for (const Case& c : Cases(log2_elements)) {
+    Measured measured;
+    const double ours = c.run(iterations, stream, &measured);
+    const double copy = CopyMs(measured.bytes, iterations, stream);
+    const double gbps = static_cast<double>(measured.bytes) / (ours * 1e6);
     const auto it = torch.find(c.name);
     std::printf(
-        "| %s | %.3f | %.0f | %.2f | %s | %s |\n", c.name.c_str(), ours, gbps, copy / ours,
+        "| %s | %.3f | %.0f | %.2f | %s | %s | %s |\n", c.name.c_str(), ours, gbps, copy / ours,
+        measured.launches.c_str(),
         it == torch.end() ? "-" : std::to_string(it->second).substr(0, 6).c_str(),
         it == torch.end() ? "-" : (std::to_string(it->second / ours).substr(0, 4) + "x").c_str());
     std::fflush(stdout);

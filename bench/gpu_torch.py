@@ -59,6 +59,23 @@ def main():
 
     results = {}
     for dtype, name in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
+        # gpu_bench's sized cases: index_select and gather at 2^20 and 2^log2_elements, with int64
+        # and int32 indices.
+        for log2 in sorted({20, args.log2_elements}):
+            sized_rows = (1 << log2) // cols
+            x = values(dtype, (sized_rows, cols))
+            for index_name, index_dtype in (("i64", torch.int64), ("i32", torch.int32)):
+                suffix = f"2^{log2} {index_name} {name}"
+                k = indices((sized_rows,), sized_rows).to(index_dtype)
+                results[f"index_select axis0 {suffix}"] = timed(
+                    lambda: torch.index_select(x, 0, k))
+                i = indices((sized_rows, cols), sized_rows).to(index_dtype)
+                try:
+                    results[f"gather axis0 random {suffix}"] = timed(lambda: torch.gather(x, 0, i))
+                except RuntimeError as error:
+                    # PyTorch's gather has taken int64 indices only; no time is better than the
+                    # time of another call.
+                    print(f"gpu_torch: gather with {index_name} indices: {error}", file=sys.stderr)
         x = values(dtype, (rows, cols))
         i = indices((rows, cols), rows)
         results[f"gather axis0 random {name}"] = timed(lambda: torch.gather(x, 0, i))

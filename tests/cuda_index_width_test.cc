@@ -24,11 +24,10 @@
 namespace tensorops {
 namespace {
 
-using testing::ExpectSameBytes;
+using testing::ExpectCudaGivesTheCpusBytes;
 using testing::IndexPattern;
 using testing::RandomIndex;
 using testing::RandomTensor;
-using testing::RunOn;
 using testing::TestDevice;
 
 // The parameter: whether the 64-bit kernels are forced.
@@ -44,16 +43,6 @@ class CudaIndexWidthTest : public ::testing::TestWithParam<bool> {
  private:
   std::optional<cuda::ScopedWideIndexingForTesting> wide_;
 };
-
-template <typename Plan>
-void ExpectCudaGivesTheCpusBytes(const absl::StatusOr<Plan>& plan) {
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  const absl::StatusOr<Tensor> cpu = RunOn(TestDevice::kCpu, *plan);
-  ASSERT_TRUE(cpu.ok()) << cpu.status();
-  const absl::StatusOr<Tensor> gpu = RunOn(TestDevice::kCuda, *plan);
-  ASSERT_TRUE(gpu.ok()) << gpu.status();
-  ExpectSameBytes(*gpu, *cpu);
-}
 
 // A view of `tensor` (shape [a, b]) as its transpose [b, a]: strides that no walk can merge.
 TensorView Transposed(const Tensor& tensor) {
@@ -154,10 +143,7 @@ TEST_P(CudaIndexWidthTest, GatherNdAndScatterNdGeneralForms) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Widths, CudaIndexWidthTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? std::string("Forced64") : std::string("Natural32");
-                         });
+INSTANTIATE_TEST_SUITE_P(Widths, CudaIndexWidthTest, ::testing::Bool(), testing::IndexWidthName);
 
 }  // namespace
 }  // namespace tensorops

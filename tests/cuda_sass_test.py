@@ -37,7 +37,7 @@ import tempfile
 
 # The kernels checked: every kernel of ours (namespace tensorops::cuda) that addresses elements,
 # and CUB's kernels that call our functors per element (the prefix sum of MaskedScatter reads the
-# mask through MaskAt). Kernels of ours that may divide, with why:
+# mask's bytes through MaskCount). Kernels of ours that may divide, with why:
 ALLOWED = {
     # MEAN of integers divides each destination's value by its own count (FloorDivide, as the CPU
     # does): a division of data, once per result element, by no divisor known at launch.
@@ -93,7 +93,7 @@ def index_width(demangled):
     kernel that walks no positions of ours."""
     width = re.search(r"(?:IndexWalk<\d+, |NdAddressing<|NdUpdates<|AxisUpdates<\w+, )"
                       r"(?:unsigned (int|long)|std::make_unsigned<(int|long)>::type)>|"
-                      r"MaskAt<(int|long)>", demangled)
+                      r"MaskCount<(int|long)>", demangled)
     if not width:
         return "-"
     return "32" if next(g for g in width.groups() if g) == "int" else "64"

@@ -312,11 +312,30 @@ TEST(DeviceCallTest, ScatterWorkspaceHoldsWhatEachReductionNeeds) {
     EXPECT_TRUE(plan.ok()) << plan.status();
     return cuda::PlanScatterWorkspace(*plan);
   };
-  // ASSIGN: the winners only (10 int64, rounded up to 256 bytes).
+  // ASSIGN: the winners (10 uint32 below 2^31 updates, rounded up to 256 bytes) and the flag that
+  // says whether any destination was reached twice.
   const cuda::ScatterWorkspace assign = workspace(DataType::kInt8, Reduction::kAssign);
   EXPECT_EQ(assign.winners, 0);
+  EXPECT_EQ(assign.duplicates, 256);
   EXPECT_EQ(assign.shadow, -1);
-  EXPECT_EQ(assign.bytes, 256);
+  EXPECT_EQ(assign.bytes, 512);
+  {
+    // Forced to the 64-bit kernels, the winners are uint64: 80 bytes, still one 256-byte block.
+    const cuda::ScopedWideIndexingForTesting wide;
+    const cuda::ScatterWorkspace wide_assign = workspace(DataType::kInt8, Reduction::kAssign);
+    EXPECT_EQ(wide_assign.duplicates, 256);
+    EXPECT_EQ(wide_assign.bytes, 512);
+  }
+  // Beyond 2^31 - 1 updates the winners are uint64 whatever the indexing.
+  const cuda::ScatterWorkspace many = cuda::PlanScatterWorkspace(cuda::ScatterSizes{
+      .op = "scatter", .reduce = Reduction::kAssign, .numel = 1000, .updates = int64_t{1} << 31});
+  EXPECT_EQ(many.duplicates, 8192);
+  EXPECT_EQ(many.bytes, 8192 + 256);
+  EXPECT_EQ(cuda::PlanScatterWorkspace(
+                cuda::ScatterSizes{
+                    .op = "scatter", .reduce = Reduction::kAssign, .numel = 1000, .updates = 1000})
+                .duplicates,
+            4096);
   // A narrow type accumulates in a 32-bit shadow; MEAN adds the counts.
   const cuda::ScatterWorkspace mean = workspace(DataType::kBFloat16, Reduction::kMean);
   EXPECT_EQ(mean.shadow, 0);

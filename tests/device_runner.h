@@ -475,6 +475,25 @@ void ExpectTheCpusBytesOnCuda(Plan& plan) {
   ExpectSameBytes(*deterministic, *cpu);
 }
 
+// ExpectCudaGivesTheCpusBytes runs a `plan` whose GPU result is exact (every op that moves
+// elements: Gather, IndexSelect, MaskedScatter, the view scatters, GatherNd) on the CPU and on
+// CUDA: both must succeed, with the same bytes.
+template <typename Plan>
+void ExpectCudaGivesTheCpusBytes(const absl::StatusOr<Plan>& plan) {
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const absl::StatusOr<Tensor> cpu = RunOn(TestDevice::kCpu, *plan);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  const absl::StatusOr<Tensor> gpu = RunOn(TestDevice::kCuda, *plan);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  ExpectSameBytes(*gpu, *cpu);
+}
+
+// IndexWidthName names the instances of a suite run with the index walks' natural width (32 bits
+// where every offset fits) and with 64 bits forced (the bool parameter).
+inline std::string IndexWidthName(const ::testing::TestParamInfo<bool>& info) {
+  return info.param ? "Forced64" : "Natural32";
+}
+
 // UniformIndices is an int64 tensor of values uniform in [-bound, bound): valid, negatives
 // included, for an axis of size `bound`.
 inline Tensor UniformIndices(absl::BitGen& gen, const Shape& shape, int64_t bound) {

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/cuda/index_walk.h"
 #include "kernels/device_call.h"
 #include "kernels/gather.h"
 #include "kernels/masked_scatter.h"
@@ -75,8 +76,12 @@ struct ScatterWorkspace {
   int64_t shadow = -1;
   // MEAN's arrival count per destination (uint64).
   int64_t counts = -1;
-  // ASSIGN's last writer per destination: the largest update position (int64, -1 for none).
+  // ASSIGN's last writer per destination: the largest update position plus one (0 for none), in
+  // uint32 where WinnersFit32, else uint64; then `duplicates`, one uint32 that the first pass sets
+  // when a destination receives a second update. Both are cleared by one memset from `winners` to
+  // `bytes`.
   int64_t winners = -1;
+  int64_t duplicates = -1;
   // The sorted reduction's buffers, when UsesSortedReduction: they take the rest of the workspace,
   // SortedReductionBytes of it.
   int64_t sorted = -1;
@@ -110,6 +115,14 @@ inline bool NeedsShadow(DataType dtype, Reduction reduce) {
   }
 }
 
+// WinnersFit32: whether ASSIGN's winners (an update position plus one) fit 32 bits: below 2^31
+// updates, unless ScopedWideIndexingForTesting forces the 64-bit kernels (DispatchPosition).
+inline bool WinnersFit32(const ScatterSizes& sizes) {
+  return DispatchPosition(sizes.updates <= kMaxOffset32, []<typename Position>(TypeTag<Position>) {
+    return sizeof(Position) == 4;
+  });
+}
+
 // PlanScatterWorkspace lays out the parts of a scatter's workspace that host arithmetic sizes;
 // the whole workspace is `bytes`, plus SortedReductionBytes where `sorted` >= 0.
 inline ScatterWorkspace PlanScatterWorkspace(const ScatterSizes& sizes) {
@@ -120,7 +133,9 @@ inline ScatterWorkspace PlanScatterWorkspace(const ScatterSizes& sizes) {
   ScatterWorkspace workspace;
   if (sizes.reduce == Reduction::kAssign) {
     workspace.winners = workspace.bytes;
-    workspace.bytes += align(numel * 8);
+    workspace.bytes += align(numel * (WinnersFit32(sizes) ? 4 : 8));
+    workspace.duplicates = workspace.bytes;
+    workspace.bytes += align(4);
     return workspace;
   }
   if (UsesSortedReduction(sizes)) {
@@ -171,8 +186,9 @@ absl::Status LaunchScatterNd(const NdPlan& plan, void* result, void* workspace,
 // the source written into the window.
 absl::Status LaunchViewScatter(const ViewScatterPlan& plan, void* result, void* stream);
 
-// MaskedScatter's workspace: the prefix sum of the mask (int64 per element) and CUB's scratch, on
-// the current device; UNAVAILABLE when CUB's size query fails; 0 without CUDA.
+// MaskedScatter's workspace: the prefix sum of the mask (int32 per element below 2^31 elements,
+// int64 beyond), a broadcast or strided mask written out as one byte per element, and CUB's
+// scratch, on the current device; UNAVAILABLE when CUB's size query fails; 0 without CUDA.
 absl::StatusOr<int64_t> MaskedScatterWorkspaceBytes(const MaskedScatterPlan& plan);
 // `workspace_bytes`: the size of `workspace`, MaskedScatterWorkspaceBytes(plan) on this device.
 absl::Status LaunchMaskedScatter(const MaskedScatterPlan& plan, void* result, void* workspace,

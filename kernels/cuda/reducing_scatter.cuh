@@ -1,12 +1,15 @@
 // The reduction pipeline that Scatter (with IndexReduce) and ScatterNd share on the GPU: the
 // same steps as the CPU's ReducingScatter, each a kernel over the result or over the updates:
-//   1. init:      result (or its 32-bit shadow) = input (zeros without one); MEAN's counts;
-//                 ASSIGN's winners = -1;
+//   1. init:      result (or its 32-bit shadow) = input (zeros without one; a plain copy or
+//                 memset where nothing else needs initial values); MEAN's counts; ASSIGN's
+//                 winners = 0 (a memset);
 //   2. reset:     without include_self, every destination that receives an update = identity;
 //   3. reduce:    atomics on the destination (compare-and-swap where the GPU has no native op);
-//                 ASSIGN instead records the largest update position per destination ...
-//   4. assign:    ... and the update at that position writes: last writer in row-major order, as
-//                 on the CPU, whatever order the threads run in;
+//                 ASSIGN instead records the largest update position per destination, the first
+//                 update to reach a destination writing it ...
+//   4. assign:    ... and, only where some destination was reached twice, the update at that
+//                 position writes: last writer in row-major order, as on the CPU, whatever order
+//                 the threads run in;
 //   5. finalize:  MEAN divides by the counts; the shadow rounds into the result.
 // Integer, ASSIGN, AMAX and AMIN results equal the CPU's exactly (AMAX/AMIN by the rule of
 // docs/semantics.md for NaNs and signed zeros, which does not depend on the order); float sums and
@@ -226,7 +229,6 @@ __device__ __forceinline__ A ResetValue() {
 struct Scratch {
   void* shadow = nullptr;
   unsigned long long* counts = nullptr;
-  long long* winners = nullptr;
 };
 
 // InitKernel copies the input (zeros where `input` is null) into the result (or its shadow) and
@@ -245,7 +247,6 @@ __global__ void InitKernel(IndexWalk<2, Position> walk, Position count, const T*
       result[at[1]] = value;
     }
     if (scratch.counts != nullptr) scratch.counts[at[1]] = initial;
-    if (scratch.winners != nullptr) scratch.winners[at[1]] = -1;
   }
 }
 
@@ -273,25 +274,85 @@ __global__ void ReduceKernel(Updates updates, const T* __restrict__ source, Acc<
   }
 }
 
-template <typename Updates>
-__global__ void WinnerKernel(Updates updates, long long* winners, int32_t* error) {
-  TENSOROPS_GRID_STRIDE_LOOP_OF(typename Updates::Position, position, updates.count) {
-    typename Updates::Offset source;
-    typename Updates::Offset dest;
-    if (updates.Locate(position, &source, &dest, error)) {
-      atomicMax(winners + dest, static_cast<long long>(position));
-    }
-  }
-}
-
-template <typename Elem, typename Updates>
-__global__ void AssignKernel(Updates updates, const Elem* __restrict__ source, Elem* result,
-                             const long long* __restrict__ winners, int32_t* error) {
+// ASSIGN's two passes. Winner is uint32_t where the update positions fit 31 bits (WinnersFit32),
+// unsigned long long otherwise: a 32-bit atomicMax and half the bytes of winners to clear and
+// read. winners[dest] holds the largest update position that reached dest, plus one (0: none yet,
+// so that one memset clears it). Elem is the element's bits (ItemBits): ASSIGN only moves them.
+//
+// WinnerKernel: each update raises its destination's winner; the first to reach a destination
+// (atomicMax returned 0) writes it, any later one notes a duplicate instead. Where no destination
+// is reached twice, that first write is the last one and AssignKernel has nothing to do: it reads
+// `*duplicates` and returns. Where one is, the first writes are overwritten by AssignKernel's:
+// the price of the one pass for indices without duplicates is, for those with, a write of each
+// destination's first update that the second pass replaces.
+template <typename Elem, typename Winner, typename Updates>
+__global__ void WinnerKernel(Updates updates, const Elem* __restrict__ source, Elem* result,
+                             Winner* winners, unsigned int* duplicates, int32_t* error) {
+  bool saw_duplicate = false;
   TENSOROPS_GRID_STRIDE_LOOP_OF(typename Updates::Position, position, updates.count) {
     typename Updates::Offset from;
     typename Updates::Offset dest;
     if (!updates.Locate(position, &from, &dest, error)) continue;
-    if (winners[dest] == static_cast<long long>(position)) result[dest] = source[from];
+    const Winner previous = atomicMax(winners + dest, static_cast<Winner>(position) + 1);
+    if (previous == 0) {
+      result[dest] = source[from];
+    } else {
+      saw_duplicate = true;
+    }
+  }
+  // One store per block at most: a duplicate-heavy index would otherwise have most of its updates
+  // store to this one word.
+  if (__syncthreads_or(saw_duplicate) && threadIdx.x == 0) *duplicates = 1;
+}
+
+template <typename Elem, typename Winner, typename Updates>
+__global__ void AssignKernel(Updates updates, const Elem* __restrict__ source, Elem* result,
+                             const Winner* __restrict__ winners,
+                             const unsigned int* __restrict__ duplicates, int32_t* error) {
+  if (*duplicates == 0) return;
+  TENSOROPS_GRID_STRIDE_LOOP_OF(typename Updates::Position, position, updates.count) {
+    typename Updates::Offset from;
+    typename Updates::Offset dest;
+    if (!updates.Locate(position, &from, &dest, error)) continue;
+    if (winners[dest] == static_cast<Winner>(position) + 1) result[dest] = source[from];
+  }
+}
+
+// ItemBits is the unsigned integer type of an element of `kBytes` bytes (cpu::Bytes<16> for
+// complex128), for kernels that move elements without looking at them: one instantiation per
+// size, not per dtype.
+template <size_t kBytes>
+using ItemBits = std::conditional_t<
+    kBytes == 1, uint8_t,
+    std::conditional_t<
+        kBytes == 2, uint16_t,
+        std::conditional_t<kBytes == 4, uint32_t,
+                           std::conditional_t<kBytes == 8, uint64_t, cpu::Bytes<16>>>>>;
+
+// LaunchAssign runs ASSIGN's passes over `updates`, the winners and the duplicates flag already
+// cleared.
+template <typename T, typename Updates>
+absl::Status LaunchAssign(std::string_view op, const Updates& updates, const T* source, T* result,
+                          char* winners, unsigned int* duplicates, bool winners_fit32,
+                          int32_t* error, cudaStream_t stream) {
+  using Elem = ItemBits<sizeof(T)>;
+  const auto run = [&]<typename Winner>(TypeTag<Winner>) {
+    const unsigned grid = GridFor(updates.count);
+    WinnerKernel<Elem, Winner><<<grid, kThreadsPerBlock, 0, stream>>>(
+        updates, reinterpret_cast<const Elem*>(source), reinterpret_cast<Elem*>(result),
+        reinterpret_cast<Winner*>(winners), duplicates, error);
+    TENSOROPS_RETURN_IF_ERROR(LaunchStatus(op));
+    AssignKernel<Elem, Winner><<<grid, kThreadsPerBlock, 0, stream>>>(
+        updates, reinterpret_cast<const Elem*>(source), reinterpret_cast<Elem*>(result),
+        reinterpret_cast<const Winner*>(winners), duplicates, error);
+    return LaunchStatus(op);
+  };
+  // 32-bit update positions (Updates::Position) imply fewer than 2^31 updates: 32-bit winners.
+  if constexpr (sizeof(typename Updates::Position) == 4) {
+    return run(TypeTag<uint32_t>{});
+  } else {
+    if (winners_fit32) return run(TypeTag<uint32_t>{});
+    return run(TypeTag<unsigned long long>{});
   }
 }
 
@@ -536,21 +597,32 @@ absl::Status LaunchReducingScatter(const ScatterJob& job, const Updates& updates
   if (layout.counts >= 0) {
     scratch.counts = reinterpret_cast<unsigned long long*>(workspace + layout.counts);
   }
-  if (layout.winners >= 0)
-    scratch.winners = reinterpret_cast<long long*>(workspace + layout.winners);
   A* acc =
       scratch.shadow != nullptr ? static_cast<A*>(scratch.shadow) : reinterpret_cast<A*>(result);
 
   // 1. init, walking the (possibly strided) input at the result's shape. In place (a stored
   // tensor updated where it lies: the result is the contiguous input itself) the copy would read
   // and write the whole tensor to change nothing, which for a pushed-into embedding table is most
-  // of the call: it runs only when a shadow, counts or winners need their initial values.
+  // of the call: it runs only when a shadow or counts need their initial values. Without those, a
+  // contiguous input (or none: zeros) is a plain device copy (or memset), at copy speed. ASSIGN's
+  // winners and duplicates flag are cleared by one memset of their own.
   const T* input = job.input.device_data_as<T>();
   const Shape result_strides = ContiguousStrides(job.result_shape);
   const bool in_place = input == result && job.input.is_contiguous();
-  const bool scratch_needs_init =
-      scratch.shadow != nullptr || scratch.counts != nullptr || scratch.winners != nullptr;
-  if (!in_place || scratch_needs_init) {
+  const bool scratch_needs_init = scratch.shadow != nullptr || scratch.counts != nullptr;
+  const size_t result_bytes = static_cast<size_t>(numel) * sizeof(T);
+  if (!in_place && !scratch_needs_init && input == nullptr) {
+    if (const cudaError_t status = cudaMemsetAsync(result, 0, result_bytes, stream);
+        status != cudaSuccess) {
+      return CudaStatus(std::string(op).append(": clearing the result"), status);
+    }
+  } else if (!in_place && !scratch_needs_init && job.input.is_contiguous()) {
+    if (const cudaError_t status =
+            cudaMemcpyAsync(result, input, result_bytes, cudaMemcpyDeviceToDevice, stream);
+        status != cudaSuccess) {
+      return CudaStatus(std::string(op).append(": copying the input"), status);
+    }
+  } else if (!in_place || scratch_needs_init) {
     const Shape input_strides = input != nullptr ? job.input.strides() : result_strides;
     const Walk<2> copy = MakeWalk<2>(job.result_shape, {input_strides, result_strides});
     TENSOROPS_RETURN_IF_ERROR(
@@ -565,12 +637,16 @@ absl::Status LaunchReducingScatter(const ScatterJob& job, const Updates& updates
   if (updates.count > 0) {
     const unsigned grid = GridFor(updates.count);
     if constexpr (std::is_same_v<Op, AssignOp>) {
-      WinnerKernel<<<grid, kThreadsPerBlock, 0, stream>>>(updates, scratch.winners, error);
-      TENSOROPS_RETURN_IF_ERROR(LaunchStatus(op));
-      AssignKernel<<<grid, kThreadsPerBlock, 0, stream>>>(
-          updates, reinterpret_cast<const DeviceType<T>*>(source),
-          reinterpret_cast<DeviceType<T>*>(result), scratch.winners, error);
-      TENSOROPS_RETURN_IF_ERROR(LaunchStatus(op));
+      char* const winners = workspace + layout.winners;
+      if (const cudaError_t status = cudaMemsetAsync(
+              winners, 0, static_cast<size_t>(layout.bytes - layout.winners), stream);
+          status != cudaSuccess) {
+        return CudaStatus(std::string(op).append(": clearing the winners"), status);
+      }
+      TENSOROPS_RETURN_IF_ERROR(
+          LaunchAssign(op, updates, source, result, winners,
+                       reinterpret_cast<unsigned int*>(workspace + layout.duplicates),
+                       WinnersFit32(job.sizes), error, stream));
     } else if (layout.sorted >= 0) {
       if constexpr (kSortable<T> && (std::is_same_v<Op, SumOp> || std::is_same_v<Op, ProdOp>)) {
         return LaunchSortedScatter<T, Op>(job, updates, source, result, workspace + layout.sorted,

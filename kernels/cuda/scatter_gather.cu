@@ -68,21 +68,27 @@ __global__ void GatherKernel(IndexWalk<3, Position> walk, Position count,
 
 // GatherRowsKernel: a Gather whose index value holds along a contiguous innermost run of the
 // input and the result, a row (IndexSelect's rows; a Gather whose index is broadcast along the
-// last axis): one warp per row copies it in `Unit`s of up to 16 bytes, instead of one thread per
-// element each reading the index and dividing its position. `rows` walks the rows, its result and
-// input strides counted in Units.
+// last axis): each row is copied by a group of 2^group_log2 threads in `Unit`s of up to 16 bytes,
+// instead of one thread per element each reading the index and dividing its position. The host
+// sizes the group to the row (RowGroupLog2): one thread for a short row, a warp for a row of a few
+// hundred units, the whole block for a long one; groups never straddle a block, their size
+// dividing kThreadsPerBlock. Each thread takes kElementsPerThread units of its row per trip and
+// issues all their loads before its first store, so that it has that many in flight. `rows` walks
+// the rows, its result and input strides counted in Units. An index out of range raises `*error`
+// (once per row) and leaves the row unwritten, as GatherKernel does: the CPU re-run names it.
 template <typename Unit, typename Index, typename Position>
 __global__ void GatherRowsKernel(IndexWalk<3, Position> rows, Position row_count,
                                  std::make_signed_t<Position> row_units,
                                  const Index* __restrict__ index, const Unit* __restrict__ input,
                                  Unit* __restrict__ out, int64_t axis_size,
-                                 std::make_signed_t<Position> axis_stride, int32_t* error) {
+                                 std::make_signed_t<Position> axis_stride, int group_log2,
+                                 int32_t* error) {
   using Offset = std::make_signed_t<Position>;
-  constexpr int kWarp = 32;
-  const int lane = static_cast<int>(threadIdx.x % kWarp);
-  const Position warps = Position{gridDim.x} * blockDim.x / kWarp;
-  for (Position row = (blockIdx.x * Position{blockDim.x} + threadIdx.x) / kWarp; row < row_count;
-       row += warps) {
+  const Position thread = blockIdx.x * Position{blockDim.x} + threadIdx.x;
+  const Offset lanes = Offset{1} << group_log2;
+  const Offset lane = static_cast<Offset>(thread) & (lanes - 1);
+  const Position groups = (Position{gridDim.x} * blockDim.x) >> group_log2;
+  for (Position row = thread >> group_log2; row < row_count; row += groups) {
     Offset at[3];
     rows.Offsets(row, at);
     const int64_t value = index[at[0]];
@@ -93,14 +99,31 @@ __global__ void GatherRowsKernel(IndexWalk<3, Position> rows, Position row_count
     const Unit* from =
         input + at[2] + static_cast<Offset>(WrapIndex(value, axis_size)) * axis_stride;
     Unit* to = out + at[1];
-    for (Offset u = lane; u < row_units; u += kWarp) to[u] = from[u];
+    // Not unrolled: unrolling a loop of a runtime step makes nvcc compute its trip count, a
+    // division (cuda_sass); the body already takes kElementsPerThread units.
+#pragma unroll 1
+    for (Offset first = lane; first < row_units; first += lanes * kElementsPerThread) {
+      Unit units[kElementsPerThread];
+#pragma unroll
+      for (int i = 0; i < kElementsPerThread; ++i) {
+        if (first + i * lanes < row_units) units[i] = from[first + i * lanes];
+      }
+#pragma unroll
+      for (int i = 0; i < kElementsPerThread; ++i) {
+        if (first + i * lanes < row_units) to[first + i * lanes] = units[i];
+      }
+    }
   }
 }
+
+// kMinRowBytes: the shortest row GatherRowsKernel copies. A shorter one is a few elements, which
+// GatherKernel's four per thread keep as many loads in flight for as a thread per row would.
+constexpr int64_t kMinRowBytes = 32;
 
 // RowUnitBytes: the widest unit (16, 8, 4, 2 or 1 bytes, at least one element) that every row of
 // `walk` (its last dimension being the rows' run) starts on and is made of, or 0 when there is
 // none or the walk's last dimension is no row: the index moves along it, or the input or the
-// result does not run contiguously, or rows are under 64 bytes (a warp per row would idle).
+// result does not run contiguously, or rows are under kMinRowBytes.
 int64_t RowUnitBytes(const Walk<3>& walk, const GatherPlan& plan, const void* result,
                      int64_t itemsize) {
   if (walk.rank == 0) return 0;
@@ -109,7 +132,7 @@ int64_t RowUnitBytes(const Walk<3>& walk, const GatherPlan& plan, const void* re
     return 0;
   }
   const int64_t row_bytes = walk.sizes[last] * itemsize;
-  if (row_bytes < 64) return 0;
+  if (row_bytes < kMinRowBytes) return 0;
   for (int64_t unit = 16; unit >= itemsize; unit /= 2) {
     bool fits = row_bytes % unit == 0 && (plan.input_axis_stride * itemsize) % unit == 0 &&
                 reinterpret_cast<uintptr_t>(plan.input.data()) % unit == 0 &&
@@ -121,6 +144,17 @@ int64_t RowUnitBytes(const Walk<3>& walk, const GatherPlan& plan, const void* re
     if (fits) return unit;
   }
   return 0;
+}
+
+// RowGroupLog2: log2 of the threads that copy one row of `row_units` units: enough that each
+// takes about kElementsPerThread units, at most the whole block.
+int RowGroupLog2(int64_t row_units) {
+  int group_log2 = 0;
+  while ((int64_t{1} << group_log2) * kElementsPerThread < row_units &&
+         (1 << group_log2) < kThreadsPerBlock) {
+    ++group_log2;
+  }
+  return group_log2;
 }
 
 // DispatchUnit is cpu::DispatchItemSize but for 16 bytes, which get uint4 (aligned to 16, where
@@ -144,19 +178,22 @@ absl::Status LaunchGatherRows(const GatherPlan& plan, const Walk<3>& walk, void*
   const int64_t row_units = walk.sizes[walk.rank - 1] / per_unit;
   const int64_t row_count = NumElements(plan.result_shape) / walk.sizes[walk.rank - 1];
   const int64_t axis_stride = plan.input_axis_stride / per_unit;
-  // A row's units and its index value's axis term come on top of the walk's offsets.
+  const int group_log2 = RowGroupLog2(row_units);
+  // A row's units (and the last trip's step past them) and its index value's axis term come on
+  // top of the walk's offsets.
+  const int64_t row_reach = row_units + kTilePositions;
   const bool fits32 =
       Fits32(rows, row_count,
-             {0, row_units,
-              std::max<int64_t>(plan.input_axis_size - 1, 0) * std::abs(axis_stride) + row_units});
+             {0, row_reach,
+              std::max<int64_t>(plan.input_axis_size - 1, 0) * std::abs(axis_stride) + row_reach});
   return DispatchPosition(fits32, [&]<typename Position>(TypeTag<Position>) {
     using Offset = std::make_signed_t<Position>;
     GatherRowsKernel<Unit, Index, Position>
-        <<<GridFor(row_count * 32), kThreadsPerBlock, 0, stream>>>(
+        <<<GridFor(row_count << group_log2), kThreadsPerBlock, 0, stream>>>(
             IndexWalk<3, Position>(rows), static_cast<Position>(row_count),
             static_cast<Offset>(row_units), plan.index.device_data_as<Index>(),
             static_cast<const Unit*>(plan.input.data()), static_cast<Unit*>(result),
-            plan.input_axis_size, static_cast<Offset>(axis_stride), error_flag);
+            plan.input_axis_size, static_cast<Offset>(axis_stride), group_log2, error_flag);
     return LaunchStatus(plan.op);
   });
 }

@@ -639,11 +639,12 @@ TEST_F(GatherCudaTest, AnOutOfRangeIndexRaisesTheFlagAndTheNextBatchWorks) {
   ExpectSameBytes(*next, *cpu);
 }
 
-// IndexSelect copies whole rows (a warp per row, in units of up to 16 bytes) where its index holds
-// along a contiguous run of at least 64 bytes: every dtype; rows of 16-byte multiples and of odd
-// widths; rows along axis 0 and inside a batch (axis 1 of three); an input whose rows start
-// 4 bytes apart from an alignment (a view from the second element); int32 and int64 indices with
-// duplicates and negatives; and an out-of-range index, which the row kernel flags too.
+// IndexSelect copies whole rows (a group of threads sized to the row, in units of up to 16 bytes)
+// where its index holds along a contiguous run of at least 32 bytes: every dtype; rows of 16-byte
+// multiples and of odd widths; rows along axis 0 and inside a batch (axis 1 of three); an input
+// whose rows start 4 bytes apart from an alignment (a view from the second element); int32 and
+// int64 indices with duplicates and negatives; and an out-of-range index, which the row kernel
+// flags too.
 TEST_F(GatherCudaTest, IndexSelectOfRowsMatchesTheCpu) {
   absl::BitGen gen = SeededGen(4343, kGatherSeedSalt);
   for (DataType dtype : kAllDataTypes) {

@@ -15,7 +15,8 @@
 // in-place update is acknowledged once its record is queued for the log's writer thread, which
 // writes the queue in order as it fills (so the update's own call does not wait for its bytes to
 // be checksummed and copied into the page cache): a crash of the process loses at most the updates
-// still queued, normally none or a few milliseconds' worth, never more than kMaxQueuedUpdateBytes.
+// still queued, normally none or a few milliseconds' worth, at most kMaxQueuedUpdateBytes (or one
+// larger update alone).
 // A crash of the machine loses at most the last sync interval with kInterval (the writer keeps up
 // unless the disk cannot, and then calls wait for it), and whatever the OS had not yet written
 // with kNone. Recovery always gives the state after a prefix of the acknowledged changes, in
@@ -137,8 +138,9 @@ struct DurableStoreStats {
 class DurableStore final : public StoreJournal {
  public:
   // The most bytes of in-place updates acknowledged and not yet written (kInterval, kNone): an
-  // update that would queue more waits for the writer, which bounds both what a crash of the
-  // process may lose and the memory the queue takes beside --max_memory_bytes.
+  // update that would queue more waits for the writer (one larger update queues alone), which
+  // bounds both what a crash of the process may lose and the memory the queue takes beside
+  // --max_memory_bytes.
   static constexpr int64_t kMaxQueuedUpdateBytes = int64_t{32} << 20;
 
   // Open locks `options.dir` (FAILED_PRECONDITION when another server holds it), recovers the

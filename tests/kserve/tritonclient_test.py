@@ -26,8 +26,9 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 import reference as ref
 import tensorops
 
-DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                    "docs", "kserve.md")
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DOCS = os.path.join(REPO, "docs", "kserve.md")
+README = os.path.join(REPO, "README.md")
 
 RNG = np.random.default_rng(20240717)
 
@@ -1094,15 +1095,30 @@ def test_stored_input_and_stored_result(triton, v1):
 # docs/kserve.md's example, as printed there
 
 
-def test_docs_example(server):
-    """The example at the top of docs/kserve.md runs unchanged (but for the address) and prints
-    what its comment says."""
-    with open(DOCS, encoding="utf-8") as f:
-        code = re.search(r"```python\n(.*?)```", f.read(), re.S).group(1)
+def run_example(server, path, code):
+    """Runs `code`, an example from `path`, unchanged but for the address: it prints what the
+    comment of its print line says."""
     assert "127.0.0.1:50051" in code
-    printed = re.search(r"print\(result\.as_numpy\(\"output\"\)\)\s*#\s*(.*)", code)
+    printed = re.search(r"print\(.*\.as_numpy\(\"output\"\)\)\s*#\s*(.*)", code)
     assert printed, "the example prints its result with the expected value in a comment"
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
-        exec(compile(code.replace("127.0.0.1:50051", server.address), DOCS, "exec"), {})
+        exec(compile(code.replace("127.0.0.1:50051", server.address), path, "exec"), {})
     assert stdout.getvalue().split() == printed.group(1).split()
+
+
+def test_docs_example(server):
+    """The example at the top of docs/kserve.md runs as printed there."""
+    with open(DOCS, encoding="utf-8") as f:
+        run_example(server, DOCS, re.search(r"```python\n(.*?)```", f.read(), re.S).group(1))
+
+
+# README.md block: import numpy as np
+def test_readme_example(server):
+    """README.md's KServe example (its Python block that imports tritonclient) runs as printed
+    there (tests/readme_test.py checks that every README block has its test)."""
+    with open(README, encoding="utf-8") as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+    examples = [code for code in blocks if "import tritonclient.grpc" in code]
+    assert len(examples) == 1, blocks
+    run_example(server, README, examples[0])

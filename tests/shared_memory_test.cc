@@ -5,7 +5,10 @@
 #include "client/cpp/shared_memory.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -16,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "client/cpp/client.h"
 #include "gmock/gmock.h"
@@ -163,6 +167,40 @@ TEST(SharedMemoryRegionsTest, AnObjectShrunkUnderTheMappingFailsItsUseAndNotTheP
   // Growing it back does not make the replaced mapping the client's again.
   Shrink(key, 3 * 4096);
   EXPECT_EQ((*region)->CheckIntact("test").code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A /dev/shm without room for an object (a container's is 64 MiB unless given more) fails its
+// creation with RESOURCE_EXHAUSTED naming the cause, instead of a SIGBUS later in whichever
+// process first touches a page without room. Run in a child with a private 1 MiB /dev/shm (a
+// mount namespace of its own); skipped where the child may not make one (not root, no
+// CAP_SYS_ADMIN).
+TEST(SharedMemoryObjectTest, AnObjectDevShmHasNoRoomForFailsAtCreation) {
+  // The child's verdict, by exit code.
+  enum : int { kPassed = 0, kNoNamespace = 3, kWrongStatus = 4, kCreated = 5 };
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (unshare(CLONE_NEWNS) != 0 ||
+        mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m") != 0) {
+      _exit(kNoNamespace);
+    }
+    absl::StatusOr<SharedMemoryObject> object =
+        SharedMemoryObject::Create(UniqueKey("full"), int64_t{4} << 20);
+    if (object.ok()) _exit(kCreated);
+    const bool named = object.status().code() == absl::StatusCode::kResourceExhausted &&
+                       absl::StrContains(object.status().message(), "/dev/shm has no room");
+    _exit(named ? kPassed : kWrongStatus);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died (signal " << WTERMSIG(status) << ")";
+  if (WEXITSTATUS(status) == kNoNamespace) {
+    GTEST_SKIP() << "cannot mount a small /dev/shm in a mount namespace here";
+  }
+  EXPECT_EQ(WEXITSTATUS(status), kPassed)
+      << (WEXITSTATUS(status) == kCreated ? "a 4 MiB object was created in a 1 MiB /dev/shm"
+                                          : "the error was not RESOURCE_EXHAUSTED naming /dev/shm");
 }
 
 TEST(SharedMemoryRegionsTest, AnUnlinkedObjectIsReported) {

@@ -36,17 +36,24 @@ absl::StatusOr<SharedMemoryObject> SharedMemoryObject::Create(std::string key, i
     return error == EEXIST ? absl::AlreadyExistsError(message)
                            : absl::InvalidArgumentError(message);
   }
+  // The pages are reserved now (posix_fallocate): on a /dev/shm too small for them (a container's
+  // is 64 MiB unless given more) creating fails here with ENOSPC, where a sparse object would
+  // instead kill the first process to touch a page that has no room with SIGBUS.
+  int error = ftruncate(fd, byte_size) == 0 ? posix_fallocate(fd, 0, byte_size) : errno;
   void* data = MAP_FAILED;
-  if (ftruncate(fd, byte_size) == 0) {
+  if (error == 0) {
     data = mmap(nullptr, static_cast<size_t>(byte_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (data == MAP_FAILED) error = errno;
   }
-  const int error = errno;
   close(fd);  // the mapping keeps the object
   if (data == MAP_FAILED) {
     shm_unlink(key.c_str());
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("shared memory: cannot size and map %d bytes of object \"%s\": %s",
-                        byte_size, key, std::strerror(error)));
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "shared memory: cannot size and map %d bytes of object \"%s\": %s%s", byte_size, key,
+        std::strerror(error),
+        error == ENOSPC ? " (/dev/shm has no room for it: a container's /dev/shm is 64 MiB unless "
+                          "given more, e.g. podman or docker run --shm-size=1g)"
+                        : ""));
   }
   return SharedMemoryObject(std::move(key), byte_size, data);
 }

@@ -33,6 +33,12 @@ func NewSharedMemory(key string, byteSize int64) (*SharedMemory, error) {
 		if err := file.Truncate(byteSize); err != nil {
 			return nil, err
 		}
+		// Reserve the pages now: on a /dev/shm too small for them (a container's is 64 MiB unless
+		// given more) this fails with ENOSPC, where a sparse object would kill the first process
+		// to touch a page without room with SIGBUS.
+		if err := syscall.Fallocate(int(file.Fd()), 0, 0, byteSize); err != nil {
+			return nil, err
+		}
 		return syscall.Mmap(int(file.Fd()), 0, int(byteSize), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	}()
 	if err != nil {

@@ -20,6 +20,7 @@ leaving its `with` block, or at the latest when that process exits, without a wa
 """
 import atexit
 import dataclasses
+import errno
 import mmap
 import os
 import secrets
@@ -154,6 +155,17 @@ class SharedMemoryRegion:
                 with _created_lock:
                     _created[key] = os.getpid()
                 os.ftruncate(fd, size)
+                # Reserve the pages now: on a /dev/shm too small for them (a container's is 64 MiB
+                # unless given more) this raises ENOSPC, where a sparse object would kill the
+                # first process to touch a page without room with SIGBUS.
+                try:
+                    os.posix_fallocate(fd, 0, size)
+                except OSError as error:
+                    if error.errno != errno.ENOSPC:
+                        raise
+                    raise OSError(errno.ENOSPC, f"SharedMemoryRegion: /dev/shm has no room for "
+                                  f"{size} bytes of {key!r} (a container's /dev/shm is 64 MiB "
+                                  f"unless given more, e.g. --shm-size=1g)") from None
             else:
                 object_size = os.fstat(fd).st_size
                 if object_size < size:

@@ -512,3 +512,29 @@ def test_no_warnings_and_no_object_left_at_exit(tmp_path):
         assert key.startswith("/tensorops-")
         assert not os.path.exists(f"/dev/shm/{key.lstrip('/')}")
         assert os.path.exists(f"/dev/shm/{theirs.key.lstrip('/')}")
+
+
+def test_a_region_dev_shm_has_no_room_for_fails_at_creation(tmp_path):
+    """A /dev/shm without room for a region (a container's is 64 MiB unless given more) fails its
+    creation with ENOSPC naming the cause, instead of a SIGBUS in whichever process first touches
+    a page without room. Run in a child with a private 1 MiB /dev/shm (a mount namespace of its
+    own); skipped where the child may not make one."""
+    script = tmp_path / "full.py"
+    script.write_text(
+        "import errno, tensorops\n"
+        "try:\n"
+        "    tensorops.SharedMemoryRegion('big', 4 << 20)\n"
+        "except OSError as error:\n"
+        "    assert error.errno == errno.ENOSPC and '/dev/shm has no room' in str(error), error\n"
+        "    print('refused')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    command = ("mount --make-rprivate / && mount -t tmpfs -o size=1m tmpfs /dev/shm || exit 3; "
+               f"exec {sys.executable} {script}")
+    try:
+        done = subprocess.run(["unshare", "--mount", "sh", "-c", command], capture_output=True,
+                              text=True, env=env, cwd=PACKAGE_ROOT, timeout=60)
+    except FileNotFoundError:
+        pytest.skip("no unshare(1) here")
+    if done.returncode == 3 or "unshare failed" in done.stderr:
+        pytest.skip(f"cannot mount a small /dev/shm in a mount namespace here: {done.stderr}")
+    assert done.returncode == 0 and done.stdout.strip() == "refused", (done.stdout, done.stderr)

@@ -90,6 +90,12 @@ class HostMemory final : public TensorMemory {
 
 }  // namespace
 
+absl::StatusOr<void*> TensorMemory::OpenIpcHandle(std::string_view /*raw_handle*/,
+                                                  int64_t /*byte_size*/) {
+  return absl::UnimplementedError(
+      absl::StrFormat("%s memory cannot open CUDA IPC handles: only a GPU's can", device()));
+}
+
 TensorMemory& HostTensorMemory() {
   static HostMemory* const memory = new HostMemory();
   return *memory;

@@ -19,6 +19,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "kernels/tensor.h"
 
 namespace tensorops {
@@ -49,6 +50,17 @@ class TensorMemory {
   // They return once the copy is done. A device error is UNAVAILABLE naming the device.
   virtual absl::Status CopyToHost(void* host, const void* data, int64_t bytes) const = 0;
   virtual absl::Status CopyFromHost(void* data, const void* host, int64_t bytes) const = 0;
+
+  // OpenIpcHandle maps another process's device buffer, shared through CUDA IPC (`raw_handle`:
+  // the 64 bytes of its cudaIpcMemHandle_t), into this memory's device, so that kernels and
+  // copies reach it as they reach this memory's own bytes. The buffer must hold at least
+  // `byte_size` bytes from where the handle points. INVALID_ARGUMENT for a handle that cannot be
+  // opened (malformed, from a process that has exited, from a GPU this one cannot reach) or a
+  // buffer smaller than `byte_size`, each naming the runtime's reason; UNIMPLEMENTED for memory
+  // without CUDA IPC (the host's). Thread-safe.
+  virtual absl::StatusOr<void*> OpenIpcHandle(std::string_view raw_handle, int64_t byte_size);
+  // CloseIpcHandle unmaps what OpenIpcHandle returned; the owner's buffer lives on.
+  virtual void CloseIpcHandle(void* /*data*/) {}
 };
 
 // HostTensorMemory is the process's host memory (device "cpu"). Never destroyed.

@@ -356,11 +356,14 @@ void Server::BuildService(const ServerOptions& options, const Placement& placeme
   // different tensors seldom queue behind each other's waits.
   constexpr int kBlockingPoolThreads = 16;
   blocking_pool_ = std::make_unique<BlockingPool>(kBlockingPoolThreads);
-  shared_memory_ = std::make_unique<SharedMemoryRegions>(SharedMemoryRegions::Limits{
-      .max_regions = options.shared_memory.max_regions,
-      .max_bytes = options.shared_memory.max_bytes > 0 ? options.shared_memory.max_bytes
-                   : limits.max_memory_bytes > 0       ? limits.max_memory_bytes
-                                                       : std::numeric_limits<int64_t>::max()});
+  shared_memory_ = std::make_unique<SharedMemoryRegions>(
+      SharedMemoryRegions::Limits{
+          .max_regions = options.shared_memory.max_regions,
+          .max_bytes = options.shared_memory.max_bytes > 0 ? options.shared_memory.max_bytes
+                       : limits.max_memory_bytes > 0       ? limits.max_memory_bytes
+                                                           : std::numeric_limits<int64_t>::max()},
+      // CUDA regions open in the memory of the GPU calls run on.
+      placement.executor != nullptr ? placement.executor->resident_memory() : nullptr);
   memory_ = std::make_unique<MemoryBudget>(limits.max_memory_bytes,
                                            [store = store_.get()] { return store->used_bytes(); });
   metrics_->WatchStore([store = store_.get(), durable = durable_.get()] {

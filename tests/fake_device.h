@@ -16,11 +16,14 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -82,6 +85,41 @@ class FakeDeviceMemory final : public TensorMemory {
     return false;
   }
 
+  // IpcHandle is what a client's cudaIpcGetMemHandle would give for `bytes` of this memory at
+  // `data`, as far as OpenIpcHandle can tell: 64 bytes naming the address and the size.
+  static std::string IpcHandle(const void* data, int64_t bytes) {
+    std::string handle(64, '\0');
+    std::memcpy(handle.data(), kIpcMagic, sizeof(kIpcMagic));
+    const auto address = reinterpret_cast<uintptr_t>(data);
+    std::memcpy(handle.data() + 8, &address, sizeof(address));
+    std::memcpy(handle.data() + 16, &bytes, sizeof(bytes));
+    return handle;
+  }
+  // OpenIpcHandle opens what IpcHandle made, if its bytes are still allocated here.
+  absl::StatusOr<void*> OpenIpcHandle(std::string_view raw_handle, int64_t byte_size) override {
+    if (raw_handle.size() != 64 ||
+        std::memcmp(raw_handle.data(), kIpcMagic, sizeof(kIpcMagic)) != 0) {
+      return absl::InvalidArgumentError("fake device: not an IPC handle of this device");
+    }
+    uintptr_t address = 0;
+    int64_t bytes = 0;
+    std::memcpy(&address, raw_handle.data() + 8, sizeof(address));
+    std::memcpy(&bytes, raw_handle.data() + 16, sizeof(bytes));
+    void* data = reinterpret_cast<void*>(address);
+    if (!Contains(data, bytes)) {
+      return absl::InvalidArgumentError("fake device: the handle's buffer was freed");
+    }
+    if (bytes < byte_size) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "fake device: the buffer has %d bytes, fewer than byte_size %d", bytes, byte_size));
+    }
+    ++ipc_open_;
+    return data;
+  }
+  void CloseIpcHandle(void* /*data*/) override { --ipc_open_; }
+  // Handles open now.
+  int64_t ipc_open() const { return ipc_open_; }
+
   // Bytes copied out of and into the memory so far.
   int64_t copied_out() const { return copied_out_; }
   int64_t copied_in() const { return copied_in_; }
@@ -94,8 +132,11 @@ class FakeDeviceMemory final : public TensorMemory {
     return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(device) - kShift);
   }
 
+  static constexpr char kIpcMagic[8] = {'f', 'a', 'k', 'e', 'i', 'p', 'c', '\0'};
+
   mutable absl::Mutex mu_;
   absl::flat_hash_map<const void*, int64_t> sizes_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> ipc_open_{0};
   mutable std::atomic<int64_t> copied_out_{0};
   mutable std::atomic<int64_t> copied_in_{0};
 };

@@ -457,6 +457,8 @@ TEST_F(SharedMemoryServiceTest, KServeRegistersListsAndUnregistersAsTritonDoes) 
     ASSERT_TRUE(
         kserve_->ServerMetadata(&context, inference::ServerMetadataRequest(), &response).ok());
     EXPECT_THAT(response.extensions(), ::testing::Contains("system_shared_memory"));
+    // Not on a server without a GPU, which cannot open a CUDA region.
+    EXPECT_THAT(response.extensions(), ::testing::Not(::testing::Contains("cuda_shared_memory")));
   }
 }
 
@@ -620,6 +622,262 @@ INSTANTIATE_TEST_SUITE_P(Placements, SharedMemoryStoreTest,
                          [](const ::testing::TestParamInfo<StorePlacement>& info) {
                            return info.param == StorePlacement::kHost ? "Host" : "FakeDevice";
                          });
+
+// CUDA regions, on the fake GPU (tests/fake_device.h): a client's GPU buffer, opened by its IPC
+// handle in the executor's device memory. The fake executor checks what a real one would read in
+// place (resident inputs and results must be device memory, and nothing of a resident input is
+// staged) and then fails every call, so the server's CPU fallback computes through host copies
+// of the region: both paths run on every call.
+class CudaRegionTest : public SharedMemoryServiceTest {
+ protected:
+  static constexpr int64_t kBufferBytes = 1 << 20;
+
+  void Configure(ServerOptions* options) override {
+    options->gpu.executor_for_testing = &executor_;
+    options->device = DeviceChoice::kCuda;
+    buffer_ = static_cast<char*>(device_memory_.Allocate(kBufferBytes));
+  }
+  void TearDown() override {
+    client_.reset();
+    server_.reset();
+    device_memory_.Free(buffer_, kBufferBytes);
+  }
+
+  // Handle is the IPC handle of the "client's" GPU buffer.
+  std::string Handle() const { return testing::FakeDeviceMemory::IpcHandle(buffer_, kBufferBytes); }
+
+  // PlaceOnGpu copies `tensor`'s bytes into the GPU buffer at the next free aligned offset and
+  // makes it a reference to them in region "gpu".
+  void PlaceOnGpu(v1::Tensor* tensor) {
+    const int64_t bytes = static_cast<int64_t>(tensor->data().size());
+    ASSERT_TRUE(device_memory_.CopyFromHost(buffer_ + next_, tensor->data().data(), bytes).ok());
+    tensor->clear_data();
+    *tensor->mutable_shared_memory() = SharedMemoryRef("gpu", next_, bytes);
+    next_ += (bytes + 63) / 64 * 64 + 64;
+  }
+  std::string GpuBytes(int64_t offset, int64_t bytes) const {
+    std::string host(static_cast<size_t>(bytes), '\0');
+    EXPECT_TRUE(device_memory_.CopyToHost(host.data(), buffer_ + offset, bytes).ok());
+    return host;
+  }
+
+  testing::FakeDeviceMemory device_memory_;
+  testing::StagingFakeExecutor executor_{&device_memory_};
+  char* buffer_ = nullptr;
+};
+
+TEST_F(CudaRegionTest, EveryOpReadsItsArgumentsAndWritesItsResultInTheGpuBuffer) {
+  ASSERT_TRUE(client_->RegisterCudaSharedMemory("gpu", Handle(), 0, kBufferBytes).ok());
+  EXPECT_EQ(device_memory_.ipc_open(), 1);
+  absl::StatusOr<std::vector<v1::SharedMemoryRegion>> listed = client_->ListSharedMemory();
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 2);
+  EXPECT_EQ((*listed)[0].name(), "gpu");
+  EXPECT_EQ((*listed)[0].cuda().byte_size(), kBufferBytes);
+  std::mt19937 rng(13);
+  int64_t resident_calls = 0;
+  for (const testing::Case& c : Cases(rng)) {
+    const std::string op(ops::NameOfCase(c.v1.op_case()));
+    SCOPED_TRACE(op);
+    grpc::ClientContext context;
+    v1::OpResponse inline_answer;
+    ASSERT_TRUE(stub_->Run(&context, c.v1, &inline_answer).ok());
+    executor_.TakeSeen();
+    const google::protobuf::Message* op_message = nullptr;
+    ops::VisitOp(
+        c.v1, [&]<typename Op>(Op, const typename Op::Request& r) { op_message = &r; }, [] {});
+    next_ = 0;
+    v1::OpRequest request = c.v1;
+    for (const std::string& name : DataArguments(*op_message)) {
+      PlaceOnGpu(MutableArgument(&request, name));
+    }
+    const int64_t result_bytes = static_cast<int64_t>(inline_answer.result().data().size());
+    const std::string marks(static_cast<size_t>(result_bytes + 8), '\x5a');
+    ASSERT_TRUE(device_memory_.CopyFromHost(buffer_ + next_, marks.data(), result_bytes + 8).ok());
+    absl::StatusOr<ResultShape> written =
+        client_->RunInto(request, SharedMemoryRef("gpu", next_, result_bytes + 8));
+    ASSERT_TRUE(written.ok()) << written.status();
+    EXPECT_EQ(GpuBytes(next_, result_bytes), inline_answer.result().data());
+    EXPECT_EQ(GpuBytes(next_ + result_bytes, 1), "\x5a");
+    EXPECT_THAT(written->shape, ::testing::ElementsAreArray(inline_answer.result().shape()));
+    // What the device saw: the buffer's bytes where they are; from the host at most a scalar
+    // argument (scatter's value), never a tensor's bytes.
+    for (const testing::StagingFakeExecutor::Seen& seen : executor_.TakeSeen()) {
+      EXPECT_LE(seen.staged_bytes, 16);
+      EXPECT_TRUE(seen.all_resident_in_memory);
+      EXPECT_TRUE(seen.resident_result);
+      resident_calls += seen.resident_bytes > 0 ? 1 : 0;
+    }
+  }
+  EXPECT_GT(resident_calls, 10);
+  ASSERT_TRUE(client_->UnregisterSharedMemory("gpu").ok());
+  EXPECT_EQ(device_memory_.ipc_open(), 0);
+}
+
+TEST_F(CudaRegionTest, ARegionIsRefusedForABadHandleOrABufferSmallerThanItsSize) {
+  absl::Status status =
+      client_->RegisterCudaSharedMemory("gpu", std::string(64, '\1'), 0, kBufferBytes);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("region \"gpu\": cannot open its CUDA IPC handle"));
+  status = client_->RegisterCudaSharedMemory("gpu", Handle(), 0, kBufferBytes + 1);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("fewer than byte_size"));
+  status = client_->RegisterCudaSharedMemory("gpu", Handle(), 0, 0);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("byte_size >= 1"));
+  EXPECT_EQ(device_memory_.ipc_open(), 0);
+  // A slice past the region's end is refused when used.
+  ASSERT_TRUE(client_->RegisterCudaSharedMemory("gpu", Handle(), 0, 4096).ok());
+  v1::OpRequest request;
+  v1::GatherRequest* gather = request.mutable_gather();
+  *gather->mutable_input() = SharedMemoryArgument("gpu", 4000, DataType::kFloat32, {100});
+  *gather->mutable_index() = SharedMemoryArgument("gpu", 0, DataType::kInt64, {10});
+  grpc::ClientContext context;
+  v1::OpResponse answer;
+  const grpc::Status outside = stub_->Run(&context, request, &answer);
+  EXPECT_EQ(outside.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(outside.error_message(), HasSubstr("outside CUDA shared-memory region \"gpu\""));
+}
+
+TEST_F(CudaRegionTest, TheStoreAndKServeUseTheGpuBuffer) {
+  ASSERT_TRUE(client_->RegisterCudaSharedMemory("gpu", Handle(), 0, kBufferBytes).ok());
+  std::vector<float> values(1000);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.25f;
+  ASSERT_TRUE(device_memory_.CopyFromHost(buffer_, values.data(), 4000).ok());
+  absl::StatusOr<v1::TensorInfo> put = client_->PutTensorFromSharedMemory(
+      "table", DataType::kFloat32, {10, 100}, SharedMemoryRef("gpu", 0, 4000));
+  ASSERT_TRUE(put.ok()) << put.status();
+  absl::StatusOr<Tensor> stored = client_->GetTensor("table");
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(std::memcmp(stored->data(), values.data(), 4000), 0);
+  absl::StatusOr<v1::TensorInfo> got =
+      client_->GetTensorIntoSharedMemory("table", SharedMemoryRef("gpu", 8192, 4096));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(GpuBytes(8192, 4000), std::string(reinterpret_cast<const char*>(values.data()), 4000));
+  // A lookup with its rows and its result in the GPU buffer.
+  const std::vector<int64_t> rows = {3, 1, 3};
+  ASSERT_TRUE(device_memory_.CopyFromHost(buffer_ + 16384, rows.data(), 24).ok());
+  v1::OpRequest lookup;
+  v1::IndexSelectRequest* select = lookup.mutable_index_select();
+  *select->mutable_input() = StoredArgument("table");
+  *select->mutable_index() = SharedMemoryArgument("gpu", 16384, DataType::kInt64, {3});
+  absl::StatusOr<ResultShape> written =
+      client_->RunInto(lookup, SharedMemoryRef("gpu", 20480, 1200));
+  ASSERT_TRUE(written.ok()) << written.status();
+  const char* table = reinterpret_cast<const char*>(values.data());
+  EXPECT_EQ(GpuBytes(20480, 1200), std::string(table + 1200, 400) + std::string(table + 400, 400) +
+                                       std::string(table + 1200, 400));
+  // The same lookup through KServe, as tritonclient's cuda_shared_memory helpers send it.
+  {
+    grpc::ClientContext context;
+    inference::ServerMetadataResponse response;
+    ASSERT_TRUE(
+        kserve_->ServerMetadata(&context, inference::ServerMetadataRequest(), &response).ok());
+    EXPECT_THAT(response.extensions(), ::testing::Contains("cuda_shared_memory"));
+  }
+  {
+    grpc::ClientContext context;
+    inference::CudaSharedMemoryStatusRequest request;
+    inference::CudaSharedMemoryStatusResponse response;
+    ASSERT_TRUE(kserve_->CudaSharedMemoryStatus(&context, request, &response).ok());
+    ASSERT_TRUE(response.regions().contains("gpu"));
+    EXPECT_EQ(response.regions().at("gpu").byte_size(), static_cast<uint64_t>(kBufferBytes));
+  }
+  inference::ModelInferRequest infer;
+  infer.set_model_name("index_select");
+  auto add_input = [&](const std::string& name, const std::string& datatype,
+                       std::vector<int64_t> shape, int64_t offset, int64_t bytes) {
+    auto* input = infer.add_inputs();
+    input->set_name(name);
+    input->set_datatype(datatype);
+    for (int64_t d : shape) input->add_shape(d);
+    auto& parameters = *input->mutable_parameters();
+    parameters["shared_memory_region"].set_string_param("gpu");
+    parameters["shared_memory_byte_size"].set_int64_param(bytes);
+    parameters["shared_memory_offset"].set_int64_param(offset);
+  };
+  add_input("input", "FP32", {10, 100}, 0, 4000);
+  add_input("index", "INT64", {3}, 16384, 24);
+  auto* output = infer.add_outputs();
+  output->set_name("output");
+  (*output->mutable_parameters())["shared_memory_region"].set_string_param("gpu");
+  (*output->mutable_parameters())["shared_memory_byte_size"].set_int64_param(1200);
+  (*output->mutable_parameters())["shared_memory_offset"].set_int64_param(32768);
+  grpc::ClientContext context;
+  inference::ModelInferResponse answer;
+  const grpc::Status status = kserve_->ModelInfer(&context, infer, &answer);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(answer.raw_output_contents_size(), 0);
+  EXPECT_EQ(GpuBytes(32768, 1200), GpuBytes(20480, 1200));
+  // Unregistering through KServe closes the handle.
+  grpc::ClientContext unregister_context;
+  inference::CudaSharedMemoryUnregisterRequest unregister;
+  unregister.set_name("gpu");
+  inference::CudaSharedMemoryUnregisterResponse unregistered;
+  ASSERT_TRUE(
+      kserve_->CudaSharedMemoryUnregister(&unregister_context, unregister, &unregistered).ok());
+  EXPECT_EQ(device_memory_.ipc_open(), 0);
+}
+
+// ScatterSum is a scatter SUM of `src` into `input` at `index`.
+v1::OpRequest ScatterSum(v1::Tensor input, v1::Tensor index, v1::Tensor src) {
+  v1::OpRequest request;
+  v1::ScatterRequest* scatter = request.mutable_scatter();
+  *scatter->mutable_input() = std::move(input);
+  *scatter->mutable_index() = std::move(index);
+  *scatter->mutable_src() = std::move(src);
+  scatter->set_reduce(v1::REDUCTION_SUM);
+  return request;
+}
+
+TEST_F(CudaRegionTest, AnInPlaceUpdateTakesItsArgumentsFromTheGpuBuffer) {
+  ASSERT_TRUE(client_->RegisterCudaSharedMemory("gpu", Handle(), 0, kBufferBytes).ok());
+  Tensor zeros(DataType::kFloat32, std::vector<int64_t>{4});
+  std::memset(zeros.data(), 0, zeros.nbytes());
+  ASSERT_TRUE(client_->PutTensor("acc", zeros.view()).ok());
+  const std::vector<int64_t> rows = {1, 3, 1};
+  const std::vector<float> values = {1.5f, 2.0f, 0.25f};
+  ASSERT_TRUE(device_memory_.CopyFromHost(buffer_, rows.data(), 24).ok());
+  ASSERT_TRUE(device_memory_.CopyFromHost(buffer_ + 64, values.data(), 12).ok());
+  v1::OpRequest push =
+      ScatterSum(StoredArgument("acc"), SharedMemoryArgument("gpu", 0, DataType::kInt64, {3}),
+                 SharedMemoryArgument("gpu", 64, DataType::kFloat32, {3}));
+  push.mutable_scatter()->mutable_result_options()->set_in_place(true);
+  const auto pushed = client_->RunStored(push);
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  absl::StatusOr<Tensor> acc = client_->GetTensor("acc");
+  ASSERT_TRUE(acc.ok());
+  const float* sums = static_cast<const float*>(acc->data());
+  EXPECT_EQ(sums[0], 0.0f);
+  EXPECT_EQ(sums[1], 1.75f);
+  EXPECT_EQ(sums[2], 0.0f);
+  EXPECT_EQ(sums[3], 2.0f);
+}
+
+TEST_F(CudaRegionTest, ArgumentsThatOverlapInTheGpuBufferAreReadWhereTheyAre) {
+  ASSERT_TRUE(client_->RegisterCudaSharedMemory("gpu", Handle(), 0, kBufferBytes).ok());
+  // input is floats [0, 32) of the buffer, src [24, 40): the call reads [0, 40) as one span,
+  // which lies in neither argument alone.
+  std::vector<float> floats(10);
+  for (size_t i = 0; i < floats.size(); ++i) floats[i] = static_cast<float>(i) + 0.5f;
+  const std::vector<int64_t> rows = {7, 0, 7};
+  ASSERT_TRUE(device_memory_.CopyFromHost(buffer_, floats.data(), 40).ok());
+  ASSERT_TRUE(device_memory_.CopyFromHost(buffer_ + 256, rows.data(), 24).ok());
+  const v1::OpRequest in_region =
+      ScatterSum(SharedMemoryArgument("gpu", 0, DataType::kFloat32, {8}),
+                 SharedMemoryArgument("gpu", 256, DataType::kInt64, {3}),
+                 SharedMemoryArgument("gpu", 24, DataType::kFloat32, {3}));
+  absl::StatusOr<Tensor> answer = client_->Run(in_region);
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  const std::vector<float> expected = {0.5f + 7.5f, 1.5f, 2.5f, 3.5f,
+                                       4.5f,        5.5f, 6.5f, 7.5f + 6.5f + 8.5f};
+  ASSERT_EQ(answer->nbytes(), 32);
+  EXPECT_EQ(std::memcmp(answer->data(), expected.data(), 32), 0);
+  for (const testing::StagingFakeExecutor::Seen& seen : executor_.TakeSeen()) {
+    EXPECT_EQ(seen.staged_bytes, 0);
+    EXPECT_TRUE(seen.all_resident_in_memory);
+  }
+}
 
 TEST_F(SharedMemoryServiceTest, BadReferencesAreRefusedNamingTheArgumentAndTheRule) {
   v1::OpRequest request;

@@ -595,12 +595,28 @@ absl::StatusOr<v1::TensorInfo> Client::PutTensor(std::string_view name, const Te
 absl::Status Client::RegisterSharedMemory(std::string_view name, std::string_view key,
                                           int64_t byte_size, int64_t offset,
                                           const CallOptions& options) {
+  v1::SharedMemoryRegion region;
+  region.set_name(name.data(), name.size());
+  region.mutable_system()->set_key(key.data(), key.size());
+  region.mutable_system()->set_offset(offset);
+  region.mutable_system()->set_byte_size(byte_size);
+  return RegisterRegion(std::move(region), options);
+}
+
+absl::Status Client::RegisterCudaSharedMemory(std::string_view name, std::string_view raw_handle,
+                                              int64_t device_id, int64_t byte_size,
+                                              const CallOptions& options) {
+  v1::SharedMemoryRegion region;
+  region.set_name(name.data(), name.size());
+  region.mutable_cuda()->set_raw_handle(raw_handle.data(), raw_handle.size());
+  region.mutable_cuda()->set_device_id(device_id);
+  region.mutable_cuda()->set_byte_size(byte_size);
+  return RegisterRegion(std::move(region), options);
+}
+
+absl::Status Client::RegisterRegion(v1::SharedMemoryRegion region, const CallOptions& options) {
   v1::RegisterSharedMemoryRequest request;
-  v1::SharedMemoryRegion* region = request.mutable_region();
-  region->set_name(name.data(), name.size());
-  region->mutable_system()->set_key(key.data(), key.size());
-  region->mutable_system()->set_offset(offset);
-  region->mutable_system()->set_byte_size(byte_size);
+  *request.mutable_region() = std::move(region);
   return CallRpc<v1::RegisterSharedMemoryResponse>(
              "register_shared_memory", Deadline(options.timeout),
              [&](grpc::ClientContext* context, v1::RegisterSharedMemoryResponse* received) {

@@ -482,6 +482,16 @@ class Client {
   // --max_shared_memory_regions or --max_shared_memory_bytes.
   absl::Status RegisterSharedMemory(std::string_view name, std::string_view key, int64_t byte_size,
                                     int64_t offset = 0, const CallOptions& options = {});
+  // RegisterCudaSharedMemory shares `byte_size` bytes of a GPU buffer with the server as region
+  // `name`: `raw_handle` is the 64 bytes of the buffer's cudaIpcMemHandle_t (cudaIpcGetMemHandle
+  // in this process, which must keep the buffer allocated while the region is registered),
+  // `device_id` the GPU it is on. The server's kernels then read arguments from it and write
+  // results into it in place. FAILED_PRECONDITION from a server whose calls run on no GPU;
+  // INVALID_ARGUMENT for a handle the server's GPU cannot open or a buffer smaller than
+  // `byte_size`; otherwise errors as RegisterSharedMemory's.
+  absl::Status RegisterCudaSharedMemory(std::string_view name, std::string_view raw_handle,
+                                        int64_t device_id, int64_t byte_size,
+                                        const CallOptions& options = {});
   // UnregisterSharedMemory forgets the region `name` (every region of the caller's when empty)
   // and returns the names forgotten; the server unmaps a region once the calls using it are done.
   absl::StatusOr<std::vector<std::string>> UnregisterSharedMemory(std::string_view name = "",
@@ -515,6 +525,9 @@ class Client {
 
  private:
   Client(std::string target, std::shared_ptr<grpc::Channel> channel, ClientOptions options);
+
+  // RegisterRegion asks the server to map `region` (RegisterSharedMemory).
+  absl::Status RegisterRegion(v1::SharedMemoryRegion region, const CallOptions& options);
 
   // PrepareContext readies `context` for one call of `op` that must finish by `deadline`: sets
   // the deadline and adds the bearer token's metadata. DEADLINE_EXCEEDED when the deadline has

@@ -2,6 +2,7 @@
 // copy each way.
 #include "kernels/cuda/executor.h"
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -101,6 +102,38 @@ class PinnedPool {
   int64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// BytesFrom is how many bytes of its allocation lie from `data` on: the driver's
+// cuMemGetAddressRange, reached through the runtime so that the server needs no libcuda at link
+// time (a CPU-only machine has none).
+absl::StatusOr<int64_t> BytesFrom(const void* data) {
+  using GetAddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+  static const GetAddressRange get_address_range = []() -> GetAddressRange {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &function, 12000,
+                                         cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    return reinterpret_cast<GetAddressRange>(function);
+  }();
+  if (get_address_range == nullptr) {
+    return absl::FailedPreconditionError(
+        "cuda: the driver does not export cuMemGetAddressRange, so the size of a shared buffer "
+        "cannot be checked");
+  }
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  const auto address = reinterpret_cast<CUdeviceptr>(data);
+  if (const CUresult result = get_address_range(&base, &size, address); result != CUDA_SUCCESS) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("cuda: cuMemGetAddressRange of a shared buffer failed (error %d)",
+                        static_cast<int>(result)));
+  }
+  return static_cast<int64_t>(base + size - address);
+}
+
 // ResidentMemory is the GPU's memory for stored tensors: plain cudaMalloc, not the batches' pool,
 // since a stored tensor lives long and its size is bounded by --store_memory_bytes instead.
 // Copies are synchronous (the legacy default stream, which waits for no other work of ours: the
@@ -130,6 +163,45 @@ class ResidentMemory final : public TensorMemory {
   }
   absl::Status CopyFromHost(void* data, const void* host, int64_t bytes) const override {
     return Copy(data, host, bytes, cudaMemcpyHostToDevice, "copying a stored tensor's bytes in");
+  }
+
+  absl::StatusOr<void*> OpenIpcHandle(std::string_view raw_handle, int64_t byte_size) override {
+    cudaIpcMemHandle_t handle;
+    if (raw_handle.size() != sizeof(handle)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("a CUDA IPC handle is the %d bytes of a cudaIpcMemHandle_t, not %d",
+                          sizeof(handle), raw_handle.size()));
+    }
+    std::memcpy(&handle, raw_handle.data(), sizeof(handle));
+    void* data = nullptr;
+    cudaError_t error = cudaSetDevice(device_);
+    if (error == cudaSuccess) {
+      // Lazy peer access: a buffer on another GPU of the host is reached over the peer link.
+      error = cudaIpcOpenMemHandle(&data, handle, cudaIpcMemLazyEnablePeerAccess);
+    }
+    if (error != cudaSuccess) {
+      cudaGetLastError();
+      return absl::InvalidArgumentError(CudaError(
+          absl::StrFormat("opening the IPC handle on cuda:%d (the process that made it must still "
+                          "be running, and its buffer be on a GPU this one can reach)",
+                          device_),
+          error));
+    }
+    // Kernels that ran past the buffer would poison the whole context: the size is checked here,
+    // once, against what the driver says the mapping holds.
+    absl::StatusOr<int64_t> available = BytesFrom(data);
+    if (available.ok() && *available >= byte_size) return data;
+    cudaIpcCloseMemHandle(data);
+    if (!available.ok()) return available.status();
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the buffer the IPC handle shares has %d bytes from where the handle points, fewer than "
+        "the region's byte_size %d",
+        *available, byte_size));
+  }
+
+  void CloseIpcHandle(void* data) override {
+    cudaSetDevice(device_);
+    if (cudaIpcCloseMemHandle(data) != cudaSuccess) cudaGetLastError();
   }
 
  private:

@@ -170,8 +170,18 @@ absl::StatusOr<MutableTensorView> ResultTarget::Allocate(DataType dtype, ShapeSp
       allocated_ = wire::AllocateTensor(dtype, shape, result_);
       break;
     case Kind::kSharedMemory: {
-      // Host memory whoever writes it: a device kernel's result is copied out into it.
-      TENSOROPS_ASSIGN_OR_RETURN(allocated_, InSharedMemory(dtype, shape));
+      TENSOROPS_ASSIGN_OR_RETURN(region_view_, InSharedMemory(dtype, shape));
+      if (!region_->on_device()) {
+        // Host memory whoever writes it: a device kernel's result is copied out into it.
+        allocated_ = region_view_;
+      } else if (side == KernelSide::kDevice && DeviceMayWrite(*region_view_)) {
+        // The client's GPU buffer: the kernels write it in place.
+        allocated_ = region_view_;
+        device_memory_ = region_->device_memory();
+      } else {
+        host_copy_.emplace(dtype, shape);
+        allocated_ = host_copy_->mutable_view();
+      }
       break;
     }
     case Kind::kStore: {
@@ -243,12 +253,26 @@ absl::StatusOr<MutableTensorView> ResultTarget::InSharedMemory(DataType dtype, S
                         what, ref.offset(), ItemSize(dtype), DataTypeName(dtype)));
   }
   TENSOROPS_ASSIGN_OR_RETURN(char* data, region_->Slice(ref.offset(), ref.byte_size(), what));
-  return MutableTensorView(dtype, shape, static_cast<void*>(data));
+  return MutableTensorView(dtype, shape, static_cast<void*>(data))
+      .InSpace(region_->on_device() ? MemorySpace::kDevice : MemorySpace::kHost);
+}
+
+bool ResultTarget::DeviceMayWrite(const MutableTensorView& in_region) const {
+  // A device kernel may write the whole 32-bit words its result's elements lie in (a 16-bit
+  // compare-and-swap covers its word: kernels/device_call.h); they must be the client's slice.
+  const int64_t bytes = in_region.numel() * ItemSize(in_region.dtype());
+  const int64_t offset = options_.shared_memory().offset();
+  return offset % 4 == 0 && (bytes + 3) / 4 * 4 <= options_.shared_memory().byte_size();
 }
 
 absl::Status ResultTarget::Finish() {
   if (kind_ == Kind::kResponse) return absl::OkStatus();
   if (kind_ == Kind::kSharedMemory) {
+    if (host_copy_.has_value()) {
+      // A CPU kernel's result (or one the device could not write in place) for a CUDA region.
+      TENSOROPS_RETURN_IF_ERROR(region_->device_memory()->CopyFromHost(
+          region_view_->data(), host_copy_->data(), host_copy_->nbytes()));
+    }
     TENSOROPS_RETURN_IF_ERROR(
         region_->CheckIntact(absl::StrFormat("%s: result_options.shared_memory", op_)));
     // The response describes the result the region holds, with no data.

@@ -108,6 +108,9 @@ class ResultTarget {
   // InSharedMemory is where a result of `dtype` and `shape` goes in the region
   // options_.shared_memory names, checked against it (and held in region_).
   absl::StatusOr<MutableTensorView> InSharedMemory(DataType dtype, ShapeSpan shape);
+  // DeviceMayWrite: a device kernel may write `in_region`, a result's place in a CUDA region, in
+  // place (the words it touches lie inside the client's slice).
+  bool DeviceMayWrite(const MutableTensorView& in_region) const;
   // SetReference describes the stored result in the response: dtype, shape, name and version.
   void SetReference(const TensorView& value, std::string_view name, int64_t version);
 
@@ -118,6 +121,8 @@ class ResultTarget {
   const SharedMemoryRegions* const regions_;
   // The region a kSharedMemory result is written to, held until the target is gone.
   std::shared_ptr<const MappedRegion> region_;
+  // Where the result goes in region_ (kSharedMemory).
+  std::optional<MutableTensorView> region_view_;
   // A copy: the caller's namespace string may go once the call is prepared.
   const std::string ns_;
   const std::shared_ptr<StoredOperands> operands_;
@@ -130,7 +135,8 @@ class ResultTarget {
   std::optional<MutableTensorView> allocated_;
   // The memory of allocated_ when it is device memory (null for host memory).
   const TensorMemory* device_memory_ = nullptr;
-  // A CPU kernel's result bound for a store in device memory (kStore); Finish copies it there.
+  // A CPU kernel's result bound for device memory (a store's, kStore, or a CUDA region's,
+  // kSharedMemory); Finish copies it there.
   std::optional<Tensor> host_copy_;
 };
 

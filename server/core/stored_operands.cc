@@ -127,7 +127,8 @@ absl::StatusOr<MutableTensorView> SharedMemoryView(const v1::Tensor& tensor,
   }
   TENSOROPS_ASSIGN_OR_RETURN(char* data,
                              region.Slice(ref.offset(), bytes, absl::StrFormat("%s: %s", op, arg)));
-  return MutableTensorView(dtype, shape, static_cast<void*>(data));
+  const MutableTensorView view(dtype, shape, static_cast<void*>(data));
+  return region.on_device() ? view.InSpace(MemorySpace::kDevice) : view;
 }
 
 absl::StatusOr<std::shared_ptr<StoredOperands>> StoredOperands::Acquire(
@@ -281,15 +282,34 @@ absl::StatusOr<TensorView> StoredOperands::View(const v1::Tensor& tensor,
 absl::Status StoredOperands::CopySharedMemory() {
   if (regions_.empty()) return absl::OkStatus();
   for (const auto& [tensor, arg] : shared_memory_args_) {
-    std::string key = tensor->SerializeAsString();
-    if (shared_memory_copies_.contains(key)) continue;
-    TENSOROPS_ASSIGN_OR_RETURN(const TensorView view, View(*tensor, arg));
-    Tensor copy(view.dtype(), view.shape());
-    std::memcpy(copy.data(), view.data(), copy.nbytes());
-    shared_memory_copies_.emplace(std::move(key), std::move(copy));
+    TENSOROPS_RETURN_IF_ERROR(CopyRegionArg(*tensor, arg));
   }
   // The copies are what the client's regions held only if no region shrank under the copying.
   return CheckSharedMemory();
+}
+
+absl::Status StoredOperands::CopyRegionArg(const v1::Tensor& tensor, std::string_view arg) {
+  std::string key = tensor.SerializeAsString();
+  if (shared_memory_copies_.contains(key)) return absl::OkStatus();
+  TENSOROPS_ASSIGN_OR_RETURN(const TensorView view, View(tensor, arg));
+  Tensor copy(view.dtype(), view.shape());
+  if (const TensorMemory* memory = RegionOf(tensor).device_memory(); memory != nullptr) {
+    TENSOROPS_RETURN_IF_ERROR(memory->CopyToHost(copy.data(), view.data(), copy.nbytes()));
+  } else {
+    std::memcpy(copy.data(), view.data(), copy.nbytes());
+  }
+  shared_memory_copies_.emplace(std::move(key), std::move(copy));
+  return absl::OkStatus();
+}
+
+const MappedRegion& StoredOperands::RegionOf(const v1::Tensor& tensor) const {
+  // Acquire held every region its arguments name.
+  return *regions_.at(tensor.shared_memory().region());
+}
+
+bool StoredOperands::InDeviceRegion(const v1::Tensor& tensor) const {
+  return RegionOf(tensor).on_device() &&
+         !shared_memory_copies_.contains(tensor.SerializeAsString());
 }
 
 absl::Status StoredOperands::CheckSharedMemory() const {
@@ -311,6 +331,9 @@ bool StoredOperands::on_device() const {
   for (const auto& [name, read] : reads_) {
     if (Unmirrored(name, read.memory())) return true;
   }
+  for (const auto& [tensor, arg] : shared_memory_args_) {
+    if (InDeviceRegion(*tensor)) return true;
+  }
   return UpdateUnmirrored();
 }
 
@@ -326,6 +349,20 @@ void StoredOperands::MarkResident(DeviceCall& call) const {
     if (Unmirrored(name, read.memory())) call.MarkResident(read.view().data(), read.bytes());
   }
   if (UpdateUnmirrored()) call.MarkResident(update_->view().data(), update_->bytes());
+  // A CUDA region is marked whole: the client may place arguments so that they overlap, and the
+  // call then reads them as one span, which lies inside the region but inside no one argument.
+  absl::btree_map<std::string, const MappedRegion*> device_regions;
+  for (const auto& [tensor, arg] : shared_memory_args_) {
+    if (InDeviceRegion(*tensor)) {
+      device_regions.emplace(tensor->shared_memory().region(), &RegionOf(*tensor));
+    }
+  }
+  for (const auto& [name, region] : device_regions) {
+    if (const absl::StatusOr<char*> whole = region->Slice(0, region->byte_size(), op_);
+        whole.ok()) {
+      call.MarkResident(*whole, region->byte_size());
+    }
+  }
 }
 
 absl::Status StoredOperands::Mirror(const std::string& name, const TensorView& view,
@@ -344,6 +381,9 @@ absl::Status StoredOperands::MirrorOnHost(bool include_update) {
   }
   if (include_update && UpdateUnmirrored()) {
     TENSOROPS_RETURN_IF_ERROR(Mirror(update_->name(), update_->view(), update_->memory()));
+  }
+  for (const auto& [tensor, arg] : shared_memory_args_) {
+    if (InDeviceRegion(*tensor)) TENSOROPS_RETURN_IF_ERROR(CopyRegionArg(*tensor, arg));
   }
   return absl::OkStatus();
 }

@@ -15,7 +15,8 @@
 // Device memory (--store_device=cuda). A stored tensor in device memory has a view the CPU must
 // not read. A call placed on the GPU reads it in place (MarkResident); a call that runs on the
 // CPU (no GPU kernel, or a fallback) first copies its operands to the host (MirrorOnHost), plans
-// again on the copies, and copies an in-place result back (WriteBack).
+// again on the copies, and copies an in-place result back (WriteBack). Arguments in a CUDA
+// shared-memory region (the client's GPU buffer) are device memory the same way.
 #ifndef TENSOROPS_SERVER_CORE_STORED_OPERANDS_H_
 #define TENSOROPS_SERVER_CORE_STORED_OPERANDS_H_
 
@@ -108,16 +109,17 @@ class StoredOperands {
   // The handle on the tensor updated in place; null without one.
   TensorStore::UpdateHandle* update() { return update_.has_value() ? &*update_ : nullptr; }
 
-  // on_device: some operand's View is in device memory (not yet mirrored on the host).
+  // on_device: some operand's View is in device memory (not yet mirrored on the host): a stored
+  // tensor in the store's device memory or an argument in a CUDA region.
   bool on_device() const;
   // in_host_memory: some operand lives in the store's host memory (--store_device=cpu).
   bool in_host_memory() const;
   // MarkResident marks the call's inputs that are operands in device memory as resident.
   void MarkResident(DeviceCall& call) const;
 
-  // MirrorOnHost copies every operand in device memory to the host (the update's too with
-  // `include_update`); from then on View (and UpdateHostView) give the copies. Errors are the
-  // device's. Idempotent.
+  // MirrorOnHost copies every operand in device memory (arguments in CUDA regions included) to the
+  // host (the update's too with `include_update`); from then on View (and UpdateHostView) give the
+  // copies. Errors are the device's. Idempotent.
   absl::Status MirrorOnHost(bool include_update = true);
   // UpdateHostView is the tensor updated in place as the CPU may write it: its host copy when
   // MirrorOnHost made one, else its own bytes (which must then be host memory).
@@ -140,6 +142,12 @@ class StoredOperands {
   // UpdateUnmirrored: so is the tensor updated in place.
   bool Unmirrored(const std::string& name, const TensorMemory& memory) const;
   bool UpdateUnmirrored() const;
+  // RegionOf is the region `tensor`, an argument in shared memory, is in; InDeviceRegion: it is a
+  // CUDA region, and the argument has no host copy yet.
+  const MappedRegion& RegionOf(const v1::Tensor& tensor) const;
+  bool InDeviceRegion(const v1::Tensor& tensor) const;
+  // CopyRegionArg copies `tensor`, an argument in shared memory, to the server's memory (once).
+  absl::Status CopyRegionArg(const v1::Tensor& tensor, std::string_view arg);
   // InlineReads replaces every Tensor of `message` (nested ones too) that names one of reads_, or
   // a region, with its bytes.
   absl::Status InlineReads(google::protobuf::Message* message) const;

@@ -706,7 +706,8 @@ absl::Status InferCall::Respond(inference::ModelInferResponse* response) {
           const RegionBytes target,
           FindBytes(regions_, ns_, region->second, static_cast<int64_t>(value.data().size()),
                     /*exactly=*/false, what));
-      std::memcpy(target.data, value.data().data(), value.data().size());
+      TENSOROPS_RETURN_IF_ERROR(
+          CopyIntoRegion(target, value.data().data(), static_cast<int64_t>(value.data().size())));
       TENSOROPS_RETURN_IF_ERROR(target.region->CheckIntact(what));
       value.clear_data();
     }

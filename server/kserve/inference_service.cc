@@ -49,10 +49,11 @@ int MethodIndex(std::string_view method) {
 // every attribute of an op travels as a request parameter. Not model_repository: of its methods
 // only RepositoryIndex is served, since the models are built in and cannot be loaded.
 // system_shared_memory: Triton's RPCs and input and output parameters (shared_memory_region,
-// _offset, _byte_size). Not cuda_shared_memory: its RPCs answer, but no CUDA region can be
-// registered yet.
+// _offset, _byte_size). cuda_shared_memory is added on a server whose calls run on a GPU, the
+// only kind that can open a CUDA region (its RPCs answer everywhere).
 constexpr std::string_view kExtensions[] = {"model_configuration", "parameters", "statistics",
                                             "system_shared_memory"};
+constexpr std::string_view kCudaSharedMemoryExtension = "cuda_shared_memory";
 
 // The methods of Triton's GRPCInferenceService that grpc_service.proto does not declare, as
 // gRPC names them in a call (it keeps the pointer: literals), each with what it is counted as in
@@ -273,12 +274,16 @@ void InferenceService::HandleHealthAndMetadata() {
       MethodIndex("ServerMetadata"),
       NewQuickUnaryHandler<inference::ServerMetadataRequest, inference::ServerMetadataResponse>(
           serving_, "ServerMetadata", "server_metadata",
-          [](grpc::CallbackServerContext&, const inference::ServerMetadataRequest&,
-             inference::ServerMetadataResponse* response) {
+          [regions = serving_.shared_memory](grpc::CallbackServerContext&,
+                                             const inference::ServerMetadataRequest&,
+                                             inference::ServerMetadataResponse* response) {
             response->set_name("tensorops");
             response->set_version(ThisBuild().version);
             for (const std::string_view extension : kExtensions) {
               response->add_extensions(std::string(extension));
+            }
+            if (regions != nullptr && regions->serves_cuda()) {
+              response->add_extensions(std::string(kCudaSharedMemoryExtension));
             }
             return absl::OkStatus();
           }));

@@ -27,6 +27,10 @@ std::string Described(const v1::SharedMemoryRegion& region) {
     return absl::StrFormat("shared-memory region %s (key %s)", Quoted(region.name()),
                            Quoted(region.system().key()));
   }
+  if (region.has_cuda()) {
+    return absl::StrFormat("CUDA shared-memory region %s (device %d)", Quoted(region.name()),
+                           region.cuda().device_id());
+  }
   return absl::StrFormat("shared-memory region %s", Quoted(region.name()));
 }
 
@@ -96,23 +100,52 @@ absl::StatusOr<std::unique_ptr<MappedRegion>> MappedRegion::MapSystem(
   v1::SharedMemoryRegion description;
   description.set_name(std::string(name));
   *description.mutable_system() = system;
-  return std::unique_ptr<MappedRegion>(new MappedRegion(
-      std::move(description), fd, mapping, mapped_bytes, data_offset, *std::move(guard)));
+  return std::unique_ptr<MappedRegion>(
+      new MappedRegion(std::move(description), system.byte_size(), fd, mapping, mapped_bytes,
+                       data_offset, *std::move(guard), /*device_memory=*/nullptr));
 }
 
-MappedRegion::MappedRegion(v1::SharedMemoryRegion description, int fd, void* mapping,
-                           size_t mapped_bytes, int64_t data_offset, SigbusGuard guard)
+absl::StatusOr<std::unique_ptr<MappedRegion>> MappedRegion::MapCuda(
+    std::string_view name, const v1::CudaSharedMemory& cuda, TensorMemory* memory) {
+  if (cuda.byte_size() <= 0 || cuda.device_id() < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "region %s: device_id %d and byte_size %d do not make a CUDA region (device_id >= 0, "
+        "byte_size >= 1)",
+        Quoted(name), cuda.device_id(), cuda.byte_size()));
+  }
+  absl::StatusOr<void*> opened = memory->OpenIpcHandle(cuda.raw_handle(), cuda.byte_size());
+  if (!opened.ok()) {
+    return absl::Status(opened.status().code(),
+                        absl::StrFormat("region %s: cannot open its CUDA IPC handle on %s: %s",
+                                        Quoted(name), memory->device(), opened.status().message()));
+  }
+  v1::SharedMemoryRegion description;
+  description.set_name(std::string(name));
+  *description.mutable_cuda() = cuda;
+  return std::unique_ptr<MappedRegion>(new MappedRegion(std::move(description), cuda.byte_size(),
+                                                        /*fd=*/-1, *opened, /*mapped_bytes=*/0,
+                                                        /*data_offset=*/0, std::nullopt, memory));
+}
+
+MappedRegion::MappedRegion(v1::SharedMemoryRegion description, int64_t byte_size, int fd,
+                           void* mapping, size_t mapped_bytes, int64_t data_offset,
+                           std::optional<SigbusGuard> guard, TensorMemory* device_memory)
     : description_(std::move(description)),
-      byte_size_(description_.system().byte_size()),
+      byte_size_(byte_size),
       fd_(fd),
       mapping_(mapping),
       mapped_bytes_(mapped_bytes),
       data_offset_(data_offset),
-      guard_(std::move(guard)) {}
+      guard_(std::move(guard)),
+      device_memory_(device_memory) {}
 
 MappedRegion::~MappedRegion() {
+  if (device_memory_ != nullptr) {
+    device_memory_->CloseIpcHandle(mapping_);
+    return;
+  }
   // Unguarded before it is unmapped: a fault in the range is not ours to absorb from then on.
-  { SigbusGuard released = std::move(guard_); }
+  guard_.reset();
   munmap(mapping_, mapped_bytes_);
   close(fd_);
 }
@@ -130,7 +163,8 @@ absl::StatusOr<char*> MappedRegion::Slice(int64_t offset, int64_t bytes,
 }
 
 absl::Status MappedRegion::CheckIntact(std::string_view what) const {
-  if (guard_.Faulted()) {
+  if (device_memory_ != nullptr) return absl::OkStatus();
+  if (guard_->Faulted()) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "%s: %s was shrunk by its owner after it was registered, under a call that used it; "
         "unregister it and register it again",
@@ -157,8 +191,10 @@ absl::Status MappedRegion::CheckIntact(std::string_view what) const {
   return absl::OkStatus();
 }
 
-SharedMemoryRegions::SharedMemoryRegions(Limits limits)
-    : limits_(limits), mapped_bytes_(std::make_shared<std::atomic<int64_t>>(0)) {}
+SharedMemoryRegions::SharedMemoryRegions(Limits limits, TensorMemory* device_memory)
+    : limits_(limits),
+      device_memory_(device_memory),
+      mapped_bytes_(std::make_shared<std::atomic<int64_t>>(0)) {}
 
 SharedMemoryRegions::~SharedMemoryRegions() = default;
 
@@ -168,13 +204,14 @@ absl::Status SharedMemoryRegions::Register(std::string_view ns,
   if (!name_status.ok()) {
     return absl::InvalidArgumentError(absl::StrFormat("region name: %s", name_status.message()));
   }
-  if (region.has_cuda()) {
+  if (region.has_cuda() && device_memory_ == nullptr) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "region %s: CUDA shared memory is not served by this server yet; register system shared "
-        "memory (a POSIX shared-memory object) instead",
+        "region %s: this server runs no calls on a GPU (--device=cpu, or no GPU found), so it "
+        "cannot open CUDA shared memory; register system shared memory (a POSIX shared-memory "
+        "object) instead",
         Quoted(region.name())));
   }
-  if (!region.has_system()) {
+  if (!region.has_system() && !region.has_cuda()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("region %s: set one of system (a POSIX shared-memory object) or cuda",
                         Quoted(region.name())));
@@ -197,7 +234,7 @@ absl::Status SharedMemoryRegions::Register(std::string_view ns,
     }
   }
   // Reserve the bytes before mapping, so that two registrations cannot both pass the limit.
-  const int64_t bytes = region.system().byte_size();
+  const int64_t bytes = region.has_cuda() ? region.cuda().byte_size() : region.system().byte_size();
   const int64_t before = mapped_bytes_->fetch_add(bytes);
   if (bytes > limits_.max_bytes - before) {
     mapped_bytes_->fetch_sub(bytes);
@@ -207,7 +244,8 @@ absl::Status SharedMemoryRegions::Register(std::string_view ns,
         Quoted(region.name()), bytes, kMaxSharedMemoryBytesFlag, limits_.max_bytes, before));
   }
   absl::StatusOr<std::unique_ptr<MappedRegion>> mapped =
-      MappedRegion::MapSystem(region.name(), region.system());
+      region.has_cuda() ? MappedRegion::MapCuda(region.name(), region.cuda(), device_memory_)
+                        : MappedRegion::MapSystem(region.name(), region.system());
   if (!mapped.ok()) {
     mapped_bytes_->fetch_sub(bytes);
     return mapped.status();
@@ -296,6 +334,22 @@ int64_t SharedMemoryRegions::regions() const {
   int64_t count = 0;
   for (const auto& [ns, regions] : by_namespace_) count += regions.size();
   return count;
+}
+
+absl::Status CopyFromRegion(const RegionBytes& source, void* host, int64_t bytes) {
+  if (source.region->on_device()) {
+    return source.region->device_memory()->CopyToHost(host, source.data, bytes);
+  }
+  if (bytes > 0) std::memcpy(host, source.data, static_cast<size_t>(bytes));
+  return absl::OkStatus();
+}
+
+absl::Status CopyIntoRegion(const RegionBytes& target, const void* host, int64_t bytes) {
+  if (target.region->on_device()) {
+    return target.region->device_memory()->CopyFromHost(target.data, host, bytes);
+  }
+  if (bytes > 0) std::memcpy(target.data, host, static_cast<size_t>(bytes));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<RegionBytes> FindBytes(const SharedMemoryRegions* regions, std::string_view ns,

@@ -1,7 +1,12 @@
 // SharedMemoryRegions: the shared-memory regions clients on the server's host registered
-// (RegisterSharedMemory, Triton's SystemSharedMemoryRegister), by namespace and name, mapped into
-// the server so that a call reads its arguments and writes its result there instead of carrying
-// them in messages (proto/tensorops/v1/shared_memory.proto).
+// (RegisterSharedMemory, Triton's SystemSharedMemoryRegister and CudaSharedMemoryRegister), by
+// namespace and name, mapped into the server so that a call reads its arguments and writes its
+// result there instead of carrying them in messages (proto/tensorops/v1/shared_memory.proto).
+//
+// Two kinds: system shared memory (a POSIX shared-memory object, mapped into the server's address
+// space) and CUDA memory (a client's GPU buffer, opened through CUDA IPC in the device memory of
+// the server's GPU: the kernels read and write it in place; the CPU reaches it only through
+// copies, device_memory()).
 //
 //   SharedMemoryRegions regions({.max_regions = 64, .max_bytes = 1 << 30});
 //   TENSOROPS_RETURN_IF_ERROR(regions.Register(ns, region));        // maps it
@@ -32,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "kernels/tensor_memory.h"
 #include "server/shared_memory/sigbus_guard.h"
 #include "tensorops/v1/shared_memory.pb.h"
 #include "tensorops/v1/tensor.pb.h"
@@ -51,6 +57,12 @@ class MappedRegion {
   // not open it.
   static absl::StatusOr<std::unique_ptr<MappedRegion>> MapSystem(
       std::string_view name, const v1::SystemSharedMemory& system);
+  // MapCuda opens the client's GPU buffer `cuda` in `memory` (the server's GPU memory,
+  // TensorMemory::OpenIpcHandle): INVALID_ARGUMENT for a bad size or a handle that cannot be
+  // opened, naming the region and the reason.
+  static absl::StatusOr<std::unique_ptr<MappedRegion>> MapCuda(std::string_view name,
+                                                               const v1::CudaSharedMemory& cuda,
+                                                               TensorMemory* memory);
   ~MappedRegion();
   MappedRegion(const MappedRegion&) = delete;
   MappedRegion& operator=(const MappedRegion&) = delete;
@@ -59,6 +71,10 @@ class MappedRegion {
   const v1::SharedMemoryRegion& description() const { return description_; }
   const std::string& name() const { return description_.name(); }
   int64_t byte_size() const { return byte_size_; }
+  // The device memory a CUDA region is in (its bytes are device memory, which the CPU must not
+  // touch: copy through it); null for system shared memory, which the CPU reads directly.
+  TensorMemory* device_memory() const { return device_memory_; }
+  bool on_device() const { return device_memory_ != nullptr; }
 
   // Slice is the region's bytes [offset, offset + bytes) for `what` (errors start with it:
   // "gather: input"): INVALID_ARGUMENT for a range outside the region, and CheckIntact's errors.
@@ -67,20 +83,26 @@ class MappedRegion {
   // CheckIntact is FAILED_PRECONDITION, naming `what`, the region and its key, when the client
   // shrank the object below the region or removed it (shm_unlink) since it was registered, or an
   // access found it shrunk: what a call read or wrote there may not be what the client sees.
+  // (A CUDA region cannot shrink: the opened buffer lives until it is closed.)
   absl::Status CheckIntact(std::string_view what) const;
 
  private:
-  MappedRegion(v1::SharedMemoryRegion description, int fd, void* mapping, size_t mapped_bytes,
-               int64_t data_offset, SigbusGuard guard);
+  MappedRegion(v1::SharedMemoryRegion description, int64_t byte_size, int fd, void* mapping,
+               size_t mapped_bytes, int64_t data_offset, std::optional<SigbusGuard> guard,
+               TensorMemory* device_memory);
 
   const v1::SharedMemoryRegion description_;
   const int64_t byte_size_;
+  // The shared-memory object (system); -1 for CUDA.
   const int fd_;
   void* const mapping_;
   const size_t mapped_bytes_;
   // Where the region starts in the mapping (the registered offset's part below a page).
   const int64_t data_offset_;
-  SigbusGuard guard_;
+  // Guards a system region's mapping (none for CUDA).
+  std::optional<SigbusGuard> guard_;
+  // Where a CUDA region's handle is open; null for system.
+  TensorMemory* const device_memory_;
 };
 
 class SharedMemoryRegions {
@@ -93,13 +115,15 @@ class SharedMemoryRegions {
     int64_t max_bytes = int64_t{64} << 30;
   };
 
-  explicit SharedMemoryRegions(Limits limits);
+  // `device_memory`: where CUDA regions are opened, the memory of the GPU calls run on (the
+  // executor's resident memory); null on a server whose calls run on no GPU, which refuses them.
+  explicit SharedMemoryRegions(Limits limits, TensorMemory* device_memory = nullptr);
   ~SharedMemoryRegions();
 
   // Register maps `region` into namespace `ns`: INVALID_ARGUMENT for a bad name or a region with
   // neither memory, ALREADY_EXISTS for a name the namespace uses, RESOURCE_EXHAUSTED (naming the
-  // flag) past a limit, FAILED_PRECONDITION for CUDA memory, which this server cannot map, and
-  // MapSystem's errors.
+  // flag) past a limit, FAILED_PRECONDITION for CUDA memory on a server without device memory,
+  // and MapSystem's and MapCuda's errors.
   absl::Status Register(std::string_view ns, const v1::SharedMemoryRegion& region);
   // Unregister forgets `name` (NOT_FOUND when `ns` has no such region), or every region of `ns`
   // when `name` is empty; returns the names forgotten, sorted. A region a call is using is
@@ -118,9 +142,12 @@ class SharedMemoryRegions {
   int64_t mapped_bytes() const { return mapped_bytes_->load(std::memory_order_relaxed); }
   int64_t regions() const;
   const Limits& limits() const { return limits_; }
+  // serves_cuda: this server can open CUDA regions (its calls run on a GPU).
+  bool serves_cuda() const { return device_memory_ != nullptr; }
 
  private:
   const Limits limits_;
+  TensorMemory* const device_memory_;
   // Shared with every region's deleter, which gives its bytes back when the last call using it
   // is done, possibly after the registry is gone.
   const std::shared_ptr<std::atomic<int64_t>> mapped_bytes_;
@@ -134,6 +161,11 @@ struct RegionBytes {
   std::shared_ptr<const MappedRegion> region;
   char* data = nullptr;
 };
+
+// CopyFromRegion copies `bytes` of `source` (host or device memory, as its region is) to `host`;
+// CopyIntoRegion copies `bytes` from `host` into `target`. Errors are the device's.
+absl::Status CopyFromRegion(const RegionBytes& source, void* host, int64_t bytes);
+absl::Status CopyIntoRegion(const RegionBytes& target, const void* host, int64_t bytes);
 
 // FindBytes finds the bytes `ref` names in `ns` for `what` (errors start with it: "put_tensor:
 // header.shared_memory"), which must hold `bytes` bytes: exactly, or at least when `exactly` is

@@ -59,6 +59,11 @@ constexpr int64_t kMaxChunkBytes = int64_t{4} << 20;
 // Room for a GetTensorResponse's framing around its data (field key and length).
 constexpr int64_t kChunkFramingBytes = 64;
 
+// kRegionStagingBytes: the host buffer a stored tensor's bytes pass through between the store
+// and a CUDA shared-memory region, when one of them is device memory and the other cannot be
+// reached from it directly.
+constexpr int64_t kRegionStagingBytes = int64_t{64} << 20;
+
 // ToProto describes a stored tensor on the wire.
 void ToProto(const TensorStore::Metadata& metadata, v1::TensorInfo* info) {
   info->set_name(metadata.name);
@@ -201,8 +206,20 @@ class PutTensorReactor final : public grpc::ServerReadReactor<PutTensorMessage> 
           const RegionBytes source,
           FindBytes(serving_.shared_memory, ns_, header.shared_memory(), upload_->bytes(),
                     /*exactly=*/true, what));
-      TENSOROPS_RETURN_IF_ERROR(
-          upload_->Write(0, std::string_view(source.data, static_cast<size_t>(upload_->bytes()))));
+      if (source.region->on_device()) {
+        // A CUDA region reaches the store through the host, a staging chunk at a time.
+        std::string staged;
+        for (int64_t at = 0; at < upload_->bytes(); at += kRegionStagingBytes) {
+          const int64_t bytes = std::min(kRegionStagingBytes, upload_->bytes() - at);
+          staged.resize(static_cast<size_t>(bytes));
+          TENSOROPS_RETURN_IF_ERROR(CopyFromRegion(
+              {.region = source.region, .data = source.data + at}, staged.data(), bytes));
+          TENSOROPS_RETURN_IF_ERROR(upload_->Write(at, staged));
+        }
+      } else {
+        TENSOROPS_RETURN_IF_ERROR(upload_->Write(
+            0, std::string_view(source.data, static_cast<size_t>(upload_->bytes()))));
+      }
       TENSOROPS_RETURN_IF_ERROR(source.region->CheckIntact(what));
     }
     return absl::OkStatus();
@@ -380,9 +397,19 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
                                  FindBytes(serving_.shared_memory, ns_, request.shared_memory(),
                                            bytes_, /*exactly=*/false, what));
       if (read.memory().host_accessible()) {
-        std::memcpy(target.data, read.view().data(), static_cast<size_t>(bytes_));
-      } else {
+        TENSOROPS_RETURN_IF_ERROR(CopyIntoRegion(target, read.view().data(), bytes_));
+      } else if (!target.region->on_device()) {
         TENSOROPS_RETURN_IF_ERROR(read.CopyToHost(0, bytes_, target.data));
+      } else {
+        // From device memory into a CUDA region: through the host, a staging chunk at a time.
+        std::string staged;
+        for (int64_t at = 0; at < bytes_; at += kRegionStagingBytes) {
+          const int64_t bytes = std::min(kRegionStagingBytes, bytes_ - at);
+          staged.resize(static_cast<size_t>(bytes));
+          TENSOROPS_RETURN_IF_ERROR(read.CopyToHost(at, bytes, staged.data()));
+          TENSOROPS_RETURN_IF_ERROR(CopyIntoRegion(
+              {.region = target.region, .data = target.data + at}, staged.data(), bytes));
+        }
       }
       TENSOROPS_RETURN_IF_ERROR(target.region->CheckIntact(what));
       bytes_ = 0;

@@ -708,7 +708,7 @@ def test_server_metadata(triton, v1):
     metadata = triton.get_server_metadata()
     assert metadata.name == "tensorops"
     assert metadata.version == v1.server_info().version
-    # Not cuda_shared_memory: CUDA regions cannot be registered yet (docs/kserve.md).
+    # Not cuda_shared_memory: the test server runs on the CPU, which cannot open a CUDA region.
     assert set(metadata.extensions) == {"model_configuration", "parameters", "statistics",
                                         "system_shared_memory"}
 

@@ -487,3 +487,14 @@ func TestSharedMemoryShrunkObject(t *testing.T) {
 		t.Errorf("ServerInfo after the damaged regions: %v %v", info, err)
 	}
 }
+
+// TestSharedMemoryCUDARegionNeedsAGPUServer: the test server runs on the CPU, so a CUDA region
+// is refused naming the rule (the GPU suites register real CUDA buffers).
+func TestSharedMemoryCUDARegionNeedsAGPUServer(t *testing.T) {
+	client := startClient(t)
+	ctx := testContext(t)
+	region := tensorops.SharedMemoryRegion{Name: "go/shm/gpu", ByteSize: 4096,
+		CUDA: &tensorops.CUDAMemory{RawHandle: make([]byte, 64), DeviceID: 0}}
+	err := client.RegisterSharedMemory(ctx, region)
+	expectStatus(t, "RegisterSharedMemory of a CUDA region on a CPU server", err, codes.FailedPrecondition, "runs no calls on a GPU")
+}

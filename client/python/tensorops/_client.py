@@ -264,6 +264,18 @@ class _Base:
                     key=key, offset=offset, byte_size=byte_size)))
 
     @staticmethod
+    def _register_cuda_request(name, raw_handle, device_id, byte_size):
+        """The RegisterSharedMemoryRequest of register_cuda_shared_memory's arguments."""
+        raw_handle = bytes(raw_handle)
+        if len(raw_handle) != 64:
+            raise ValueError(f"register_cuda_shared_memory: raw_handle has {len(raw_handle)} "
+                             "bytes; a CUDA IPC handle (cudaIpcMemHandle_t) has 64")
+        return shared_memory_pb2.RegisterSharedMemoryRequest(
+            region=shared_memory_pb2.SharedMemoryRegion(
+                name=name, cuda=shared_memory_pb2.CudaSharedMemory(
+                    raw_handle=raw_handle, device_id=device_id, byte_size=byte_size)))
+
+    @staticmethod
     def _delete_request(name, expected_version):
         name, expected_version = name_and_version(name, expected_version)
         request = store_pb2.DeleteTensorRequest(name=name)
@@ -515,6 +527,17 @@ class Client(_Base):
         ResourceExhausted past the server's limits."""
         self._call("RegisterSharedMemory",
                    self._register_request(name, key, byte_size, offset), timeout)
+
+    def register_cuda_shared_memory(self, name, raw_handle, device_id, byte_size, *,
+                                    timeout=None):
+        """Registers `byte_size` bytes of a GPU buffer as the region `name`: `raw_handle` is the
+        64 bytes of its CUDA IPC handle (cudaIpcGetMemHandle in this process, which must keep
+        the buffer allocated while the region is registered), `device_id` its GPU. The server's
+        kernels read arguments from it and write results into it in place.
+        tensorops.FailedPrecondition from a server whose calls run on no GPU, InvalidArgument
+        for a handle its GPU cannot open or a buffer smaller than `byte_size`."""
+        self._call("RegisterSharedMemory",
+                   self._register_cuda_request(name, raw_handle, device_id, byte_size), timeout)
 
     def unregister_shared_memory(self, name="", *, timeout=None):
         """Unregisters the region `name` (a str or a tensorops.SharedMemoryRegion), or every

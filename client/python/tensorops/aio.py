@@ -107,6 +107,13 @@ class Client(_Base):
         await self._call("RegisterSharedMemory",
                          self._register_request(name, key, byte_size, offset), timeout)
 
+    async def register_cuda_shared_memory(self, name, raw_handle, device_id, byte_size, *,
+                                          timeout=None):
+        """As tensorops.Client.register_cuda_shared_memory."""
+        await self._call("RegisterSharedMemory",
+                         self._register_cuda_request(name, raw_handle, device_id, byte_size),
+                         timeout)
+
     async def unregister_shared_memory(self, name="", *, timeout=None):
         """As tensorops.Client.unregister_shared_memory."""
         if isinstance(name, SharedMemoryRegion):

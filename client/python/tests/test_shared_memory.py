@@ -329,6 +329,22 @@ def test_register_errors(client):
             client.register_shared_memory(unique(), region.key)
 
 
+def test_cuda_regions_need_a_server_on_a_gpu(client, server):
+    # The test servers run on the CPU: the refusal names the rule; a malformed handle is refused
+    # before anything is sent. (The GPU suites register real CUDA buffers: tests/cuda_*.)
+    with pytest.raises(tensorops.FailedPrecondition, match="runs no calls on a GPU"):
+        client.register_cuda_shared_memory(unique(), bytes(64), 0, 4096)
+    with pytest.raises(ValueError, match="raw_handle has 8 bytes"):
+        client.register_cuda_shared_memory(unique(), bytes(8), 0, 4096)
+
+    async def main():
+        async with tensorops.aio.Client(server.address, timeout=30) as aio_client:
+            with pytest.raises(tensorops.FailedPrecondition, match="runs no calls on a GPU"):
+                await aio_client.register_cuda_shared_memory(unique(), bytes(64), 0, 4096)
+
+    asyncio.run(main())
+
+
 def test_bounds_and_alignment(client, region):
     index = np.array([[0]])
     near_end = tensorops.InSharedMemory(region.name, region.byte_size - 8, "float32", (4,))

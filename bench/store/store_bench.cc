@@ -24,6 +24,9 @@
 //    push with its rows and updates there, against the stored calls above, which carry them in
 //    messages; and a --upload_bytes PutTensor whose bytes are in a region
 //    (Client::PutTensorFromSharedMemory) against a memcpy of the same bytes into fresh memory.
+//    In a CUDA build, with a GPU and a server of another process (--target), also the lookup
+//    with its rows and result in a CUDA region (this process's GPU buffer) against the system
+//    region.
 //
 // The server runs in this process (as in bench/service) unless --target names one; it needs
 // --store_memory_bytes above the largest upload (default 6e9). Repetitions alternate stored and
@@ -64,6 +67,10 @@
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 #include "tensorops/v1/service.grpc.pb.h"
+
+#if defined(TENSOROPS_HAVE_CUDA)
+#include <cuda_runtime.h>
+#endif
 
 ABSL_FLAG(bool, quick, false,
           "Smoke run: a 64 Ki-row table, a 16 Ki-row inline table, a 64 MiB upload, one "
@@ -311,6 +318,98 @@ absl::StatusOr<double> UploadStream(v1::TensorOps::Stub& stub, const std::string
   std::exit(1);
 }
 
+#if defined(TENSOROPS_HAVE_CUDA)
+// CudaRegionRun measures the lookup with its rows and its result in a CUDA region, a GPU buffer of
+// this process shared with the server by its IPC handle, against `shm_lookup`, the same lookup in
+// a system region, and adds its verdict. It needs a GPU here and a server of another process on
+// this host (--target): the process that made a handle cannot open it. With the table in the
+// server's GPU memory (--store_device=cuda) nothing of the call crosses to a host.
+void CudaRegionRun(Client& client, const RunSettings& settings,
+                   const std::vector<Tensor>& stored_index,
+                   const std::function<absl::Status(int64_t)>& shm_lookup, int64_t batch_rows,
+                   int64_t cols, const std::string& date, std::vector<std::string>* verdicts) {
+  int devices = 0;
+  if (absl::GetFlag(FLAGS_target).empty() || cudaGetDeviceCount(&devices) != cudaSuccess ||
+      devices == 0) {
+    cudaGetLastError();
+    verdicts->push_back(
+        "- CUDA region lookup: not measured (it needs a GPU here and a server of another "
+        "process, --target)");
+    return;
+  }
+  const int64_t index_bytes = batch_rows * 8, rows_bytes = batch_rows * cols * 4;
+  const int64_t result_at = (kIndexBatches * index_bytes + 255) / 256 * 256;
+  char* buffer = nullptr;
+  cudaIpcMemHandle_t handle;
+  if (cudaMalloc(&buffer, result_at + rows_bytes) != cudaSuccess ||
+      cudaIpcGetMemHandle(&handle, buffer) != cudaSuccess) {
+    Fail("a CUDA buffer for the region",
+         absl::InternalError(cudaGetErrorString(cudaGetLastError())));
+  }
+  for (int b = 0; b < kIndexBatches; ++b) {
+    cudaMemcpy(buffer + b * index_bytes, stored_index[b].data(), index_bytes,
+               cudaMemcpyHostToDevice);
+  }
+  (void)client.UnregisterSharedMemory("bench-gpu");
+  absl::Status registered = client.RegisterCudaSharedMemory(
+      "bench-gpu", std::string_view(reinterpret_cast<const char*>(&handle), sizeof(handle)), 0,
+      result_at + rows_bytes);
+  if (!registered.ok()) {
+    verdicts->push_back(absl::StrFormat("- CUDA region lookup: failed: %s", registered.ToString()));
+    cudaFree(buffer);
+    return;
+  }
+  auto cuda_lookup = [&](int64_t i) -> absl::Status {
+    v1::OpRequest request;
+    v1::IndexSelectRequest* select = request.mutable_index_select();
+    *select->mutable_input() = StoredArgument(kTableName);
+    *select->mutable_index() = SharedMemoryArgument("bench-gpu", (i % kIndexBatches) * index_bytes,
+                                                    DataType::kInt64, {batch_rows});
+    return client.RunInto(std::move(request), SharedMemoryRef("bench-gpu", result_at, rows_bytes))
+        .status();
+  };
+  // The rows in the GPU buffer are the table's.
+  if (absl::Status looked = cuda_lookup(0); !looked.ok())
+    Fail("lookup into the CUDA region", looked);
+  {
+    const Tensor no_rows(DataType::kFloat32, Shape{0, cols});
+    v1::OpRequest request;
+    *request.mutable_index_select() =
+        MakeIndexSelectRequest(no_rows.view(), 0, stored_index[0].view());
+    *request.mutable_index_select()->mutable_input() = StoredArgument(kTableName);
+    absl::StatusOr<Tensor> inline_rows = client.Run(request);
+    if (!inline_rows.ok()) Fail("IndexSelect of the stored table", inline_rows.status());
+    std::string in_buffer(static_cast<size_t>(rows_bytes), '\0');
+    cudaMemcpy(in_buffer.data(), buffer + result_at, rows_bytes, cudaMemcpyDeviceToHost);
+    if (std::memcmp(inline_rows->data(), in_buffer.data(), rows_bytes) != 0) {
+      Fail("lookup into the CUDA region", absl::InternalError("the buffer's rows differ"));
+    }
+  }
+  const Comparison c = Compare("embedding lookup (IndexSelect)", cuda_lookup, shm_lookup, settings);
+  absl::PrintF(
+      "\n## Store: CUDA region vs system region, C++ client, concurrency 1, %s\n\n"
+      "CUDA: the rows and the lookup's result in this process's GPU buffer, registered by its IPC "
+      "handle; system: the same in a system shared-memory region. Median of %d repetition(s); "
+      "ratio = CUDA / system calls/s\n\n"
+      "| workload | CUDA p50 ms | CUDA p99 ms | CUDA calls/s | system p50 ms | system p99 ms | "
+      "system calls/s | ratio |\n|---|---|---|---|---|---|---|---|\n",
+      date, settings.repetitions);
+  if (!c.error.empty()) {
+    absl::PrintF("| %s | failed: %s |||||||\n", c.workload, c.error);
+    verdicts->push_back("- CUDA region lookup: failed");
+  } else {
+    const Summary g = Summarize(c.stored), h = Summarize(c.inline_calls);
+    absl::PrintF("| %s | %.3f | %.3f | %.0f | %.3f | %.3f | %.0f | %.2fx |\n", c.workload, g.p50_ms,
+                 g.p99_ms, g.calls_per_s, h.p50_ms, h.p99_ms, h.calls_per_s, Median(c.ratios));
+    verdicts->push_back(
+        absl::StrFormat("- CUDA region lookup: p50 %.3f ms (system region %.3f ms), no target",
+                        g.p50_ms, h.p50_ms));
+  }
+  (void)client.UnregisterSharedMemory("bench-gpu");
+  cudaFree(buffer);
+}
+#endif  // TENSOROPS_HAVE_CUDA
+
 // SharedMemoryRun measures the lookup and the push with their rows, updates and result in a
 // shared-memory region against the stored calls (`stored_lookup`, `stored_push`), and a
 // PutTensor of `upload_bytes` from a region against a memcpy of them; it prints its tables and
@@ -401,6 +500,9 @@ void SharedMemoryRun(Client& client, const RunSettings& settings,
                                         c.workload, s.p50_ms,
                                         s.p50_ms <= 0.25 ? "met" : "NOT met"));
   }
+#if defined(TENSOROPS_HAVE_CUDA)
+  CudaRegionRun(client, settings, stored_index, shm_lookup, batch_rows, cols, date, verdicts);
+#endif
   (void)client.UnregisterSharedMemory("bench");
   memory = absl::UnavailableError("released");  // unmapped and removed before the upload's
 

@@ -757,6 +757,7 @@ TEST_F(CudaRegionTest, TheStoreAndKServeUseTheGpuBuffer) {
   // A lookup with its rows and its result in the GPU buffer.
   const std::vector<int64_t> rows = {3, 1, 3};
   ASSERT_TRUE(device_memory_.CopyFromHost(buffer_ + 16384, rows.data(), 24).ok());
+  executor_.TakeSeen();
   v1::OpRequest lookup;
   v1::IndexSelectRequest* select = lookup.mutable_index_select();
   *select->mutable_input() = StoredArgument("table");
@@ -767,6 +768,9 @@ TEST_F(CudaRegionTest, TheStoreAndKServeUseTheGpuBuffer) {
   const char* table = reinterpret_cast<const char*>(values.data());
   EXPECT_EQ(GpuBytes(20480, 1200), std::string(table + 1200, 400) + std::string(table + 400, 400) +
                                        std::string(table + 1200, 400));
+  // The table is in the store's host memory: the lookup ran on the CPU, which copied the rows out
+  // of the GPU buffer, instead of the GPU copying the whole table in.
+  EXPECT_THAT(executor_.TakeSeen(), ::testing::IsEmpty());
   // The same lookup through KServe, as tritonclient's cuda_shared_memory helpers send it.
   {
     grpc::ClientContext context;

@@ -28,6 +28,7 @@
 
 #include "kernels/cpu/parallel.h"
 #include "kernels/shape.h"
+#include "tbb/blocked_range.h"
 #include "tbb/blocked_range2d.h"
 #include "tbb/parallel_for.h"
 #include "tbb/task_arena.h"
@@ -62,13 +63,13 @@ class AxisWalk {
   // ordering guarantee above); `run` must be safe to call concurrently for disjoint positions.
   //
   // `ordered` keeps the ordering guarantee; a kernel whose result does not depend on the order
-  // (Gather) passes false, which also lets a long axis be split between threads.
+  // (Gather) passes false, which also lets the axis be split between threads.
   template <typename Run>
   bool ForEachRun(const Run& run, bool ordered = true) const {
     const int64_t positions = num_positions();
     if (positions == 0) return true;
     if (positions < kMinParallelElements) return RunBox(0, outer_count_, 0, inner_count_, run);
-    if (!ordered && inner_shape_.empty()) return SplitAlongAxis(run);
+    if (!ordered) return inner_shape_.empty() ? SplitAlongAxis(run) : SplitIntoLines(run);
     // Tasks of about kMinParallelElements positions: whole outer rows when a row is small, else
     // one outer row split along the inner positions. A task's inner positions are also the
     // length of its runs, so they get at least kMinRunElements of them while that still leaves
@@ -116,6 +117,39 @@ class AxisWalk {
               ok.store(false, std::memory_order_relaxed);
           }
         });
+    return ok.load();
+  }
+
+  // Runs an unordered walk whose axis has dimensions after it with tasks of whole inner lines: a
+  // task takes consecutive (outer, axis) positions and walks all inner positions of each, so its
+  // runs read the index and write the result front to back. The ordered split (tasks of a few
+  // columns, each down every position of the axis) had each run start a new page of both:
+  // float32 64 MiB axis-0 dup1% Gather ([4096, 4096], runs of 512 elements) reached 0.92x ATen's
+  // time there.
+  template <typename Run>
+  bool SplitIntoLines(const Run& run) const {
+    const int64_t lines = outer_count_ * axis_size_;
+    const int64_t grain = std::max<int64_t>(1, kMinParallelElements / inner_count_);
+    std::atomic<bool> ok{true};
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, lines, grain),
+                      [&](const tbb::blocked_range<int64_t>& range) {
+                        if (!ok.load(std::memory_order_relaxed)) return;
+                        int64_t outer = range.begin() / axis_size_;
+                        int64_t a = range.begin() % axis_size_;
+                        Offsets base = OuterOffsets(outer);
+                        for (int64_t line = range.begin(); line < range.end(); ++line) {
+                          Offsets at = base;
+                          for (int k = 0; k < kOperands; ++k) at[k] += a * axis_steps_[k];
+                          if (!InnerRuns(at, 0, inner_count_, run)) {
+                            ok.store(false, std::memory_order_relaxed);
+                            return;
+                          }
+                          if (++a == axis_size_) {
+                            a = 0;
+                            base = OuterOffsets(++outer);
+                          }
+                        }
+                      });
     return ok.load();
   }
 

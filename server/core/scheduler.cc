@@ -283,8 +283,11 @@ void Scheduler::RunOnCpu(const std::vector<Work*>& calls) {
 
 bool Scheduler::ForDevice(const Work& work) const {
   if (options_.device == nullptr) return false;
+  // A stored tensor in host memory stays there: the GPU would copy the whole tensor in on every
+  // call, while the CPU copies only the call's arguments in CUDA regions (device memory) out.
+  if (work.OperandsInHostMemory()) return false;
   if (work.OperandsOnDevice()) return true;
-  return !work.OperandsInHostMemory() && work.bytes() >= options_.gpu_min_bytes;
+  return work.bytes() >= options_.gpu_min_bytes;
 }
 
 void Scheduler::NotifyLoadLocked() {

@@ -140,13 +140,14 @@ class Scheduler {
     // result (DeviceOutcome::resident_result_touched), which a CPU run must not update again;
     // `why` is the device's error. By default the call runs on the CPU after all (Run).
     virtual void FailOnDevice(const absl::Status& /*why*/) { Run(); }
-    // OperandsOnDevice: the call reads tensors kept in device memory, so it goes to the GPU
-    // whatever its size (gpu_min_bytes is for calls whose bytes would cross PCIe). Valid once the
-    // call is enqueued.
+    // OperandsOnDevice: the call reads tensors kept in device memory (stored, or in a client's
+    // CUDA region), so it goes to the GPU whatever its size (gpu_min_bytes is for calls whose
+    // bytes would cross PCIe), unless OperandsInHostMemory. Valid once the call is enqueued.
     virtual bool OperandsOnDevice() const { return false; }
     // OperandsInHostMemory: the call reads or updates tensors kept in host memory, so it runs on
-    // the CPU whatever its size and the device (the GPU would copy each of them in every time),
-    // unless OperandsOnDevice too. Valid once the call is enqueued.
+    // the CPU whatever its size and the device (the GPU would copy each of them in every time;
+    // the CPU copies the call's arguments in CUDA regions out instead). Valid once the call is
+    // enqueued.
     virtual bool OperandsInHostMemory() const { return false; }
 
    private:

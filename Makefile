@@ -37,11 +37,18 @@ build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 # Only what serving needs: GoogleTest, Google Benchmark, Go, Python and podman are not installed,
-# and the tests and benchmarks are not built (a later `make test` turns them back on).
+# and a new tree is configured without the tests and benchmarks (a later `make test` turns them
+# back on). A tree configured already (by `make test`, say) keeps its settings (CMAKE_ARGS still
+# apply), so that `make run` builds just the server and CLI in it and never reconfigures away what
+# `make test` built: tests/readme_test.py starts its server with `make run` during `make test`.
 run:
 	@INSTALL_DEPS_PROFILE=build scripts/install-deps
-	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
-	    -DTENSOROPS_BUILD_TESTS=OFF -DTENSOROPS_BUILD_BENCH=OFF $(CMAKE_ARGS)
+	if [ ! -f $(BUILD_DIR)/CMakeCache.txt ]; then \
+	  cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	      -DTENSOROPS_BUILD_TESTS=OFF -DTENSOROPS_BUILD_BENCH=OFF $(CMAKE_ARGS); \
+	elif [ -n "$(CMAKE_ARGS)" ]; then \
+	  cmake -S . -B $(BUILD_DIR) $(CMAKE_ARGS); \
+	fi
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target run_targets
 	$(BUILD_DIR)/server/tensorops-server $(SERVER_ARGS)
 

@@ -2,9 +2,9 @@
 // this process is the client. It allocates a GPU buffer, shares it by its IPC handle with a
 // tensorops-server it starts with --device=cuda (a handle cannot be opened by the process that
 // made it, so the server must be another process), and checks that every op reads its arguments
-// from the buffer and writes its result into it with the bytes of the same call sent inline; then
-// the refusals: a handle that is no handle, a byte_size past the buffer, and the handle of a
-// process that has exited.
+// from the buffer and writes its result into it with the bytes of the same call sent inline,
+// through tensorops.v1 and through KServe as tritonclient sends it; then the refusals: a handle
+// that is no handle, a byte_size past the buffer, and the handle of a process that has exited.
 //
 // The server binary is TENSOROPS_SERVER_PATH from the environment when set (a GPU bundle), else
 // the one this build made.
@@ -25,7 +25,9 @@
 #include "client/cpp/shared_memory.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/descriptor.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "inference/grpc_service.grpc.pb.h"
 #include "proto/op_list.h"
 #include "tests/child_process.h"
 #include "tests/op_cases.h"
@@ -87,8 +89,8 @@ class CudaSharedMemoryTest : public ::testing::Test {
     static const std::regex kListening(R"(listening on \S*:(\d+))");
     const std::optional<std::string> port = server_->WaitForMatch(kListening, absl::Seconds(60));
     ASSERT_TRUE(port.has_value()) << server_->stderr_text();
-    absl::StatusOr<std::unique_ptr<Client>> client =
-        Client::Create(absl::StrCat("127.0.0.1:", *port));
+    target_ = absl::StrCat("127.0.0.1:", *port);
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(target_);
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = *std::move(client);
     ASSERT_EQ(cudaMalloc(&buffer_, kBufferBytes), cudaSuccess);
@@ -107,6 +109,7 @@ class CudaSharedMemoryTest : public ::testing::Test {
   }
 
   std::unique_ptr<testing::ChildProcess> server_;
+  std::string target_;
   std::unique_ptr<Client> client_;
   char* buffer_ = nullptr;
 };
@@ -142,6 +145,57 @@ TEST_F(CudaSharedMemoryTest, EveryOpReadsAndWritesTheClientsGpuBufferInPlace) {
               std::string(static_cast<const char*>(inline_answer->data()), result_bytes));
   }
   ASSERT_TRUE(client_->UnregisterSharedMemory("gpu").ok());
+}
+
+TEST_F(CudaSharedMemoryTest, KServeReadsAndWritesTheBufferAsTritonClientsSendIt) {
+  // What tritonclient's cuda_shared_memory helpers send: CudaSharedMemoryRegister with the raw
+  // handle, then inputs and the output named by region parameters.
+  auto kserve = inference::GRPCInferenceService::NewStub(
+      grpc::CreateChannel(target_, grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext context;
+    inference::CudaSharedMemoryRegisterRequest request;
+    request.set_name("triton-gpu");
+    request.set_raw_handle(HandleOf(buffer_));
+    request.set_device_id(0);
+    request.set_byte_size(kBufferBytes);
+    inference::CudaSharedMemoryRegisterResponse response;
+    const grpc::Status status = kserve->CudaSharedMemoryRegister(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  std::mt19937 rng(19);
+  for (const testing::Case& c : testing::Cases(rng)) {
+    SCOPED_TRACE(c.kserve.model_name());
+    grpc::ClientContext inline_context;
+    inference::ModelInferResponse inline_answer;
+    ASSERT_TRUE(kserve->ModelInfer(&inline_context, c.kserve, &inline_answer).ok());
+    inference::ModelInferRequest request = c.kserve;
+    int64_t next = 0;
+    for (int i = 0; i < request.inputs_size(); ++i) {
+      const std::string& bytes = request.raw_input_contents(i);
+      ASSERT_EQ(cudaMemcpy(buffer_ + next, bytes.data(), bytes.size(), cudaMemcpyHostToDevice),
+                cudaSuccess);
+      auto& parameters = *request.mutable_inputs(i)->mutable_parameters();
+      parameters["shared_memory_region"].set_string_param("triton-gpu");
+      parameters["shared_memory_byte_size"].set_int64_param(static_cast<int64_t>(bytes.size()));
+      parameters["shared_memory_offset"].set_int64_param(next);
+      next += (static_cast<int64_t>(bytes.size()) + 255) / 256 * 256;
+    }
+    request.clear_raw_input_contents();
+    const std::string& expected = inline_answer.raw_output_contents(0);
+    auto* output = request.add_outputs();
+    output->set_name("output");
+    auto& parameters = *output->mutable_parameters();
+    parameters["shared_memory_region"].set_string_param("triton-gpu");
+    parameters["shared_memory_byte_size"].set_int64_param(static_cast<int64_t>(expected.size()));
+    parameters["shared_memory_offset"].set_int64_param(next);
+    grpc::ClientContext context;
+    inference::ModelInferResponse answer;
+    const grpc::Status status = kserve->ModelInfer(&context, request, &answer);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(answer.raw_output_contents_size(), 0);
+    EXPECT_EQ(GpuBytes(next, static_cast<int64_t>(expected.size())), expected);
+  }
 }
 
 TEST_F(CudaSharedMemoryTest, BadHandlesAndSizesAreRefusedNamingTheRegion) {

@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cstdint>
 #include <type_traits>
+#include <cstdlib>
 
 #include "kernels/cpu/parallel.h"
 #include "kernels/shape.h"
@@ -78,8 +79,12 @@ class AxisWalk {
     const int64_t row = axis_size_ * inner_count_;
     const int64_t outer_grain = std::max<int64_t>(1, kMinParallelElements / row);
     const int64_t threads = tbb::this_task_arena::max_concurrency();
+    static const int64_t exp_div = getenv("EXP_DIV") ? atoi(getenv("EXP_DIV")) : 4;
+    static const int64_t exp_min = getenv("EXP_MIN") ? atoi(getenv("EXP_MIN")) : kMinRunElements;
+    static const int64_t exp_big = getenv("EXP_BIG") ? atoll(getenv("EXP_BIG")) : (int64_t{1} << 62);
+    const bool big = positions >= exp_big;
     const int64_t run_grain =
-        std::min<int64_t>(kMinRunElements, std::max<int64_t>(1, inner_count_ / (4 * threads)));
+        std::min<int64_t>(big ? exp_min : kMinRunElements, std::max<int64_t>(1, inner_count_ / ((big ? exp_div : 4) * threads)));
     const int64_t inner_grain =
         row > kMinParallelElements
             ? std::max<int64_t>(run_grain, kMinParallelElements / std::max<int64_t>(axis_size_, 1))

@@ -703,6 +703,63 @@ TEST(ScatterTest, IntegerSumAndProdWrapAroundOnOverflow) {
   EXPECT_EQ(sum, std::numeric_limits<int64_t>::min() + 1);
 }
 
+// Float PROD (float32, and float16/bfloat16 in their float32 shadow) must round every product as a
+// float32 multiply does: the CPU kernel takes it in double and rounds it to float32 once, which
+// must give the same bits also where products fall into the subnormals, round to a signed zero or
+// overflow to infinity. Four destinations of 40 interleaved updates each: a product shrinking
+// through the subnormals to zero from either sign, one growing past float32's range, one staying
+// near 1. The expected bits come from a plain float32 loop over the stored values.
+template <typename T>
+void ExpectFloatProductsRoundAsFloat32(DataType dtype) {
+  SCOPED_TRACE(std::string(DataTypeName(dtype)));
+  constexpr int64_t kDestinations = 4;
+  constexpr int64_t kUpdates = 40;
+  const std::vector<double> starts = {1e-3, -1e-3, 1e3, 0.5};
+  const std::vector<double> scales = {0.011, 0.03, 30.0, 1.0};
+  std::vector<double> sources;
+  std::vector<int64_t> indices;
+  for (int64_t k = 0; k < kUpdates; ++k) {
+    for (int64_t d = 0; d < kDestinations; ++d) {
+      const double wobble = std::fmod(static_cast<double>(k * kDestinations + d) * 0.618, 1.0);
+      const double sign = d < 2 && (k % 3 == 1) ? -1.0 : 1.0;
+      const double factor = d == 3 ? 0.9 + 0.2 * wobble : scales[d] * (1.0 + 0.37 * wobble);
+      sources.push_back(sign * factor);
+      indices.push_back(d);
+    }
+  }
+  Tensor input = TensorFromValues(dtype, {kDestinations}, starts);
+  Tensor source = TensorFromValues(dtype, {kDestinations * kUpdates}, sources);
+  Tensor index = IndexTensor({kDestinations * kUpdates}, indices);
+  absl::StatusOr<Tensor> actual = Scatter(ScatterArgs{.input = input.view(),
+                                                      .index = index.view(),
+                                                      .source = source.view(),
+                                                      .reduce = Reduction::kProd});
+  ASSERT_TRUE(actual.ok()) << actual.status();
+
+  Tensor expected(dtype, {kDestinations});
+  bool reached_subnormal = false;
+  bool reached_infinity = false;
+  for (int64_t d = 0; d < kDestinations; ++d) {
+    float product = static_cast<float>(input.data_as<T>()[d]);
+    for (int64_t i = 0; i < index.numel(); ++i) {
+      if (indices[i] != d) continue;
+      product = product * static_cast<float>(source.data_as<T>()[i]);
+      reached_subnormal |= std::fpclassify(product) == FP_SUBNORMAL;
+    }
+    reached_infinity |= std::isinf(product);
+    expected.data_as<T>()[d] = T(product);
+  }
+  EXPECT_TRUE(reached_subnormal);
+  EXPECT_TRUE(reached_infinity);
+  ExpectSameBytes(*actual, expected);
+}
+
+TEST(ScatterTest, FloatProductsRoundAsFloat32MultipliesDo) {
+  ExpectFloatProductsRoundAsFloat32<float>(DataType::kFloat32);
+  ExpectFloatProductsRoundAsFloat32<BFloat16>(DataType::kBFloat16);
+  ExpectFloatProductsRoundAsFloat32<Float16>(DataType::kFloat16);
+}
+
 TEST(ScatterTest, IncludeSelfFalseKeepsUntouchedDestinations) {
   Tensor input = TensorFromValues(DataType::kFloat64, {4}, {7, 7, 7, 7});
   Tensor index = IndexTensor({2}, {1, 1});

@@ -25,11 +25,9 @@
 #include <atomic>
 #include <cstdint>
 #include <type_traits>
-#include <cstdlib>
 
 #include "kernels/cpu/parallel.h"
 #include "kernels/shape.h"
-#include "tbb/blocked_range.h"
 #include "tbb/blocked_range2d.h"
 #include "tbb/parallel_for.h"
 #include "tbb/task_arena.h"
@@ -44,6 +42,10 @@ class AxisWalk {
   static constexpr int kOperands = 3;
   // kMinRunElements: the run length a parallel walk aims for (see ForEachRun).
   static constexpr int64_t kMinRunElements = 512;
+  // kLargeWalkPositions, kMinLargeRunElements: the walks larger than the caches (32 MiB of int64
+  // index) and the run length they aim for (see ForEachRun).
+  static constexpr int64_t kLargeWalkPositions = int64_t{1} << 22;
+  static constexpr int64_t kMinLargeRunElements = 1024;
   using Offsets = std::array<int64_t, kOperands>;
 
   // `shape` is the iteration shape and `strides[k]` operand k's strides over it, in elements.
@@ -63,28 +65,37 @@ class AxisWalk {
   // false; returns false when one did. Runs on several threads when the walk is large (see the
   // ordering guarantee above); `run` must be safe to call concurrently for disjoint positions.
   //
-  // `ordered` keeps the ordering guarantee; a kernel whose result does not depend on the order
-  // (Gather) passes false, which also lets the axis be split between threads.
-  template <typename Run>
-  bool ForEachRun(const Run& run, bool ordered = true) const {
+  // `kOrdered` keeps the ordering guarantee; a kernel whose result does not depend on the order
+  // (Gather) passes false, which also lets a long axis be split between threads. A template
+  // argument, so that Scatter's many instantiations do not compile the unordered split they never
+  // run: each scatter_<dtypes>.cc must stay under GCC's inline-unit-growth limit (scatter_impl.h).
+  template <bool kOrdered = true, typename Run>
+  bool ForEachRun(const Run& run) const {
     const int64_t positions = num_positions();
     if (positions == 0) return true;
     if (positions < kMinParallelElements) return RunBox(0, outer_count_, 0, inner_count_, run);
-    if (!ordered) return inner_shape_.empty() ? SplitAlongAxis(run) : SplitIntoLines(run);
+    if constexpr (!kOrdered) {
+      if (inner_shape_.empty()) return SplitAlongAxis(run);
+    }
     // Tasks of about kMinParallelElements positions: whole outer rows when a row is small, else
     // one outer row split along the inner positions. A task's inner positions are also the
     // length of its runs, so they get at least kMinRunElements of them while that still leaves
     // a few tasks per thread: a tall matrix split into tasks of a few columns each had every
     // run touch one cache line and one page per row (64 MiB axis-0 cases: runs of 8 elements).
+    // An ordered walk of kLargeWalkPositions or more reads its index from memory, where each
+    // run's first lines miss before the hardware prefetcher follows it: its runs aim for
+    // kMinLargeRunElements, with two tasks per thread instead of four (float32 64 MiB axis-0
+    // dup1% Scatter, [4096, 4096]: runs of 1024 rather than 512). Not for Gather: its input
+    // columns are reused across the axis, and wider tasks lost that (int64 64 MiB axis-0
+    // random Gather took 117 ms instead of 69).
     const int64_t row = axis_size_ * inner_count_;
     const int64_t outer_grain = std::max<int64_t>(1, kMinParallelElements / row);
     const int64_t threads = tbb::this_task_arena::max_concurrency();
-    static const int64_t exp_div = getenv("EXP_DIV") ? atoi(getenv("EXP_DIV")) : 4;
-    static const int64_t exp_min = getenv("EXP_MIN") ? atoi(getenv("EXP_MIN")) : kMinRunElements;
-    static const int64_t exp_big = getenv("EXP_BIG") ? atoll(getenv("EXP_BIG")) : (int64_t{1} << 62);
-    const bool big = positions >= exp_big;
+    const bool large = kOrdered && positions >= kLargeWalkPositions;
+    const int64_t tasks_per_thread = large ? 2 : 4;
     const int64_t run_grain =
-        std::min<int64_t>(big ? exp_min : kMinRunElements, std::max<int64_t>(1, inner_count_ / ((big ? exp_div : 4) * threads)));
+        std::min<int64_t>(large ? kMinLargeRunElements : kMinRunElements,
+                          std::max<int64_t>(1, inner_count_ / (tasks_per_thread * threads)));
     const int64_t inner_grain =
         row > kMinParallelElements
             ? std::max<int64_t>(run_grain, kMinParallelElements / std::max<int64_t>(axis_size_, 1))
@@ -122,39 +133,6 @@ class AxisWalk {
               ok.store(false, std::memory_order_relaxed);
           }
         });
-    return ok.load();
-  }
-
-  // Runs an unordered walk whose axis has dimensions after it with tasks of whole inner lines: a
-  // task takes consecutive (outer, axis) positions and walks all inner positions of each, so its
-  // runs read the index and write the result front to back. The ordered split (tasks of a few
-  // columns, each down every position of the axis) had each run start a new page of both:
-  // float32 64 MiB axis-0 dup1% Gather ([4096, 4096], runs of 512 elements) reached 0.92x ATen's
-  // time there.
-  template <typename Run>
-  bool SplitIntoLines(const Run& run) const {
-    const int64_t lines = outer_count_ * axis_size_;
-    const int64_t grain = std::max<int64_t>(1, kMinParallelElements / inner_count_);
-    std::atomic<bool> ok{true};
-    tbb::parallel_for(tbb::blocked_range<int64_t>(0, lines, grain),
-                      [&](const tbb::blocked_range<int64_t>& range) {
-                        if (!ok.load(std::memory_order_relaxed)) return;
-                        int64_t outer = range.begin() / axis_size_;
-                        int64_t a = range.begin() % axis_size_;
-                        Offsets base = OuterOffsets(outer);
-                        for (int64_t line = range.begin(); line < range.end(); ++line) {
-                          Offsets at = base;
-                          for (int k = 0; k < kOperands; ++k) at[k] += a * axis_steps_[k];
-                          if (!InnerRuns(at, 0, inner_count_, run)) {
-                            ok.store(false, std::memory_order_relaxed);
-                            return;
-                          }
-                          if (++a == axis_size_) {
-                            a = 0;
-                            base = OuterOffsets(++outer);
-                          }
-                        }
-                      });
     return ok.load();
   }
 

@@ -66,7 +66,7 @@ bool GatherWalk(const GatherPlan& plan, const MutableTensorView& result) {
           return ok;
         });
   };
-  return walk.ForEachRun(run, /*ordered=*/false);
+  return walk.ForEachRun</*kOrdered=*/false>(run);
 }
 
 // OuterOffsets returns the offsets, in elements, of the `outer`-th position (row-major) over the

@@ -3,6 +3,8 @@
 // parameters, typed contents equal raw ones, errors name the input or parameter, streams answer
 // each request, statistics read the metrics, and stored tensors are reachable. Needs no PyPI:
 // tests/kserve/ runs stock tritonclient against the same server.
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -10,6 +12,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -423,6 +426,72 @@ TEST_F(KServeTest, StoredTensorsAsInputsAndResults) {
   const grpc::Status missing = Infer(request, &response);
   EXPECT_EQ(missing.error_code(), grpc::StatusCode::NOT_FOUND) << missing.error_message();
   EXPECT_THAT(missing.error_message(), HasSubstr("nobody"));
+}
+
+// A call whose stored input an update holds waits for the update (on the blocking pool, not
+// gRPC's thread) and reads the value it commits. Its preparation runs twice (a first try finds
+// the tensor busy), but the request's raw contents are translated once: a second translation
+// would find them taken. Through ModelInfer and ModelStreamInfer.
+TEST_F(KServeTest, AStoredInputAnUpdateHoldsIsReadOnceTheUpdateCommits) {
+  absl::StatusOr<std::unique_ptr<Client>> client =
+      Client::Create(absl::StrFormat("127.0.0.1:%d", server_->port()));
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::mt19937 rng(23);
+  const Case gather = Cases(rng)[0];
+  const std::string& bytes = gather.v1.gather().input().data();
+  ASSERT_TRUE((*client)
+                  ->PutTensor("weights", TensorView(DataType::kFloat32, Shape{4, 6}, bytes.data()))
+                  .ok());
+  // What the gather gives once the update has zeroed the tensor.
+  v1::OpRequest zeroed = gather.v1;
+  std::string& zero_bytes = *zeroed.mutable_gather()->mutable_input()->mutable_data();
+  std::fill(zero_bytes.begin(), zero_bytes.end(), '\0');
+  grpc::ClientContext zeroed_context;
+  v1::OpResponse expected;
+  ASSERT_TRUE(v1_->Run(&zeroed_context, zeroed, &expected).ok());
+
+  ModelInferRequest request;
+  request.set_model_name("gather");
+  request.set_id("held");
+  ModelInferRequest::InferInputTensor* stored = request.add_inputs();
+  stored->set_name("input");
+  (*stored->mutable_parameters())["stored"].set_string_param("weights");
+  AddInput("index", gather.v1.gather().index(), &request);
+  SetInt("axis", 1, &request);
+
+  absl::StatusOr<TensorStore::UpdateHandle> update = server_->store().Update("", "weights");
+  ASSERT_TRUE(update.ok()) << update.status();
+  std::atomic<bool> answered = false;
+  ModelInferResponse response;
+  grpc::Status status;
+  std::thread caller([&] {
+    status = Infer(request, &response);
+    answered = true;
+  });
+  grpc::ClientContext stream_context;
+  auto stream = kserve_->ModelStreamInfer(&stream_context);
+  ASSERT_TRUE(stream->Write(request));
+  std::atomic<bool> streamed = false;
+  std::map<std::string, inference::ModelStreamInferResponse> answers;
+  std::thread stream_reader([&] {
+    answers = AnswersById(*stream);
+    streamed = true;
+  });
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_FALSE(answered.load());
+  EXPECT_FALSE(streamed.load());
+  const MutableTensorView held = update->view();
+  std::memset(held.data(), 0, static_cast<size_t>(held.numel() * ItemSize(held.dtype())));
+  ASSERT_TRUE(update->Commit().ok());
+  caller.join();
+  stream_reader.join();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.raw_output_contents_size(), 1);
+  EXPECT_EQ(response.raw_output_contents(0), expected.result().data());
+  ASSERT_EQ(answers.size(), 1u);
+  EXPECT_EQ(answers["held"].error_message(), "");
+  ASSERT_EQ(answers["held"].infer_response().raw_output_contents_size(), 1);
+  EXPECT_EQ(answers["held"].infer_response().raw_output_contents(0), expected.result().data());
 }
 
 // An input that references a stored tensor while the store is off (--store_memory_bytes=0) is

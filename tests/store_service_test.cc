@@ -670,6 +670,59 @@ TEST_P(StoreServiceTest, RunStreamReadsStoredTensors) {
   EXPECT_TRUE((*stream)->Finish().ok());
 }
 
+// A call on a stored tensor is prepared on gRPC's thread only when its tensors are free; one that
+// finds the tensor held by an update waits for it on the blocking pool, and reads the value the
+// update commits: through Run and through RunStream.
+TEST_P(StoreServiceTest, ACallOnATensorAnUpdateHoldsWaitsForTheUpdateAndReadsItsValue) {
+  if (GetParam() != StorePlacement::kHost) GTEST_SKIP() << "writes the held tensor from the CPU";
+  v1::OpRequest request = OneRequestOfEachOp()[0];  // gather
+  absl::StatusOr<TensorView> input =
+      wire::DecodeTensor(request.gather().input(), "gather", "input", {});
+  ASSERT_TRUE(input.ok()) << input.status();
+  ASSERT_TRUE(client_->PutTensor("x", *input).ok());
+  // What the gather gives once the update has zeroed the tensor.
+  v1::OpRequest zeroed = request;
+  std::string& zero_bytes = *zeroed.mutable_gather()->mutable_input()->mutable_data();
+  std::fill(zero_bytes.begin(), zero_bytes.end(), '\0');
+  absl::StatusOr<Tensor> expected = client_->Run(zeroed);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  request.mutable_gather()->mutable_input()->Clear();
+  request.mutable_gather()->mutable_input()->mutable_stored()->set_name("x");
+
+  absl::StatusOr<TensorStore::UpdateHandle> update = server_->store().Update("", "x");
+  ASSERT_TRUE(update.ok()) << update.status();
+  std::atomic<bool> ran = false;
+  absl::StatusOr<Tensor> unary = absl::UnknownError("not run");
+  std::thread unary_caller([&] {
+    unary = client_->Run(request);
+    ran = true;
+  });
+  absl::StatusOr<std::unique_ptr<OpStream>> stream = client_->OpenStream();
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  ASSERT_TRUE((*stream)->Send(1, request));
+  std::atomic<bool> streamed = false;
+  std::optional<StreamResult> answer;
+  std::thread stream_reader([&] {
+    answer = (*stream)->Receive();
+    streamed = true;
+  });
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_FALSE(ran.load());
+  EXPECT_FALSE(streamed.load());
+  const MutableTensorView held = update->view();
+  std::memset(held.data(), 0, static_cast<size_t>(held.numel() * ItemSize(held.dtype())));
+  ASSERT_TRUE(update->Commit().ok());
+  unary_caller.join();
+  stream_reader.join();
+  ASSERT_TRUE(unary.ok()) << unary.status();
+  EXPECT_EQ(Bytes(*unary), Bytes(*expected));
+  ASSERT_TRUE(answer.has_value());
+  ASSERT_TRUE(answer->result.ok()) << answer->result.status();
+  EXPECT_EQ(Bytes(*answer->result), Bytes(*expected));
+  (*stream)->CloseSend();
+  EXPECT_TRUE((*stream)->Finish().ok());
+}
+
 TEST_P(StoreServiceTest, StoreCallsAreCountedInTheMetrics) {
   const std::vector<float> values = Floats(4);
   ASSERT_TRUE(client_->PutTensor("m", TensorView(DataType::kFloat32, {4}, values.data())).ok());

@@ -970,6 +970,57 @@ TEST(TensorStoreConcurrencyTest, UpdatesWaitForEachOtherAndReadersWaitForUpdates
   EXPECT_EQ(done.load(), 2);
 }
 
+// LockWait::kTry reads what Read would, but where Read would wait (an update holds the tensor, or
+// waits for its readers) it answers at once with the one status IsStoreBusy recognises.
+TEST(TensorStoreConcurrencyTest, ATryingReaderIsToldTheTensorIsBusyInsteadOfWaiting) {
+  TensorStore store(1 << 20);
+  ASSERT_TRUE(Put<int32_t>(store, "", "w", {1}, {0}).ok());
+  {
+    ASSERT_OK_AND_ASSIGN(TensorStore::ReadHandle read,
+                         store.Read("", "w", std::nullopt, LockWait::kTry));
+    EXPECT_EQ(read.version(), 1);
+    // Readers share: a second trying reader is not busy.
+    ASSERT_OK_AND_ASSIGN(TensorStore::ReadHandle second,
+                         store.Read("", "w", std::nullopt, LockWait::kTry));
+  }
+  absl::StatusOr<TensorStore::ReadHandle> missing =
+      store.Read("", "nobody", std::nullopt, LockWait::kTry);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(IsStoreBusy(missing.status()));
+  EXPECT_FALSE(IsStoreBusy(absl::UnavailableError("tensor \"w\" is being updated; retry")));
+
+  {
+    ASSERT_OK_AND_ASSIGN(TensorStore::UpdateHandle update, store.Update("", "w"));
+    absl::StatusOr<TensorStore::ReadHandle> busy =
+        store.Read("", "w", std::nullopt, LockWait::kTry);
+    EXPECT_TRUE(IsStoreBusy(busy.status())) << busy.status();
+    EXPECT_EQ(busy.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(busy.status().message(), HasSubstr("\"w\" is being updated"));
+    ASSERT_TRUE(update.Commit().ok());
+  }
+  ASSERT_OK_AND_ASSIGN(TensorStore::ReadHandle after,
+                       store.Read("", "w", std::nullopt, LockWait::kTry));
+  EXPECT_EQ(after.version(), 2);
+
+  // An updater waiting for `after` goes before any newly arriving reader, trying or not.
+  std::atomic<bool> updated{false};
+  std::thread updater([&] {
+    absl::StatusOr<TensorStore::UpdateHandle> update = store.Update("", "w");
+    ASSERT_TRUE(update.ok()) << update.status();
+    ASSERT_TRUE(update->Commit().ok());
+    updated = true;
+  });
+  EXPECT_TRUE(testing::WaitFor(
+      [&] { return IsStoreBusy(store.Read("", "w", std::nullopt, LockWait::kTry).status()); },
+      absl::Seconds(10)));
+  EXPECT_FALSE(updated.load());
+  { TensorStore::ReadHandle released = std::move(after); }
+  updater.join();
+  ASSERT_OK_AND_ASSIGN(TensorStore::ReadHandle last,
+                       store.Read("", "w", std::nullopt, LockWait::kTry));
+  EXPECT_EQ(last.version(), 3);
+}
+
 // A steady stream of overlapping readers must not starve an updater.
 TEST(TensorStoreConcurrencyTest, UpdaterIsNotStarvedByReaders) {
   TensorStore store(1 << 20);

@@ -5,9 +5,10 @@
 //
 //   grpc::ServerUnaryReactor* reactor = UnaryOpCall::Start(
 //       serving, context, "Gather", "gather",
-//       [&] { return PrepareOp(...); }, request_bytes, response);
+//       [&](LockWait lock_wait) { return PrepareOp(...); }, may_block, request_bytes, response);
 //
-// The call is prepared (decoded, validated, planned) on the gRPC thread, admitted to the
+// The call is prepared (decoded, validated, planned) on the gRPC thread (an in-place update, or a
+// call that finds a stored tensor busy, on the blocking pool, where it may wait), admitted to the
 // scheduler's queue, run by a worker, and finished from that worker; a small call that finds a
 // worker slot free and the queue empty runs and finishes on the gRPC thread instead
 // (Scheduler::Submit, --inline_max_bytes). A call whose client cancels, or whose deadline passes,
@@ -111,13 +112,19 @@ void LogFinishedCall(std::string_view method, std::string_view peer, absl::Durat
 // from it and says how the outcome leaves (Deliver) and whether the client is still there.
 class OpCall : public Scheduler::Work {
  public:
+  // Prepare decodes, validates and plans the call; `lock_wait` goes into its StoredTensors.
+  using Prepare = std::function<absl::StatusOr<PreparedOp>(LockWait lock_wait)>;
+
   // Start prepares the call with `prepare` (exceptions become statuses) and admits it: its
   // request and planned result bytes into serving.memory (RESOURCE_EXHAUSTED past
   // --max_memory_bytes), then into the scheduler; or it ends the call with the error at once. The
   // call may end, and be deleted, inside. With `may_block` (the request references stored tensors,
-  // whose locks preparing takes), all of that happens later on serving.blocking_pool instead, so
-  // `prepare` must own or point to what it reads (nothing of the caller's stack).
-  void Start(std::function<absl::StatusOr<PreparedOp>()> prepare, bool may_block = false);
+  // whose locks preparing takes), `prepare` is first tried here with LockWait::kTry; when that
+  // finds a tensor busy (IsStoreBusy), all of it happens again later on serving.blocking_pool
+  // with LockWait::kWait. So `prepare` must own or point to what it reads (nothing of the
+  // caller's stack), and a try that fails busy must leave the request as it found it, so that
+  // the second preparation starts afresh.
+  void Start(Prepare prepare, bool may_block = false);
 
   // CancelIfQueued takes the call out of the scheduler's queue and ends it with CANCELLED (or
   // DEADLINE_EXCEEDED when its deadline has passed, which is why gRPC cancelled it); `who` says
@@ -152,8 +159,10 @@ class OpCall : public Scheduler::Work {
   const ServingContext& serving() const { return serving_; }
 
  private:
-  // StartNow is Start on the calling thread.
-  void StartNow(const std::function<absl::StatusOr<PreparedOp>()>& prepare);
+  // PrepareNow runs `prepare` on the calling thread into op_; its error, exceptions included.
+  absl::Status PrepareNow(const Prepare& prepare, LockWait lock_wait);
+  // Admit admits the prepared call (`prepared`: PrepareNow's outcome), or ends it with the error.
+  void Admit(absl::Status prepared);
 
   // Scheduler::Work: on a worker thread, or wherever the call left the queue.
   void Run() final;
@@ -189,8 +198,7 @@ class UnaryOpCall final : public grpc::ServerUnaryReactor, private OpCall {
   static grpc::ServerUnaryReactor* Start(const ServingContext& serving,
                                          grpc::CallbackServerContext* context,
                                          std::string_view method, std::string_view op,
-                                         std::function<absl::StatusOr<PreparedOp>()> prepare,
-                                         bool may_block, int64_t request_bytes,
+                                         Prepare prepare, bool may_block, int64_t request_bytes,
                                          google::protobuf::Message* response);
 
  private:

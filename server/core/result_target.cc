@@ -96,7 +96,8 @@ absl::Status AnswerRemembered(std::string_view op, const TensorStore::Change& ch
   absl::StatusOr<TensorStore::Metadata> info = stored.store->Info(stored.ns, change.name);
   if (options.return_data()) {
     absl::StatusOr<TensorStore::ReadHandle> read =
-        stored.store->Read(stored.ns, change.name, change.version);
+        stored.store->Read(stored.ns, change.name, change.version, stored.lock_wait);
+    if (IsStoreBusy(read.status())) return read.status();
     if (!read.ok()) {
       // Not ABORTED, which the clients retry: a retry would find the same.
       return absl::FailedPreconditionError(absl::StrFormat(

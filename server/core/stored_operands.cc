@@ -205,6 +205,9 @@ absl::StatusOr<std::shared_ptr<StoredOperands>> StoredOperands::Acquire(
         references.front().arg, Quoted(references.front().tensor->stored().name())));
   }
   for (const auto& [name, entry] : wanted) {
+    if (entry.update && stored.lock_wait == LockWait::kTry) {
+      return StoreBusyError(name);
+    }
     if (entry.update) {
       absl::StatusOr<TensorStore::UpdateHandle> update =
           stored.store->Update(stored.ns, name, entry.version, in_place.update_id);
@@ -214,7 +217,8 @@ absl::StatusOr<std::shared_ptr<StoredOperands>> StoredOperands::Acquire(
       operands->update_.emplace(*std::move(update));
     } else {
       absl::StatusOr<TensorStore::ReadHandle> read =
-          stored.store->Read(stored.ns, name, entry.version);
+          stored.store->Read(stored.ns, name, entry.version, stored.lock_wait);
+      if (IsStoreBusy(read.status())) return read.status();
       if (!read.ok()) return StoreError(*stored.store, op, entry.args.front(), name, read.status());
       operands->reads_.emplace(name, *std::move(read));
     }

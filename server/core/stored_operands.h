@@ -48,6 +48,10 @@ struct StoredTensors {
   // Where arguments and results in shared memory are found (Tensor.shared_memory,
   // ResultOptions.shared_memory). Null: every such reference fails with FAILED_PRECONDITION.
   const SharedMemoryRegions* regions = nullptr;
+  // kTry: reading a tensor an update holds fails at once with a status IsStoreBusy recognises,
+  // and so does a call that updates a tensor in place (its journal record may wait for the disk),
+  // without waiting. For a first try on a thread that must not block (OpCall::Start).
+  LockWait lock_wait = LockWait::kWait;
 };
 
 // InPlaceTarget names the one argument a call updates in place: `tensor` (a field of the

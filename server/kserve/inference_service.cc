@@ -206,7 +206,11 @@ struct StreamProtocol {
     }
     bool MayBlock() const { return NamesStoredTensor(message_); }
     absl::StatusOr<PreparedOp> Prepare(const ServingContext& serving, const StoredTensors& stored) {
-      TENSOROPS_ASSIGN_OR_RETURN(call_, InferCall::Translate(&message_));
+      // Translated once: the translation takes the request's raw contents, and a preparation
+      // that found a stored tensor busy runs again (OpCall::Start).
+      if (call_ == nullptr) {
+        TENSOROPS_ASSIGN_OR_RETURN(call_, InferCall::Translate(&message_));
+      }
       MarkFinal();
       return call_->Prepare(serving.limits, stored, response_.mutable_infer_response());
     }
@@ -508,18 +512,23 @@ void InferenceService::HandleModelInfer() {
             return UnaryOpCall::Start(
                 serving_, context, "ModelInfer",
                 parsed->ok ? InferCall::ModelName(parsed->message) : "model_infer",
-                [this, context, request, response]() -> absl::StatusOr<PreparedOp> {
+                // Translated once (it takes the request's raw contents), though a preparation
+                // that finds a stored tensor busy runs again (OpCall::Start).
+                [this, context, request, response, call = std::shared_ptr<InferCall>()](
+                    LockWait lock_wait) mutable -> absl::StatusOr<PreparedOp> {
                   TENSOROPS_RETURN_IF_ERROR(RequestError(*request, serving_.limits.max_bytes));
-                  TENSOROPS_ASSIGN_OR_RETURN(std::shared_ptr<InferCall> call,
-                                             InferCall::Translate(&request->message));
+                  if (call == nullptr) {
+                    TENSOROPS_ASSIGN_OR_RETURN(call, InferCall::Translate(&request->message));
+                  }
                   const std::string ns = StoreNamespace(serving_, *context);
                   TENSOROPS_ASSIGN_OR_RETURN(
                       PreparedOp prepared,
-                      call->Prepare(
-                          serving_.limits,
-                          StoredTensors{
-                              .store = serving_.store, .ns = ns, .regions = serving_.shared_memory},
-                          response));
+                      call->Prepare(serving_.limits,
+                                    StoredTensors{.store = serving_.store,
+                                                  .ns = ns,
+                                                  .regions = serving_.shared_memory,
+                                                  .lock_wait = lock_wait},
+                                    response));
                   // The op reads the call's bytes: it keeps the call for as long as it lives.
                   prepared.run = [call, run = std::move(prepared.run)] { return run(); };
                   return prepared;

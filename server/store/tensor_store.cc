@@ -9,6 +9,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -177,6 +178,16 @@ class SharedLock {
     ++readers_;
   }
 
+  // TryLockShared is LockShared when it would not wait; false (nothing held) when it would.
+  bool TryLockShared() {
+    absl::MutexLock lock(&mu_);
+    // A new ticket is the newest, so any waiting writer goes first.
+    if (writer_ || !waiting_writers_.empty()) return false;
+    ++next_ticket_;
+    ++readers_;
+    return true;
+  }
+
   void UnlockShared() {
     absl::MutexLock lock(&mu_);
     --readers_;
@@ -208,7 +219,24 @@ class SharedLock {
   std::deque<uint64_t> waiting_writers_ ABSL_GUARDED_BY(mu_);
 };
 
+// The payload that marks StoreBusyError's status (IsStoreBusy); the code alone could be any
+// UNAVAILABLE.
+constexpr char kStoreBusyPayload[] = "tensorops/store-busy";
+
 }  // namespace
+
+// Callers retry where they may wait, so no client is meant to see this status; the message says
+// what happened if one does.
+absl::Status StoreBusyError(std::string_view name) {
+  absl::Status status =
+      absl::UnavailableError(absl::StrFormat("tensor %s is being updated; retry", QuoteName(name)));
+  status.SetPayload(kStoreBusyPayload, absl::Cord());
+  return status;
+}
+
+bool IsStoreBusy(const absl::Status& status) {
+  return status.GetPayload(kStoreBusyPayload).has_value();
+}
 
 absl::Status ValidateTensorName(std::string_view name) {
   if (name.empty()) {
@@ -320,13 +348,15 @@ struct TensorStore::State {
   // Acquire finds the name's entry and takes its lock (shared or exclusive), then checks that
   // the entry is still current: an overwrite may have replaced it while we waited, and its old
   // bytes may hold an update no one will see. Returns the entry, locked, and its version.
-  absl::StatusOr<std::pair<std::shared_ptr<Entry>, int64_t>> Acquire(std::string_view ns,
-                                                                     std::string_view name,
-                                                                     bool exclusive) const {
+  absl::StatusOr<std::pair<std::shared_ptr<Entry>, int64_t>> Acquire(
+      std::string_view ns, std::string_view name, bool exclusive,
+      LockWait wait = LockWait::kWait) const {
     while (true) {
       TENSOROPS_ASSIGN_OR_RETURN(std::shared_ptr<Entry> entry, Find(ns, name));
       if (exclusive) {
         entry->lock.Lock();
+      } else if (wait == LockWait::kTry) {
+        if (!entry->lock.TryLockShared()) return StoreBusyError(name);
       } else {
         entry->lock.LockShared();
       }
@@ -492,11 +522,13 @@ absl::StatusOr<int64_t> TensorStore::Put(std::string_view ns, std::string_view n
   return upload.Commit();
 }
 
-absl::StatusOr<TensorStore::ReadHandle> TensorStore::Read(
-    std::string_view ns, std::string_view name, std::optional<int64_t> expected_version) const {
+absl::StatusOr<TensorStore::ReadHandle> TensorStore::Read(std::string_view ns,
+                                                          std::string_view name,
+                                                          std::optional<int64_t> expected_version,
+                                                          LockWait wait) const {
   TENSOROPS_RETURN_IF_ERROR(ValidateTensorName(name));
   TENSOROPS_RETURN_IF_ERROR(CheckExpectedVersionArg(expected_version));
-  TENSOROPS_ASSIGN_OR_RETURN(auto acquired, state_->Acquire(ns, name, /*exclusive=*/false));
+  TENSOROPS_ASSIGN_OR_RETURN(auto acquired, state_->Acquire(ns, name, /*exclusive=*/false, wait));
   ReadHandle handle(std::move(acquired.first), acquired.second);
   // On a mismatch the handle goes out of scope and releases the lock.
   TENSOROPS_RETURN_IF_ERROR(CheckVersion(name, handle.version(), expected_version));

@@ -162,6 +162,16 @@ struct TensorStoreRestored {
 // namespace remembers: a retry of one of its latest changes finds it instead of applying again.
 inline constexpr int64_t kRememberedChangesPerNamespace = 10000;
 
+// LockWait says whether TensorStore::Read may wait while an update holds the tensor: kTry
+// returns at once with a status IsStoreBusy recognises instead. A caller on a thread that must not
+// block (gRPC's) tries there first and waits elsewhere only when the tensor is busy.
+enum class LockWait { kWait, kTry };
+
+// StoreBusyError is the status of a Read with LockWait::kTry that would have waited on tensor
+// `name`; IsStoreBusy recognises it (and only it).
+absl::Status StoreBusyError(std::string_view name);
+bool IsStoreBusy(const absl::Status& status);
+
 // TensorStoreChange (TensorStore::Change) is what a committed change that carried an update id
 // made: the tensor's name and the version it produced.
 struct TensorStoreChange {
@@ -213,11 +223,14 @@ class TensorStore {
   absl::StatusOr<int64_t> Put(std::string_view ns, std::string_view name, const TensorView& value,
                               const UploadOptions& options = {});
 
-  // Read returns a handle on the name's current value, waiting while an update holds it.
-  // NOT_FOUND naming the name when it does not exist (in this namespace); FAILED_PRECONDITION
-  // naming the current version when `expected_version` is given and differs.
+  // Read returns a handle on the name's current value, waiting while an update holds it (or
+  // waits for it: updaters go first), unless `wait` is LockWait::kTry: then a busy tensor is an
+  // error IsStoreBusy recognises. NOT_FOUND naming the name when it does not exist (in this
+  // namespace); FAILED_PRECONDITION naming the current version when `expected_version` is given
+  // and differs.
   absl::StatusOr<ReadHandle> Read(std::string_view ns, std::string_view name,
-                                  std::optional<int64_t> expected_version = std::nullopt) const;
+                                  std::optional<int64_t> expected_version = std::nullopt,
+                                  LockWait wait = LockWait::kWait) const;
 
   // Update returns an exclusive handle on the name's current value, waiting for its readers and
   // any other updater to finish. Errors as Read's; the version is checked once the handle holds

@@ -202,12 +202,13 @@ class OpStreamReactor<Protocol>::Request final : public OpCall {
   // Start prepares the op and admits it to the scheduler, or answers with the error at once.
   void Start() {
     OpCall::Start(
-        [this]() -> absl::StatusOr<PreparedOp> {
+        [this](LockWait lock_wait) -> absl::StatusOr<PreparedOp> {
           if (!refusal_.ok()) return refusal_;
           const std::string ns = StoreNamespace(serving(), *stream_->context_);
           return call_.Prepare(serving(), StoredTensors{.store = serving().store,
                                                         .ns = ns,
-                                                        .regions = serving().shared_memory});
+                                                        .regions = serving().shared_memory,
+                                                        .lock_wait = lock_wait});
         },
         refusal_.ok() && call_.MayBlock());
   }

@@ -520,13 +520,15 @@ void TensorOpsService::HandleOpCall(std::string_view method, std::string_view op
             // the preparation may run later, on the blocking pool.
             return UnaryOpCall::Start(
                 serving_, context, method, op_name,
-                [this, context, request, response, prepare]() -> absl::StatusOr<PreparedOp> {
+                [this, context, request, response,
+                 prepare](LockWait lock_wait) -> absl::StatusOr<PreparedOp> {
                   TENSOROPS_RETURN_IF_ERROR(RequestError(*request, serving_.limits.max_bytes));
                   const std::string ns = StoreNamespace(serving_, *context);
-                  return prepare(
-                      request->message, response,
-                      StoredTensors{
-                          .store = serving_.store, .ns = ns, .regions = serving_.shared_memory});
+                  return prepare(request->message, response,
+                                 StoredTensors{.store = serving_.store,
+                                               .ns = ns,
+                                               .regions = serving_.shared_memory,
+                                               .lock_wait = lock_wait});
                 },
                 /*may_block=*/request->ok&& ReferencesStoredTensors(request->message),
                 static_cast<int64_t>(request->bytes), response);

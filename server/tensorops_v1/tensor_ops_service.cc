@@ -59,9 +59,8 @@ constexpr int64_t kMaxChunkBytes = int64_t{4} << 20;
 // Room for a GetTensorResponse's framing around its data (field key and length).
 constexpr int64_t kChunkFramingBytes = 64;
 
-// kRegionStagingBytes: the host buffer a stored tensor's bytes pass through between the store
-// and a CUDA shared-memory region, when one of them is device memory and the other cannot be
-// reached from it directly.
+// kRegionStagingBytes: the host buffer a stored tensor's bytes pass through between a store in
+// device memory and a CUDA shared-memory region (no device-to-device path yet).
 constexpr int64_t kRegionStagingBytes = int64_t{64} << 20;
 
 // ToProto describes a stored tensor on the wire.
@@ -206,8 +205,15 @@ class PutTensorReactor final : public grpc::ServerReadReactor<PutTensorMessage> 
           const RegionBytes source,
           FindBytes(serving_.shared_memory, ns_, header.shared_memory(), upload_->bytes(),
                     /*exactly=*/true, what));
-      if (source.region->on_device()) {
-        // A CUDA region reaches the store through the host, a staging chunk at a time.
+      if (source.region->on_device() && upload_->memory().host_accessible()) {
+        // A CUDA region into a host store: one copy from the device into the store's bytes.
+        TENSOROPS_ASSIGN_OR_RETURN(const absl::Span<char> target,
+                                   upload_->MutableChunk(0, upload_->bytes()));
+        TENSOROPS_RETURN_IF_ERROR(CopyFromRegion({.region = source.region, .data = source.data},
+                                                 target.data(), upload_->bytes()));
+      } else if (source.region->on_device()) {
+        // A CUDA region into a device store reaches it through the host, a staging chunk at a
+        // time.
         std::string staged;
         for (int64_t at = 0; at < upload_->bytes(); at += kRegionStagingBytes) {
           const int64_t bytes = std::min(kRegionStagingBytes, upload_->bytes() - at);

@@ -817,6 +817,40 @@ TEST_P(StoreServiceTest, InPlaceGivesTheOutOfPlaceResultForEveryOpThatUpdatesIts
   EXPECT_EQ(in_place_ops, 7);
 }
 
+// An in-place update of a tensor a reader holds waits for the reader (on the blocking pool, not
+// gRPC's thread) and then applies once.
+TEST_P(StoreServiceTest, AnInPlaceUpdateOfATensorAReaderHoldsWaitsForTheReader) {
+  const std::vector<float> zeros(8, 0.0f);
+  ASSERT_TRUE(client_->PutTensor("acc", TensorView(DataType::kFloat32, {8}, zeros.data())).ok());
+  v1::OpRequest push;
+  v1::IndexReduceRequest* reduce = push.mutable_index_reduce();
+  reduce->mutable_input()->mutable_stored()->set_name("acc");
+  *reduce->mutable_index() = MakeTensor<int64_t>({2}, {1, 5});
+  *reduce->mutable_src() = MakeTensor<float>({2}, {2.5f, -1.0f});
+  reduce->set_reduce(v1::REDUCTION_SUM);
+  reduce->mutable_result_options()->set_in_place(true);
+
+  absl::StatusOr<TensorStore::ReadHandle> read = server_->store().Read("", "acc");
+  ASSERT_TRUE(read.ok()) << read.status();
+  std::atomic<bool> pushed = false;
+  absl::StatusOr<v1::Tensor> updated = absl::UnknownError("not run");
+  std::thread pusher([&] {
+    updated = RawRun(stub_.get(), push);
+    pushed = true;
+  });
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_FALSE(pushed.load());
+  { TensorStore::ReadHandle released = *std::move(read); }
+  pusher.join();
+  ASSERT_TRUE(updated.ok()) << updated.status();
+  EXPECT_EQ(updated->stored().version(), 2);
+  absl::StatusOr<Tensor> value = client_->GetTensor("acc");
+  ASSERT_TRUE(value.ok()) << value.status();
+  const float* data = static_cast<const float*>(value->data());
+  EXPECT_EQ(std::vector<float>(data, data + 8),
+            (std::vector<float>{0, 2.5f, 0, 0, 0, -1.0f, 0, 0}));
+}
+
 TEST_P(StoreServiceTest, InPlaceReturnsItsBytesWhenAskedAndChecksTheVersion) {
   v1::OpRequest request = OneRequestOfEachOp()[3];  // index_reduce, SUM
   ASSERT_EQ(request.op_case(), v1::OpRequest::kIndexReduce);

@@ -1021,6 +1021,33 @@ TEST(TensorStoreConcurrencyTest, ATryingReaderIsToldTheTensorIsBusyInsteadOfWait
   EXPECT_EQ(last.version(), 3);
 }
 
+// An Update with LockWait::kTry takes a free tensor exclusively, and is busy where Update would
+// wait: a reader holds the tensor, or another update does.
+TEST(TensorStoreConcurrencyTest, ATryingUpdaterIsToldTheTensorIsBusyInsteadOfWaiting) {
+  TensorStore store(1 << 20);
+  ASSERT_TRUE(Put<int32_t>(store, "", "w", {1}, {0}).ok());
+  {
+    ASSERT_OK_AND_ASSIGN(TensorStore::ReadHandle read, store.Read("", "w"));
+    absl::StatusOr<TensorStore::UpdateHandle> busy =
+        store.Update("", "w", std::nullopt, "", LockWait::kTry);
+    EXPECT_TRUE(IsStoreBusy(busy.status())) << busy.status();
+  }
+  ASSERT_OK_AND_ASSIGN(TensorStore::UpdateHandle update,
+                       store.Update("", "w", std::nullopt, "", LockWait::kTry));
+  absl::StatusOr<TensorStore::UpdateHandle> second =
+      store.Update("", "w", std::nullopt, "", LockWait::kTry);
+  EXPECT_TRUE(IsStoreBusy(second.status())) << second.status();
+  update.view().data_as<int32_t>()[0] = 7;
+  ASSERT_TRUE(update.Commit().ok());
+  // A wrong expected version is still FAILED_PRECONDITION, not busy.
+  absl::StatusOr<TensorStore::UpdateHandle> stale =
+      store.Update("", "w", /*expected_version=*/1, "", LockWait::kTry);
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_OK_AND_ASSIGN(TensorStore::ReadHandle after, store.Read("", "w"));
+  EXPECT_EQ(after.version(), 2);
+  EXPECT_THAT(Values<int32_t>(after), ElementsAre(7));
+}
+
 // A steady stream of overlapping readers must not starve an updater.
 TEST(TensorStoreConcurrencyTest, UpdaterIsNotStarvedByReaders) {
   TensorStore store(1 << 20);

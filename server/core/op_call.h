@@ -7,8 +7,8 @@
 //       serving, context, "Gather", "gather",
 //       [&](LockWait lock_wait) { return PrepareOp(...); }, may_block, request_bytes, response);
 //
-// The call is prepared (decoded, validated, planned) on the gRPC thread (an in-place update, or a
-// call that finds a stored tensor busy, on the blocking pool, where it may wait), admitted to the
+// The call is prepared (decoded, validated, planned) on the gRPC thread (a call that finds a
+// stored tensor busy, or updates a durable one in place, on the blocking pool), admitted to the
 // scheduler's queue, run by a worker, and finished from that worker; a small call that finds a
 // worker slot free and the queue empty runs and finishes on the gRPC thread instead
 // (Scheduler::Submit, --inline_max_bytes). A call whose client cancels, or whose deadline passes,

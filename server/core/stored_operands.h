@@ -48,9 +48,10 @@ struct StoredTensors {
   // Where arguments and results in shared memory are found (Tensor.shared_memory,
   // ResultOptions.shared_memory). Null: every such reference fails with FAILED_PRECONDITION.
   const SharedMemoryRegions* regions = nullptr;
-  // kTry: reading a tensor an update holds fails at once with a status IsStoreBusy recognises,
-  // and so does a call that updates a tensor in place (its journal record may wait for the disk),
-  // without waiting. For a first try on a thread that must not block (OpCall::Start).
+  // kTry: a tensor whose lock would make the call wait fails it at once with a status
+  // IsStoreBusy recognises, and so does an in-place update of a durable store (--store_dir: its
+  // journal record may wait for the disk). For a first try on a thread that must not block
+  // (OpCall::Start).
   LockWait lock_wait = LockWait::kWait;
 };
 

@@ -205,6 +205,15 @@ class SharedLock {
     writer_ = true;
   }
 
+  // TryLock is Lock when it would not wait; false (nothing held) when it would.
+  bool TryLock() {
+    absl::MutexLock lock(&mu_);
+    if (writer_ || readers_ > 0 || !waiting_writers_.empty()) return false;
+    ++next_ticket_;
+    writer_ = true;
+    return true;
+  }
+
   void Unlock() {
     absl::MutexLock lock(&mu_);
     writer_ = false;
@@ -353,10 +362,12 @@ struct TensorStore::State {
       LockWait wait = LockWait::kWait) const {
     while (true) {
       TENSOROPS_ASSIGN_OR_RETURN(std::shared_ptr<Entry> entry, Find(ns, name));
-      if (exclusive) {
+      if (wait == LockWait::kTry) {
+        if (!(exclusive ? entry->lock.TryLock() : entry->lock.TryLockShared())) {
+          return StoreBusyError(name);
+        }
+      } else if (exclusive) {
         entry->lock.Lock();
-      } else if (wait == LockWait::kTry) {
-        if (!entry->lock.TryLockShared()) return StoreBusyError(name);
       } else {
         entry->lock.LockShared();
       }
@@ -537,10 +548,10 @@ absl::StatusOr<TensorStore::ReadHandle> TensorStore::Read(std::string_view ns,
 
 absl::StatusOr<TensorStore::UpdateHandle> TensorStore::Update(
     std::string_view ns, std::string_view name, std::optional<int64_t> expected_version,
-    std::string_view update_id) {
+    std::string_view update_id, LockWait wait) {
   TENSOROPS_RETURN_IF_ERROR(ValidateTensorName(name));
   TENSOROPS_RETURN_IF_ERROR(CheckExpectedVersionArg(expected_version));
-  TENSOROPS_ASSIGN_OR_RETURN(auto acquired, state_->Acquire(ns, name, /*exclusive=*/true));
+  TENSOROPS_ASSIGN_OR_RETURN(auto acquired, state_->Acquire(ns, name, /*exclusive=*/true, wait));
   UpdateHandle handle(state_, std::string(ns), std::move(acquired.first), acquired.second);
   if (std::optional<Change> change = FindChange(ns, update_id)) {
     handle.already_applied_ = change->version;

@@ -162,13 +162,13 @@ struct TensorStoreRestored {
 // namespace remembers: a retry of one of its latest changes finds it instead of applying again.
 inline constexpr int64_t kRememberedChangesPerNamespace = 10000;
 
-// LockWait says whether TensorStore::Read may wait while an update holds the tensor: kTry
-// returns at once with a status IsStoreBusy recognises instead. A caller on a thread that must not
-// block (gRPC's) tries there first and waits elsewhere only when the tensor is busy.
+// LockWait says whether TensorStore::Read and Update may wait for a tensor's lock: kTry returns
+// at once with a status IsStoreBusy recognises instead. A caller on a thread that must not block
+// (gRPC's) tries there first and waits elsewhere only when the tensor is busy.
 enum class LockWait { kWait, kTry };
 
-// StoreBusyError is the status of a Read with LockWait::kTry that would have waited on tensor
-// `name`; IsStoreBusy recognises it (and only it).
+// StoreBusyError is the status of a Read or Update with LockWait::kTry that would have waited on
+// tensor `name`; IsStoreBusy recognises it (and only it).
 absl::Status StoreBusyError(std::string_view name);
 bool IsStoreBusy(const absl::Status& status);
 
@@ -239,9 +239,12 @@ class TensorStore {
   // already_applied() set instead and no version check: the caller is a retry of that change,
   // and must not apply it again. Checked under the lock, so a retry that waited for its first
   // attempt to commit finds it.
+  // With LockWait::kTry a tensor another handle holds, or another updater waits for, is the
+  // error IsStoreBusy recognises instead of a wait.
   absl::StatusOr<UpdateHandle> Update(std::string_view ns, std::string_view name,
                                       std::optional<int64_t> expected_version = std::nullopt,
-                                      std::string_view update_id = {});
+                                      std::string_view update_id = {},
+                                      LockWait wait = LockWait::kWait);
 
   // FindChange returns the change that carried `update_id` in `ns`, among the namespace's latest
   // kRememberedChangesPerNamespace; nullopt when it is not remembered.

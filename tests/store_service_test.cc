@@ -692,7 +692,7 @@ TEST_P(StoreServiceTest, ACallOnATensorAnUpdateHoldsWaitsForTheUpdateAndReadsIts
   absl::StatusOr<TensorStore::UpdateHandle> update = server_->store().Update("", "x");
   ASSERT_TRUE(update.ok()) << update.status();
   std::atomic<bool> ran = false;
-  absl::StatusOr<Tensor> unary = absl::UnknownError("not run");
+  absl::StatusOr<Tensor> unary = absl::UnknownError("no answer yet");
   std::thread unary_caller([&] {
     unary = client_->Run(request);
     ran = true;
@@ -833,7 +833,7 @@ TEST_P(StoreServiceTest, AnInPlaceUpdateOfATensorAReaderHoldsWaitsForTheReader) 
   absl::StatusOr<TensorStore::ReadHandle> read = server_->store().Read("", "acc");
   ASSERT_TRUE(read.ok()) << read.status();
   std::atomic<bool> pushed = false;
-  absl::StatusOr<v1::Tensor> updated = absl::UnknownError("not run");
+  absl::StatusOr<v1::Tensor> updated = absl::UnknownError("no answer yet");
   std::thread pusher([&] {
     updated = RawRun(stub_.get(), push);
     pushed = true;

@@ -170,10 +170,12 @@ TEST_P(GatherRandomTest, LargeMatchesReference) {
 TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(GatherRandomTest, ::testing::ValuesIn(kAllDataTypes),
                                       testing::DataTypeParamName);
 
-// Results of cpu::kStreamingMinBytes and more are written with streaming stores (4- and 8-byte
-// elements; 2-byte ones with plain stores), which bypass the cache and are weakly ordered: every
-// element must still arrive, along the last axis (one line per run) and the first (runs along the
-// inner dimension). Lines of odd length start runs off a cache line. The expected values are
+// Results of cpu::kStreamingMinBytes and more are written with streaming stores along the last
+// axis (4- and 8-byte elements, one line per run; 2-byte ones with plain stores), which bypass the
+// cache and are weakly ordered: every element must still arrive. Along the first axis (plain
+// stores, runs along the inner dimension) an index of cpu::kRunPrefetchMinIndexBytes and more (the
+// int64 case's) has each next run's start prefetched. Lines of odd length start runs off a cache
+// line. The expected values are
 // computed here with plain loops; each element of the input is a hash of its own position, so a
 // lost, stale or misplaced store shows.
 int64_t PositionHash(int64_t position) {

@@ -235,7 +235,11 @@ absl::Status ScatterKernel(const ScatterPlan& plan, const MutableTensorView& res
             });
           });
         } else {
-          CopyElements(plan.input, result);
+          if (ReducingScatter<T, Op>::kWritesWholeResult && plan.input.is_contiguous()) {
+            scatter.SetInitialValues(plan.input.data_as<T>());
+          } else {
+            CopyElements(plan.input, result);
+          }
           ok = scatter.Run([&](const auto& apply) { return updates.ForEach(apply); });
         }
         if (ok) return absl::OkStatus();

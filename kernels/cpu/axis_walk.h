@@ -276,6 +276,12 @@ inline bool WithRunSteps(const AxisWalk::Offsets& step, int64_t axis_stride, con
 inline constexpr int64_t kRunPrefetchPositions = 64;
 inline constexpr int64_t kRunPrefetchMinIndexBytes = int64_t{16} << 20;
 
+// PrefetchesNextRuns is whether a walk over an index of `index_rank` dimensions and `index_bytes`
+// bytes prefetches its next runs' starts.
+inline bool PrefetchesNextRuns(int64_t index_rank, int64_t index_bytes) {
+  return index_rank > 0 && index_bytes >= kRunPrefetchMinIndexBytes;
+}
+
 // PrefetchNextRunStart prefetches the first positions of the run `axis_step` elements after `run`
 // (the address is formed as an integer: past the last run it points outside the operand, which a
 // prefetch tolerates and pointer arithmetic does not).

@@ -44,10 +44,9 @@ bool GatherWalk(const GatherPlan& plan, const MutableTensorView& result) {
   const AxisWalk walk(
       plan.index.shape(), plan.axis,
       {plan.index.strides(), ContiguousStrides(plan.index.shape()), plan.input.strides()});
-  const bool prefetch_next_run =
-      plan.index.rank() > 0 &&
-      plan.index.numel() * static_cast<int64_t>(sizeof(Index)) >= kRunPrefetchMinIndexBytes;
-  const int64_t index_axis_step = plan.index.rank() > 0 ? plan.index.strides()[plan.axis] : 0;
+  const bool prefetch_next_run = PrefetchesNextRuns(
+      plan.index.rank(), plan.index.numel() * static_cast<int64_t>(sizeof(Index)));
+  const int64_t index_axis_step = prefetch_next_run ? plan.index.strides()[plan.axis] : 0;
   const auto run = [&](const Offsets& at, int64_t count, const Offsets& step) {
     const Index* index_run = index + at[AxisWalk::kIndex];
     Elem* out_run = out + at[AxisWalk::kDirect];

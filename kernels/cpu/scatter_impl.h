@@ -147,8 +147,8 @@ class ScatterUpdates {
         axis_size_(plan.input.rank() == 0 ? 1 : plan.input.size(plan.axis)),
         walk_(plan.index.shape(), plan.axis,
               DestinationWalkStrides(plan, dest_strides, &axis_stride_)) {
-    if (plan.index.rank() > 0 &&
-        plan.index.numel() * static_cast<int64_t>(sizeof(Index)) >= kRunPrefetchMinIndexBytes) {
+    if (PrefetchesNextRuns(plan.index.rank(),
+                           plan.index.numel() * static_cast<int64_t>(sizeof(Index)))) {
       prefetch_next_run_ = true;
       index_axis_step_ = plan.index.strides()[plan.axis];
       source_axis_step_ = plan.source.strides()[plan.axis];

@@ -173,11 +173,11 @@ TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(GatherRandomTest, ::testing::ValuesIn(kAll
 // Results of cpu::kStreamingMinBytes and more are written with streaming stores along the last
 // axis (4- and 8-byte elements, one line per run; 2-byte ones with plain stores), which bypass the
 // cache and are weakly ordered: every element must still arrive. Along the first axis (plain
-// stores, runs along the inner dimension) an index of cpu::kRunPrefetchMinIndexBytes and more (the
-// int64 case's) has each next run's start prefetched. Lines of odd length start runs off a cache
-// line. The expected values are
-// computed here with plain loops; each element of the input is a hash of its own position, so a
-// lost, stale or misplaced store shows.
+// stores, runs along the inner dimension) an index of cpu::kRunPrefetchMinIndexBytes and more
+// (every case's here, 16 MiB of int32 and more) has each next run's start prefetched. Lines of
+// odd length start runs off a cache line. The expected values are computed here with plain loops;
+// each element of the input is a hash of its own position, so a lost, stale or misplaced store
+// shows.
 int64_t PositionHash(int64_t position) {
   return static_cast<int64_t>((static_cast<uint64_t>(position) * 0x9E3779B97F4A7C15u) >> 1);
 }

@@ -100,6 +100,63 @@ class ReducingScatter {
   // Scatter PROD: that copy was 12% of the call).
   void SetInitialValues(const T* initial) { initial_ = initial; }
 
+  // Whether RunLines takes a result whose lines (last dimension) hold `line_length` elements,
+  // reduced by `updates` updates in all.
+  static bool RunsLines(int64_t line_length, int64_t updates) {
+    return kWritesWholeResult && line_length <= kMaxLineElements &&
+           updates < std::numeric_limits<int32_t>::max();
+  }
+
+  // RunLines is Run for an enumeration by the result's lines (RunsLines must have said yes, and
+  // the shadow must not be padded). `for_each_line(line)` calls `line(line_offset,
+  // for_each_line_update)` once for every line of the result (its last dimension, starting at
+  // element `line_offset`), possibly concurrently for different lines, and returns false when a
+  // call did; `for_each_line_update(apply)` calls `apply(position_in_line, value)` for the line's
+  // updates in order and returns false when it met an out-of-range index.
+  //
+  // Each line is reduced in a float32 shadow of its own on the stack, which stays in the L1 cache
+  // from its fill to its rounding into the result: Run's whole-result shadow took a pass to fill
+  // and one to round, each through the L2 cache and each a parallel loop of its own (bfloat16
+  // 1 MiB last-axis Scatter PROD, [512, 1024]: see bench/README.md).
+  template <typename ForEachLine>
+  bool RunLines(const ForEachLine& for_each_line) {
+    static_assert(kWritesWholeResult);
+    const int64_t length = row_length_;
+    return for_each_line([&](int64_t line_offset, const auto& for_each_line_update) {
+      LineShadow shadow;
+      Acc* sums = shadow.sums;
+      const T* initial = initial_ + line_offset;
+      for (int64_t i = 0; i < length; ++i) sums[i] = static_cast<Acc>(initial[i]);
+      if (!include_self_) {
+        const auto reset = [sums](int64_t at, const T&) { sums[at] = Identity<Op, Acc>(); };
+        if (!for_each_line_update(reset)) return false;
+      }
+      T* out = result_ + line_offset;
+      if constexpr (std::is_same_v<Op, SumOp>) {
+        if (reduce_ == Reduction::kMean) {
+          int32_t* counts = shadow.counts;
+          std::fill(counts, counts + length, include_self_ ? 1 : 0);
+          const auto sum_and_count = [sums, counts](int64_t at, const T& value) {
+            sums[at] += ToAccumulator(value);
+            ++counts[at];
+          };
+          if (!for_each_line_update(sum_and_count)) return false;
+          // A destination nobody wrote (count 0 without include_self) keeps its value.
+          for (int64_t i = 0; i < length; ++i) {
+            out[i] = T(sums[i] / static_cast<float>(std::max(counts[i], 1)));
+          }
+          return true;
+        }
+      }
+      const auto reduce = [sums](int64_t at, const T& value) {
+        Combine(sums[at], ToAccumulator(value));
+      };
+      if (!for_each_line_update(reduce)) return false;
+      for (int64_t i = 0; i < length; ++i) out[i] = T(sums[i]);
+      return true;
+    });
+  }
+
   template <typename ForEachUpdate>
   bool Run(const ForEachUpdate& for_each_update) {
     Acc* dest = reinterpret_cast<Acc*>(result_);
@@ -232,6 +289,17 @@ class ReducingScatter {
   // The counts tensor's extra elements, room for any shift below a page.
   template <typename Count>
   static constexpr int64_t kCountsSlack = kPageBytes / sizeof(Count);
+
+  // RunLines' shadow of one line, with MEAN's counts kCountsShiftBytes after the sums modulo a
+  // page, for the reason above. 32.5 KiB of stack: lines longer than kMaxLineElements take Run's
+  // shadow.
+  static constexpr int64_t kMaxLineElements = 4096;
+  struct LineShadow {
+    alignas(64) Acc sums[kMaxLineElements];
+    unsigned char counts_shift[kCountsShiftBytes];
+    int32_t counts[kMaxLineElements];
+  };
+  static_assert(sizeof(Acc) * kMaxLineElements % kPageBytes == 0);
 
   // The first Count in `counts` (kCountsSlack<Count> more than needed) kCountsShiftBytes after
   // `dest`, modulo a page.

@@ -302,6 +302,15 @@ bool CopiesInputByLine(const ScatterPlan& plan, const MutableTensorView& result,
   return plan.index.size(plan.axis) > 0;
 }
 
+bool ScattersByLine(const ScatterPlan& plan) {
+  const int64_t rank = plan.input.rank();
+  if (rank == 0 || plan.axis != rank - 1) return false;
+  for (int64_t d = 0; d < rank - 1; ++d) {
+    if (plan.index.size(d) != plan.input.size(d)) return false;
+  }
+  return plan.index.size(plan.axis) > 0;
+}
+
 }  // namespace scatter_gather_internal
 
 absl::Status Scatter(const ScatterPlan& plan, const MutableTensorView& result) {

@@ -98,6 +98,11 @@ absl::Status ScatterAs<std::complex<double>>(const ScatterPlan& plan,
 bool CopiesInputByLine(const ScatterPlan& plan, const MutableTensorView& result,
                        bool untouched_before);
 
+// ScattersByLine: whether every line of the result along the last axis receives exactly one run of
+// the walk, so that ReducingScatter::RunLines can reduce line by line: the axis is the last, and
+// the index matches the input outside it and is not empty. Defined in scatter_gather.cc.
+bool ScattersByLine(const ScatterPlan& plan);
+
 namespace {
 
 using Offsets = AxisWalk::Offsets;
@@ -156,6 +161,28 @@ class ScatterUpdates {
   }
 
   int64_t axis_size() const { return axis_size_; }
+
+  // ForEachLine is ForEach for ReducingScatter::RunLines (ScattersByLine said yes, and the
+  // destination's strides are the result's own): `line(line_offset, for_each_line_update)` for
+  // each run, its updates addressed within the line. Runs along the last axis read their index
+  // and source in order, which needs no prefetch.
+  template <typename Line>
+  bool ForEachLine(const Line& line) const {
+    const int64_t axis_size = axis_size_;
+    return walk_.ForEachRun([&](const Offsets& at, int64_t length, const Offsets& step) {
+      const Index* index_run = index_ + at[AxisWalk::kIndex];
+      const T* source_run = source_ + at[AxisWalk::kDirect];
+      const auto for_each_line_update = [&](const auto& apply) {
+        return WithRunSteps(
+            step, /*axis_stride=*/1, [&](auto index_step, auto source_step, auto, auto) {
+              return ForEachIndexInRun(
+                  index_run, length, index_step, axis_size,
+                  [=](int64_t i, int64_t value) { apply(value, source_run[i * source_step]); });
+            });
+      };
+      return line(at[AxisWalk::kIndexed], for_each_line_update);
+    });
+  }
 
   // ForEach calls `apply(dest_offset, value)` for every update. `start_run(dest_base)` is called
   // before each run's updates with the offset of the destination line the run scatters into (the
@@ -220,9 +247,12 @@ absl::Status ScatterKernel(const ScatterPlan& plan, const MutableTensorView& res
       if constexpr (kOrdered && internal::IsComplexType<T>::value) {
         return absl::InternalError("scatter: AMAX/AMIN on complex passed planning");
       } else {
-        ReducingScatter<T, Op> scatter(result.data_as<T>(), result.shape(), plan.reduce,
-                                       plan.include_self, /*updates=*/plan.index.numel(),
-                                       /*may_pad_rows=*/true);
+        using Reducing = ReducingScatter<T, Op>;
+        const int64_t line_length = plan.input.rank() == 0 ? 1 : plan.input.shape().back();
+        const bool by_line =
+            Reducing::RunsLines(line_length, plan.index.numel()) && ScattersByLine(plan);
+        Reducing scatter(result.data_as<T>(), result.shape(), plan.reduce, plan.include_self,
+                         /*updates=*/plan.index.numel(), /*may_pad_rows=*/!by_line);
         const ScatterUpdates<T, Index> updates(plan, scatter.dest_strides());
         bool ok;
         if (CopiesInputByLine(plan, result, scatter.result_untouched_before_updates())) {
@@ -235,12 +265,21 @@ absl::Status ScatterKernel(const ScatterPlan& plan, const MutableTensorView& res
             });
           });
         } else {
-          if (ReducingScatter<T, Op>::kWritesWholeResult && plan.input.is_contiguous()) {
+          if (Reducing::kWritesWholeResult && plan.input.is_contiguous()) {
             scatter.SetInitialValues(plan.input.data_as<T>());
           } else {
             CopyElements(plan.input, result);
           }
-          ok = scatter.Run([&](const auto& apply) { return updates.ForEach(apply); });
+          const auto run_whole = [&] {
+            return scatter.Run([&](const auto& apply) { return updates.ForEach(apply); });
+          };
+          if constexpr (Reducing::kWritesWholeResult) {
+            ok = by_line
+                     ? scatter.RunLines([&](const auto& line) { return updates.ForEachLine(line); })
+                     : run_whole();
+          } else {
+            ok = run_whole();
+          }
         }
         if (ok) return absl::OkStatus();
         return OutOfRangeError(plan.op, plan.original_index, plan.axis, updates.axis_size(),

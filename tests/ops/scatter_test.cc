@@ -272,44 +272,145 @@ TEST_P(ScatterRandomTest, LargeMatchesReference) {
 TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(ScatterRandomTest, testing::AllDtypeReductionParams(),
                                       testing::DtypeReductionParamName);
 
+// A float16/bfloat16 case of the two tests below: a random input of `input_shape`, an int64 index
+// of `index_shape` along `axis` (from the end when negative), a source of the index's shape.
+ScatterCase HalfAccumulationCase(DataType dtype, Reduction reduce, bool include_self,
+                                 const Shape& input_shape, const Shape& index_shape, int64_t axis,
+                                 IndexPattern pattern, absl::BitGen& gen) {
+  const int64_t rank = static_cast<int64_t>(input_shape.size());
+  const int64_t dim = axis < 0 ? axis + rank : axis;
+  const testing::ValueOptions values = testing::ValuesForReduction(reduce);
+  ScatterCase c;
+  c.reduce = reduce;
+  c.include_self = include_self;
+  c.input = RandomTensor(dtype, input_shape, gen, values);
+  c.index = RandomIndex(DataType::kInt64, index_shape, dim, input_shape[dim], pattern, gen);
+  c.source = RandomTensor(dtype, index_shape, gen, values);
+  c.axis = axis;
+  c.max_terms = index_shape[dim] + 1;
+  c.description =
+      absl::StrCat(std::string(DataTypeName(dtype)), " ", std::string(ReductionName(reduce)),
+                   include_self ? " include_self" : "", " input ", ShapeString(input_shape),
+                   " index ", ShapeString(index_shape), " axis ", axis);
+  return c;
+}
+
 // float16/bfloat16 SUM, PROD and MEAN accumulate in a float32 shadow whose rows are padded when
 // their length is a multiple of 256 elements (1 KiB), so the enumeration addresses the shadow, not
 // the result, and the shadow's rows map back onto the result's. Shapes with such rows along every
-// axis kind, without and with include_self (MEAN's counts share the shadow's layout).
+// axis kind, without and with include_self (MEAN's counts share the shadow's layout). Along the
+// last axis the index misses a line: one that reaches every line reduces line by line instead
+// (the next test).
 TEST(ScatterTest, HalfAccumulationThroughAPaddedShadowMatchesReference) {
   struct Padded {
-    Shape shape;
+    Shape input_shape;
+    Shape index_shape;
     int64_t axis;
     IndexPattern pattern;
   };
   const Padded cases[] = {
-      {{300, 512}, 0, IndexPattern::kRandom},
-      {{6, 40, 256}, 1, IndexPattern::kDuplicateHeavy},
-      {{4, 256}, -1, IndexPattern::kUnique},
+      {{300, 512}, {300, 512}, 0, IndexPattern::kRandom},
+      {{6, 40, 256}, {6, 40, 256}, 1, IndexPattern::kDuplicateHeavy},
+      {{4, 256}, {3, 256}, -1, IndexPattern::kUnique},
   };
   absl::BitGen gen = SeededGen(2718, kScatterSeedSalt);
   for (const DataType dtype : {DataType::kFloat16, DataType::kBFloat16}) {
     for (const Reduction reduce : {Reduction::kSum, Reduction::kProd, Reduction::kMean}) {
       for (const bool include_self : {true, false}) {
         for (const Padded& padded : cases) {
-          const int64_t rank = static_cast<int64_t>(padded.shape.size());
-          const int64_t axis = padded.axis < 0 ? padded.axis + rank : padded.axis;
-          const testing::ValueOptions values = testing::ValuesForReduction(reduce);
-          ScatterCase c;
-          c.reduce = reduce;
-          c.include_self = include_self;
-          c.input = RandomTensor(dtype, padded.shape, gen, values);
-          c.index = RandomIndex(DataType::kInt64, padded.shape, axis, padded.shape[axis],
-                                padded.pattern, gen);
-          c.source = RandomTensor(dtype, padded.shape, gen, values);
-          c.axis = padded.axis;
-          c.max_terms = padded.shape[axis] + 1;
-          c.description = absl::StrCat(
-              std::string(DataTypeName(dtype)), " ", std::string(ReductionName(reduce)),
-              include_self ? " include_self " : " ",
-              testing::reference_internal::ShapeString(padded.shape), " axis ", padded.axis);
-          ExpectScatterMatchesReference(c);
+          ExpectScatterMatchesReference(HalfAccumulationCase(dtype, reduce, include_self,
+                                                             padded.input_shape, padded.index_shape,
+                                                             padded.axis, padded.pattern, gen));
         }
+      }
+    }
+  }
+}
+
+// float16/bfloat16 SUM, PROD and MEAN along the last axis, when the index reaches every line of
+// the result, reduce each line in a shadow of its own of at most 4096 elements
+// (ReducingScatter::RunLines); longer lines, and an index that misses lines, take the
+// whole-result shadow. Both sides of each boundary, an index longer and shorter than the line, a
+// transposed input (copied into the result first) and an in-place call.
+TEST(ScatterTest, HalfAccumulationLineByLineMatchesReference) {
+  struct Lines {
+    Shape input_shape;
+    Shape index_shape;
+    IndexPattern pattern;
+  };
+  const Lines cases[] = {
+      {{3, 4096}, {3, 4096}, IndexPattern::kDuplicateHeavy},  // the longest line on the stack
+      {{2, 4097}, {2, 4097}, IndexPattern::kRandom},          // one longer: the whole shadow
+      {{4, 6, 33}, {4, 6, 20}, IndexPattern::kDuplicateHeavy},
+      {{4, 10}, {4, 25}, IndexPattern::kRandom},  // more updates per line than elements
+      {{5, 40}, {4, 40}, IndexPattern::kUnique},  // misses a line: the whole shadow
+      {{7}, {12}, IndexPattern::kDuplicateHeavy},
+  };
+  absl::BitGen gen = SeededGen(31415, kScatterSeedSalt);
+  for (const DataType dtype : {DataType::kFloat16, DataType::kBFloat16}) {
+    for (const Reduction reduce : {Reduction::kSum, Reduction::kProd, Reduction::kMean}) {
+      for (const bool include_self : {true, false}) {
+        SCOPED_TRACE(absl::StrCat(std::string(DataTypeName(dtype)), " ",
+                                  std::string(ReductionName(reduce)),
+                                  include_self ? " include_self" : ""));
+        for (const Lines& lines : cases) {
+          ExpectScatterMatchesReference(HalfAccumulationCase(dtype, reduce, include_self,
+                                                             lines.input_shape, lines.index_shape,
+                                                             /*axis=*/-1, lines.pattern, gen));
+        }
+        const testing::ValueOptions values = testing::ValuesForReduction(reduce);
+
+        // Byte for byte what the whole-result shadow gives: the first two rows of a [3, 300] input
+        // scattered by an index of all three rows (line by line) and of the first two (whole).
+        Tensor rows = RandomTensor(dtype, {3, 300}, gen, values);
+        Tensor rows_index =
+            RandomIndex(DataType::kInt64, {3, 300}, 1, 300, IndexPattern::kDuplicateHeavy, gen);
+        Tensor rows_source = RandomTensor(dtype, {3, 300}, gen, values);
+        const absl::StatusOr<Tensor> by_line = Scatter({.input = rows.view(),
+                                                        .index = rows_index.view(),
+                                                        .source = rows_source.view(),
+                                                        .axis = 1,
+                                                        .reduce = reduce,
+                                                        .include_self = include_self});
+        const absl::StatusOr<Tensor> whole =
+            Scatter({.input = rows.view(),
+                     .index = TensorView(DataType::kInt64, {2, 300}, {300, 1}, rows_index.data()),
+                     .source = TensorView(dtype, {2, 300}, {300, 1}, rows_source.data()),
+                     .axis = 1,
+                     .reduce = reduce,
+                     .include_self = include_self});
+        ASSERT_TRUE(by_line.ok()) << by_line.status();
+        ASSERT_TRUE(whole.ok()) << whole.status();
+        EXPECT_EQ(std::memcmp(by_line->data(), whole->data(), 2 * 300 * ItemSize(dtype)), 0);
+
+        // The input transposed: a [6, 9] view of a [9, 6] tensor, scattered along its last axis.
+        Tensor storage = RandomTensor(dtype, {9, 6}, gen, values);
+        const TensorView transposed(dtype, {6, 9}, {1, 6}, storage.data());
+        Tensor contiguous(dtype, {6, 9});
+        CopyElements(transposed, contiguous.mutable_view());
+        Tensor index = RandomIndex(DataType::kInt32, {6, 9}, 1, 9, IndexPattern::kRandom, gen);
+        Tensor source = RandomTensor(dtype, {6, 9}, gen, values);
+        const ScatterArgs args{.input = transposed,
+                               .index = index.view(),
+                               .source = source.view(),
+                               .axis = 1,
+                               .reduce = reduce,
+                               .include_self = include_self};
+        const absl::StatusOr<Tensor> expected = ReferenceScatter(
+            contiguous.view(), 1, index.view(), source.view(), reduce, include_self, false);
+        ASSERT_TRUE(expected.ok()) << expected.status();
+        testing::ExpectReductionResult("scatter of a transposed input", dtype, reduce,
+                                       /*max_terms=*/10, Scatter(args), expected);
+
+        // In place: the result is the input, each line read into its shadow before it is written.
+        Tensor result = contiguous.Clone();
+        ScatterArgs in_place = args;
+        in_place.input = result.view();
+        const absl::StatusOr<ScatterPlan> plan = PlanScatter(in_place);
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        ASSERT_TRUE(cpu::Scatter(*plan, result.mutable_view()).ok());
+        testing::ExpectReductionResult("scatter in place", dtype, reduce, /*max_terms=*/10,
+                                       absl::StatusOr<Tensor>(std::move(result)), expected);
       }
     }
   }

@@ -31,6 +31,52 @@ namespace {
 using scatter_gather_internal::OutOfRangeError;
 using Offsets = AxisWalk::Offsets;
 
+// StreamGatherRun is a Gather run that writes a contiguous stretch of the result, `count` elements
+// at `out_run`, with streaming stores: one element at a time up to a 16-byte boundary of the
+// result, then kStreamLanes<Elem> elements per store while their indices lie in [0, axis_size),
+// then ForEachIndexInRun for the rest (a negative or bad index, and the tail). Per element,
+// MOVNTI took more than one 16-byte store of four (float32 64 MiB last-axis duplicate-heavy
+// Gather: see bench/README.md). Returns false on an out-of-range index, as ForEachIndexInRun.
+template <typename Elem, typename Index, typename IndexStep, typename InputStep,
+          typename InputAxisStride>
+bool StreamGatherRun(const Index* index_run, int64_t count, IndexStep index_step, int64_t axis_size,
+                     const Elem* input_run, InputStep input_step, InputAxisStride input_axis_stride,
+                     Elem* out_run) {
+  constexpr int64_t kLanes = kStreamLanes<Elem>;
+  const auto stream_each = [&](int64_t from, int64_t to) {
+    return ForEachIndexInRun(index_run + from * index_step, to - from, index_step, axis_size,
+                             [=](int64_t k, int64_t value) {
+                               const int64_t i = from + k;
+                               StreamStore(out_run + i,
+                                           input_run[i * input_step + value * input_axis_stride]);
+                             });
+  };
+  const int64_t misaligned = static_cast<int64_t>(reinterpret_cast<uintptr_t>(out_run) % 16);
+  const int64_t head =
+      misaligned % sizeof(Elem) != 0
+          ? count  // never aligned: element by element
+          : std::min(count, (16 - misaligned) % 16 / static_cast<int64_t>(sizeof(Elem)));
+  if (!stream_each(0, head)) return false;
+  const uint64_t size = static_cast<uint64_t>(axis_size);
+  int64_t i = head;
+  for (; i + kLanes <= count; i += kLanes) {
+    int64_t values[kLanes];
+    bool in_range = true;
+#pragma GCC unroll 4
+    for (int64_t k = 0; k < kLanes; ++k) {
+      values[k] = index_run[(i + k) * index_step];
+      in_range &= static_cast<uint64_t>(values[k]) < size;
+    }
+    if (!in_range) [[unlikely]] {
+      break;
+    }
+    StreamStoreLanes(out_run + i, [&](int64_t k) {
+      return input_run[(i + k) * input_step + values[k] * input_axis_stride];
+    });
+  }
+  return stream_each(i, count);
+}
+
 // kStream: the result is written with streaming stores (see streaming_store.h), in the runs that
 // write it contiguously.
 template <typename Elem, typename Index, bool kStream>
@@ -59,19 +105,17 @@ bool GatherWalk(const GatherPlan& plan, const MutableTensorView& result) {
     return WithRunSteps(
         step, axis_stride,
         [&](auto index_step, auto out_step, auto input_step, auto input_axis_stride) {
-          constexpr bool kStreamRun =
-              kStream && std::is_same_v<decltype(out_step), ConstantStep<1>>;
-          const bool ok = ForEachIndexInRun(
-              index_run, count, index_step, axis_size, [=](int64_t i, int64_t value) {
-                const Elem loaded = input_run[i * input_step + value * input_axis_stride];
-                if constexpr (kStreamRun) {
-                  StreamStore(out_run + i, loaded);
-                } else {
-                  out_run[i * out_step] = loaded;
-                }
-              });
-          if constexpr (kStreamRun) StreamFence();
-          return ok;
+          if constexpr (kStream && std::is_same_v<decltype(out_step), ConstantStep<1>>) {
+            const bool ok = StreamGatherRun(index_run, count, index_step, axis_size, input_run,
+                                            input_step, input_axis_stride, out_run);
+            StreamFence();
+            return ok;
+          } else {
+            return ForEachIndexInRun(
+                index_run, count, index_step, axis_size, [=](int64_t i, int64_t value) {
+                  out_run[i * out_step] = input_run[i * input_step + value * input_axis_stride];
+                });
+          }
         });
   };
   return walk.ForEachRun</*kOrdered=*/false>(run);

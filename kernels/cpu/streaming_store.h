@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -59,6 +60,35 @@ inline void StreamStore(Elem* dest, Elem value) {
   }
 #endif
   *dest = value;
+}
+
+// kStreamLanes<Elem>: the elements StreamStoreLanes writes at once (16 bytes of them).
+template <typename Elem>
+inline constexpr int64_t kStreamLanes = 16 / static_cast<int64_t>(sizeof(Elem));
+
+// StreamStoreLanes writes kStreamLanes<Elem> elements, `lane(k)` for k = 0, 1, ..., to `dest`
+// (16-byte aligned; kCanStream<Elem> must hold) with one 16-byte streaming store. The elements
+// are built in a register, not stored and reloaded: a wide load of bytes that narrower stores
+// just wrote waits for them (store forwarding fails), which made such a loop slower than
+// streaming each element alone.
+template <typename Elem, typename Lane>
+inline void StreamStoreLanes(Elem* dest, const Lane& lane) {
+  static_assert(kCanStream<Elem>);
+#if defined(__SSE2__) && defined(__x86_64__)
+  const auto bits = [&](int k) {
+    std::conditional_t<sizeof(Elem) == 4, int, long long> word;
+    const Elem value = lane(k);
+    std::memcpy(&word, &value, sizeof(word));
+    return word;
+  };
+  __m128i lanes;
+  if constexpr (sizeof(Elem) == 4) {
+    lanes = _mm_setr_epi32(bits(0), bits(1), bits(2), bits(3));
+  } else {
+    lanes = _mm_set_epi64x(bits(1), bits(0));
+  }
+  _mm_stream_si128(reinterpret_cast<__m128i*>(dest), lanes);
+#endif
 }
 
 // StreamCopy copies `bytes` from `source` to `dest` (not overlapping), writing the 16-byte

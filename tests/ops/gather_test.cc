@@ -171,8 +171,9 @@ TENSOROPS_INSTANTIATE_ON_EVERY_DEVICE(GatherRandomTest, ::testing::ValuesIn(kAll
                                       testing::DataTypeParamName);
 
 // Results of cpu::kStreamingMinBytes and more are written with streaming stores along the last
-// axis (4- and 8-byte elements, one line per run; 2-byte ones with plain stores), which bypass the
-// cache and are weakly ordered: every element must still arrive. Along the first axis (plain
+// axis (4- and 8-byte elements, one line per run, 16 bytes per store from the line's first 16-byte
+// boundary on; 2-byte ones with plain stores), which bypass the cache and are weakly ordered:
+// every element must still arrive. Along the first axis (plain
 // stores, runs along the inner dimension) an index of cpu::kRunPrefetchMinIndexBytes and more
 // (every case's here, 16 MiB of int32 and more) has each next run's start prefetched. Lines of
 // odd length start runs off a cache line. The expected values are computed here with plain loops;
@@ -240,9 +241,9 @@ TEST(GatherTest, ResultsLargerThanTheCacheMatchPlainLoops) {
         }
       }
 
-      // An index out of range deep inside a streamed run (a later chunk of the buffered path) is
-      // reported, by its position.
-      const int64_t bad_row = shape[0] - 2, bad_col = cols - 3;
+      // An index out of range deep inside a run (along the last axis, among the indices of one
+      // 16-byte store) is reported, by its position.
+      const int64_t bad_row = shape[0] - 2, bad_col = cols / 2 + 1;
       values[bad_row * cols + bad_col] = static_cast<int32_t>(axis_size);
       absl::StatusOr<Tensor> bad =
           Gather(GatherArgs{.input = input.view(), .index = index.view(), .axis = axis});

@@ -299,35 +299,56 @@ void BM_Scatter(benchmark::State& state) {
 }
 
 // MaskedScatter, {size class, dtype}: a random mask of about half true positions.
+// Masks of BM_MaskedScatter: a call takes a different random mask each time, cycling through at
+// least kMaskCycleBytes of them. With one mask repeated, the branch predictor learns the mask of a
+// small case by heart: a branch per element, as in ATen's loop, then never mispredicts, which no
+// caller with fresh masks sees.
+constexpr int64_t kMaskCycleBytes = int64_t{1} << 20;
+
 void BM_MaskedScatter(benchmark::State& state) {
   const auto dtype = static_cast<DataType>(state.range(1));
   const Shape shape = MatrixShape(dtype, state.range(0));
   std::mt19937_64 rng(42);
-  Tensor input(dtype, shape), source(dtype, shape), mask(DataType::kBool, shape);
+  Tensor input(dtype, shape), source(dtype, shape);
   Fill(input, rng);
   Fill(source, rng);
   const int64_t numel = input.numel();
-  for (int64_t i = 0; i < numel; ++i) mask.data_as<uint8_t>()[i] = rng() & 1;
-  MaskedScatterPlan plan =
-      *PlanMaskedScatter({.input = input.view(), .mask = mask.view(), .source = source.view()});
-  Tensor result(plan.result_dtype, plan.result_shape);
+  const int64_t mask_count = std::max<int64_t>(1, kMaskCycleBytes / numel);
+  std::vector<Tensor> masks;
+  std::vector<MaskedScatterPlan> plans;
+  for (int64_t m = 0; m < mask_count; ++m) {
+    Tensor& mask = masks.emplace_back(DataType::kBool, shape);
+    for (int64_t i = 0; i < numel; ++i) mask.data_as<uint8_t>()[i] = rng() & 1;
+    plans.push_back(
+        *PlanMaskedScatter({.input = input.view(), .mask = mask.view(), .source = source.view()}));
+  }
+  Tensor result(plans[0].result_dtype, plans[0].result_shape);
+  size_t next_ours = 0;
   std::function<void()> aten;
 #ifdef TENSOROPS_BENCH_HAVE_TORCH
   at::Tensor a_input = AsAten(input), a_source = AsAten(source), a_result = AsAten(result);
-  at::Tensor a_mask = at::from_blob(mask.data(), {shape[0], shape[1]}, at::kBool);
+  std::vector<at::Tensor> a_masks;
+  for (Tensor& mask : masks) {
+    a_masks.push_back(at::from_blob(mask.data(), {shape[0], shape[1]}, at::kBool));
+  }
+  size_t next_aten = 0;
   // masked_scatter has no out= form: the in-place form on the result, after copying input in,
   // is the same work as ours.
   aten = [&] {
     a_result.copy_(a_input);
-    a_result.masked_scatter_(a_mask, a_source);
+    a_result.masked_scatter_(a_masks[next_aten], a_source);
+    next_aten = (next_aten + 1) % a_masks.size();
   };
 #endif
   const int64_t element = ItemSize(dtype);
   // input and mask read, result written, about half the source read.
   Measure(
       state,
-      [&] { benchmark::DoNotOptimize(cpu::MaskedScatter(plan, result.mutable_view()).ok()); }, aten,
-      numel, numel * (1 + 2 * element + element / 2));
+      [&] {
+        benchmark::DoNotOptimize(cpu::MaskedScatter(plans[next_ours], result.mutable_view()).ok());
+        next_ours = (next_ours + 1) % plans.size();
+      },
+      aten, numel, numel * (1 + 2 * element + element / 2));
   state.SetLabel(absl::StrCat(DtypeName(dtype), " ", SizeName(state.range(0))));
 }
 

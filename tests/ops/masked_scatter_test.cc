@@ -493,8 +493,9 @@ TEST_P(MaskedScatterLargeTest, AllTrueAndAllFalse) {
   Check(input.view(), RandomMask(shape, 0.0, gen).view(), empty_source.view());
 }
 
-// Sizes around the serial/parallel threshold, with the true positions only in the last few
-// elements (every block but the last counts zero) or only in the first few.
+// Sizes around the block of the count and write passes (one block, a block and one element,
+// several), with the true positions only in the last few elements (every block but the last
+// counts zero) or only in the first few.
 TEST_P(MaskedScatterLargeTest, TrueRunsAtTheEnds) {
   absl::BitGen gen = SeededGen(static_cast<uint64_t>(dtype()) + 500, kMaskedScatterSeedSalt);
   for (const int64_t count :

@@ -47,6 +47,11 @@ class AxisWalk {
   static constexpr int64_t kLargeWalkPositions = int64_t{1} << 22;
   static constexpr int64_t kMinLargeRunElements = 1024;
   using Offsets = std::array<int64_t, kOperands>;
+  // kGroupLines: the lines a grouped walk hands its `run_group` at once (see ForEachRun).
+  static constexpr int kGroupLines = 4;
+  using GroupOffsets = std::array<Offsets, kGroupLines>;
+  // The `run_group` of a walk that groups no lines.
+  struct NoRunGroup {};
 
   // `shape` is the iteration shape and `strides[k]` operand k's strides over it, in elements.
   AxisWalk(ShapeSpan shape, int64_t axis, const std::array<Shape, kOperands>& strides)
@@ -69,11 +74,19 @@ class AxisWalk {
   // (Gather) passes false, which also lets a long axis be split between threads. A template
   // argument, so that Scatter's many instantiations do not compile the unordered split they never
   // run: each scatter_<dtypes>.cc must stay under GCC's inline-unit-growth limit (scatter_impl.h).
-  template <bool kOrdered = true, typename Run>
-  bool ForEachRun(const Run& run) const {
+  //
+  // With a `run_group` and the axis innermost, each task hands it its lines kGroupLines at a time,
+  // as `run_group(line_offsets, count, steps)` (count and steps those of each line's run), and
+  // the rest of its lines to `run` one by one. A kernel whose updates of one line wait for each
+  // other (a product into one destination) interleaves the lines of a group so that their chains
+  // overlap; the lines' destinations are disjoint, so the ordering guarantee still holds.
+  template <bool kOrdered = true, typename Run, typename RunGroup = NoRunGroup>
+  bool ForEachRun(const Run& run, const RunGroup& run_group = {}) const {
     const int64_t positions = num_positions();
     if (positions == 0) return true;
-    if (positions < kMinParallelElements) return RunBox(0, outer_count_, 0, inner_count_, run);
+    if (positions < kMinParallelElements) {
+      return RunBox(0, outer_count_, 0, inner_count_, run, run_group);
+    }
     if constexpr (!kOrdered) {
       if (inner_shape_.empty()) return SplitAlongAxis(run);
     }
@@ -106,7 +119,7 @@ class AxisWalk {
         [&](const tbb::blocked_range2d<int64_t>& box) {
           if (!ok.load(std::memory_order_relaxed)) return;
           if (!RunBox(box.rows().begin(), box.rows().end(), box.cols().begin(), box.cols().end(),
-                      run)) {
+                      run, run_group)) {
             ok.store(false, std::memory_order_relaxed);
           }
         });
@@ -168,9 +181,18 @@ class AxisWalk {
 
   // Visits outer positions [outer_begin, outer_end) x inner positions [inner_begin, inner_end), all
   // positions along the axis for each, in row-major order.
-  template <typename Run>
+  template <typename Run, typename RunGroup>
   bool RunBox(int64_t outer_begin, int64_t outer_end, int64_t inner_begin, int64_t inner_end,
-              const Run& run) const {
+              const Run& run, const RunGroup& run_group) const {
+    if constexpr (!std::is_same_v<RunGroup, NoRunGroup>) {
+      if (inner_shape_.empty()) {
+        for (; outer_begin + kGroupLines <= outer_end; outer_begin += kGroupLines) {
+          GroupOffsets lines;
+          for (int g = 0; g < kGroupLines; ++g) lines[g] = OuterOffsets(outer_begin + g);
+          if (!run_group(lines, axis_size_, axis_steps_)) return false;
+        }
+      }
+    }
     for (int64_t outer = outer_begin; outer < outer_end; ++outer) {
       const Offsets base = OuterOffsets(outer);
       if (inner_shape_.empty()) {

@@ -107,6 +107,12 @@ namespace {
 
 using Offsets = AxisWalk::Offsets;
 
+// The largest result (in elements) a Scatter PROD interleaves its lines for (see ScatterKernel):
+// 32 KiB of float32, the L1 data cache, so that the 16-bit floats' whole-result float32 shadow
+// stays in it. Larger results wait on memory more than on their chains of products: interleaved,
+// float32 1 MiB/64 MiB last-axis PROD measured 7-15% slower (bench/README.md).
+inline constexpr int64_t kMaxInterleavedResultElements = 8192;
+
 // Builds the INVALID_ARGUMENT for the first index of `index` (row-major) outside [-size, size).
 absl::Status OutOfRangeError(std::string_view op, const TensorView& index, int64_t axis,
                              int64_t axis_size, std::string_view operand) {
@@ -189,33 +195,85 @@ class ScatterUpdates {
   // line's start along the axis).
   template <typename Apply, typename StartRun = NoRunStart>
   bool ForEach(const Apply& apply, const StartRun& start_run = {}) const {
-    const int64_t axis_size = axis_size_;
-    const int64_t axis_stride = axis_stride_;
     const auto run = [&](const Offsets& at, int64_t length, const Offsets& step) {
-      const Index* index_run = index_ + at[AxisWalk::kIndex];
-      const T* source_run = source_ + at[AxisWalk::kDirect];
-      const int64_t dest_base = at[AxisWalk::kIndexed];
       // A run across the axis (the destination moves with it): the walk's next run here is the
       // same positions one step further along the axis (see PrefetchNextRunStart).
       if (prefetch_next_run_ && step[AxisWalk::kIndexed] != 0) {
-        PrefetchNextRunStart(index_run, index_axis_step_, length);
-        PrefetchNextRunStart(source_run, source_axis_step_, length);
+        PrefetchNextRunStart(index_ + at[AxisWalk::kIndex], index_axis_step_, length);
+        PrefetchNextRunStart(source_ + at[AxisWalk::kDirect], source_axis_step_, length);
       }
-      start_run(dest_base);
-      return WithRunSteps(
-          step, axis_stride,
-          [&](auto index_step, auto source_step, auto dest_step, auto dest_axis_stride) {
-            return ForEachIndexInRun(index_run, length, index_step, axis_size,
-                                     [=](int64_t i, int64_t value) {
-                                       apply(dest_base + i * dest_step + value * dest_axis_stride,
-                                             source_run[i * source_step]);
-                                     });
-          });
+      start_run(at[AxisWalk::kIndexed]);
+      return ApplyRun(at, length, step, apply);
     };
     return walk_.ForEachRun(run);
   }
 
+  // ForEachInterleaved is ForEach for a walk along whole lines (the index's last axis) that applies
+  // the updates of AxisWalk::kGroupLines lines in turn: the first update of each line, then the
+  // second of each, and so on. The updates of one destination keep their order (each line scatters
+  // into a line of its own). For a reduction whose updates into one destination wait for each
+  // other, a duplicate-heavy line is one long chain of dependent operations, and interleaved lines
+  // overlap their chains (float32 4 KiB last-axis dup1% Scatter PROD: bench/README.md).
+  template <typename Apply>
+  bool ForEachInterleaved(const Apply& apply) const {
+    const auto run = [&](const Offsets& at, int64_t length, const Offsets& step) {
+      return ApplyRun(at, length, step, apply);
+    };
+    const auto run_group = [&](const AxisWalk::GroupOffsets& lines, int64_t length,
+                               const Offsets& step) {
+      constexpr int kLines = AxisWalk::kGroupLines;
+      if (step[AxisWalk::kIndex] != 1 || step[AxisWalk::kDirect] != 1 || axis_stride_ != 1) {
+        for (const Offsets& at : lines) {
+          if (!run(at, length, step)) return false;
+        }
+        return true;
+      }
+      const Index* index_runs[kLines];
+      const T* source_runs[kLines];
+      int64_t dest_bases[kLines];
+      for (int line = 0; line < kLines; ++line) {
+        index_runs[line] = index_ + lines[line][AxisWalk::kIndex];
+        source_runs[line] = source_ + lines[line][AxisWalk::kDirect];
+        dest_bases[line] = lines[line][AxisWalk::kIndexed];
+      }
+      const int64_t axis_size = axis_size_;
+      const uint64_t size = static_cast<uint64_t>(axis_size);
+      for (int64_t i = 0; i < length; ++i) {
+#pragma GCC unroll 4
+        for (int line = 0; line < kLines; ++line) {
+          int64_t value = index_runs[line][i];
+          // As in ForEachIndexInRun: one predicted compare while the index lies in [0, size).
+          if (static_cast<uint64_t>(value) >= size) [[unlikely]] {
+            if (static_cast<uint64_t>(value) + size >= 2 * size) return false;
+            value += axis_size;
+          }
+          apply(dest_bases[line] + value, source_runs[line][i]);
+        }
+      }
+      return true;
+    };
+    return walk_.ForEachRun(run, run_group);
+  }
+
  private:
+  // Applies the updates of one run of the walk, in order.
+  template <typename Apply>
+  bool ApplyRun(const Offsets& at, int64_t length, const Offsets& step, const Apply& apply) const {
+    const Index* index_run = index_ + at[AxisWalk::kIndex];
+    const T* source_run = source_ + at[AxisWalk::kDirect];
+    const int64_t dest_base = at[AxisWalk::kIndexed];
+    const int64_t axis_size = axis_size_;
+    return WithRunSteps(
+        step, axis_stride_,
+        [&](auto index_step, auto source_step, auto dest_step, auto dest_axis_stride) {
+          return ForEachIndexInRun(index_run, length, index_step, axis_size,
+                                   [=](int64_t i, int64_t value) {
+                                     apply(dest_base + i * dest_step + value * dest_axis_stride,
+                                           source_run[i * source_step]);
+                                   });
+        });
+  }
+
   // The walk's strides: index and source as planned; the destination's with its axis stride
   // moved out into `axis_stride`.
   static std::array<Shape, AxisWalk::kOperands> DestinationWalkStrides(const ScatterPlan& plan,
@@ -248,9 +306,19 @@ absl::Status ScatterKernel(const ScatterPlan& plan, const MutableTensorView& res
         return absl::InternalError("scatter: AMAX/AMIN on complex passed planning");
       } else {
         using Reducing = ReducingScatter<T, Op>;
+        // A float32 product waits for the one before it into the same destination (and takes
+        // the longer way through double: ReducingScatter::Combine), so a last-axis PROD whose
+        // updates of a line meet in few destinations is a chain of them per line: a small
+        // result's lines are interleaved. The 16-bit floats then take Run's whole-result shadow
+        // instead of RunLines's shadow per line.
+        constexpr bool kChainsProducts =
+            std::is_same_v<Op, ProdOp> && std::is_same_v<typename Reducing::Acc, float>;
+        const bool interleaved = kChainsProducts && plan.index.rank() > 0 &&
+                                 plan.axis == plan.index.rank() - 1 &&
+                                 result.numel() <= kMaxInterleavedResultElements;
         const int64_t line_length = plan.input.rank() == 0 ? 1 : plan.input.shape().back();
-        const bool by_line =
-            Reducing::RunsLines(line_length, plan.index.numel()) && ScattersByLine(plan);
+        const bool by_line = !interleaved && Reducing::RunsLines(line_length, plan.index.numel()) &&
+                             ScattersByLine(plan);
         Reducing scatter(result.data_as<T>(), result.shape(), plan.reduce, plan.include_self,
                          /*updates=*/plan.index.numel(), /*may_pad_rows=*/!by_line);
         const ScatterUpdates<T, Index> updates(plan, scatter.dest_strides());
@@ -271,7 +339,12 @@ absl::Status ScatterKernel(const ScatterPlan& plan, const MutableTensorView& res
             CopyElements(plan.input, result);
           }
           const auto run_whole = [&] {
-            return scatter.Run([&](const auto& apply) { return updates.ForEach(apply); });
+            return scatter.Run([&](const auto& apply) {
+              if constexpr (kChainsProducts) {
+                if (interleaved) return updates.ForEachInterleaved(apply);
+              }
+              return updates.ForEach(apply);
+            });
           };
           if constexpr (Reducing::kWritesWholeResult) {
             ok = by_line

@@ -861,6 +861,98 @@ TEST(ScatterTest, FloatProductsRoundAsFloat32MultipliesDo) {
   ExpectFloatProductsRoundAsFloat32<Float16>(DataType::kFloat16);
 }
 
+// Along the last axis, float PROD into a small result interleaves the walk's lines four at a time,
+// so that the chains of products into one destination overlap (kernels/cpu/scatter_impl.h). Each
+// destination must still take its products in the order of its updates: byte for byte a plain
+// float32 loop over each line, for line counts that leave 0 to 3 lines outside the groups, outer
+// dimensions that coalesce, negative indices, include_self off, a walk large enough to run on
+// several threads and a strided index (whose lines are not interleaved). A bad index in the third
+// line of a group is still the one named.
+template <typename T>
+void ExpectInterleavedProductsMatchPlainLoops(DataType dtype) {
+  // {4096, 2}: the largest result that interleaves (8192 elements), walked in 53,248 updates.
+  const Shape shapes[] = {{8, 33}, {9, 5}, {3, 5, 7}, {1, 6}, {2, 7, 3}, {4096, 2}};
+  absl::BitGen gen = SeededGen(2718, kScatterSeedSalt);
+  for (const Shape& input_shape : shapes) {
+    for (const bool include_self : {true, false}) {
+      for (const bool strided : {false, true}) {
+        const int64_t size = input_shape.back();
+        const int64_t lines = NumElements(input_shape) / size;
+        const int64_t length = size + 11;  // more updates per line than destinations
+        Shape index_shape = input_shape;
+        index_shape.back() = length;
+        SCOPED_TRACE(absl::StrCat(std::string(DataTypeName(dtype)), " input ",
+                                  ShapeString(input_shape), include_self ? " include_self" : "",
+                                  strided ? " strided" : ""));
+        std::vector<double> input_values;
+        std::vector<double> source_values;
+        std::vector<int64_t> indices;
+        for (int64_t i = 0; i < lines * size; ++i) {
+          input_values.push_back(absl::Uniform(gen, -2.0, 2.0));
+        }
+        for (int64_t i = 0; i < lines * length; ++i) {
+          source_values.push_back(absl::Uniform(gen, -2.0, 2.0));
+          // Duplicate-heavy: most updates meet in the first two or the last destination.
+          const int64_t pick = absl::Uniform<int64_t>(gen, 0, 5);
+          indices.push_back(pick < 2    ? pick % size
+                            : pick == 2 ? -1
+                                        : absl::Uniform(gen, -size, size));
+        }
+        const Tensor input = TensorFromValues(dtype, input_shape, input_values);
+        const Tensor source = TensorFromValues(dtype, index_shape, source_values);
+        const Tensor index = IndexTensor(index_shape, indices);
+        const testing::LaidOutTensor stepped = testing::SteppedCopy(index);
+        const absl::StatusOr<Tensor> actual =
+            Scatter(ScatterArgs{.input = input.view(),
+                                .index = strided ? stepped.view : index.view(),
+                                .source = source.view(),
+                                .axis = -1,
+                                .reduce = Reduction::kProd,
+                                .include_self = include_self});
+        ASSERT_TRUE(actual.ok()) << actual.status();
+
+        Tensor expected(dtype, input_shape);
+        for (int64_t line = 0; line < lines; ++line) {
+          std::vector<float> products(size);
+          std::vector<bool> touched(size, false);
+          for (int64_t j = 0; j < size; ++j) {
+            products[j] = static_cast<float>(input.data_as<T>()[line * size + j]);
+          }
+          for (int64_t k = 0; k < length; ++k) {
+            const int64_t at = line * length + k;
+            const int64_t j = indices[at] < 0 ? indices[at] + size : indices[at];
+            if (!include_self && !touched[j]) products[j] = 1.0f;
+            touched[j] = true;
+            products[j] = products[j] * static_cast<float>(source.data_as<T>()[at]);
+          }
+          for (int64_t j = 0; j < size; ++j)
+            expected.data_as<T>()[line * size + j] = T(products[j]);
+        }
+        ExpectSameBytes(*actual, expected);
+      }
+    }
+  }
+
+  // An index out of range in the third line of the first group.
+  const Tensor input = TensorFromValues(dtype, {8, 4}, std::vector<double>(32, 1.5));
+  const Tensor source = TensorFromValues(dtype, {8, 6}, std::vector<double>(48, 0.5));
+  std::vector<int64_t> indices(48, 1);
+  indices[2 * 6 + 3] = 4;
+  const Tensor index = IndexTensor({8, 6}, indices);
+  const absl::StatusOr<Tensor> bad = Scatter(ScatterArgs{.input = input.view(),
+                                                         .index = index.view(),
+                                                         .source = source.view(),
+                                                         .axis = 1,
+                                                         .reduce = Reduction::kProd});
+  EXPECT_THAT(bad.status().message(), HasSubstr("index[2, 3] = 4 is out of range"));
+}
+
+TEST(ScatterTest, InterleavedLastAxisProductsKeepEachDestinationsOrder) {
+  ExpectInterleavedProductsMatchPlainLoops<float>(DataType::kFloat32);
+  ExpectInterleavedProductsMatchPlainLoops<BFloat16>(DataType::kBFloat16);
+  ExpectInterleavedProductsMatchPlainLoops<Float16>(DataType::kFloat16);
+}
+
 TEST(ScatterTest, IncludeSelfFalseKeepsUntouchedDestinations) {
   Tensor input = TensorFromValues(DataType::kFloat64, {4}, {7, 7, 7, 7});
   Tensor index = IndexTensor({2}, {1, 1});

@@ -92,8 +92,13 @@ fuzz: deps
 	      $(SANITIZE_DIR)/fuzz/$$fuzzer.run $(FUZZ_LONG_SECONDS) || exit 1; \
 	done
 
+# With ccache installed, the build is lent its cache (deploy/image/build), so that what `make` has
+# compiled already is not compiled again in the image.
+HOST_CCACHE_DIR = $(shell command -v ccache >/dev/null && ccache --get-config cache_dir)
 image:
-	podman build --format docker --target cpu --build-arg BUILD_JOBS=$(JOBS) -t tensorops:cpu .
+	$(if $(HOST_CCACHE_DIR),mkdir -p $(HOST_CCACHE_DIR))
+	podman build --format docker --target cpu --build-arg BUILD_JOBS=$(JOBS) \
+	    $(if $(HOST_CCACHE_DIR),--volume $(HOST_CCACHE_DIR):/ccache) -t tensorops:cpu .
 
 container-test: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target tensorops-cli

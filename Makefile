@@ -56,11 +56,12 @@ test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
 	$(MAKE) test-sanitize
 
-# The sanitize tree (CMakePresets.json: clang, ASan + UBSan, libFuzzer's coverage; the kernels and
-# their suites at -O1, the rest at -O0) builds only what it runs: the suites below (the kernels'
-# own suites, the wire codec, the service over both protocols, the store, the scheduler, end to
-# end through the sanitized server and CLI) and the fuzzers (fuzz/). A sanitizer report fails the
-# suite that caused it; a fuzzer's finding fails its test.
+# The sanitize tree (CMakePresets.json: clang, ASan + UBSan, libFuzzer's coverage outside the
+# suites; the kernels and their suites at -O1, the rest at -O0; CONTRIBUTING.md says why) builds
+# only what it runs: the suites below (the kernels' own suites, the wire codec, the service over
+# both protocols, the store, the scheduler, end to end through the sanitized server and CLI) and the
+# fuzzers (fuzz/). A sanitizer report fails the suite that caused it; a fuzzer's finding fails its
+# test.
 SANITIZE_DIR ?= build/sanitize
 # Every op's suite (tests/ops/), then the rest.
 OP_SUITES := $(sort $(basename $(notdir $(wildcard tests/ops/*_test.cc))))

@@ -22,14 +22,11 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
 #include "kernels/cpu/parallel.h"
 #include "kernels/shape.h"
-#include "tbb/blocked_range2d.h"
-#include "tbb/parallel_for.h"
 #include "tbb/task_arena.h"
 
 namespace tensorops::cpu {
@@ -113,17 +110,11 @@ class AxisWalk {
         row > kMinParallelElements
             ? std::max<int64_t>(run_grain, kMinParallelElements / std::max<int64_t>(axis_size_, 1))
             : inner_count_;
-    std::atomic<bool> ok{true};
-    tbb::parallel_for(
-        tbb::blocked_range2d<int64_t>(0, outer_count_, outer_grain, 0, inner_count_, inner_grain),
-        [&](const tbb::blocked_range2d<int64_t>& box) {
-          if (!ok.load(std::memory_order_relaxed)) return;
-          if (!RunBox(box.rows().begin(), box.rows().end(), box.cols().begin(), box.cols().end(),
-                      run, run_group)) {
-            ok.store(false, std::memory_order_relaxed);
-          }
+    return ParallelForBoxes(
+        outer_count_, outer_grain, inner_count_, inner_grain,
+        [&](int64_t outer_begin, int64_t outer_end, int64_t inner_begin, int64_t inner_end) {
+          return RunBox(outer_begin, outer_end, inner_begin, inner_end, run, run_group);
         });
-    return ok.load();
   }
 
  private:
@@ -134,19 +125,16 @@ class AxisWalk {
     const int64_t axis_grain = std::max<int64_t>(1, std::min(axis_size_, kMinParallelElements));
     const int64_t outer_grain =
         std::max<int64_t>(1, kMinParallelElements / std::max<int64_t>(axis_size_, 1));
-    std::atomic<bool> ok{true};
-    tbb::parallel_for(
-        tbb::blocked_range2d<int64_t>(0, outer_count_, outer_grain, 0, axis_size_, axis_grain),
-        [&](const tbb::blocked_range2d<int64_t>& box) {
-          for (int64_t outer = box.rows().begin(); outer < box.rows().end(); ++outer) {
-            if (!ok.load(std::memory_order_relaxed)) return;
+    return ParallelForBoxes(
+        outer_count_, outer_grain, axis_size_, axis_grain,
+        [&](int64_t outer_begin, int64_t outer_end, int64_t axis_begin, int64_t axis_end) {
+          for (int64_t outer = outer_begin; outer < outer_end; ++outer) {
             Offsets offsets = OuterOffsets(outer);
-            for (int k = 0; k < kOperands; ++k) offsets[k] += box.cols().begin() * axis_steps_[k];
-            if (!run(offsets, box.cols().size(), axis_steps_))
-              ok.store(false, std::memory_order_relaxed);
+            for (int k = 0; k < kOperands; ++k) offsets[k] += axis_begin * axis_steps_[k];
+            if (!run(offsets, axis_end - axis_begin, axis_steps_)) return false;
           }
+          return true;
         });
-    return ok.load();
   }
 
   // Appends the dimensions [begin, end) of `shape` to `out_shape`, dropping size-1 dimensions and

@@ -67,9 +67,14 @@ int64_t CountTrue(const uint8_t* mask, int64_t begin, int64_t end) {
 // The element's address is selected with a bit mask (GCC turns a ?: between the two values, or
 // between their addresses, back into a branch); clamping the source offset keeps it inside the
 // source after the last true position.
+//
+// Never inlined (one call per block): inlined into MaskedScatter, whose one function holds the
+// loop of every element size and the parallel split around them, GCC kept the loop's pointers on
+// the stack, and a small int64 MaskedScatter took 1.6 µs instead of 1.3 (kernels_bench).
 template <typename Elem>
-void WriteBlock(const uint8_t* mask, int64_t begin, int64_t end, const Elem* source,
-                int64_t source_next, int64_t source_count, const Elem* input, Elem* result) {
+[[gnu::noinline]] void WriteBlock(const uint8_t* mask, int64_t begin, int64_t end,
+                                  const Elem* source, int64_t source_next, int64_t source_count,
+                                  const Elem* input, Elem* result) {
   const int64_t last = source_count - 1;
   for (int64_t i = begin; i < end; ++i) {
     const uintptr_t take = mask[i] != 0;

@@ -270,14 +270,11 @@ class NdUpdates {
     }
     const int64_t* order = order_.data_as<int64_t>();
     const int64_t buckets = static_cast<int64_t>(bucket_begin_.size()) - 1;
-    tbb::parallel_for(tbb::blocked_range<int64_t>(0, buckets, 1),
-                      [&](const tbb::blocked_range<int64_t>& range) {
-                        for (int64_t b = range.begin(); b < range.end(); ++b) {
-                          for (int64_t i = bucket_begin_[b]; i < bucket_begin_[b + 1]; ++i) {
-                            apply_position(order[i]);
-                          }
-                        }
-                      });
+    ParallelForRanges(buckets, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t b = begin; b < end; ++b) {
+        for (int64_t i = bucket_begin_[b]; i < bucket_begin_[b + 1]; ++i) apply_position(order[i]);
+      }
+    });
   }
 
  private:
@@ -363,6 +360,22 @@ TensorView Contiguous(const TensorView& view, Tensor& storage) {
   return storage.view();
 }
 
+// ScatterSlices applies ScatterNd's resolved updates with the reduction Op over elements of type
+// T (for ASSIGN, an unsigned type of the element's size).
+template <typename T, typename Op>
+absl::Status ScatterSlices(const NdPlan& plan, const NdUpdates& updates, const TensorView& source,
+                           const MutableTensorView& result) {
+  const T* source_data = source.data_as<T>();
+  ReducingScatter<T, Op> scatter(result.data_as<T>(), result.shape(), plan.reduce,
+                                 plan.include_self,
+                                 /*updates=*/NumElements(plan.positions) * plan.slice_size);
+  scatter.Run([&](const auto& apply) {
+    updates.ForEach([&](int64_t dest, int64_t from) { apply(dest, source_data[from]); });
+    return true;
+  });
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status GatherNd(const NdPlan& plan, const MutableTensorView& result) {
@@ -400,21 +413,21 @@ absl::Status ScatterNd(const NdPlan& plan, const MutableTensorView& result) {
 
   Tensor source_storage;
   const TensorView source = Contiguous(plan.source, source_storage);
+  if (plan.reduce == Reduction::kAssign) {
+    // ASSIGN moves elements without looking at them: one kernel per element size.
+    return DispatchItemSize(ItemSize(plan.result_dtype), [&]<typename Elem>(TypeTag<Elem>) {
+      return ScatterSlices<Elem, AssignOp>(plan, updates, source, result);
+    });
+  }
   return DispatchDataType(plan.result_dtype, [&]<typename T>(TypeTag<T>) {
     return DispatchReduction(plan.reduce, [&]<typename Op>(Op) -> absl::Status {
       constexpr bool kOrdered = std::is_same_v<Op, MaxOp> || std::is_same_v<Op, MinOp>;
-      if constexpr (kOrdered && internal::IsComplexType<T>::value) {
+      if constexpr (std::is_same_v<Op, AssignOp>) {
+        return absl::InternalError("scatter_nd: ASSIGN reached a dtype's kernel, not its size's");
+      } else if constexpr (kOrdered && internal::IsComplexType<T>::value) {
         return absl::InternalError("scatter_nd: AMAX/AMIN on complex passed planning");
       } else {
-        const T* source_data = source.data_as<T>();
-        ReducingScatter<T, Op> scatter(result.data_as<T>(), result.shape(), plan.reduce,
-                                       plan.include_self,
-                                       /*updates=*/NumElements(plan.positions) * plan.slice_size);
-        scatter.Run([&](const auto& apply) {
-          updates.ForEach([&](int64_t dest, int64_t from) { apply(dest, source_data[from]); });
-          return true;
-        });
-        return absl::OkStatus();
+        return ScatterSlices<T, Op>(plan, updates, source, result);
       }
     });
   });

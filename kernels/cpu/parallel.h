@@ -8,8 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "tbb/blocked_range.h"
-#include "tbb/parallel_for.h"
+#include "absl/functional/function_ref.h"
 
 namespace tensorops::cpu {
 
@@ -22,6 +21,22 @@ inline constexpr int64_t kMinParallelElements = int64_t{1} << 15;
 // KiB over two (source and destination outgrow one core's L2); 256 KiB took 2.1 µs either way.
 inline constexpr int64_t kParallelGrainBytes = int64_t{256} << 10;
 
+// ParallelForRanges is ParallelFor's parallel part: `body(begin, end)` over subranges of [0,
+// count) of at least `grain` elements (except a last one), on the caller's task arena. Not a
+// template, so that oneTBB's task machinery is compiled once instead of into every kernel: each
+// of the kernels' instantiations (dtype, index type, reduction, enumeration) carried a copy of its
+// own, and one indirect call per task costs nothing beside a task's thousands of elements.
+void ParallelForRanges(int64_t count, int64_t grain,
+                       absl::FunctionRef<void(int64_t begin, int64_t end)> body);
+
+// ParallelForBoxes calls `box(row_begin, row_end, col_begin, col_end)` over boxes that tile
+// [0, rows) x [0, cols), each at least `row_grain` x `col_grain` (except at the edges), in
+// parallel, until one returns false; returns false when one did (boxes already running finish).
+bool ParallelForBoxes(
+    int64_t rows, int64_t row_grain, int64_t cols, int64_t col_grain,
+    absl::FunctionRef<bool(int64_t row_begin, int64_t row_end, int64_t col_begin, int64_t col_end)>
+        box);
+
 // ParallelFor calls `body(begin, end)` over disjoint subranges covering [0, count), in parallel
 // when count >= `grain` * 2, with each subrange at least `grain` long (except a last one).
 template <typename Body>
@@ -32,9 +47,7 @@ void ParallelFor(int64_t count, int64_t grain, Body&& body) {
     body(int64_t{0}, count);
     return;
   }
-  tbb::parallel_for(
-      tbb::blocked_range<int64_t>(0, count, grain),
-      [&](const tbb::blocked_range<int64_t>& range) { body(range.begin(), range.end()); });
+  ParallelForRanges(count, grain, body);
 }
 
 // ParallelCopy is memcpy split across cores for large buffers.

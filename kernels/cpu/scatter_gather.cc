@@ -5,10 +5,10 @@
 // include_self, MEAN). An out-of-range index stops the walk; the error names the first bad index in
 // row-major order, found by a scan that only runs on that error path.
 //
-// Scatter's templates are in scatter_impl.h and its instantiations in six
-// scatter_<dtypes>.cc files, two dtypes each, only to cut the build time: with them this file took
-// 5:43 min of one core and 3.6 GB to compile, now 8 s (the six others 32-49 s each). It keeps
-// Gather (one instantiation per element size, not per dtype) and Scatter's dtype dispatch.
+// Scatter's templates are in scatter_impl.h and its instantiations in six scatter_<dtypes>.cc
+// files only to cut the build time: with them this file took 5:43 min of one core and 3.6 GB to
+// compile. It keeps Gather (one instantiation per element size, not per dtype) and Scatter's
+// dispatch: ASSIGN on the element size, the other reductions on the dtype.
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -376,6 +376,11 @@ absl::Status Scatter(const ScatterPlan& plan, const MutableTensorView& result) {
     if (ok) return absl::OkStatus();
     return OutOfRangeError(plan.op, plan.original_index, plan.axis, plan.result_shape[plan.axis],
                            "input");
+  }
+  if (plan.reduce == Reduction::kAssign) {
+    return DispatchItemSize(ItemSize(plan.result_dtype), [&]<typename Elem>(TypeTag<Elem>) {
+      return scatter_gather_internal::ScatterAssignAs<Elem>(plan, result);
+    });
   }
   return DispatchDataType(plan.result_dtype, [&]<typename T>(TypeTag<T>) {
     return scatter_gather_internal::ScatterAs<T>(plan, result);

@@ -1,24 +1,28 @@
 // The templates of the CPU Scatter kernel, shared by the files that instantiate them: cpu::Scatter
-// (scatter_gather.cc) dispatches on the dtype to ScatterAs<T>, defined for two dtypes in
-// each scatter_<dtypes>.cc. Scatter walks the index tensor with AxisWalk and enumerates its updates
-// for ReducingScatter, which owns the reduction steps (shadows, include_self, MEAN).
+// (scatter_gather.cc) dispatches ASSIGN on the element size to ScatterAssignAs<Elem> and every
+// other reduction on the dtype to ScatterAs<T>, each defined in one of the scatter_<dtypes>.cc
+// files. Scatter walks the index tensor with AxisWalk and enumerates its updates for
+// ReducingScatter, which owns the reduction steps (shadows, include_self, MEAN).
 //
-// Why the split: Scatter's 12 dtypes x 2 index types x 5 reductions were one file with Gather,
-// which took 5:43 min of one core and 3.6 GB of memory to compile (g++ 12 -O3), the longest step
-// of a clean build. In seven files the longest takes 49 s and 0.93 GB (272 s of CPU in all), and
-// they build in parallel.
+// What the build spends on these kernels is the number of enumerations compiled: every (dtype,
+// index type, reduction) instantiates the walk once per way ReducingScatter calls it (reset,
+// reduce, MEAN's counting), each with its run bodies (WithRunSteps). So that number is kept down:
+// ASSIGN by element size (5 kernels for 12 dtypes), no reset pass compiled for ASSIGN, one
+// enumeration for both ways the input reaches the result (ScatterWith), and oneTBB's task
+// machinery compiled once (ParallelForRanges, ParallelForBoxes) instead of into each enumeration.
+// With them the six files take 160 s of CPU at -O3 (g++ 12) where they took 449 s; in the
+// sanitize tree (clang 14, -O1, ASan and UBSan) the first three alone took them from 998 s to 432.
 //
-// The split must not change the code GCC makes of the kernels, and two things keep it the same
-// (checked by comparing the objects: the same functions, instruction for instruction, but for the
-// per-call dispatch and setup around them):
-// - Everything but the declarations of ScatterAs and CopiesInputByLine is in an unnamed
-//   namespace, unusual in a header but on purpose: each file gets its own copy with internal
-//   linkage, as in the one .cc. With external linkage GCC inlined and cloned differently.
+// Why the split into files: Scatter's dtypes were one file with Gather, which took 5:43 min of one
+// core and 3.6 GB of memory to compile, the longest step of a clean build; in files they build in
+// parallel. Two things keep the code GCC makes of the kernels what it was in the one file:
+// - Everything but the declarations of ScatterAs, ScatterAssignAs and CopiesInputByLine is in an
+//   unnamed namespace, unusual in a header but on purpose: each file gets its own copy with
+//   internal linkage, as in the one .cc. With external linkage GCC inlined and cloned differently.
 // - Each half-float dtype is paired with a small integer one. GCC caps the growth from inlining
 //   at 40% of a file's size (--param inline-unit-growth); the 16-bit floats inline much (their
 //   conversions), and float16 with bfloat16, or float16 with bool or int16, reached that cap and
-//   left the conversions as calls in the inner loops. With int8 and uint8 they stay under it, as in
-//   the one file (not by far: at 36% the float16 file would reach it, at 30% the one file did).
+//   left the conversions as calls in the inner loops. With int8 and uint8 they stay under it.
 //   After changing these kernels, check that no scatter_<dtypes>.cc reports "inline-unit-growth
 //   limit reached" with -fopt-info-inline-missed.
 #ifndef TENSOROPS_KERNELS_CPU_SCATTER_IMPL_H_
@@ -38,6 +42,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "kernels/cpu/axis_walk.h"
+#include "kernels/cpu/item_size.h"
 #include "kernels/cpu/reducing_scatter.h"
 #include "kernels/dispatch.h"
 #include "kernels/reduction.h"
@@ -83,6 +88,26 @@ absl::Status ScatterAs<std::complex<float>>(const ScatterPlan& plan,
 template <>
 absl::Status ScatterAs<std::complex<double>>(const ScatterPlan& plan,
                                              const MutableTensorView& result);
+
+// ScatterAssignAs<Elem> is cpu::Scatter ASSIGN after its dispatch on the element size (Elem as in
+// DispatchItemSize): ASSIGN moves elements without looking at them, so one kernel per size serves
+// every dtype of that size. Defined in the file named above each declaration.
+template <typename Elem>
+absl::Status ScatterAssignAs(const ScatterPlan& plan, const MutableTensorView& result);
+// scatter_bool_int16.cc
+template <>
+absl::Status ScatterAssignAs<uint8_t>(const ScatterPlan& plan, const MutableTensorView& result);
+template <>
+absl::Status ScatterAssignAs<uint16_t>(const ScatterPlan& plan, const MutableTensorView& result);
+// scatter_int32_int64.cc
+template <>
+absl::Status ScatterAssignAs<uint32_t>(const ScatterPlan& plan, const MutableTensorView& result);
+// scatter_float32_float64.cc
+template <>
+absl::Status ScatterAssignAs<uint64_t>(const ScatterPlan& plan, const MutableTensorView& result);
+// scatter_complex64_complex128.cc
+template <>
+absl::Status ScatterAssignAs<Bytes<16>>(const ScatterPlan& plan, const MutableTensorView& result);
 
 // CopiesInputByLine: whether Scatter copies the input into the result one line along the axis at a
 // time, each just before the run that scatters into it, instead of all of it before the first
@@ -142,10 +167,6 @@ absl::Status OutOfRangeError(std::string_view op, const TensorView& index, int64
   });
 }
 
-struct NoRunStart {
-  void operator()(int64_t /*dest_base*/) const {}
-};
-
 // ScatterUpdates enumerates Scatter's updates for ReducingScatter: the index walked with AxisWalk,
 // whose ordering guarantee is the one ReducingScatter asks for. Destinations are offsets by
 // `dest_strides` (ReducingScatter::dest_strides()) over the input's shape.
@@ -193,8 +214,8 @@ class ScatterUpdates {
   // ForEach calls `apply(dest_offset, value)` for every update. `start_run(dest_base)` is called
   // before each run's updates with the offset of the destination line the run scatters into (the
   // line's start along the axis).
-  template <typename Apply, typename StartRun = NoRunStart>
-  bool ForEach(const Apply& apply, const StartRun& start_run = {}) const {
+  template <typename Apply, typename StartRun>
+  bool ForEach(const Apply& apply, const StartRun& start_run) const {
     const auto run = [&](const Offsets& at, int64_t length, const Offsets& step) {
       // A run across the axis (the destination moves with it): the walk's next run here is the
       // same positions one step further along the axis (see PrefetchNextRunStart).
@@ -295,70 +316,81 @@ class ScatterUpdates {
   int64_t source_axis_step_ = 0;
 };
 
-// ScatterKernel<T> is the body of ScatterAs<T>: the index type and the reduction dispatched once,
-// then one ReducingScatter run over the updates.
+// ScatterWith<T, Op> runs Scatter with the reduction Op over elements of type T: the index type
+// dispatched, then one ReducingScatter run over the updates.
+template <typename T, typename Op>
+absl::Status ScatterWith(const ScatterPlan& plan, const MutableTensorView& result) {
+  return DispatchIndexType(plan.index.dtype(), [&]<typename Index>(TypeTag<Index>) {
+    using Reducing = ReducingScatter<T, Op>;
+    // A float32 product waits for the one before it into the same destination (and takes
+    // the longer way through double: ReducingScatter::Combine), so a last-axis PROD whose
+    // updates of a line meet in few destinations is a chain of them per line: a small
+    // result's lines are interleaved. The 16-bit floats then take Run's whole-result shadow
+    // instead of RunLines's shadow per line.
+    constexpr bool kChainsProducts =
+        std::is_same_v<Op, ProdOp> && std::is_same_v<typename Reducing::Acc, float>;
+    const bool interleaved = kChainsProducts && plan.index.rank() > 0 &&
+                             plan.axis == plan.index.rank() - 1 &&
+                             result.numel() <= kMaxInterleavedResultElements;
+    const int64_t line_length = plan.input.rank() == 0 ? 1 : plan.input.shape().back();
+    const bool by_line = !interleaved && Reducing::RunsLines(line_length, plan.index.numel()) &&
+                         ScattersByLine(plan);
+    Reducing scatter(result.data_as<T>(), result.shape(), plan.reduce, plan.include_self,
+                     /*updates=*/plan.index.numel(), /*may_pad_rows=*/!by_line);
+    const ScatterUpdates<T, Index> updates(plan, scatter.dest_strides());
+    // The input reaches the result line by line, each line just before its run (see
+    // CopiesInputByLine), or all of it first. One enumeration serves both, the choice made
+    // once per run: instantiated for each, the enumerations of every (dtype, index type,
+    // reduction) were the larger part of the kernels' compile time.
+    const bool copies_by_line =
+        CopiesInputByLine(plan, result, scatter.result_untouched_before_updates());
+    const T* input = plan.input.data_as<T>();
+    T* out = result.data_as<T>();
+    const size_t line_bytes =
+        copies_by_line ? static_cast<size_t>(plan.input.size(plan.axis)) * sizeof(T) : 0;
+    const auto start_run = [&](int64_t dest_base) {
+      if (copies_by_line) std::memcpy(out + dest_base, input + dest_base, line_bytes);
+    };
+    if (!copies_by_line) {
+      if (Reducing::kWritesWholeResult && plan.input.is_contiguous()) {
+        scatter.SetInitialValues(input);
+      } else {
+        CopyElements(plan.input, result);
+      }
+    }
+    const auto run_whole = [&] {
+      return scatter.Run([&](const auto& apply) {
+        if constexpr (kChainsProducts) {
+          // A small result is never copied by line (CopiesInputByLine wants it streamed).
+          if (interleaved && !copies_by_line) return updates.ForEachInterleaved(apply);
+        }
+        return updates.ForEach(apply, start_run);
+      });
+    };
+    bool ok;
+    if constexpr (Reducing::kWritesWholeResult) {
+      ok = by_line ? scatter.RunLines([&](const auto& line) { return updates.ForEachLine(line); })
+                   : run_whole();
+    } else {
+      ok = run_whole();
+    }
+    if (ok) return absl::OkStatus();
+    return OutOfRangeError(plan.op, plan.original_index, plan.axis, updates.axis_size(), "input");
+  });
+}
+
+// ScatterKernel<T> is the body of ScatterAs<T>: every reduction but ASSIGN (ScatterAssignAs).
 template <typename T>
 absl::Status ScatterKernel(const ScatterPlan& plan, const MutableTensorView& result) {
-  return DispatchIndexType(plan.index.dtype(), [&]<typename Index>(TypeTag<Index>) {
-    return DispatchReduction(plan.reduce, [&]<typename Op>(Op) -> absl::Status {
-      constexpr bool kOrdered = std::is_same_v<Op, MaxOp> || std::is_same_v<Op, MinOp>;
-      if constexpr (kOrdered && internal::IsComplexType<T>::value) {
-        return absl::InternalError("scatter: AMAX/AMIN on complex passed planning");
-      } else {
-        using Reducing = ReducingScatter<T, Op>;
-        // A float32 product waits for the one before it into the same destination (and takes
-        // the longer way through double: ReducingScatter::Combine), so a last-axis PROD whose
-        // updates of a line meet in few destinations is a chain of them per line: a small
-        // result's lines are interleaved. The 16-bit floats then take Run's whole-result shadow
-        // instead of RunLines's shadow per line.
-        constexpr bool kChainsProducts =
-            std::is_same_v<Op, ProdOp> && std::is_same_v<typename Reducing::Acc, float>;
-        const bool interleaved = kChainsProducts && plan.index.rank() > 0 &&
-                                 plan.axis == plan.index.rank() - 1 &&
-                                 result.numel() <= kMaxInterleavedResultElements;
-        const int64_t line_length = plan.input.rank() == 0 ? 1 : plan.input.shape().back();
-        const bool by_line = !interleaved && Reducing::RunsLines(line_length, plan.index.numel()) &&
-                             ScattersByLine(plan);
-        Reducing scatter(result.data_as<T>(), result.shape(), plan.reduce, plan.include_self,
-                         /*updates=*/plan.index.numel(), /*may_pad_rows=*/!by_line);
-        const ScatterUpdates<T, Index> updates(plan, scatter.dest_strides());
-        bool ok;
-        if (CopiesInputByLine(plan, result, scatter.result_untouched_before_updates())) {
-          const T* input = plan.input.data_as<T>();
-          T* out = result.data_as<T>();
-          const int64_t line_bytes = plan.input.size(plan.axis) * static_cast<int64_t>(sizeof(T));
-          ok = scatter.Run([&](const auto& apply) {
-            return updates.ForEach(apply, [&](int64_t dest_base) {
-              std::memcpy(out + dest_base, input + dest_base, static_cast<size_t>(line_bytes));
-            });
-          });
-        } else {
-          if (Reducing::kWritesWholeResult && plan.input.is_contiguous()) {
-            scatter.SetInitialValues(plan.input.data_as<T>());
-          } else {
-            CopyElements(plan.input, result);
-          }
-          const auto run_whole = [&] {
-            return scatter.Run([&](const auto& apply) {
-              if constexpr (kChainsProducts) {
-                if (interleaved) return updates.ForEachInterleaved(apply);
-              }
-              return updates.ForEach(apply);
-            });
-          };
-          if constexpr (Reducing::kWritesWholeResult) {
-            ok = by_line
-                     ? scatter.RunLines([&](const auto& line) { return updates.ForEachLine(line); })
-                     : run_whole();
-          } else {
-            ok = run_whole();
-          }
-        }
-        if (ok) return absl::OkStatus();
-        return OutOfRangeError(plan.op, plan.original_index, plan.axis, updates.axis_size(),
-                               "input");
-      }
-    });
+  return DispatchReduction(plan.reduce, [&]<typename Op>(Op) -> absl::Status {
+    constexpr bool kOrdered = std::is_same_v<Op, MaxOp> || std::is_same_v<Op, MinOp>;
+    if constexpr (std::is_same_v<Op, AssignOp>) {
+      return absl::InternalError("scatter: ASSIGN reached a dtype's kernel, not its item size's");
+    } else if constexpr (kOrdered && internal::IsComplexType<T>::value) {
+      return absl::InternalError("scatter: AMAX/AMIN on complex passed planning");
+    } else {
+      return ScatterWith<T, Op>(plan, result);
+    }
   });
 }
 

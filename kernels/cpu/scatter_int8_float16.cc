@@ -1,7 +1,6 @@
-// cpu::Scatter for int8 and float16: ScatterAs<int8_t> and ScatterAs<Float16>. Scatter's dtypes
-// are compiled in six files like this one only to cut the build time; see
-// scatter_impl.h, also for why the dtypes are paired as they are. All in one file
-// they took 5:43 min of one core, this one 49 s (0.92 GB).
+// cpu::Scatter for int8 and float16: ScatterAs<int8_t> and ScatterAs<Float16>. Scatter's kernels
+// are compiled in six files like this one only to cut the build time; see scatter_impl.h, also for
+// why the dtypes are paired as they are. This one takes 34 s of one core (g++ 12 -O3).
 #include <cstdint>
 
 #include "kernels/cpu/scatter_impl.h"

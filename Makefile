@@ -3,7 +3,8 @@
 #   make run    install the server's and CLI's build dependencies if missing (the `build` profile
 #               of scripts/install-deps), build the server and the CLI only, start
 #               tensorops-server on 127.0.0.1:50051
-#   make test   install dependencies if missing, build, run every test; then test-sanitize
+#   make test   install dependencies if missing, build, run every test (the sanitize tree builds
+#               beside them at the lowest priority); then test-sanitize
 #   make test-sanitize  the second tree (clang, ASan + UBSan): the unit, service and end-to-end
 #               suites, and every fuzzer for FUZZ_SECONDS each (fuzz/README.md)
 #   make fuzz   every fuzzer for FUZZ_LONG_SECONDS each, in the sanitize tree (fuzz/README.md)
@@ -21,7 +22,7 @@ JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 SERVER_ARGS ?= --host=127.0.0.1 --port=50051
 
-.PHONY: all deps configure build run test test-sanitize fuzz test-kernels-cpu bench bench-store bench-kserve soak format clean image container-test
+.PHONY: all deps configure build run test test-sanitize sanitize-build fuzz test-kernels-cpu bench bench-store bench-kserve soak format clean image container-test
 
 all: build
 
@@ -52,8 +53,18 @@ run:
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target run_targets
 	$(BUILD_DIR)/server/tensorops-server $(SERVER_ARGS)
 
+# The release suites leave the cores idle about half the time (they wait on their servers, sockets
+# and podman), so the sanitize tree builds beside them at the lowest priority, which takes only
+# the time they leave; its output is printed after theirs. A failed build there is reported by
+# test-sanitize, which builds again in the foreground; a failed suite stops the build.
 test: build
-	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+	mkdir -p $(SANITIZE_DIR)
+	setsid nice -n 19 $(MAKE) --no-print-directory sanitize-build \
+	    > $(SANITIZE_DIR)/build-beside-tests.log 2>&1 & build=$$!; \
+	trap 'kill -- -$$build 2>/dev/null' INT TERM; \
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) || { \
+	  kill -- -$$build 2>/dev/null; exit 1; }; \
+	wait $$build; cat $(SANITIZE_DIR)/build-beside-tests.log
 	$(MAKE) test-sanitize
 
 # The sanitize tree (CMakePresets.json: clang, ASan + UBSan, libFuzzer's coverage outside the
@@ -75,10 +86,13 @@ FUZZERS = op_fuzzer backward_fuzzer kserve_fuzzer codec_fuzzer npy_fuzzer store_
 FUZZ_SECONDS ?= 20
 empty :=
 space := $(empty) $(empty)
-test-sanitize: deps
+sanitize-build:
 	cmake --preset sanitize -DTENSOROPS_FUZZ_SECONDS=$(FUZZ_SECONDS) > /dev/null
 	cmake --build $(SANITIZE_DIR) -j $(JOBS) --target tensorops-server tensorops-cli \
 	    $(SANITIZE_SUITES) $(FUZZERS)
+
+test-sanitize: deps
+	$(MAKE) --no-print-directory sanitize-build
 	ctest --test-dir $(SANITIZE_DIR) --output-on-failure -j $(JOBS) \
 	    -L '^($(subst $(space),|,$(strip $(SANITIZE_SUITES) $(empty)))|fuzz)$$'
 

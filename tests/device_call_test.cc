@@ -312,35 +312,76 @@ TEST(DeviceCallTest, ScatterWorkspaceHoldsWhatEachReductionNeeds) {
     EXPECT_TRUE(plan.ok()) << plan.status();
     return cuda::PlanScatterWorkspace(*plan);
   };
-  // ASSIGN: the winners (10 uint32 below 2^31 updates, rounded up to 256 bytes) and the flag that
-  // says whether any destination was reached twice.
+  const auto sized = [](DataType dtype, Reduction reduce, int64_t numel, int64_t updates) {
+    return cuda::PlanScatterWorkspace(cuda::ScatterSizes{
+        .op = "scatter", .dtype = dtype, .reduce = reduce, .numel = numel, .updates = updates});
+  };
+  // ASSIGN of elements of at most 4 bytes with at least a quarter as many updates as destinations:
+  // one packed uint64 per destination (80 bytes, rounded up to 256), nothing else.
   const cuda::ScatterWorkspace assign = workspace(DataType::kInt8, Reduction::kAssign);
-  EXPECT_EQ(assign.winners, 0);
-  EXPECT_EQ(assign.duplicates, 256);
+  EXPECT_EQ(assign.packed, 0);
+  EXPECT_EQ(assign.winners, -1);
   EXPECT_EQ(assign.shadow, -1);
-  EXPECT_EQ(assign.bytes, 512);
+  EXPECT_EQ(assign.bytes, 256);
+  EXPECT_EQ(sized(DataType::kFloat32, Reduction::kAssign, 1000, 250).packed, 0);
+  // Fewer updates, or wider elements: the winners (uint32 below 2^31 updates) and the flag that
+  // says whether any destination was reached twice.
+  const cuda::ScatterWorkspace sparse = sized(DataType::kFloat32, Reduction::kAssign, 1000, 249);
+  EXPECT_EQ(sparse.packed, -1);
+  EXPECT_EQ(sparse.winners, 0);
+  EXPECT_EQ(sparse.duplicates, 4096);
+  EXPECT_EQ(sparse.bytes, 4096 + 256);
+  const cuda::ScatterWorkspace wide_elements = workspace(DataType::kInt64, Reduction::kAssign);
+  EXPECT_EQ(wide_elements.packed, -1);
+  EXPECT_EQ(wide_elements.duplicates, 256);
+  EXPECT_EQ(wide_elements.bytes, 512);
   {
-    // Forced to the 64-bit kernels, the winners are uint64: 80 bytes, still one 256-byte block.
+    // Forced to the 64-bit kernels, the winners are uint64 (80 bytes, still one 256-byte block)
+    // and nothing is packed.
     const cuda::ScopedWideIndexingForTesting wide;
     const cuda::ScatterWorkspace wide_assign = workspace(DataType::kInt8, Reduction::kAssign);
+    EXPECT_EQ(wide_assign.packed, -1);
     EXPECT_EQ(wide_assign.duplicates, 256);
     EXPECT_EQ(wide_assign.bytes, 512);
   }
   // Beyond 2^31 - 1 updates the winners are uint64 whatever the indexing.
-  const cuda::ScatterWorkspace many = cuda::PlanScatterWorkspace(cuda::ScatterSizes{
-      .op = "scatter", .reduce = Reduction::kAssign, .numel = 1000, .updates = int64_t{1} << 31});
+  const cuda::ScatterWorkspace many =
+      sized(DataType::kFloat32, Reduction::kAssign, 1000, int64_t{1} << 31);
+  EXPECT_EQ(many.packed, -1);
   EXPECT_EQ(many.duplicates, 8192);
   EXPECT_EQ(many.bytes, 8192 + 256);
-  EXPECT_EQ(cuda::PlanScatterWorkspace(
-                cuda::ScatterSizes{
-                    .op = "scatter", .reduce = Reduction::kAssign, .numel = 1000, .updates = 1000})
-                .duplicates,
-            4096);
-  // A narrow type accumulates in a 32-bit shadow; MEAN adds the counts.
-  const cuda::ScatterWorkspace mean = workspace(DataType::kBFloat16, Reduction::kMean);
-  EXPECT_EQ(mean.shadow, 0);
-  EXPECT_EQ(mean.counts, 256);
-  EXPECT_EQ(mean.bytes, 512);
+  // MEAN: the accumulator (a 32-bit shadow for a narrow type, even for float32) and its count share
+  // a cell per destination where they have the same size.
+  for (DataType dtype : {DataType::kBFloat16, DataType::kFloat32, DataType::kInt8}) {
+    const cuda::ScatterWorkspace mean = workspace(dtype, Reduction::kMean);
+    EXPECT_EQ(mean.shadow, 0) << DataTypeName(dtype);
+    EXPECT_EQ(mean.counts, 4) << DataTypeName(dtype);
+    EXPECT_FALSE(mean.wide_counts) << DataTypeName(dtype);
+    EXPECT_EQ(mean.stride, 2) << DataTypeName(dtype);
+    EXPECT_EQ(mean.bytes, 256) << DataTypeName(dtype);
+  }
+  // Beside an 8-byte accumulator the count is uint64.
+  const cuda::ScatterWorkspace mean64 = workspace(DataType::kFloat64, Reduction::kMean);
+  EXPECT_EQ(mean64.counts, 8);
+  EXPECT_TRUE(mean64.wide_counts);
+  EXPECT_EQ(mean64.stride, 2);
+  // complex128's 16 bytes accumulate in the result, the counts apart.
+  const cuda::ScatterWorkspace mean128 = workspace(DataType::kComplex128, Reduction::kMean);
+  EXPECT_EQ(mean128.shadow, -1);
+  EXPECT_EQ(mean128.counts, 0);
+  EXPECT_EQ(mean128.stride, 1);
+  EXPECT_EQ(mean128.bytes, 256);
+  {
+    // 64-bit counts beside a 32-bit accumulator: apart, the shadow first.
+    const cuda::ScopedWideIndexingForTesting wide;
+    const cuda::ScatterWorkspace wide_mean = workspace(DataType::kBFloat16, Reduction::kMean);
+    EXPECT_EQ(wide_mean.shadow, 0);
+    EXPECT_EQ(wide_mean.counts, 256);
+    EXPECT_TRUE(wide_mean.wide_counts);
+    EXPECT_EQ(wide_mean.stride, 1);
+    EXPECT_EQ(wide_mean.bytes, 512);
+    EXPECT_EQ(workspace(DataType::kFloat32, Reduction::kMean).shadow, -1);
+  }
   // float32 SUM reduces in place: no scratch at all.
   EXPECT_EQ(workspace(DataType::kFloat32, Reduction::kSum).bytes, 0);
   // AMAX/AMIN of the 16-bit floats select an operand's bits in place (a float shadow would rewrite

@@ -9,7 +9,9 @@
 //                 update to reach a destination writing it ...
 //   4. assign:    ... and, only where some destination was reached twice, the update at that
 //                 position writes: last writer in row-major order, as on the CPU, whatever order
-//                 the threads run in;
+//                 the threads run in. (Elements of at most 4 bytes with many updates, PacksAssign:
+//                 one atomicMax per update of its position and bits packed in 64 bits, then a
+//                 pass over the result that writes each reached destination's winner);
 //   5. finalize:  MEAN divides by the counts; the shadow rounds into the result.
 // Integer, ASSIGN, AMAX and AMIN results equal the CPU's exactly (AMAX/AMIN by the rule of
 // docs/semantics.md for NaNs and signed zeros, which does not depend on the order); float sums and
@@ -226,10 +228,42 @@ __device__ __forceinline__ A ResetValue() {
 
 // ---- Scatter: the kernels ----
 
+// Scratch is where a scatter accumulates besides the result (ScatterWorkspace's parts). Where
+// `stride` is 2, MEAN's accumulator and count share a cell per destination (the accumulator, then
+// the count): destination d's accumulator is shadow[2 d] and its count counts[2 d].
 struct Scratch {
   void* shadow = nullptr;
-  unsigned long long* counts = nullptr;
+  void* counts = nullptr;  // uint64 where wide_counts, else uint32
+  bool wide_counts = false;
+  int stride = 1;
 };
+
+template <typename Offset>
+__device__ __forceinline__ void SetCount(const Scratch& scratch, Offset dest,
+                                         unsigned long long value) {
+  const Offset at = dest * static_cast<Offset>(scratch.stride);
+  if (scratch.wide_counts) {
+    static_cast<unsigned long long*>(scratch.counts)[at] = value;
+  } else {
+    static_cast<unsigned int*>(scratch.counts)[at] = static_cast<unsigned int>(value);
+  }
+}
+
+template <typename Offset>
+__device__ __forceinline__ void AddCount(const Scratch& scratch, Offset dest) {
+  const Offset at = dest * static_cast<Offset>(scratch.stride);
+  if (scratch.wide_counts) {
+    atomicAdd(static_cast<unsigned long long*>(scratch.counts) + at, 1ull);
+  } else {
+    atomicAdd(static_cast<unsigned int*>(scratch.counts) + at, 1u);
+  }
+}
+
+__device__ __forceinline__ unsigned long long GetCount(const Scratch& scratch, int64_t dest) {
+  const int64_t at = dest * scratch.stride;
+  return scratch.wide_counts ? static_cast<const unsigned long long*>(scratch.counts)[at]
+                             : static_cast<const unsigned int*>(scratch.counts)[at];
+}
 
 // InitKernel copies the input (zeros where `input` is null) into the result (or its shadow) and
 // fills the scratch. `input` and `result` are the same memory in place: no __restrict__ (each
@@ -237,44 +271,53 @@ struct Scratch {
 template <typename T, typename A, typename Position>
 __global__ void InitKernel(IndexWalk<2, Position> walk, Position count, const T* input, T* result,
                            Scratch scratch, unsigned long long initial) {
+  using Offset = typename IndexWalk<2, Position>::Offset;
   TENSOROPS_GRID_STRIDE_LOOP_OF(Position, position, count) {
-    typename IndexWalk<2, Position>::Offset at[2];
+    Offset at[2];
     walk.Offsets(position, at);
     const T value = input != nullptr ? input[at[0]] : T{};
     if (scratch.shadow != nullptr) {
-      static_cast<A*>(scratch.shadow)[at[1]] = ToAcc<A>(value);
+      static_cast<A*>(scratch.shadow)[at[1] * static_cast<Offset>(scratch.stride)] =
+          ToAcc<A>(value);
     } else {
       result[at[1]] = value;
     }
-    if (scratch.counts != nullptr) scratch.counts[at[1]] = initial;
+    if (scratch.counts != nullptr) SetCount(scratch, at[1], initial);
   }
 }
 
+// `stride`: Scratch::stride where `acc` is the shadow, else 1.
 template <typename T, typename Op, typename Updates>
-__global__ void ResetKernel(Updates updates, Acc<T, Op>* acc, int32_t* error) {
+__global__ void ResetKernel(Updates updates, Acc<T, Op>* acc, int stride, int32_t* error) {
+  using Offset = typename Updates::Offset;
   TENSOROPS_GRID_STRIDE_LOOP_OF(typename Updates::Position, position, updates.count) {
-    typename Updates::Offset source;
-    typename Updates::Offset dest;
-    if (updates.Locate(position, &source, &dest, error)) acc[dest] = ResetValue<Op, Acc<T, Op>>();
+    Offset source;
+    Offset dest;
+    if (updates.Locate(position, &source, &dest, error)) {
+      acc[dest * static_cast<Offset>(stride)] = ResetValue<Op, Acc<T, Op>>();
+    }
   }
 }
 
 // The atomics make the order of the updates at one destination depend on timing: exact for
 // integers and AMAX/AMIN, a matter of rounding for float sums and products (which `deterministic`
 // takes to the sorted reduction below).
+// `acc` is the result or scratch.shadow (then at scratch.stride); MEAN counts in scratch.counts.
 template <typename T, typename Op, typename Updates>
 __global__ void ReduceKernel(Updates updates, const T* __restrict__ source, Acc<T, Op>* acc,
-                             unsigned long long* counts, int32_t* error) {
+                             Scratch scratch, int32_t* error) {
+  using Offset = typename Updates::Offset;
   TENSOROPS_GRID_STRIDE_LOOP_OF(typename Updates::Position, position, updates.count) {
-    typename Updates::Offset from;
-    typename Updates::Offset dest;
+    Offset from;
+    Offset dest;
     if (!updates.Locate(position, &from, &dest, error)) continue;
-    AtomicReduce<T, Op>(acc + dest, ToAcc<Acc<T, Op>>(source[from]));
-    if (counts != nullptr) atomicAdd(counts + dest, 1ull);
+    AtomicReduce<T, Op>(acc + dest * static_cast<Offset>(scratch.stride),
+                        ToAcc<Acc<T, Op>>(source[from]));
+    if (scratch.counts != nullptr) AddCount(scratch, dest);
   }
 }
 
-// ASSIGN's two passes. Winner is uint32_t where the update positions fit 31 bits (WinnersFit32),
+// ASSIGN's two passes. Winner is uint32_t where the update positions fit 31 bits (CountsFit32),
 // unsigned long long otherwise: a 32-bit atomicMax and half the bytes of winners to clear and
 // read. winners[dest] holds the largest update position that reached dest, plus one (0: none yet,
 // so that one memset clears it). Elem is the element's bits (ItemBits): ASSIGN only moves them.
@@ -318,6 +361,42 @@ __global__ void AssignKernel(Updates updates, const Elem* __restrict__ source, E
   }
 }
 
+// ASSIGN in one pass (PacksAssign): each update raises its destination's packed word to
+// (position + 1) << 32 | its bits, so the word ends holding the largest position's bits whatever
+// order the atomics land in (the result of atomicMax unused: a fire-and-forget reduction at the
+// L2); then one pass over the result writes the bits of each destination that some update reached.
+template <typename Elem, typename Updates>
+__global__ void PackedAssignKernel(Updates updates, const Elem* __restrict__ source,
+                                   unsigned long long* packed, int32_t* error) {
+  static_assert(sizeof(Elem) <= 4);
+  TENSOROPS_GRID_STRIDE_LOOP_OF(typename Updates::Position, position, updates.count) {
+    typename Updates::Offset from;
+    typename Updates::Offset dest;
+    if (!updates.Locate(position, &from, &dest, error)) continue;
+    atomicMax(packed + dest, (static_cast<unsigned long long>(position) + 1) << 32 |
+                                 static_cast<unsigned long long>(source[from]));
+  }
+}
+
+// kElementsPerThread words per thread, all read before the first write (a plain grid-stride loop
+// over so little work is unrolled by nvcc behind a 64-bit division for its trip count, which
+// tests/cuda_sass_test.py refuses).
+template <typename Elem>
+__global__ void PackedWriteKernel(int64_t numel, const unsigned long long* __restrict__ packed,
+                                  Elem* result) {
+  TENSOROPS_TILE_LOOP(int64_t, tile, numel) {
+    unsigned long long words[kElementsPerThread];
+#pragma unroll
+    for (int i = 0; i < kElementsPerThread; ++i) {
+      words[i] = TileSlot(tile, i) < numel ? packed[TileSlot(tile, i)] : 0;
+    }
+#pragma unroll
+    for (int i = 0; i < kElementsPerThread; ++i) {
+      if ((words[i] >> 32) != 0) result[TileSlot(tile, i)] = static_cast<Elem>(words[i]);
+    }
+  }
+}
+
 // ItemBits is the unsigned integer type of an element of `kBytes` bytes (cpu::Bytes<16> for
 // complex128), for kernels that move elements without looking at them: one instantiation per
 // size, not per dtype.
@@ -328,6 +407,25 @@ using ItemBits = std::conditional_t<
         kBytes == 2, uint16_t,
         std::conditional_t<kBytes == 4, uint32_t,
                            std::conditional_t<kBytes == 8, uint64_t, cpu::Bytes<16>>>>>;
+
+// LaunchPackedAssign runs ASSIGN in one pass over `updates` (PacksAssign), `packed` (numel
+// words) already cleared.
+template <typename T, typename Updates>
+absl::Status LaunchPackedAssign(std::string_view op, const Updates& updates, int64_t numel,
+                                const T* source, T* result, unsigned long long* packed,
+                                int32_t* error, cudaStream_t stream) {
+  if constexpr (sizeof(T) <= 4) {
+    using Elem = ItemBits<sizeof(T)>;
+    PackedAssignKernel<Elem><<<GridFor(updates.count), kThreadsPerBlock, 0, stream>>>(
+        updates, reinterpret_cast<const Elem*>(source), packed, error);
+    TENSOROPS_RETURN_IF_ERROR(LaunchStatus(op));
+    PackedWriteKernel<Elem><<<GridForTiles(numel), kThreadsPerBlock, 0, stream>>>(
+        numel, packed, reinterpret_cast<Elem*>(result));
+    return LaunchStatus(op);
+  } else {
+    return absl::InternalError(std::string(op).append(": a packed ASSIGN of wide elements"));
+  }
+}
 
 // LaunchAssign runs ASSIGN's passes over `updates`, the winners and the duplicates flag already
 // cleared.
@@ -357,13 +455,13 @@ absl::Status LaunchAssign(std::string_view op, const Updates& updates, const T* 
 }
 
 template <typename T, typename A>
-__global__ void FinalizeKernel(int64_t count, const A* acc, const unsigned long long* counts,
-                               T* result) {
+__global__ void FinalizeKernel(int64_t count, const A* acc, Scratch scratch, T* result) {
   TENSOROPS_GRID_STRIDE_LOOP(i, count) {
-    A value = acc[i];
-    if (counts != nullptr) {
+    A value = acc[i * scratch.stride];
+    if (scratch.counts != nullptr) {
       // A destination nobody wrote (count 0 without include_self) keeps its value.
-      const int64_t n = counts[i] > 1 ? static_cast<int64_t>(counts[i]) : 1;
+      const unsigned long long arrivals = GetCount(scratch, i);
+      const int64_t n = arrivals > 1 ? static_cast<int64_t>(arrivals) : 1;
       if constexpr (std::is_integral_v<T>) {
         result[i] = FloorDivide(FromAcc<T>(value), n);
         continue;
@@ -594,9 +692,9 @@ absl::Status LaunchReducingScatter(const ScatterJob& job, const Updates& updates
   const ScatterWorkspace layout = PlanScatterWorkspace(job.sizes);
   Scratch scratch;
   if (layout.shadow >= 0) scratch.shadow = workspace + layout.shadow;
-  if (layout.counts >= 0) {
-    scratch.counts = reinterpret_cast<unsigned long long*>(workspace + layout.counts);
-  }
+  if (layout.counts >= 0) scratch.counts = workspace + layout.counts;
+  scratch.wide_counts = layout.wide_counts;
+  scratch.stride = static_cast<int>(layout.stride);
   A* acc =
       scratch.shadow != nullptr ? static_cast<A*>(scratch.shadow) : reinterpret_cast<A*>(result);
 
@@ -637,6 +735,15 @@ absl::Status LaunchReducingScatter(const ScatterJob& job, const Updates& updates
   if (updates.count > 0) {
     const unsigned grid = GridFor(updates.count);
     if constexpr (std::is_same_v<Op, AssignOp>) {
+      if (layout.packed >= 0) {
+        auto* const packed = reinterpret_cast<unsigned long long*>(workspace + layout.packed);
+        if (const cudaError_t status =
+                cudaMemsetAsync(packed, 0, static_cast<size_t>(numel) * sizeof(*packed), stream);
+            status != cudaSuccess) {
+          return CudaStatus(std::string(op).append(": clearing the packed winners"), status);
+        }
+        return LaunchPackedAssign(op, updates, numel, source, result, packed, error, stream);
+      }
       char* const winners = workspace + layout.winners;
       if (const cudaError_t status = cudaMemsetAsync(
               winners, 0, static_cast<size_t>(layout.bytes - layout.winners), stream);
@@ -646,7 +753,7 @@ absl::Status LaunchReducingScatter(const ScatterJob& job, const Updates& updates
       TENSOROPS_RETURN_IF_ERROR(
           LaunchAssign(op, updates, source, result, winners,
                        reinterpret_cast<unsigned int*>(workspace + layout.duplicates),
-                       WinnersFit32(job.sizes), error, stream));
+                       CountsFit32(job.sizes), error, stream));
     } else if (layout.sorted >= 0) {
       if constexpr (kSortable<T> && (std::is_same_v<Op, SumOp> || std::is_same_v<Op, ProdOp>)) {
         return LaunchSortedScatter<T, Op>(job, updates, source, result, workspace + layout.sorted,
@@ -657,11 +764,12 @@ absl::Status LaunchReducingScatter(const ScatterJob& job, const Updates& updates
       }
     } else {
       if (!job.include_self) {
-        ResetKernel<T, Op><<<grid, kThreadsPerBlock, 0, stream>>>(updates, acc, error);
+        ResetKernel<T, Op>
+            <<<grid, kThreadsPerBlock, 0, stream>>>(updates, acc, scratch.stride, error);
         TENSOROPS_RETURN_IF_ERROR(LaunchStatus(op));
       }
       ReduceKernel<T, Op>
-          <<<grid, kThreadsPerBlock, 0, stream>>>(updates, source, acc, scratch.counts, error);
+          <<<grid, kThreadsPerBlock, 0, stream>>>(updates, source, acc, scratch, error);
       TENSOROPS_RETURN_IF_ERROR(LaunchStatus(op));
     }
   }
@@ -669,7 +777,7 @@ absl::Status LaunchReducingScatter(const ScatterJob& job, const Updates& updates
   if constexpr (!std::is_same_v<A, T> || std::is_same_v<Op, SumOp>) {
     if (scratch.shadow != nullptr || scratch.counts != nullptr) {
       FinalizeKernel<T, A>
-          <<<GridFor(numel), kThreadsPerBlock, 0, stream>>>(numel, acc, scratch.counts, result);
+          <<<GridFor(numel), kThreadsPerBlock, 0, stream>>>(numel, acc, scratch, result);
     }
   }
   return LaunchStatus(op);

@@ -4,7 +4,8 @@
 // MaskedScatter with contiguous, broadcast and strided masks (mask bytes other than 0 and 1
 // included, a source that runs out), and Scatter's ASSIGN (duplicate-heavy indices, which take its
 // second pass, and indices without duplicates, which end after the first), with the init step's
-// plain copy and memset. GPU only: skipped, with the reason, where no GPU is usable.
+// plain copy and memset; ScatterNd's row reduction. GPU only: skipped, with the reason, where no
+// GPU is usable.
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -13,6 +14,7 @@
 #include "absl/random/random.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/index_walk.h"
+#include "kernels/cuda/launch.h"
 #include "kernels/gather.h"
 #include "kernels/index_ops.h"
 #include "kernels/masked_scatter.h"
@@ -248,6 +250,60 @@ TEST_P(CudaFastPathsTest, TheInitStepCopiesOrClearsTheResult) {
       testing::ExpectTheCpusBytesOnCuda(*plan);
     }
   }
+}
+
+// ScatterNd SUM and MEAN of float rows (UsesRowReduction): the positions sorted by row, each row
+// reduced by one warp in the positions' order, so the CPU's bytes for any values, deterministic
+// or not: every floating dtype, rows of a warp, of several, and of a ragged last step; unique,
+// random and duplicate-heavy rows; with and without the input's values, or an input at all; a
+// source that is every other element of its backing; and an out-of-range row.
+TEST_P(CudaFastPathsTest, ScatterNdOfRowsReducesEachRowInTheCpusOrder) {
+  constexpr int64_t kRows = 40;
+  for (DataType dtype :
+       {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64}) {
+    for (int64_t width : {32, 256, 300}) {
+      for (IndexPattern pattern :
+           {IndexPattern::kUnique, IndexPattern::kRandom, IndexPattern::kDuplicateHeavy}) {
+        const Tensor input = RandomTensor(dtype, {kRows, width}, gen_);
+        const Tensor index = RandomIndex(DataType::kInt64, {kRows / 2, 1}, 0, kRows, pattern, gen_);
+        const Tensor backing = RandomTensor(dtype, {kRows / 2, 2 * width}, gen_);
+        const TensorView source(dtype, {kRows / 2, width}, {2 * width, 2}, backing.view().data());
+        for (Reduction reduce : {Reduction::kSum, Reduction::kMean}) {
+          for (bool include_self : {true, false}) {
+            for (bool with_input : {true, false}) {
+              SCOPED_TRACE(::testing::Message()
+                           << DataTypeName(dtype) << " width " << width << " pattern "
+                           << static_cast<int>(pattern) << " " << ReductionName(reduce)
+                           << " include_self " << include_self << " input " << with_input);
+              ScatterNdArgs args{.index = index.view(),
+                                 .source = source,
+                                 .reduce = reduce,
+                                 .include_self = include_self};
+              if (with_input) {
+                args.input = input.view();
+              } else {
+                args.shape = {kRows, width};
+              }
+              absl::StatusOr<NdPlan> plan = PlanScatterNd(args);
+              ASSERT_TRUE(plan.ok()) << plan.status();
+              ASSERT_TRUE(cuda::UsesRowReduction(cuda::SizesOf(*plan)));
+              testing::ExpectTheCpusBytesOnCuda(*plan);
+              if (HasFatalFailure()) return;
+            }
+          }
+        }
+      }
+    }
+  }
+  // A row out of range: the CPU's error.
+  const Tensor input = RandomTensor(DataType::kFloat32, {kRows, 64}, gen_);
+  Tensor index = RandomIndex(DataType::kInt64, {8, 1}, 0, kRows, IndexPattern::kRandom, gen_);
+  index.mutable_view().data_as<int64_t>()[5] = kRows;
+  const Tensor source = RandomTensor(DataType::kFloat32, {8, 64}, gen_);
+  ExpectTheCpusError(PlanScatterNd({.input = input.view(),
+                                    .index = index.view(),
+                                    .source = source.view(),
+                                    .reduce = Reduction::kSum}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Widths, CudaFastPathsTest, ::testing::Bool(), testing::IndexWidthName);

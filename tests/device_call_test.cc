@@ -486,6 +486,56 @@ TEST(DeviceCallTest, DeterministicFloatSumsTakeTheSortedReduction) {
   EXPECT_FALSE(cuda::UsesSortedReduction(relaxed));
 }
 
+// A ScatterNd SUM or MEAN of float rows of 32 elements or more reduces by rows (deterministic
+// or not): the sorted region holds the row sort, and there is no shadow and no counts.
+TEST(DeviceCallTest, FloatSumsOfRowsTakeTheRowReduction) {
+  const auto sizes = [](DataType dtype, Reduction reduce, int64_t slice_size) {
+    return cuda::ScatterSizes{.op = "scatter_nd",
+                              .dtype = dtype,
+                              .reduce = reduce,
+                              .numel = 1000 * slice_size,
+                              .updates = 10 * slice_size,
+                              .slices = 10,
+                              .slice_size = slice_size};
+  };
+  for (DataType dtype :
+       {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64}) {
+    for (Reduction reduce : {Reduction::kSum, Reduction::kMean}) {
+      for (bool deterministic : {false, true}) {
+        cuda::ScatterSizes rows = sizes(dtype, reduce, 32);
+        rows.deterministic = deterministic;
+        EXPECT_TRUE(cuda::UsesRowReduction(rows)) << DataTypeName(dtype);
+        EXPECT_FALSE(cuda::UsesSortedReduction(rows)) << DataTypeName(dtype);
+        const cuda::ScatterWorkspace workspace = cuda::PlanScatterWorkspace(rows);
+        EXPECT_EQ(workspace.sorted, 0);
+        EXPECT_EQ(workspace.shadow, -1);
+        EXPECT_EQ(workspace.counts, -1);
+      }
+    }
+  }
+  // Narrower slices, integers, other reductions and Scatter keep the pipeline.
+  EXPECT_FALSE(cuda::UsesRowReduction(sizes(DataType::kFloat32, Reduction::kSum, 31)));
+  EXPECT_FALSE(cuda::UsesRowReduction(sizes(DataType::kInt32, Reduction::kSum, 64)));
+  EXPECT_FALSE(cuda::UsesRowReduction(sizes(DataType::kComplex64, Reduction::kSum, 64)));
+  EXPECT_FALSE(cuda::UsesRowReduction(sizes(DataType::kFloat32, Reduction::kProd, 64)));
+  EXPECT_FALSE(cuda::UsesRowReduction(sizes(DataType::kFloat32, Reduction::kAmax, 64)));
+  cuda::ScatterSizes scatter = sizes(DataType::kFloat32, Reduction::kSum, 64);
+  scatter.slices = 0;
+  EXPECT_FALSE(cuda::UsesRowReduction(scatter));
+  // A ScatterNd plan says what its slices are.
+  Tensor input = Tensor::Zeros(DataType::kBFloat16, {6, 40});
+  Tensor index = Tensor::Zeros(DataType::kInt64, {4, 1});
+  Tensor source = Tensor::Zeros(DataType::kBFloat16, {4, 40});
+  absl::StatusOr<NdPlan> plan = PlanScatterNd({.input = input.view(),
+                                               .index = index.view(),
+                                               .source = source.view(),
+                                               .reduce = Reduction::kSum});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(cuda::SizesOf(*plan).slices, 4);
+  EXPECT_EQ(cuda::SizesOf(*plan).slice_size, 40);
+  EXPECT_TRUE(cuda::UsesRowReduction(cuda::SizesOf(*plan)));
+}
+
 // ExpectViewScatterReadsOnlyItsSpans: the CPU kernel on copies of the call's spans (input and src
 // poisoned) gives the CPU's result: the GPU's copy and window write read nothing else.
 void ExpectViewScatterReadsOnlyItsSpans(const ViewScatterPlan& plan, Tensor& input, Tensor& src,

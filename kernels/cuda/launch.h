@@ -36,6 +36,10 @@ struct ScatterSizes {
   // The result's elements, and the source elements combined into them.
   int64_t numel = 0;
   int64_t updates = 0;
+  // ScatterNd: its positions, each the start of `slice_size` consecutive result elements (0 for
+  // Scatter, whose updates each address one element).
+  int64_t slices = 0;
+  int64_t slice_size = 1;
 };
 
 inline ScatterSizes SizesOf(const ScatterPlan& plan) {
@@ -54,13 +58,34 @@ inline ScatterSizes SizesOf(const NdPlan& plan) {
           .reduce = plan.reduce,
           .deterministic = plan.deterministic,
           .numel = NumElements(plan.result_shape),
-          .updates = NumElements(plan.positions) * plan.slice_size};
+          .updates = NumElements(plan.positions) * plan.slice_size,
+          .slices = NumElements(plan.positions),
+          .slice_size = plan.slice_size};
+}
+
+// kRowReductionMinSlice: the slice, in elements, from which a ScatterNd of rows reduces by rows
+// (UsesRowReduction): a warp's width, so that every lane has a column.
+inline constexpr int64_t kRowReductionMinSlice = 32;
+
+// UsesRowReduction: whether a ScatterNd SUM or MEAN of a floating type, whose positions each
+// address a row of at least kRowReductionMinSlice elements (an embedding push), reduces by rows:
+// the positions sorted by their row (a stable sort of a few keys per row), then one warp per row
+// that adds the input and each of its updates in the positions' order, in float32 for the 16-bit
+// floats, and writes the row once. No shadow, no atomics, and the order is the CPU's, so the result
+// is the CPU's bytes whether or not the call asked for `deterministic` (which then costs nothing
+// more). On an H200, a bfloat16 push of 2^18 rows of 256 into a table of as many took 0.61 ms
+// through the float32 shadow and atomics, against PyTorch's 0.44 (its `index_put` sorts too).
+inline bool UsesRowReduction(const ScatterSizes& sizes) {
+  return sizes.slices > 0 && sizes.slices <= kMaxOffset32 &&
+         sizes.slice_size >= kRowReductionMinSlice &&
+         (sizes.reduce == Reduction::kSum || sizes.reduce == Reduction::kMean) &&
+         IsFloating(sizes.dtype);
 }
 
 // UsesSortedReduction: whether a scatter reduces by sorting its updates by destination and
 // reducing each run (deterministic float SUM/MEAN/PROD) instead of with atomics.
 inline bool UsesSortedReduction(const ScatterSizes& sizes) {
-  return sizes.deterministic &&
+  return !UsesRowReduction(sizes) && sizes.deterministic &&
          (sizes.reduce == Reduction::kSum || sizes.reduce == Reduction::kMean ||
           sizes.reduce == Reduction::kProd) &&
          (IsFloating(sizes.dtype) || IsComplex(sizes.dtype));
@@ -94,17 +119,18 @@ struct ScatterWorkspace {
   // ASSIGN in one pass where PacksAssign: per destination one uint64, (the largest update position
   // plus one) << 32 | that update's bits, cleared by a memset.
   int64_t packed = -1;
-  // The sorted reduction's buffers, when UsesSortedReduction: they take the rest of the workspace,
-  // SortedReductionBytes of it.
+  // The sorted reduction's buffers, when UsesSortedReduction or UsesRowReduction: they take the
+  // rest of the workspace, SortedReductionBytes of it.
   int64_t sorted = -1;
   // The bytes of the parts above, the sorted reduction's excluded (its size depends on the GPU).
   int64_t bytes = 0;
 };
 
 // SortedReductionBytes: the scratch of the sorted reduction (keys, values, runs and CUB's
-// temporary storage) on the current device, whose kind decides CUB's share; 0 where the scatter
-// has none, and without CUDA. An error (UNAVAILABLE) when CUB's size query fails, e.g. where no
-// device is usable; RESOURCE_EXHAUSTED beyond 2^31 - 1 updates, which CUB cannot count.
+// temporary storage), or of the row reduction (the rows' keys and positions and CUB's), on the
+// current device, whose kind decides CUB's share; 0 where the scatter has none, and without CUDA.
+// An error (UNAVAILABLE) when CUB's size query fails, e.g. where no device is usable;
+// RESOURCE_EXHAUSTED beyond 2^31 - 1 updates, which CUB cannot count.
 absl::StatusOr<int64_t> SortedReductionBytes(const ScatterSizes& sizes);
 inline absl::StatusOr<int64_t> SortedReductionBytes(const ScatterPlan& plan) {
   return SortedReductionBytes(SizesOf(plan));
@@ -177,7 +203,7 @@ inline ScatterWorkspace PlanScatterWorkspace(const ScatterSizes& sizes) {
     workspace.bytes += align(4);
     return workspace;
   }
-  if (UsesSortedReduction(sizes)) {
+  if (UsesSortedReduction(sizes) || UsesRowReduction(sizes)) {
     // Each destination is written once, from its run: no shadow, no counts per destination.
     workspace.sorted = workspace.bytes;
     return workspace;

@@ -9,7 +9,9 @@
 // runs over the updates, one per slice element, numbered as the CPU numbers them: row-major over
 // the positions, then along the slice. The same functors, atomics and sorted deterministic path as
 // Scatter, so the same guarantees: exact integers, ASSIGN's last writer and AMAX/AMIN; the CPU's
-// bytes for a `deterministic` float SUM, MEAN or PROD.
+// bytes for a `deterministic` float SUM, MEAN or PROD. A float SUM or MEAN of rows (slices of 32
+// elements or more: UsesRowReduction) sorts the positions by row instead and reduces each row in
+// one warp, in the CPU's order: the CPU's bytes, deterministic or not.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -205,6 +207,20 @@ absl::Status LaunchScatterNd(const NdPlan& plan, void* result, void* workspace,
             plan.index.device_data_as<Index>(), static_cast<int64_t*>(workspace), error_flag);
         return LaunchStatus(plan.op);
       }));
+    }
+    if (UsesRowReduction(sizes)) {
+      const int64_t sorted = PlanScatterWorkspace(sizes).sorted;
+      return DispatchDataType(plan.result_dtype, [&]<typename Host>(TypeTag<Host>) {
+        using T = DeviceType<Host>;
+        if constexpr (kIsHalf<T> || std::is_floating_point_v<T>) {
+          return LaunchRowReduction<T, Position>(
+              job, positions, plan.slice_size, updates.starts, updates.source,
+              plan.source.device_data_as<T>(), static_cast<T*>(result), scatter_workspace + sorted,
+              workspace_bytes - front - sorted, cuda_stream);
+        } else {
+          return absl::InternalError("scatter_nd: a row reduction of a type that is not floating");
+        }
+      });
     }
     return DispatchDataType(plan.result_dtype, [&]<typename Host>(TypeTag<Host>) {
       using T = DeviceType<Host>;

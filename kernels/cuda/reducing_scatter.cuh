@@ -680,30 +680,18 @@ absl::Status LaunchSortedScatter(const ScatterJob& job, const Updates& updates, 
   return LaunchStatus(op);
 }
 
-// LaunchReducingScatter enqueues the pipeline on `stream`. `workspace` holds
-// PlanScatterWorkspace(job.sizes).bytes, plus SortedReductionBytes(job.sizes) where it sorts.
-template <typename T, typename Op, typename Updates>
-absl::Status LaunchReducingScatter(const ScatterJob& job, const Updates& updates, const T* source,
-                                   T* result, char* workspace, int64_t workspace_bytes,
-                                   int32_t* error, cudaStream_t stream) {
-  using A = Acc<T, Op>;
+// LaunchInit is the pipeline's step 1: the result (or its shadow) starts as the input, walked
+// (possibly strided) at the result's shape. In place (a stored tensor updated where it lies: the
+// result is the contiguous input itself) the copy would read and write the whole tensor to change
+// nothing, which for a pushed-into embedding table is most of the call: it runs only when a shadow
+// or counts need their initial values. Without those, a contiguous input (or none: zeros) is a
+// plain device copy (or memset), at copy speed. (ASSIGN's winners and duplicates flag are cleared
+// by one memset of their own.)
+template <typename T, typename A>
+absl::Status LaunchInit(const ScatterJob& job, T* result, const Scratch& scratch,
+                        cudaStream_t stream) {
   const std::string_view op = job.sizes.op;
   const int64_t numel = job.sizes.numel;
-  const ScatterWorkspace layout = PlanScatterWorkspace(job.sizes);
-  Scratch scratch;
-  if (layout.shadow >= 0) scratch.shadow = workspace + layout.shadow;
-  if (layout.counts >= 0) scratch.counts = workspace + layout.counts;
-  scratch.wide_counts = layout.wide_counts;
-  scratch.stride = static_cast<int>(layout.stride);
-  A* acc =
-      scratch.shadow != nullptr ? static_cast<A*>(scratch.shadow) : reinterpret_cast<A*>(result);
-
-  // 1. init, walking the (possibly strided) input at the result's shape. In place (a stored
-  // tensor updated where it lies: the result is the contiguous input itself) the copy would read
-  // and write the whole tensor to change nothing, which for a pushed-into embedding table is most
-  // of the call: it runs only when a shadow or counts need their initial values. Without those, a
-  // contiguous input (or none: zeros) is a plain device copy (or memset), at copy speed. ASSIGN's
-  // winners and duplicates flag are cleared by one memset of their own.
   const T* input = job.input.device_data_as<T>();
   const Shape result_strides = ContiguousStrides(job.result_shape);
   const bool in_place = input == result && job.input.is_contiguous();
@@ -731,6 +719,148 @@ absl::Status LaunchReducingScatter(const ScatterJob& job, const Updates& updates
           return LaunchStatus(op);
         }));
   }
+
+  return absl::OkStatus();
+}
+
+// ---- ScatterNd: the row reduction (UsesRowReduction, launch.h) ----
+//
+// Each position's row start (ResolveKernel's; -1 for an index out of range) is a key and the
+// position its value; a stable radix sort of those few keys (one per row, not per element) lines
+// each row's positions up in their order; then one warp per sorted position that begins a run
+// (the first, or a key unlike the one before it) reduces that row: for each column, the input
+// (include_self) and then every update of the run, in order, added in the accumulator (float32 for
+// the 16-bit floats; Add: no fused multiply-add), divided by the count for MEAN, rounded once into
+// the result. That is the CPU's order and arithmetic, hence the CPU's bytes: no shadow, no atomics,
+// each touched row read once and written once, the rest of the result copied from the input.
+
+struct RowSortLayout {
+  int64_t keys[2] = {0, 0};
+  int64_t positions[2] = {0, 0};
+  int64_t temp = 0;
+};
+
+inline RowSortLayout PlanRowSortBuffers(int64_t slices) {
+  RowSortLayout layout;
+  int64_t at = 0;
+  for (int64_t& keys : layout.keys) {
+    keys = at;
+    at += AlignUp(slices * static_cast<int64_t>(sizeof(Key)));
+  }
+  for (int64_t& positions : layout.positions) {
+    positions = at;
+    at += AlignUp(slices * static_cast<int64_t>(sizeof(uint32_t)));
+  }
+  layout.temp = at;
+  return layout;
+}
+
+// RowSortBytes: the row reduction's scratch, CUB's share asked of the current device.
+inline absl::StatusOr<int64_t> RowSortBytes(int64_t slices, int64_t numel) {
+  size_t sort_bytes = 0;
+  cub::DoubleBuffer<Key> keys(nullptr, nullptr);
+  cub::DoubleBuffer<uint32_t> positions(nullptr, nullptr);
+  const cudaError_t error = cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, positions,
+                                                            slices, 0, EndBit(numel));
+  if (error != cudaSuccess) return CubStatus("sizing the sort of scatter_nd rows", error);
+  return PlanRowSortBuffers(slices).temp + static_cast<int64_t>(sort_bytes);
+}
+
+// `slices` is below 2^31 (UsesRowReduction).
+__global__ void RowKeysKernel(uint32_t slices, const int64_t* __restrict__ starts, Key sentinel,
+                              Key* __restrict__ keys, uint32_t* __restrict__ positions) {
+  // Not unrolled: nvcc would compute the trip count of an unrolled loop with a division.
+#pragma unroll 1
+  TENSOROPS_GRID_STRIDE_LOOP_OF(uint32_t, b, slices) {
+    const int64_t start = starts[b];
+    keys[b] = start < 0 ? sentinel : static_cast<Key>(start);
+    positions[b] = b;
+  }
+}
+
+// One warp per sorted position: lanes take the row's columns, 32 apart.
+template <typename T, typename A, typename Position>
+__global__ void RowReduceKernel(int64_t slices, int64_t slice_size, const Key* __restrict__ keys,
+                                const uint32_t* __restrict__ positions, Key sentinel,
+                                IndexWalk<1, Position> source_walk, const T* __restrict__ source,
+                                bool include_self, bool mean, T* __restrict__ result) {
+  using Offset = typename IndexWalk<1, Position>::Offset;
+  constexpr int kLanes = 32;
+  const int64_t lane = threadIdx.x % kLanes;
+  const int64_t warps = int64_t{gridDim.x} * (kThreadsPerBlock / kLanes);
+#pragma unroll 1
+  for (int64_t k = int64_t{blockIdx.x} * (kThreadsPerBlock / kLanes) + threadIdx.x / kLanes;
+       k < slices; k += warps) {
+    const Key row = keys[k];
+    if (row == sentinel || (k > 0 && keys[k - 1] == row)) continue;
+    int64_t end = k + 1;
+    while (end < slices && keys[end] == row) ++end;
+    const int64_t count = end - k + (include_self ? 1 : 0);
+    for (int64_t column = lane; column < slice_size; column += kLanes) {
+      const int64_t dest = static_cast<int64_t>(row) + column;
+      A value = include_self ? ToAcc<A>(result[dest]) : ResetValue<SumOp, A>();
+      for (int64_t j = k; j < end; ++j) {
+        Offset from[1];
+        source_walk.Offsets(static_cast<Position>(positions[j] * slice_size + column), from);
+        value = Add(value, ToAcc<A>(source[from[0]]));
+      }
+      if (mean) value = value / static_cast<A>(count);
+      result[dest] = FromAcc<T>(value);
+    }
+  }
+}
+
+// LaunchRowReduction runs a ScatterNd SUM or MEAN by rows (UsesRowReduction): `starts` holds
+// each of `slices` positions' row start (ResolveKernel), `source_walk` numbers the source's
+// elements row-major over the positions and the slice, and `scratch` holds
+// SortedReductionBytes(job.sizes).
+template <typename T, typename Position>
+absl::Status LaunchRowReduction(const ScatterJob& job, int64_t slices, int64_t slice_size,
+                                const int64_t* starts, IndexWalk<1, Position> source_walk,
+                                const T* source, T* result, char* scratch, int64_t scratch_bytes,
+                                cudaStream_t stream) {
+  using A = Acc<T, SumOp>;
+  const std::string_view op = job.sizes.op;
+  TENSOROPS_RETURN_IF_ERROR((LaunchInit<T, A>(job, result, Scratch{}, stream)));
+  const RowSortLayout layout = PlanRowSortBuffers(slices);
+  cub::DoubleBuffer<Key> keys(reinterpret_cast<Key*>(scratch + layout.keys[0]),
+                              reinterpret_cast<Key*>(scratch + layout.keys[1]));
+  cub::DoubleBuffer<uint32_t> positions(reinterpret_cast<uint32_t*>(scratch + layout.positions[0]),
+                                        reinterpret_cast<uint32_t*>(scratch + layout.positions[1]));
+  const Key sentinel = static_cast<Key>(job.sizes.numel);
+  RowKeysKernel<<<GridFor(slices), kThreadsPerBlock, 0, stream>>>(
+      static_cast<uint32_t>(slices), starts, sentinel, keys.Current(), positions.Current());
+  TENSOROPS_RETURN_IF_ERROR(LaunchStatus(op));
+  size_t temp_bytes = static_cast<size_t>(scratch_bytes - layout.temp);
+  const cudaError_t status =
+      cub::DeviceRadixSort::SortPairs(scratch + layout.temp, temp_bytes, keys, positions, slices, 0,
+                                      EndBit(job.sizes.numel), stream);
+  if (status != cudaSuccess) return CubStatus("sorting scatter_nd rows", status);
+  RowReduceKernel<T, A, Position><<<GridFor(slices * 32), kThreadsPerBlock, 0, stream>>>(
+      slices, slice_size, keys.Current(), positions.Current(), sentinel, source_walk, source,
+      job.include_self, job.sizes.reduce == Reduction::kMean, result);
+  return LaunchStatus(op);
+}
+
+// LaunchReducingScatter enqueues the pipeline on `stream`. `workspace` holds
+// PlanScatterWorkspace(job.sizes).bytes, plus SortedReductionBytes(job.sizes) where it sorts.
+template <typename T, typename Op, typename Updates>
+absl::Status LaunchReducingScatter(const ScatterJob& job, const Updates& updates, const T* source,
+                                   T* result, char* workspace, int64_t workspace_bytes,
+                                   int32_t* error, cudaStream_t stream) {
+  using A = Acc<T, Op>;
+  const std::string_view op = job.sizes.op;
+  const int64_t numel = job.sizes.numel;
+  const ScatterWorkspace layout = PlanScatterWorkspace(job.sizes);
+  Scratch scratch;
+  if (layout.shadow >= 0) scratch.shadow = workspace + layout.shadow;
+  if (layout.counts >= 0) scratch.counts = workspace + layout.counts;
+  scratch.wide_counts = layout.wide_counts;
+  scratch.stride = static_cast<int>(layout.stride);
+  A* acc =
+      scratch.shadow != nullptr ? static_cast<A*>(scratch.shadow) : reinterpret_cast<A*>(result);
+
+  TENSOROPS_RETURN_IF_ERROR((LaunchInit<T, A>(job, result, scratch, stream)));
 
   if (updates.count > 0) {
     const unsigned grid = GridFor(updates.count);

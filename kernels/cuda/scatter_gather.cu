@@ -267,6 +267,7 @@ absl::Status LaunchScatterTyped(const ScatterPlan& plan, T* result, char* worksp
 }  // namespace
 
 absl::StatusOr<int64_t> SortedReductionBytes(const ScatterSizes& sizes) {
+  if (UsesRowReduction(sizes)) return RowSortBytes(sizes.slices, sizes.numel);
   if (!UsesSortedReduction(sizes) || sizes.updates == 0) return 0;
   if (sizes.updates > std::numeric_limits<int>::max()) {
     // CUB's run-length encoding counts its items in an int.

@@ -100,15 +100,15 @@ struct ScatterWorkspace {
   // A 32-bit shadow of the result (int32 for bool and the 8/16-bit integers, float for the 16-bit
   // floats' sums and products): the GPU's atomics work on 32 and 64 bits.
   int64_t shadow = -1;
-  // MEAN's arrival count per destination: uint32, or uint64 where `wide_counts` (MeanCounts).
+  // MEAN's arrival count per destination: uint32, or uint64 where `wide_counts` (MeanCountBytes).
   int64_t counts = -1;
   bool wide_counts = false;
   // The distance, in elements of each, between consecutive destinations' accumulators in the
   // shadow and between their counts: 2 where MEAN's accumulator and count have the same size and
   // share a cell per destination (`counts` = `shadow` + that size), so that an update's two atomics
-  // land in one 32-byte sector: one random access to memory per update instead of two (an H200,
-  // float32 MEAN of 2^26 random updates, took 8.7 ms with the counts apart and SUM alone 3.9). 1
-  // otherwise.
+  // land in one 32-byte sector: one random access to memory per update instead of two (on an H200,
+  // a float32 MEAN of 2^26 random updates took 8.7 ms with the counts apart, 5.0 in cells; SUM
+  // alone 3.8). 1 otherwise.
   int64_t stride = 1;
   // ASSIGN's last writer per destination: the largest update position plus one (0 for none), in
   // uint32 where CountsFit32, else uint64; then `duplicates`, one uint32 that the first pass sets

@@ -301,8 +301,8 @@ __global__ void ResetKernel(Updates updates, Acc<T, Op>* acc, int stride, int32_
 
 // The atomics make the order of the updates at one destination depend on timing: exact for
 // integers and AMAX/AMIN, a matter of rounding for float sums and products (which `deterministic`
-// takes to the sorted reduction below).
-// `acc` is the result or scratch.shadow (then at scratch.stride); MEAN counts in scratch.counts.
+// takes to the sorted reduction below). `acc` is the result, or scratch.shadow at
+// scratch.stride; MEAN counts in scratch.counts.
 template <typename T, typename Op, typename Updates>
 __global__ void ReduceKernel(Updates updates, const T* __restrict__ source, Acc<T, Op>* acc,
                              Scratch scratch, int32_t* error) {

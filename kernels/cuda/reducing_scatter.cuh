@@ -546,19 +546,24 @@ struct SortedLayout {
   int64_t temp = 0;
 };
 
-inline SortedLayout PlanSortedBuffers(int64_t updates, int64_t value_size) {
-  SortedLayout layout;
+// ScratchCursor hands out consecutive parts of a scratch buffer, each aligned.
+struct ScratchCursor {
   int64_t at = 0;
-  const auto take = [&at](int64_t bytes) {
+  int64_t Take(int64_t bytes) {
     const int64_t offset = at;
     at += AlignUp(bytes);
     return offset;
-  };
-  for (int64_t& keys : layout.keys) keys = take(updates * static_cast<int64_t>(sizeof(Key)));
-  for (int64_t& values : layout.values) values = take(updates * value_size);
-  layout.lengths = take((updates + 1) * static_cast<int64_t>(sizeof(int64_t)));
-  layout.runs = take(sizeof(int64_t));
-  layout.temp = at;
+  }
+};
+
+inline SortedLayout PlanSortedBuffers(int64_t updates, int64_t value_size) {
+  SortedLayout layout;
+  ScratchCursor cursor;
+  for (int64_t& keys : layout.keys) keys = cursor.Take(updates * static_cast<int64_t>(sizeof(Key)));
+  for (int64_t& values : layout.values) values = cursor.Take(updates * value_size);
+  layout.lengths = cursor.Take((updates + 1) * static_cast<int64_t>(sizeof(int64_t)));
+  layout.runs = cursor.Take(sizeof(int64_t));
+  layout.temp = cursor.at;
   return layout;
 }
 
@@ -742,16 +747,12 @@ struct RowSortLayout {
 
 inline RowSortLayout PlanRowSortBuffers(int64_t slices) {
   RowSortLayout layout;
-  int64_t at = 0;
-  for (int64_t& keys : layout.keys) {
-    keys = at;
-    at += AlignUp(slices * static_cast<int64_t>(sizeof(Key)));
-  }
+  ScratchCursor cursor;
+  for (int64_t& keys : layout.keys) keys = cursor.Take(slices * static_cast<int64_t>(sizeof(Key)));
   for (int64_t& positions : layout.positions) {
-    positions = at;
-    at += AlignUp(slices * static_cast<int64_t>(sizeof(uint32_t)));
+    positions = cursor.Take(slices * static_cast<int64_t>(sizeof(uint32_t)));
   }
-  layout.temp = at;
+  layout.temp = cursor.at;
   return layout;
 }
 

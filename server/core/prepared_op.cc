@@ -291,7 +291,9 @@ absl::StatusOr<PreparedOp> PrepareFor(const typename Op::Request& request,
   if (journaled) {
     TENSOROPS_ASSIGN_OR_RETURN(std::string call,
                                operands->JournalCall(static_cast<int>(Op::kCase), request));
-    const absl::Status logged = operands->update()->LogChange(std::move(call), options.update_id());
+    const absl::Status logged =
+        operands->update()->LogChange(std::move(call), options.update_id(), stored.lock_wait);
+    if (IsStoreBusy(logged)) return logged;  // to be prepared again where it may wait
     if (!logged.ok()) {
       return absl::Status(logged.code(), absl::StrFormat("%s: %s", op, logged.message()));
     }

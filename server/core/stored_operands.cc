@@ -205,9 +205,6 @@ absl::StatusOr<std::shared_ptr<StoredOperands>> StoredOperands::Acquire(
         references.front().arg, Quoted(references.front().tensor->stored().name())));
   }
   for (const auto& [name, entry] : wanted) {
-    if (entry.update && stored.lock_wait == LockWait::kTry && stored.store->journaled()) {
-      return StoreBusyError(name);
-    }
     if (entry.update) {
       absl::StatusOr<TensorStore::UpdateHandle> update = stored.store->Update(
           stored.ns, name, entry.version, in_place.update_id, stored.lock_wait);

@@ -49,9 +49,9 @@ struct StoredTensors {
   // ResultOptions.shared_memory). Null: every such reference fails with FAILED_PRECONDITION.
   const SharedMemoryRegions* regions = nullptr;
   // kTry: a tensor whose lock would make the call wait fails it at once with a status
-  // IsStoreBusy recognises, and so does an in-place update of a durable store (--store_dir: its
-  // journal record may wait for the disk). For a first try on a thread that must not block
-  // (OpCall::Start).
+  // IsStoreBusy recognises, and so does an in-place update whose journal record would wait for
+  // the disk (--store_dir: with --store_sync=always, or a full queue of records; see
+  // StoreJournal::LogUpdate). For a first try on a thread that must not block (OpCall::Start).
   LockWait lock_wait = LockWait::kWait;
 };
 

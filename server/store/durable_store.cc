@@ -493,7 +493,7 @@ absl::Status DurableStore::StartLog(int64_t generation) {
   TENSOROPS_RETURN_IF_ERROR(file.Append(RecordKind::kFileHeader, header).status());
   log_ = std::make_shared<RecordFile>(std::move(file));
   generation_ = generation;
-  log_end_ = log_->size();
+  log_end_ = written_end_ = log_->size();
   return absl::OkStatus();
 }
 
@@ -507,7 +507,7 @@ absl::StatusOr<StoreJournal::Ticket> DurableStore::Append(RecordKind kind,
   AwaitQueueWritten();
   if (!broken_.ok()) return broken_;
   absl::StatusOr<int64_t> offset = log_->Append(kind, meta, payload_bytes, payload);
-  log_end_ = log_->size();
+  log_end_ = written_end_ = log_->size();
   if (!offset.ok()) {
     return absl::Status(offset.status().code(),
                         absl::StrFormat("the change was not made, since the store's log cannot "
@@ -515,7 +515,7 @@ absl::StatusOr<StoreJournal::Ticket> DurableStore::Append(RecordKind kind,
                                         offset.status().message()));
   }
   ++changes_;
-  return Ticket{.generation = generation_, .offset = *offset, .end = log_->size()};
+  return Ticket{.generation = generation_, .offset = *offset, .end = written_end_};
 }
 
 void DurableStore::AwaitQueueWritten() {
@@ -525,27 +525,37 @@ void DurableStore::AwaitQueueWritten() {
 
 void DurableStore::WriteQueue() {
   while (true) {
-    // Locked per record, so that updates queue while the one before is written.
-    absl::MutexLock lock(&log_mu_);
-    const auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(log_mu_) {
-      return !queued_.empty() || writer_stop_;
-    };
-    log_mu_.Await(absl::Condition(&work));
-    if (queued_.empty()) {
-      // In the same critical section as the last look at the queue: an update queued later
-      // sees the writer gone and writes itself.
-      writer_running_ = false;
-      return;
+    std::shared_ptr<RecordFile> file;
+    const QueuedUpdate* update;
+    {
+      absl::MutexLock lock(&log_mu_);
+      const auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(log_mu_) {
+        return !queued_.empty() || writer_stop_;
+      };
+      log_mu_.Await(absl::Condition(&work));
+      if (queued_.empty()) {
+        // In the same critical section as the last look at the queue: an update queued later
+        // sees the writer gone and writes itself.
+        writer_running_ = false;
+        return;
+      }
+      file = log_;
+      // Stays valid while later updates are queued: a deque's push_back moves no element.
+      update = &queued_.front();
     }
-    const QueuedUpdate& update = queued_.front();
+    // Written unlocked, so that the next update queues (and its call goes on) meanwhile: no
+    // other thread writes the file or replaces it while the queue is not empty (each first
+    // waits for it to empty, and this update leaves it only once written).
     absl::StatusOr<int64_t> offset =
-        log_->Append(RecordKind::kUpdatedTensor, update.meta,
-                     static_cast<int64_t>(update.call.size()), HostPayload(update.call));
-    if (offset.ok() && *offset != update.ticket.offset) {
+        file->Append(RecordKind::kUpdatedTensor, update->meta,
+                     static_cast<int64_t>(update->call.size()), HostPayload(update->call));
+    if (offset.ok() && *offset != update->ticket.offset) {
       offset = absl::InternalError(absl::StrFormat(
-          "%s: an update's record went to offset %d, not to %d where it was promised", log_->path(),
-          *offset, update.ticket.offset));
+          "%s: an update's record went to offset %d, not to %d where it was promised", file->path(),
+          *offset, update->ticket.offset));
     }
+    absl::MutexLock lock(&log_mu_);
+    written_end_ = file->size();
     if (!offset.ok()) {
       // These updates are in memory and were acknowledged: a crash from now on loses them, and
       // a later change logged after them would be replayed without them.
@@ -556,10 +566,10 @@ void DurableStore::WriteQueue() {
       spdlog::error("tensor store: {}", std::string(broken_.message()));
       queued_.clear();
       queued_bytes_ = 0;
-      log_end_ = log_->size();
+      log_end_ = written_end_;
       continue;
     }
-    queued_bytes_ -= static_cast<int64_t>(update.call.size());
+    queued_bytes_ -= static_cast<int64_t>(update->call.size());
     queued_.pop_front();
   }
 }
@@ -595,11 +605,9 @@ absl::StatusOr<StoreJournal::Ticket> DurableStore::LogDelete(std::string_view ns
   return Append(RecordKind::kDeletedTensor, meta);
 }
 
-absl::StatusOr<StoreJournal::Ticket> DurableStore::LogUpdate(std::string_view ns,
-                                                             std::string_view name, uint64_t serial,
-                                                             int64_t from_version,
-                                                             std::string_view update_id,
-                                                             absl::Time updated, std::string call) {
+absl::StatusOr<StoreJournal::Ticket> DurableStore::LogUpdate(
+    std::string_view ns, std::string_view name, uint64_t serial, int64_t from_version,
+    std::string_view update_id, absl::Time updated, std::string call, LockWait wait) {
   files::UpdatedTensor meta;
   meta.set_namespace_(std::string(ns));
   meta.set_name(std::string(name));
@@ -608,6 +616,8 @@ absl::StatusOr<StoreJournal::Ticket> DurableStore::LogUpdate(std::string_view ns
   meta.set_update_id(std::string(update_id));
   meta.set_updated_unix_nanos(UnixNanos(updated));
   const int64_t payload_bytes = static_cast<int64_t>(call.size());
+  // kAlways writes the record here; a queue without room waits for the writer (the disk).
+  if (wait == LockWait::kTry && options_.sync == StoreSync::kAlways) return StoreBusyError(name);
   if (options_.sync != StoreSync::kAlways) {
     // Queued for the writer: the update runs while its record is checksummed and written.
     absl::MutexLock lock(&log_mu_);
@@ -615,6 +625,7 @@ absl::StatusOr<StoreJournal::Ticket> DurableStore::LogUpdate(std::string_view ns
       return queued_.empty() || queued_bytes_ + payload_bytes <= kMaxQueuedUpdateBytes ||
              !broken_.ok() || !writer_running_;
     };
+    if (wait == LockWait::kTry && (!room() || !writer_running_)) return StoreBusyError(name);
     log_mu_.Await(absl::Condition(&room));
     if (!broken_.ok()) return broken_;
     if (writer_running_) {
@@ -640,7 +651,7 @@ void DurableStore::LogCancel(const Ticket& ticket) {
   AwaitQueueWritten();
   if (!broken_.ok()) return;
   const absl::StatusOr<int64_t> offset = log_->Append(RecordKind::kCancelledUpdate, meta);
-  log_end_ = log_->size();
+  log_end_ = written_end_ = log_->size();
   if (!offset.ok()) {
     // Recovery would replay an update that never completed: the log no longer tells the truth.
     broken_ = absl::UnavailableError(absl::StrFormat(
@@ -664,7 +675,7 @@ absl::Status DurableStore::SyncLog() {
     absl::ReaderMutexLock lock(&log_mu_);
     file = log_;
     generation = generation_;
-    end = log_->size();
+    end = written_end_;
   }
   int64_t from;
   {
@@ -880,7 +891,7 @@ void DurableStore::Background() {
       {
         absl::ReaderMutexLock log_lock(&log_mu_);
         absl::MutexLock sync_lock(&sync_mu_);
-        behind = generation_ != synced_generation_ || log_->size() > synced_end_;
+        behind = generation_ != synced_generation_ || written_end_ > synced_end_;
       }
       if (behind) SyncLog().IgnoreError();  // logged (and after a failed fsync, changes refused)
     }
@@ -950,7 +961,7 @@ DurableStoreStats DurableStore::stats() const {
   DurableStoreStats stats;
   {
     absl::ReaderMutexLock lock(&log_mu_);
-    stats.log_bytes = older_log_bytes_ + (log_ != nullptr ? log_->size() : 0);
+    stats.log_bytes = older_log_bytes_ + (log_ != nullptr ? written_end_ : 0);
     stats.queued_update_bytes = queued_bytes_;
   }
   {

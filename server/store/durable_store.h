@@ -172,7 +172,7 @@ class DurableStore final : public StoreJournal {
   absl::StatusOr<Ticket> LogDelete(std::string_view ns, std::string_view name) override;
   absl::StatusOr<Ticket> LogUpdate(std::string_view ns, std::string_view name, uint64_t serial,
                                    int64_t from_version, std::string_view update_id,
-                                   absl::Time updated, std::string call) override;
+                                   absl::Time updated, std::string call, LockWait wait) override;
   void LogCancel(const Ticket& ticket) override;
   absl::Status AwaitDurable(const Ticket& ticket) override;
 
@@ -238,6 +238,9 @@ class DurableStore final : public StoreJournal {
   int64_t queued_bytes_ ABSL_GUARDED_BY(log_mu_) = 0;
   // Where the next record of the current log goes: its size once the queue is written.
   int64_t log_end_ ABSL_GUARDED_BY(log_mu_) = 0;
+  // The current log's size as of its last completed append; log_->size() itself moves while the
+  // writer appends without log_mu_.
+  int64_t written_end_ ABSL_GUARDED_BY(log_mu_) = 0;
   bool writer_running_ ABSL_GUARDED_BY(log_mu_) = false;
   bool writer_stop_ ABSL_GUARDED_BY(log_mu_) = false;
   std::thread writer_;

@@ -927,7 +927,8 @@ void TensorStore::UpdateHandle::Release() {
   entry_->lock.Unlock();
 }
 
-absl::Status TensorStore::UpdateHandle::LogChange(std::string call, std::string_view update_id) {
+absl::Status TensorStore::UpdateHandle::LogChange(std::string call, std::string_view update_id,
+                                                  LockWait wait) {
   StoreJournal* const journal = state_->Journal();
   if (journal == nullptr) return absl::OkStatus();
   if (!held_ || already_applied_.has_value() || logged_.has_value()) {
@@ -944,7 +945,7 @@ absl::Status TensorStore::UpdateHandle::LogChange(std::string call, std::string_
   }
   const absl::Time now = absl::Now();
   TENSOROPS_ASSIGN_OR_RETURN(logged_, journal->LogUpdate(ns_, entry_->name, serial, version_,
-                                                         update_id, now, std::move(call)));
+                                                         update_id, now, std::move(call), wait));
   logged_time_ = now;
   return absl::OkStatus();
 }

@@ -113,6 +113,16 @@ struct TensorStoreMetadata {
   uint64_t serial = 0;
 };
 
+// LockWait says whether TensorStore::Read and Update may wait for a tensor's lock: kTry returns
+// at once with a status IsStoreBusy recognises instead. A caller on a thread that must not block
+// (gRPC's) tries there first and waits elsewhere only when the tensor is busy.
+enum class LockWait { kWait, kTry };
+
+// StoreBusyError is the status of a Read or Update with LockWait::kTry that would have waited on
+// tensor `name`; IsStoreBusy recognises it (and only it).
+absl::Status StoreBusyError(std::string_view name);
+bool IsStoreBusy(const absl::Status& status);
+
 // StoreJournal records a store's changes (TensorStore::SetJournal). Its calls may come from any
 // thread at once.
 class StoreJournal {
@@ -136,13 +146,14 @@ class StoreJournal {
   // LogPut records a value about to replace whatever its name had; LogDelete a name about to go;
   // LogUpdate an in-place update of the value `serial`, at `from_version`, about to run
   // (`call` says what it does, for the journal to replay). An error means the change must not
-  // be made.
+  // be made. With LockWait::kTry, an update whose record would wait (for the disk, or for room
+  // among records not yet written) is the error IsStoreBusy recognises instead, nothing logged.
   virtual absl::StatusOr<Ticket> LogPut(const Put& put) = 0;
   virtual absl::StatusOr<Ticket> LogDelete(std::string_view ns, std::string_view name) = 0;
   virtual absl::StatusOr<Ticket> LogUpdate(std::string_view ns, std::string_view name,
                                            uint64_t serial, int64_t from_version,
                                            std::string_view update_id, absl::Time updated,
-                                           std::string call) = 0;
+                                           std::string call, LockWait wait) = 0;
   // LogCancel records that the update `ticket` recorded did not complete.
   virtual void LogCancel(const Ticket& ticket) = 0;
   // AwaitDurable returns once the change `ticket` recorded is as durable as promised; an error
@@ -161,16 +172,6 @@ struct TensorStoreRestored {
 // kRememberedChangesPerNamespace is how many update ids (Upload::Commit, UpdateHandle::Commit) a
 // namespace remembers: a retry of one of its latest changes finds it instead of applying again.
 inline constexpr int64_t kRememberedChangesPerNamespace = 10000;
-
-// LockWait says whether TensorStore::Read and Update may wait for a tensor's lock: kTry returns
-// at once with a status IsStoreBusy recognises instead. A caller on a thread that must not block
-// (gRPC's) tries there first and waits elsewhere only when the tensor is busy.
-enum class LockWait { kWait, kTry };
-
-// StoreBusyError is the status of a Read or Update with LockWait::kTry that would have waited on
-// tensor `name`; IsStoreBusy recognises it (and only it).
-absl::Status StoreBusyError(std::string_view name);
-bool IsStoreBusy(const absl::Status& status);
 
 // TensorStoreChange (TensorStore::Change) is what a committed change that carried an update id
 // made: the tensor's name and the version it produced.
@@ -439,8 +440,9 @@ class TensorStore::UpdateHandle {
   // it so that the journal can replay it (StoreJournal::LogUpdate), with now as the value's
   // change time, which Commit then gives it. Nothing to do without a
   // journal. On an error nothing must be written. Once logged, a handle released without a
-  // successful Commit journals the update as cancelled.
-  absl::Status LogChange(std::string call, std::string_view update_id);
+  // successful Commit journals the update as cancelled. `wait` as StoreJournal::LogUpdate's.
+  absl::Status LogChange(std::string call, std::string_view update_id,
+                         LockWait wait = LockWait::kWait);
 
   // Commit returns the new version (version() + 1) and releases the lock, remembering a
   // non-empty `update_id` with the change (TensorStore::FindChange). ABORTED when the name

@@ -230,7 +230,9 @@ __device__ __forceinline__ A ResetValue() {
 
 // Scratch is where a scatter accumulates besides the result (ScatterWorkspace's parts). Where
 // `stride` is 2, MEAN's accumulator and count share a cell per destination (the accumulator, then
-// the count): destination d's accumulator is shadow[2 d] and its count counts[2 d].
+// the count): destination d's accumulator is shadow[2 d] and its count counts[2 d]. A cell's index
+// is taken in 64 bits (CellAt): a 32-bit Position bounds the result's offsets by 2^31, not twice
+// them.
 struct Scratch {
   void* shadow = nullptr;
   void* counts = nullptr;  // uint64 where wide_counts, else uint32
@@ -238,10 +240,11 @@ struct Scratch {
   int stride = 1;
 };
 
-template <typename Offset>
-__device__ __forceinline__ void SetCount(const Scratch& scratch, Offset dest,
+__device__ __forceinline__ int64_t CellAt(int64_t dest, int stride) { return dest * stride; }
+
+__device__ __forceinline__ void SetCount(const Scratch& scratch, int64_t dest,
                                          unsigned long long value) {
-  const Offset at = dest * static_cast<Offset>(scratch.stride);
+  const int64_t at = CellAt(dest, scratch.stride);
   if (scratch.wide_counts) {
     static_cast<unsigned long long*>(scratch.counts)[at] = value;
   } else {
@@ -249,9 +252,8 @@ __device__ __forceinline__ void SetCount(const Scratch& scratch, Offset dest,
   }
 }
 
-template <typename Offset>
-__device__ __forceinline__ void AddCount(const Scratch& scratch, Offset dest) {
-  const Offset at = dest * static_cast<Offset>(scratch.stride);
+__device__ __forceinline__ void AddCount(const Scratch& scratch, int64_t dest) {
+  const int64_t at = CellAt(dest, scratch.stride);
   if (scratch.wide_counts) {
     atomicAdd(static_cast<unsigned long long*>(scratch.counts) + at, 1ull);
   } else {
@@ -260,7 +262,7 @@ __device__ __forceinline__ void AddCount(const Scratch& scratch, Offset dest) {
 }
 
 __device__ __forceinline__ unsigned long long GetCount(const Scratch& scratch, int64_t dest) {
-  const int64_t at = dest * scratch.stride;
+  const int64_t at = CellAt(dest, scratch.stride);
   return scratch.wide_counts ? static_cast<const unsigned long long*>(scratch.counts)[at]
                              : static_cast<const unsigned int*>(scratch.counts)[at];
 }
@@ -277,8 +279,7 @@ __global__ void InitKernel(IndexWalk<2, Position> walk, Position count, const T*
     walk.Offsets(position, at);
     const T value = input != nullptr ? input[at[0]] : T{};
     if (scratch.shadow != nullptr) {
-      static_cast<A*>(scratch.shadow)[at[1] * static_cast<Offset>(scratch.stride)] =
-          ToAcc<A>(value);
+      static_cast<A*>(scratch.shadow)[CellAt(at[1], scratch.stride)] = ToAcc<A>(value);
     } else {
       result[at[1]] = value;
     }
@@ -294,7 +295,7 @@ __global__ void ResetKernel(Updates updates, Acc<T, Op>* acc, int stride, int32_
     Offset source;
     Offset dest;
     if (updates.Locate(position, &source, &dest, error)) {
-      acc[dest * static_cast<Offset>(stride)] = ResetValue<Op, Acc<T, Op>>();
+      acc[CellAt(dest, stride)] = ResetValue<Op, Acc<T, Op>>();
     }
   }
 }
@@ -311,8 +312,7 @@ __global__ void ReduceKernel(Updates updates, const T* __restrict__ source, Acc<
     Offset from;
     Offset dest;
     if (!updates.Locate(position, &from, &dest, error)) continue;
-    AtomicReduce<T, Op>(acc + dest * static_cast<Offset>(scratch.stride),
-                        ToAcc<Acc<T, Op>>(source[from]));
+    AtomicReduce<T, Op>(acc + CellAt(dest, scratch.stride), ToAcc<Acc<T, Op>>(source[from]));
     if (scratch.counts != nullptr) AddCount(scratch, dest);
   }
 }

@@ -418,17 +418,22 @@ std::vector<Case> Cases(int log2_elements) {
     // ScatterNd's general (TensorFlow) form: whole rows addressed by one coordinate (an embedding
     // push; PyTorch: index_put with accumulate), and single elements addressed by two, 2^24 of
     // them (the index is two int64 per update).
-    cases.push_back(
-        {"scatter_nd rows sum random " + type, [=](int it, cudaStream_t s, Measured* b) {
-           Tensor x = Values(dtype, {rows, cols}, 17);
-           Tensor i = Indices({rows, 1}, rows, 18);
-           Tensor src = Values(dtype, {rows, cols}, 19);
-           return RunPlan(PlanScatterNd({.input = x.view(),
-                                         .index = i.view(),
-                                         .source = src.view(),
-                                         .reduce = Reduction::kSum}),
-                          it, s, b);
-         }});
+    // The row pushes: random rows, and rows drawn from 1% of the table (each hit about 100
+    // times: each destination row's updates are one chain of adds on the row reduction's path).
+    for (const auto& [label, distinct] :
+         {std::pair{"random", int64_t{0}}, std::pair{"dup1%", rows / 100}}) {
+      cases.push_back({std::string("scatter_nd rows sum ") + label + " " + type,
+                       [=](int it, cudaStream_t s, Measured* b) {
+                         Tensor x = Values(dtype, {rows, cols}, 17);
+                         Tensor i = Indices({rows, 1}, rows, 18, distinct);
+                         Tensor src = Values(dtype, {rows, cols}, 19);
+                         return RunPlan(PlanScatterNd({.input = x.view(),
+                                                       .index = i.view(),
+                                                       .source = src.view(),
+                                                       .reduce = Reduction::kSum}),
+                                        it, s, b);
+                       }});
+    }
     cases.push_back(
         {"scatter_nd elements sum random " + type, [=](int it, cudaStream_t s, Measured* b) {
            const int64_t updates = elements / 4;

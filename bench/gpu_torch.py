@@ -124,6 +124,9 @@ def main():
         rows_index = indices((rows,), rows)
         results[f"scatter_nd rows sum random {name}"] = timed(
             lambda: x.index_put((rows_index,), src, accumulate=True))
+        dup_rows_index = indices((rows,), rows, rows // 100)
+        results[f"scatter_nd rows sum dup1% {name}"] = timed(
+            lambda: x.index_put((dup_rows_index,), src, accumulate=True))
         updates = elements // 4
         row_index = indices((updates,), rows)
         col_index = indices((updates,), cols)

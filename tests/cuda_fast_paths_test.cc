@@ -30,6 +30,7 @@ using testing::ExpectCudaGivesTheCpusBytes;
 using testing::IndexPattern;
 using testing::RandomIndex;
 using testing::RandomTensor;
+using testing::RoundingValues;
 using testing::RunOn;
 using testing::TestDevice;
 
@@ -259,36 +260,49 @@ TEST_P(CudaFastPathsTest, TheInitStepCopiesOrClearsTheResult) {
 // source that is every other element of its backing; and an out-of-range row.
 TEST_P(CudaFastPathsTest, ScatterNdOfRowsReducesEachRowInTheCpusOrder) {
   constexpr int64_t kRows = 40;
-  for (DataType dtype :
-       {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64}) {
-    for (int64_t width : {32, 256, 300}) {
-      for (IndexPattern pattern :
-           {IndexPattern::kUnique, IndexPattern::kRandom, IndexPattern::kDuplicateHeavy}) {
-        const Tensor input = RandomTensor(dtype, {kRows, width}, gen_);
-        const Tensor index = RandomIndex(DataType::kInt64, {kRows / 2, 1}, 0, kRows, pattern, gen_);
-        const Tensor backing = RandomTensor(dtype, {kRows / 2, 2 * width}, gen_);
-        const TensorView source(dtype, {kRows / 2, width}, {2 * width, 2}, backing.view().data());
-        for (Reduction reduce : {Reduction::kSum, Reduction::kMean}) {
-          for (bool include_self : {true, false}) {
-            for (bool with_input : {true, false}) {
-              SCOPED_TRACE(::testing::Message()
-                           << DataTypeName(dtype) << " width " << width << " pattern "
-                           << static_cast<int>(pattern) << " " << ReductionName(reduce)
-                           << " include_self " << include_self << " input " << with_input);
-              ScatterNdArgs args{.index = index.view(),
-                                 .source = source,
-                                 .reduce = reduce,
-                                 .include_self = include_self};
-              if (with_input) {
-                args.input = input.view();
-              } else {
-                args.shape = {kRows, width};
+  // Values whose sums round differently in every order: the CPU's bytes only in its order. The
+  // second shape sends 300 positions to 2 rows: runs longer than a batch of 32 positions, of
+  // lengths that are not multiples of the loads in flight.
+  struct RowsCase {
+    int64_t rows;
+    int64_t slices;
+  };
+  for (const RowsCase rows_case : {RowsCase{kRows, kRows / 2}, RowsCase{2, 300}}) {
+    for (DataType dtype :
+         {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64}) {
+      for (int64_t width : {32, 33, 256, 300}) {
+        for (IndexPattern pattern :
+             {IndexPattern::kUnique, IndexPattern::kRandom, IndexPattern::kDuplicateHeavy}) {
+          if (pattern == IndexPattern::kUnique && rows_case.slices > rows_case.rows) continue;
+          const int64_t rows = rows_case.rows;
+          const int64_t slices = rows_case.slices;
+          const Tensor input = RoundingValues(gen_, dtype, {rows, width}, false);
+          const Tensor index = RandomIndex(DataType::kInt64, {slices, 1}, 0, rows, pattern, gen_);
+          const Tensor backing = RoundingValues(gen_, dtype, {slices, 2 * width}, false);
+          const TensorView source(dtype, {slices, width}, {2 * width, 2}, backing.view().data());
+          for (Reduction reduce : {Reduction::kSum, Reduction::kMean}) {
+            for (bool include_self : {true, false}) {
+              for (bool with_input : {true, false}) {
+                SCOPED_TRACE(::testing::Message()
+                             << DataTypeName(dtype) << " rows " << rows << " slices " << slices
+                             << " width " << width << " pattern " << static_cast<int>(pattern)
+                             << " " << ReductionName(reduce) << " include_self " << include_self
+                             << " input " << with_input);
+                ScatterNdArgs args{.index = index.view(),
+                                   .source = source,
+                                   .reduce = reduce,
+                                   .include_self = include_self};
+                if (with_input) {
+                  args.input = input.view();
+                } else {
+                  args.shape = {rows, width};
+                }
+                absl::StatusOr<NdPlan> plan = PlanScatterNd(args);
+                ASSERT_TRUE(plan.ok()) << plan.status();
+                ASSERT_TRUE(cuda::UsesRowReduction(cuda::SizesOf(*plan)));
+                testing::ExpectTheCpusBytesOnCuda(*plan);
+                if (HasFatalFailure()) return;
               }
-              absl::StatusOr<NdPlan> plan = PlanScatterNd(args);
-              ASSERT_TRUE(plan.ok()) << plan.status();
-              ASSERT_TRUE(cuda::UsesRowReduction(cuda::SizesOf(*plan)));
-              testing::ExpectTheCpusBytesOnCuda(*plan);
-              if (HasFatalFailure()) return;
             }
           }
         }

@@ -779,7 +779,14 @@ __global__ void RowKeysKernel(uint32_t slices, const int64_t* __restrict__ start
   }
 }
 
-// One warp per sorted position: lanes take the row's columns, 32 apart.
+// One warp per sorted position: lanes take the row's columns, 32 apart, and every lane adds its
+// column of the row's updates in the positions' order, so the adds are a chain per column. What
+// keeps the chain short in time is loading ahead of it: the warp reads 32 positions at a time (one
+// per lane, handed round by shuffles) and each lane loads kRowLoadsInFlight sources before adding
+// them in order. A row that many positions hit (an embedding's padding row) then costs an add per
+// update and column, not a memory round trip per update and column.
+constexpr int kRowLoadsInFlight = 8;
+
 template <typename T, typename A, typename Position>
 __global__ void RowReduceKernel(int64_t slices, int64_t slice_size, const Key* __restrict__ keys,
                                 const uint32_t* __restrict__ positions, Key sentinel,
@@ -787,26 +794,51 @@ __global__ void RowReduceKernel(int64_t slices, int64_t slice_size, const Key* _
                                 bool include_self, bool mean, T* __restrict__ result) {
   using Offset = typename IndexWalk<1, Position>::Offset;
   constexpr int kLanes = 32;
-  const int64_t lane = threadIdx.x % kLanes;
+  constexpr unsigned kWarp = 0xffffffffu;
+  const int lane = static_cast<int>(threadIdx.x % kLanes);
   const int64_t warps = int64_t{gridDim.x} * (kThreadsPerBlock / kLanes);
 #pragma unroll 1
   for (int64_t k = int64_t{blockIdx.x} * (kThreadsPerBlock / kLanes) + threadIdx.x / kLanes;
        k < slices; k += warps) {
+    // Every branch below depends only on k and the row: the warp takes it as one (the shuffles
+    // need all 32 lanes).
     const Key row = keys[k];
     if (row == sentinel || (k > 0 && keys[k - 1] == row)) continue;
     int64_t end = k + 1;
     while (end < slices && keys[end] == row) ++end;
     const int64_t count = end - k + (include_self ? 1 : 0);
-    for (int64_t column = lane; column < slice_size; column += kLanes) {
+#pragma unroll 1
+    for (int64_t group = 0; group < slice_size; group += kLanes) {
+      const int64_t column = group + lane;
+      const bool active = column < slice_size;
       const int64_t dest = static_cast<int64_t>(row) + column;
-      A value = include_self ? ToAcc<A>(result[dest]) : ResetValue<SumOp, A>();
-      for (int64_t j = k; j < end; ++j) {
-        Offset from[1];
-        source_walk.Offsets(static_cast<Position>(positions[j] * slice_size + column), from);
-        value = Add(value, ToAcc<A>(source[from[0]]));
+      A value = include_self && active ? ToAcc<A>(result[dest]) : ResetValue<SumOp, A>();
+#pragma unroll 1
+      for (int64_t batch = k; batch < end; batch += kLanes) {
+        const int in_batch = static_cast<int>(end - batch < kLanes ? end - batch : kLanes);
+        const uint32_t lane_position = lane < in_batch ? positions[batch + lane] : 0;
+#pragma unroll 1
+        for (int first = 0; first < in_batch; first += kRowLoadsInFlight) {
+          T loaded[kRowLoadsInFlight];
+#pragma unroll
+          for (int u = 0; u < kRowLoadsInFlight; ++u) {
+            const uint32_t position = __shfl_sync(kWarp, lane_position, (first + u) & (kLanes - 1));
+            if (active && first + u < in_batch) {
+              Offset from[1];
+              source_walk.Offsets(static_cast<Position>(position * slice_size + column), from);
+              loaded[u] = source[from[0]];
+            }
+          }
+#pragma unroll
+          for (int u = 0; u < kRowLoadsInFlight; ++u) {
+            if (active && first + u < in_batch) value = Add(value, ToAcc<A>(loaded[u]));
+          }
+        }
       }
-      if (mean) value = value / static_cast<A>(count);
-      result[dest] = FromAcc<T>(value);
+      if (active) {
+        if (mean) value = value / static_cast<A>(count);
+        result[dest] = FromAcc<T>(value);
+      }
     }
   }
 }

@@ -6,6 +6,7 @@
 // broadcast MaskedScatter, and GatherNd and ScatterNd's general forms. GPU only: skipped, with
 // the reason, where no GPU is usable.
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -28,6 +29,7 @@ using testing::ExpectCudaGivesTheCpusBytes;
 using testing::IndexPattern;
 using testing::RandomIndex;
 using testing::RandomTensor;
+using testing::RunOn;
 using testing::TestDevice;
 
 // The parameter: whether the 64-bit kernels are forced.
@@ -144,6 +146,47 @@ TEST_P(CudaIndexWidthTest, GatherNdAndScatterNdGeneralForms) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Widths, CudaIndexWidthTest, ::testing::Bool(), testing::IndexWidthName);
+
+// MEAN keeps each destination's accumulator and count side by side in a cell of two, so its
+// scratch is indexed up to twice the result's last offset. A float16 result of 2^30 + 4096
+// elements still takes the 32-bit kernels (its offsets are below 2^31), and its cells' indices
+// pass 2^31: they must be taken in 64 bits (they were not, until 2026-11-30). About 12 GiB of GPU
+// memory: the result, its input and the cells.
+class CudaLargeMeanTest : public testing::CudaTest {};
+
+TEST_F(CudaLargeMeanTest, CellsPastTwoToTheThirtyOneKeepTheCpusBytes) {
+  constexpr int64_t kElements = (int64_t{1} << 30) + 4096;
+  constexpr int64_t kUpdates = 8192;
+  // Small integers, so that sums in any order are exact: a pattern of 4096, copied out.
+  Tensor input(DataType::kFloat16, {kElements});
+  Float16* values = input.data_as<Float16>();
+  for (int64_t i = 0; i < 4096; ++i) values[i] = Float16(static_cast<float>(i % 7 - 3));
+  for (int64_t at = 4096; at < kElements; at += 4096) {
+    std::memcpy(values + at, values, 4096 * sizeof(Float16));
+  }
+  // Half the updates land in the last 4096 elements, whose cells lie past 2^31, half anywhere.
+  absl::BitGen gen{std::seed_seq{40}};
+  Tensor index(DataType::kInt64, {kUpdates});
+  for (int64_t i = 0; i < kUpdates; ++i) {
+    index.data_as<int64_t>()[i] = i % 2 == 0
+                                      ? absl::Uniform<int64_t>(gen, kElements - 4096, kElements)
+                                      : absl::Uniform<int64_t>(gen, 0, kElements);
+  }
+  const Tensor source = testing::SmallIntegerValues(gen, DataType::kFloat16, {kUpdates});
+  absl::StatusOr<ScatterPlan> plan = PlanScatter({.input = input.view(),
+                                                  .index = index.view(),
+                                                  .source = source.view(),
+                                                  .reduce = Reduction::kMean});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const absl::StatusOr<Tensor> gpu = RunOn(TestDevice::kCuda, *plan);
+  if (absl::IsResourceExhausted(gpu.status())) {
+    GTEST_SKIP() << "the GPU has no room for this test: " << gpu.status();
+  }
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const absl::StatusOr<Tensor> cpu = RunOn(TestDevice::kCpu, *plan);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  testing::ExpectSameBytes(*gpu, *cpu);
+}
 
 }  // namespace
 }  // namespace tensorops

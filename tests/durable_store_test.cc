@@ -347,7 +347,7 @@ TEST(DurableStoreTest, AnUpdateThatMustNotWaitIsBusyOnlyWhereItsRecordWaitsForTh
     }
     TensorStore store(1 << 20);
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<DurableStore> durable, OpenOn(dir.path(), &store));
-    // The busy try left no record: one update replayed (or none, when Close's snapshot holds it).
+    // The busy try left no record: the one update made is replayed, once.
     const int32_t n = sync == StoreSync::kAlways ? 2 : 1;
     EXPECT_THAT(Ints(store, "", "t"), ElementsAre(n, 10 + n));
     EXPECT_EQ(VersionOf(store, "", "t"), 2);

@@ -174,6 +174,27 @@ TEST_F(KServeTest, BackwardModelGivesTheGradientsOfBackward) {
   const grpc::Status twice = Infer(infer, &response);
   EXPECT_EQ(twice.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(twice.error_message(), HasSubstr("output \"grad_src\" is requested twice"));
+
+  // src given as the scalar value has no gradient: left out of the implied outputs, refused when
+  // asked for by name (the client may be waiting for it in a region).
+  ModelInferRequest by_value = scatter.kserve;
+  by_value.set_model_name("scatter_backward");
+  ASSERT_EQ(by_value.inputs(by_value.inputs_size() - 1).name(), "src");
+  by_value.mutable_inputs()->RemoveLast();
+  by_value.mutable_raw_input_contents()->RemoveLast();
+  SetInt("value", 5, &by_value);
+  AddInput("grad_output", grad, &by_value);
+  response.Clear();
+  const grpc::Status implied = Infer(by_value, &response);
+  ASSERT_TRUE(implied.ok()) << implied.error_message();
+  ASSERT_EQ(response.outputs_size(), 1);
+  EXPECT_EQ(response.outputs(0).name(), "grad_input");
+  by_value.add_outputs()->set_name("grad_src");
+  const grpc::Status missing = Infer(by_value, &response);
+  EXPECT_EQ(missing.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << missing.error_message();
+  EXPECT_THAT(missing.error_message(),
+              HasSubstr("scatter_backward: output \"grad_src\" was requested, but this call has "
+                        "no such gradient"));
 }
 
 TEST_F(KServeTest, TypedContentsAreTheSameTensorsAsRawOnes) {
@@ -428,6 +449,49 @@ TEST_F(KServeTest, StoredTensorsAsInputsAndResults) {
   EXPECT_THAT(missing.error_message(), HasSubstr("nobody"));
 }
 
+// A result stored without return_data comes back as shape [0] with no bytes, which a client reads
+// as an empty array, and the stored shape in the parameter "stored_shape": a scalar's too, whose
+// shape [] with no bytes no client could read.
+TEST_F(KServeTest, AStoredResultWithoutItsBytesSaysShapeZeroAndTheStoredShape) {
+  const auto gather_stored = [&](const std::vector<int64_t>& shape, const std::string& name) {
+    v1::Tensor input;
+    input.set_dtype(v1::DATA_TYPE_FLOAT32);
+    input.mutable_shape()->Assign(shape.begin(), shape.end());
+    int64_t elements = 1;
+    for (const int64_t size : shape) elements *= size;
+    const std::vector<float> values(static_cast<size_t>(elements), 2.5f);
+    input.set_data(
+        std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
+    v1::Tensor index;
+    index.set_dtype(v1::DATA_TYPE_INT64);
+    index.mutable_shape()->Assign(shape.begin(), shape.end());
+    index.set_data(std::string(static_cast<size_t>(elements) * sizeof(int64_t), '\0'));
+    ModelInferRequest request;
+    request.set_model_name("gather");
+    AddInput("input", input, &request);
+    AddInput("index", index, &request);
+    SetInt("axis", 0, &request);
+    SetString("store_as", name, &request);
+    ModelInferResponse response;
+    const grpc::Status status = Infer(request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  };
+  const ModelInferResponse matrix = gather_stored({3, 2}, "kept-matrix");
+  ASSERT_EQ(matrix.outputs_size(), 1);
+  EXPECT_EQ(matrix.outputs(0).datatype(), "FP32");
+  EXPECT_THAT(matrix.outputs(0).shape(), ::testing::ElementsAre(0));
+  EXPECT_EQ(matrix.outputs(0).parameters().at("stored_shape").string_param(), "3,2");
+  EXPECT_EQ(matrix.raw_output_contents(0), "");
+
+  const ModelInferResponse scalar = gather_stored({}, "kept-scalar");
+  ASSERT_EQ(scalar.outputs_size(), 1);
+  EXPECT_EQ(scalar.outputs(0).datatype(), "FP32");
+  EXPECT_THAT(scalar.outputs(0).shape(), ::testing::ElementsAre(0));
+  EXPECT_EQ(scalar.outputs(0).parameters().at("stored_shape").string_param(), "");
+  EXPECT_EQ(scalar.raw_output_contents(0), "");
+}
+
 // A call whose stored input an update holds waits for the update (on the blocking pool, not
 // gRPC's thread) and reads the value it commits. Its preparation runs twice (a first try finds
 // the tensor busy), but the request's raw contents are translated once: a second translation
@@ -649,8 +713,6 @@ TEST_F(KServeTest, StoredInputsDatatypeAndShapeAreCheckedEachOnItsOwn) {
   }
 }
 
-// Shared memory is not served: an output (or an input) that names a region is refused, with the
-// same code and words for both, instead of coming back inline while the client reads the region.
 // Shared-memory parameters (Triton's set_shared_memory) that are incomplete, of the wrong kind or
 // name no region are refused naming the tensor, the parameter and the rule
 // (tests/shared_memory_test.cc has the ones that work).
@@ -719,6 +781,13 @@ TEST_F(KServeTest, BadSharedMemoryParametersAreRefusedNamingTheRule) {
        grpc::StatusCode::INVALID_ARGUMENT,
        "gather: output \"output\" has parameter \"classification\" (int64); an output takes only "
        "the shared-memory parameters"},
+      // result_options.shared_memory is a message: outputs ask for it, it is no parameter.
+      {"a request parameter named after result_options.shared_memory",
+       [&](ModelInferRequest* r) {
+         (*r->mutable_parameters())["shared_memory"].set_string_param("out0");
+       },
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "gather: \"shared_memory\" is not a parameter of this model"},
   };
   for (const BadCase& c : bad) {
     SCOPED_TRACE(c.what);

@@ -49,8 +49,8 @@ OpCall::OpCall(const ServingContext& serving, absl::Time deadline, int64_t reque
       op_name_(op),
       request_bytes_(request_bytes) {}
 
-void OpCall::Start(Prepare prepare, bool may_block) {
-  if (!may_block || serving_.blocking_pool == nullptr) {
+void OpCall::Start(Prepare prepare) {
+  if (serving_.blocking_pool == nullptr) {
     Admit(PrepareNow(prepare, LockWait::kWait));
     return;
   }
@@ -189,7 +189,7 @@ void OpCall::CountFinished(int64_t response_bytes) const {
 grpc::ServerUnaryReactor* UnaryOpCall::Start(const ServingContext& serving,
                                              grpc::CallbackServerContext* context,
                                              std::string_view method, std::string_view op,
-                                             Prepare prepare, bool may_block, int64_t request_bytes,
+                                             Prepare prepare, int64_t request_bytes,
                                              google::protobuf::Message* response) {
   auto* call = new UnaryOpCall(serving, context, method, op, request_bytes, response);
   // The token check comes first, so that an unauthenticated caller learns nothing from decoding.
@@ -198,7 +198,7 @@ grpc::ServerUnaryReactor* UnaryOpCall::Start(const ServingContext& serving,
   if (const absl::Status auth = Authenticate(serving, *context); !auth.ok()) {
     call->OpCall::Start([&](LockWait) -> absl::StatusOr<PreparedOp> { return auth; });
   } else {
-    call->OpCall::Start(std::move(prepare), may_block);
+    call->OpCall::Start(std::move(prepare));
   }
   return call;
 }

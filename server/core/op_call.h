@@ -5,7 +5,7 @@
 //
 //   grpc::ServerUnaryReactor* reactor = UnaryOpCall::Start(
 //       serving, context, "Gather", "gather",
-//       [&](LockWait lock_wait) { return PrepareOp(...); }, may_block, request_bytes, response);
+//       [&](LockWait lock_wait) { return PrepareOp(...); }, request_bytes, response);
 //
 // The call is prepared (decoded, validated, planned) on the gRPC thread (a call that finds a
 // stored tensor busy, or updates a durable one in place, on the blocking pool), admitted to the
@@ -118,13 +118,15 @@ class OpCall : public Scheduler::Work {
   // Start prepares the call with `prepare` (exceptions become statuses) and admits it: its
   // request and planned result bytes into serving.memory (RESOURCE_EXHAUSTED past
   // --max_memory_bytes), then into the scheduler; or it ends the call with the error at once. The
-  // call may end, and be deleted, inside. With `may_block` (the request references stored tensors,
-  // whose locks preparing takes), `prepare` is first tried here with LockWait::kTry; when that
-  // finds a tensor busy (IsStoreBusy), all of it happens again later on serving.blocking_pool
-  // with LockWait::kWait. So `prepare` must own or point to what it reads (nothing of the
-  // caller's stack), and a try that fails busy must leave the request as it found it, so that
-  // the second preparation starts afresh.
-  void Start(Prepare prepare, bool may_block = false);
+  // call may end, and be deleted, inside. `prepare` is first tried here with LockWait::kTry; when
+  // that finds a stored tensor busy, or a durable store's journal that would wait for the disk
+  // (IsStoreBusy), all of it happens again later on serving.blocking_pool with LockWait::kWait.
+  // Every call is tried so, not only those that name stored tensors: a retried change answered
+  // from the store's memory of it (update_id) reads a stored tensor too, and a gRPC thread must
+  // never wait for a lock, which would stall unrelated calls. So `prepare` must own or point to
+  // what it reads (nothing of the caller's stack), and a try that fails busy must leave the
+  // request as it found it, so that the second preparation starts afresh.
+  void Start(Prepare prepare);
 
   // CancelIfQueued takes the call out of the scheduler's queue and ends it with CANCELLED (or
   // DEADLINE_EXCEEDED when its deadline has passed, which is why gRPC cancelled it); `who` says
@@ -198,7 +200,7 @@ class UnaryOpCall final : public grpc::ServerUnaryReactor, private OpCall {
   static grpc::ServerUnaryReactor* Start(const ServingContext& serving,
                                          grpc::CallbackServerContext* context,
                                          std::string_view method, std::string_view op,
-                                         Prepare prepare, bool may_block, int64_t request_bytes,
+                                         Prepare prepare, int64_t request_bytes,
                                          google::protobuf::Message* response);
 
  private:

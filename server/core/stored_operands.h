@@ -64,7 +64,8 @@ struct InPlaceTarget {
 };
 
 // ReferencesStoredTensors is true when any Tensor of `request` (nested messages included) names a
-// stored tensor: preparing it may then wait for a lock (see server/core/blocking_pool.h).
+// stored tensor, found by the walk that Acquire takes (the codec fuzzer drives it with arbitrary
+// messages).
 bool ReferencesStoredTensors(const google::protobuf::Message& request);
 
 // SharedMemoryView is the tensor `tensor` places in a shared-memory region (Tensor.shared_memory

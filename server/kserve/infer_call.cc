@@ -1,5 +1,6 @@
 #include "server/kserve/infer_call.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -473,10 +474,13 @@ absl::Status OutputTensor(const Model& model, std::string_view name, v1::Tensor*
     // A stored result: where it is, and its bytes only when return_data asked for them.
     (*output->mutable_parameters())["stored"].set_string_param(result->stored().name());
     (*output->mutable_parameters())["stored_version"].set_int64_param(result->stored().version());
-    if (result->data().empty() && output->shape_size() > 0) {
+    const bool has_elements = std::none_of(output->shape().begin(), output->shape().end(),
+                                           [](int64_t size) { return size == 0; });
+    if (result->data().empty() && !output->datatype().empty() && has_elements) {
       // Without its bytes the output says shape [0], which a client reads as an empty array
-      // (tritonclient's as_numpy could not reshape no bytes to the stored shape), and the stored
-      // tensor's shape travels as the parameter "stored_shape", "4,6".
+      // (tritonclient's as_numpy could not reshape no bytes to the stored shape, nor to a
+      // scalar's []), and the stored tensor's shape travels as the parameter "stored_shape":
+      // "4,6", or "" for a scalar.
       (*output->mutable_parameters())["stored_shape"].set_string_param(
           absl::StrJoin(output->shape(), ","));
       output->clear_shape();
@@ -648,11 +652,6 @@ absl::StatusOr<std::unique_ptr<InferCall>> InferCall::Translate(ModelInferReques
   return call;
 }
 
-bool InferCall::ReferencesStoredTensors() const {
-  return model_->backward ? tensorops::ReferencesStoredTensors(backward_)
-                          : tensorops::ReferencesStoredTensors(op_);
-}
-
 absl::StatusOr<PreparedOp> InferCall::Prepare(const wire::DecodeLimits& limits,
                                               const StoredTensors& stored,
                                               inference::ModelInferResponse* response) {
@@ -697,7 +696,16 @@ absl::Status InferCall::Respond(inference::ModelInferResponse* response) {
        requested_outputs_.empty() ? model_->outputs : requested_outputs_) {
     auto gradient =
         gradients_.mutable_gradients()->find(output.substr(std::string("grad_").size()));
-    if (gradient == gradients_.mutable_gradients()->end()) continue;
+    if (gradient == gradients_.mutable_gradients()->end()) {
+      // A gradient the call has none of (scatter's src given as the scalar `value`): left out
+      // when the model's outputs are implied, refused when the client asked for it by name, as
+      // it may be waiting for it in a region.
+      if (requested_outputs_.empty()) continue;
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: output \"%s\" was requested, but this call has no such gradient (its argument "
+          "\"%s\" is not a tensor of the call); ask for the other outputs only",
+          model_->name, output, output.substr(std::string("grad_").size())));
+    }
     const auto region = gradient_regions_.find(output);
     if (region != gradient_regions_.end()) {
       v1::Tensor& value = gradient->second;

@@ -44,8 +44,6 @@ class InferCall {
   static std::string_view ModelName(const inference::ModelInferRequest& request);
 
   const Model& model() const { return *model_; }
-  // Whether any input names a stored tensor (the call's preparation may then wait for its lock).
-  bool ReferencesStoredTensors() const;
 
   // Prepare runs PrepareOp (or PrepareBackward) on the translated call; the op's finish step
   // fills `response` (which must outlive the op) with the requested outputs. The InferCall must

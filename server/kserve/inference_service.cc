@@ -181,15 +181,6 @@ void Describe(const Model& model, const Metrics& metrics, inference::ModelStatis
   SetDuration(statistics.encode, infer->mutable_compute_output());
 }
 
-// NamesStoredTensor: whether an input of `request` names a stored tensor, so that preparing the
-// call may wait for that tensor's lock (and must run on the blocking pool).
-bool NamesStoredTensor(const ModelInferRequest& request) {
-  for (const ModelInferRequest::InferInputTensor& input : request.inputs()) {
-    if (input.parameters().contains("stored")) return true;
-  }
-  return false;
-}
-
 // StreamProtocol is ModelStreamInfer for OpStreamReactor: each request a ModelInferRequest, each
 // response its ModelInferResponse or its error_message.
 struct StreamProtocol {
@@ -204,7 +195,6 @@ struct StreamProtocol {
     std::string LogName() const {
       return absl::StrFormat("ModelStreamInfer request \"%s\"", absl::CHexEscape(message_.id()));
     }
-    bool MayBlock() const { return NamesStoredTensor(message_); }
     absl::StatusOr<PreparedOp> Prepare(const ServingContext& serving, const StoredTensors& stored) {
       // Translated once: the translation takes the request's raw contents, and a preparation
       // that found a stored tensor busy runs again (OpCall::Start).
@@ -508,7 +498,6 @@ void InferenceService::HandleModelInfer() {
             // gRPC's request message belongs to this call until it is finished, and nothing but
             // the translation reads it: the translation takes its raw contents, without a copy.
             auto* request = const_cast<Parsed<ModelInferRequest>*>(parsed);
-            const bool may_block = parsed->ok && NamesStoredTensor(parsed->message);
             return UnaryOpCall::Start(
                 serving_, context, "ModelInfer",
                 parsed->ok ? InferCall::ModelName(parsed->message) : "model_infer",
@@ -533,7 +522,7 @@ void InferenceService::HandleModelInfer() {
                   prepared.run = [call, run = std::move(prepared.run)] { return run(); };
                   return prepared;
                 },
-                may_block, static_cast<int64_t>(parsed->bytes), response);
+                static_cast<int64_t>(parsed->bytes), response);
           }));
 }
 

@@ -68,8 +68,14 @@ Model MakeModel(v1::OpRequest::OpCase op, std::string_view name, bool backward,
     } else if (field->message_type() == v1::ResultOptions::descriptor()) {
       // A backward returns its gradients and stores nothing (PrepareBackward refuses options).
       if (backward) continue;
+      // Its messages are not parameters: a result in shared memory is asked for by the output's
+      // own shared_memory_* parameters (Triton's form), as inputs are.
       const Descriptor* options = field->message_type();
-      for (int j = 0; j < options->field_count(); ++j) result_options.push_back(options->field(j));
+      for (int j = 0; j < options->field_count(); ++j) {
+        if (options->field(j)->message_type() == nullptr) {
+          result_options.push_back(options->field(j));
+        }
+      }
     } else {
       model.parameters.push_back(field);
     }

@@ -57,8 +57,6 @@ std::string RunStreamProtocol::Call::LogName() const {
   return absl::StrFormat("RunStream request %d", message_.request_id());
 }
 
-bool RunStreamProtocol::Call::MayBlock() const { return ReferencesStoredTensors(message_.op()); }
-
 absl::StatusOr<PreparedOp> RunStreamProtocol::Call::Prepare(const ServingContext& serving,
                                                             const StoredTensors& stored) {
   return PrepareOp(message_.op(), serving.limits, response_.mutable_result(), InputReuse::kNo,

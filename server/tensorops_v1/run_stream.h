@@ -22,7 +22,6 @@
 //   Call(RequestMessage)                     one request, movable into the reactor's OpCall:
 //     std::string_view op_name() const       the op for metrics, before preparation
 //     std::string LogName() const            the request in a log line
-//     bool MayBlock() const                  whether preparing may wait for a stored tensor
 //     absl::StatusOr<PreparedOp> Prepare(const ServingContext&, const StoredTensors&)
 //     void SetError(const absl::Status&)     turns the response into the request's error
 //     const ResponseMessage& response() const
@@ -110,7 +109,6 @@ struct RunStreamProtocol {
     explicit Call(v1::RunStreamRequest message);
     std::string_view op_name() const;
     std::string LogName() const;
-    bool MayBlock() const;
     absl::StatusOr<PreparedOp> Prepare(const ServingContext& serving, const StoredTensors& stored);
     void SetError(const absl::Status& status);
     const v1::RunStreamResponse& response() const { return response_; }
@@ -201,16 +199,14 @@ class OpStreamReactor<Protocol>::Request final : public OpCall {
 
   // Start prepares the op and admits it to the scheduler, or answers with the error at once.
   void Start() {
-    OpCall::Start(
-        [this](LockWait lock_wait) -> absl::StatusOr<PreparedOp> {
-          if (!refusal_.ok()) return refusal_;
-          const std::string ns = StoreNamespace(serving(), *stream_->context_);
-          return call_.Prepare(serving(), StoredTensors{.store = serving().store,
-                                                        .ns = ns,
-                                                        .regions = serving().shared_memory,
-                                                        .lock_wait = lock_wait});
-        },
-        refusal_.ok() && call_.MayBlock());
+    OpCall::Start([this](LockWait lock_wait) -> absl::StatusOr<PreparedOp> {
+      if (!refusal_.ok()) return refusal_;
+      const std::string ns = StoreNamespace(serving(), *stream_->context_);
+      return call_.Prepare(serving(), StoredTensors{.store = serving().store,
+                                                    .ns = ns,
+                                                    .regions = serving().shared_memory,
+                                                    .lock_wait = lock_wait});
+    });
   }
 
   const typename Protocol::ResponseMessage& response() const { return call_.response(); }

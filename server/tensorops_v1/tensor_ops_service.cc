@@ -536,7 +536,6 @@ void TensorOpsService::HandleOpCall(std::string_view method, std::string_view op
                                                .regions = serving_.shared_memory,
                                                .lock_wait = lock_wait});
                 },
-                /*may_block=*/request->ok&& ReferencesStoredTensors(request->message),
                 static_cast<int64_t>(request->bytes), response);
           }));
 }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cpp/client.h"
 #include "gmock/gmock.h"
@@ -74,8 +75,14 @@ TEST(SharedMemoryRegionsTest, RegistersListsAndUnregistersByNamespace) {
   ASSERT_TRUE(regions.Register("a", SystemRegion("r2", *object, 4096)).ok());
   EXPECT_EQ(regions.Register("a", SystemRegion("r1", *object)).code(),
             absl::StatusCode::kAlreadyExists);
-  // The same name in another namespace is another region; neither sees the other's.
-  ASSERT_TRUE(regions.Register("b", SystemRegion("r1", *object)).ok());
+  // The same name in another namespace is another region; neither sees the other's. But not the
+  // same object: that would be the other namespace's memory.
+  absl::StatusOr<SharedMemoryObject> other = SharedMemoryObject::Create(UniqueKey("list"), 8192);
+  ASSERT_TRUE(other.ok()) << other.status();
+  const absl::Status taken = regions.Register("b", SystemRegion("r1", *object, 4096));
+  EXPECT_EQ(taken.code(), absl::StatusCode::kPermissionDenied) << taken;
+  EXPECT_THAT(taken.message(), HasSubstr("is registered by another caller"));
+  ASSERT_TRUE(regions.Register("b", SystemRegion("r1", *other)).ok());
   absl::StatusOr<std::vector<v1::SharedMemoryRegion>> listed = regions.List("a", "");
   ASSERT_TRUE(listed.ok());
   ASSERT_EQ(listed->size(), 2u);
@@ -90,6 +97,26 @@ TEST(SharedMemoryRegionsTest, RegistersListsAndUnregistersByNamespace) {
   EXPECT_EQ(regions.Unregister("a", "r1").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(regions.regions(), 1);
   EXPECT_EQ(regions.mapped_bytes(), 8192);
+  // Once "a" has let it go, the object is free to register.
+  EXPECT_TRUE(regions.Register("b", SystemRegion("r3", *object)).ok());
+}
+
+// Registrations that race for a namespace's last places: the limit holds however they interleave
+// (each is checked before it maps the object and again when it is added).
+TEST(SharedMemoryRegionsTest, RacingRegistrationsStayWithinTheLimit) {
+  absl::StatusOr<SharedMemoryObject> object = SharedMemoryObject::Create(UniqueKey("race"), 4096);
+  ASSERT_TRUE(object.ok()) << object.status();
+  for (int trial = 0; trial < 20; ++trial) {
+    SharedMemoryRegions regions({.max_regions = 4, .max_bytes = 1 << 30});
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 16; ++i) {
+      threads.emplace_back(
+          [&, i] { (void)regions.Register("a", SystemRegion(absl::StrCat("r", i), *object)); });
+    }
+    for (std::thread& thread : threads) thread.join();
+    ASSERT_EQ(regions.regions(), 4) << "trial " << trial;
+    EXPECT_EQ(regions.mapped_bytes(), 4 * 4096);
+  }
 }
 
 TEST(SharedMemoryRegionsTest, RefusesBadRegionsNamingTheRule) {
@@ -924,6 +951,29 @@ TEST_F(SharedMemoryServiceTest, BadReferencesAreRefusedNamingTheArgumentAndTheRu
   v1::OpRequest both = small_result;
   both.mutable_gather()->mutable_result_options()->set_return_data(true);
   testing::ExpectStatus(run(both), grpc::StatusCode::INVALID_ARGUMENT, "are exclusive");
+
+  // A result over an argument's bytes: in the argument's region, and through a second region of
+  // the same object (another name, another mapping, the same memory). Right after the argument's
+  // bytes is apart, and runs.
+  v1::OpRequest overlapping = request;
+  *overlapping.mutable_gather()->mutable_result_options()->mutable_shared_memory() =
+      SharedMemoryRef("region", 32, 64);
+  testing::ExpectStatus(run(overlapping), grpc::StatusCode::INVALID_ARGUMENT,
+                        "gather: result_options.shared_memory: the result's bytes [32, 96) of "
+                        "region \"region\" share memory with input, bytes [0, 64) of region "
+                        "\"region\"");
+  ASSERT_TRUE(
+      client_->RegisterSharedMemory("alias", object_->key(), 4096, /*offset=*/4096 * 2).ok());
+  v1::OpRequest aliased = request;
+  aliased.mutable_gather()->mutable_index()->mutable_shared_memory()->set_offset(8192 + 256);
+  *aliased.mutable_gather()->mutable_result_options()->mutable_shared_memory() =
+      SharedMemoryRef("alias", 256, 64);
+  testing::ExpectStatus(run(aliased), grpc::StatusCode::INVALID_ARGUMENT,
+                        "share memory with index");
+  v1::OpRequest apart = request;
+  *apart.mutable_gather()->mutable_result_options()->mutable_shared_memory() =
+      SharedMemoryRef("region", 192, 64);
+  EXPECT_TRUE(run(apart).ok());
 }
 
 TEST_F(SharedMemoryServiceTest, AShrunkObjectFailsTheCallAndTheServerGoesOn) {
@@ -974,6 +1024,11 @@ TEST(SharedMemoryNamespaceTest, AnotherTokenCannotSeeOrUseARegion) {
   EXPECT_EQ((*bob)->Run(request).status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE((*alice)->Run(request).ok());
   EXPECT_EQ((*bob)->UnregisterSharedMemory("mine").status().code(), absl::StatusCode::kNotFound);
+  // Nor can another token reach the memory by registering the same object under a name of its
+  // own: the key names an object of the host's, not of the caller's namespace.
+  const absl::Status stolen = (*bob)->RegisterSharedMemory("stolen", object->key(), 4096);
+  EXPECT_EQ(stolen.code(), absl::StatusCode::kPermissionDenied) << stolen;
+  EXPECT_THAT(stolen.message(), HasSubstr("is registered by another caller"));
 }
 
 TEST(SharedMemoryLimitsTest, TheFlagsAreValidatedAtStartUp) {

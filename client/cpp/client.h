@@ -478,7 +478,8 @@ class Client {
   // Shared memory (shared_memory.h), for a client on the server's host. RegisterSharedMemory
   // maps `byte_size` bytes from `offset` of the POSIX shared-memory object `key` into the server
   // as region `name` (in the caller's token namespace): ALREADY_EXISTS for a name in use,
-  // NOT_FOUND for an object that does not exist, RESOURCE_EXHAUSTED past the server's
+  // NOT_FOUND for an object that does not exist, PERMISSION_DENIED for one the server may not
+  // open or another token has registered, RESOURCE_EXHAUSTED past the server's
   // --max_shared_memory_regions or --max_shared_memory_bytes.
   absl::Status RegisterSharedMemory(std::string_view name, std::string_view key, int64_t byte_size,
                                     int64_t offset = 0, const CallOptions& options = {});

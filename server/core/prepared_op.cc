@@ -230,6 +230,10 @@ absl::StatusOr<PreparedOp> PrepareFor(const typename Op::Request& request,
       StoredOperands::Acquire(op, request, stored,
                               {.tensor = options.in_place() ? &request.input() : nullptr,
                                .update_id = options.update_id()}));
+  if (options.has_shared_memory()) {
+    TENSOROPS_RETURN_IF_ERROR(operands->HoldResultRegion(
+        options.shared_memory(), stored, absl::StrFormat("%s: result_options.shared_memory", op)));
+  }
   // A call that changes the store reads its arguments in shared memory from copies: the kernel
   // then never writes the store from a region its owner may change or shrink meanwhile.
   if (ChangesStore(options)) TENSOROPS_RETURN_IF_ERROR(operands->CopySharedMemory());

@@ -124,7 +124,6 @@ ResultTarget::ResultTarget(std::string_view op, Kind kind, const v1::ResultOptio
       kind_(kind),
       options_(options),
       store_(stored.store),
-      regions_(stored.regions),
       ns_(stored.ns),
       operands_(std::move(operands)),
       limits_(limits),
@@ -236,11 +235,8 @@ absl::StatusOr<MutableTensorView> ResultTarget::Allocate(DataType dtype, ShapeSp
 absl::StatusOr<MutableTensorView> ResultTarget::InSharedMemory(DataType dtype, ShapeSpan shape) {
   const v1::SharedMemoryRef& ref = options_.shared_memory();
   const std::string what = absl::StrFormat("%s: result_options.shared_memory", op_);
-  if (regions_ == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("%s names a region, but this call cannot write shared memory", what));
-  }
-  TENSOROPS_ASSIGN_OR_RETURN(region_, regions_->Find(ns_, ref.region(), what));
+  // Found with the arguments' regions, when the call was prepared (PrepareFor).
+  region_ = operands_->result_region();
   TENSOROPS_ASSIGN_OR_RETURN(const int64_t numel, CheckedNumElements(shape, "result"));
   const int64_t bytes = numel * ItemSize(dtype);
   if (ref.byte_size() < bytes) {
@@ -254,6 +250,7 @@ absl::StatusOr<MutableTensorView> ResultTarget::InSharedMemory(DataType dtype, S
                         what, ref.offset(), ItemSize(dtype), DataTypeName(dtype)));
   }
   TENSOROPS_ASSIGN_OR_RETURN(char* data, region_->Slice(ref.offset(), ref.byte_size(), what));
+  TENSOROPS_RETURN_IF_ERROR(operands_->CheckResultApart(ref.offset(), bytes, what));
   return MutableTensorView(dtype, shape, static_cast<void*>(data))
       .InSpace(region_->on_device() ? MemorySpace::kDevice : MemorySpace::kHost);
 }

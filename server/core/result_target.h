@@ -106,7 +106,8 @@ class ResultTarget {
                const wire::DecodeLimits& limits, v1::Tensor* result);
 
   // InSharedMemory is where a result of `dtype` and `shape` goes in the region
-  // options_.shared_memory names, checked against it (and held in region_).
+  // options_.shared_memory names (operands_' result_region), checked against it and against the
+  // arguments in shared memory.
   absl::StatusOr<MutableTensorView> InSharedMemory(DataType dtype, ShapeSpan shape);
   // DeviceMayWrite: a device kernel may write `in_region`, a result's place in a CUDA region, in
   // place (the words it touches lie inside the client's slice).
@@ -118,7 +119,6 @@ class ResultTarget {
   const Kind kind_;
   const v1::ResultOptions& options_;
   TensorStore* const store_;
-  const SharedMemoryRegions* const regions_;
   // The region a kSharedMemory result is written to, held until the target is gone.
   std::shared_ptr<const MappedRegion> region_;
   // Where the result goes in region_ (kSharedMemory).

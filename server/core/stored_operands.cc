@@ -224,6 +224,36 @@ absl::StatusOr<std::shared_ptr<StoredOperands>> StoredOperands::Acquire(
   return operands;
 }
 
+absl::Status StoredOperands::HoldResultRegion(const v1::SharedMemoryRef& ref,
+                                              const StoredTensors& stored, std::string_view what) {
+  if (const auto held = regions_.find(ref.region()); held != regions_.end()) {
+    result_region_ = held->second;
+    return absl::OkStatus();
+  }
+  if (stored.regions == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s names a region, but this call cannot write shared memory", what));
+  }
+  TENSOROPS_ASSIGN_OR_RETURN(result_region_, stored.regions->Find(stored.ns, ref.region(), what));
+  return absl::OkStatus();
+}
+
+absl::Status StoredOperands::CheckResultApart(int64_t offset, int64_t bytes,
+                                              std::string_view what) const {
+  for (const auto& [tensor, arg] : shared_memory_args_) {
+    const v1::SharedMemoryRef& ref = tensor->shared_memory();
+    if (result_region_->Overlaps(offset, bytes, RegionOf(*tensor), ref.offset(), ref.byte_size())) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: the result's bytes [%d, %d) of region %s share memory with %s, bytes [%d, %d) of "
+          "region %s; a result in shared memory must not overlap an argument, since the op "
+          "reads its arguments while it writes the result",
+          what, offset, offset + bytes, Quoted(result_region_->name()), arg, ref.offset(),
+          ref.offset() + ref.byte_size(), Quoted(ref.region())));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TensorView> StoredOperands::View(const v1::Tensor& tensor,
                                                 std::string_view arg) const {
   if (tensor.has_shared_memory()) {

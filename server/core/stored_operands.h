@@ -112,6 +112,20 @@ class StoredOperands {
   // uses_shared_memory: some argument is in a shared-memory region.
   bool uses_shared_memory() const { return !regions_.empty(); }
 
+  // HoldResultRegion finds the region `ref` names, where the call writes its result (errors start
+  // with `what`: "gather: result_options.shared_memory"; NOT_FOUND when it is not registered in
+  // `stored.ns`), and holds it until the call is done. A region an argument is in is that one:
+  // one name stands for one region for the whole call, though it may be unregistered and
+  // registered again meanwhile.
+  absl::Status HoldResultRegion(const v1::SharedMemoryRef& ref, const StoredTensors& stored,
+                                std::string_view what);
+  // The region HoldResultRegion holds; null before.
+  const std::shared_ptr<const MappedRegion>& result_region() const { return result_region_; }
+  // CheckResultApart is INVALID_ARGUMENT, naming the argument, when bytes [offset, offset +
+  // bytes) of the result's region share memory with an argument in shared memory: the kernels
+  // read their arguments while they write the result, and an overlap would give neither.
+  absl::Status CheckResultApart(int64_t offset, int64_t bytes, std::string_view what) const;
+
   // The handle on the tensor updated in place; null without one.
   TensorStore::UpdateHandle* update() { return update_.has_value() ? &*update_ : nullptr; }
 
@@ -164,6 +178,8 @@ class StoredOperands {
   absl::btree_map<std::string, TensorStore::ReadHandle> reads_;
   // The regions arguments are in, by region name, held until the call is done.
   absl::btree_map<std::string, std::shared_ptr<const MappedRegion>> regions_;
+  // Where the result is written (HoldResultRegion); null when it is not in shared memory.
+  std::shared_ptr<const MappedRegion> result_region_;
   // The request's tensors in shared memory, and their fields' names.
   std::vector<std::pair<const v1::Tensor*, std::string_view>> shared_memory_args_;
   // Copies of the arguments in shared memory (CopySharedMemory), by the serialized Tensor that

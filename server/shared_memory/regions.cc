@@ -67,6 +67,8 @@ absl::StatusOr<std::unique_ptr<MappedRegion>> MappedRegion::MapSystem(
                         Quoted(key), std::strerror(error));
     if (error == ENOENT) return absl::NotFoundError(message);
     if (error == EACCES || error == EPERM) return absl::PermissionDeniedError(message);
+    // The server's own limits on open files, not the client's mistake.
+    if (error == EMFILE || error == ENFILE) return absl::ResourceExhaustedError(message);
     return absl::InvalidArgumentError(message);
   }
   struct stat status = {};
@@ -101,8 +103,9 @@ absl::StatusOr<std::unique_ptr<MappedRegion>> MappedRegion::MapSystem(
   description.set_name(std::string(name));
   *description.mutable_system() = system;
   return std::unique_ptr<MappedRegion>(
-      new MappedRegion(std::move(description), system.byte_size(), fd, mapping, mapped_bytes,
-                       data_offset, *std::move(guard), /*device_memory=*/nullptr));
+      new MappedRegion(std::move(description), system.byte_size(), fd,
+                       ObjectId{.device = status.st_dev, .inode = status.st_ino}, mapping,
+                       mapped_bytes, data_offset, *std::move(guard), /*device_memory=*/nullptr));
 }
 
 absl::StatusOr<std::unique_ptr<MappedRegion>> MappedRegion::MapCuda(
@@ -122,17 +125,18 @@ absl::StatusOr<std::unique_ptr<MappedRegion>> MappedRegion::MapCuda(
   v1::SharedMemoryRegion description;
   description.set_name(std::string(name));
   *description.mutable_cuda() = cuda;
-  return std::unique_ptr<MappedRegion>(new MappedRegion(std::move(description), cuda.byte_size(),
-                                                        /*fd=*/-1, *opened, /*mapped_bytes=*/0,
-                                                        /*data_offset=*/0, std::nullopt, memory));
+  return std::unique_ptr<MappedRegion>(
+      new MappedRegion(std::move(description), cuda.byte_size(), /*fd=*/-1, ObjectId{}, *opened,
+                       /*mapped_bytes=*/0, /*data_offset=*/0, std::nullopt, memory));
 }
 
 MappedRegion::MappedRegion(v1::SharedMemoryRegion description, int64_t byte_size, int fd,
-                           void* mapping, size_t mapped_bytes, int64_t data_offset,
+                           ObjectId object, void* mapping, size_t mapped_bytes, int64_t data_offset,
                            std::optional<SigbusGuard> guard, TensorMemory* device_memory)
     : description_(std::move(description)),
       byte_size_(byte_size),
       fd_(fd),
+      object_(object),
       mapping_(mapping),
       mapped_bytes_(mapped_bytes),
       data_offset_(data_offset),
@@ -189,6 +193,29 @@ absl::Status MappedRegion::CheckIntact(std::string_view what) const {
         what, Described(description_), status.st_size, end));
   }
   return absl::OkStatus();
+}
+
+bool MappedRegion::SameObject(const MappedRegion& other) const {
+  return !on_device() && !other.on_device() && object_.device == other.object_.device &&
+         object_.inode == other.object_.inode;
+}
+
+bool MappedRegion::Overlaps(int64_t offset, int64_t bytes, const MappedRegion& other,
+                            int64_t other_offset, int64_t other_bytes) const {
+  if (bytes <= 0 || other_bytes <= 0) return false;
+  int64_t start = 0;
+  int64_t other_start = 0;
+  if (SameObject(other)) {
+    // Where each range starts in the object: two mappings of one object have two addresses.
+    start = description_.system().offset() + offset;
+    other_start = other.description_.system().offset() + other_offset;
+  } else if (on_device() && other.on_device() && device_memory_ == other.device_memory_) {
+    start = static_cast<int64_t>(reinterpret_cast<intptr_t>(mapping_)) + offset;
+    other_start = static_cast<int64_t>(reinterpret_cast<intptr_t>(other.mapping_)) + other_offset;
+  } else {
+    return false;
+  }
+  return start < other_start + other_bytes && other_start < start + bytes;
 }
 
 SharedMemoryRegions::SharedMemoryRegions(Limits limits, TensorMemory* device_memory)
@@ -256,12 +283,47 @@ absl::Status SharedMemoryRegions::Register(std::string_view ns,
                                          delete gone;
                                          counter->fetch_sub(bytes);
                                        });
+  // Refused after the lock is released: unmapping it is the last holder's work.
+  std::shared_ptr<MappedRegion> refused;
   absl::MutexLock lock(&mu_);
+  // Checked again: other registrations may have taken the name, or the last place, while this
+  // one mapped.
   auto& regions = by_namespace_[Key(ns)];
-  // Checked again: another registration of the name may have won while this one mapped.
-  if (!regions.emplace(region.name(), std::move(shared)).second) {
-    return absl::AlreadyExistsError(absl::StrFormat(
+  absl::Status status = absl::OkStatus();
+  if (regions.contains(Key(region.name()))) {
+    status = absl::AlreadyExistsError(absl::StrFormat(
         "region %s is registered already; unregister it first", Quoted(region.name())));
+  } else if (static_cast<int64_t>(regions.size()) >= limits_.max_regions) {
+    status = absl::ResourceExhaustedError(absl::StrFormat(
+        "region %s: %d regions are registered, the most one caller may have (%s=%d); unregister "
+        "one first",
+        Quoted(region.name()), regions.size(), kMaxSharedMemoryRegionsFlag, limits_.max_regions));
+  } else {
+    status = CheckOwnObject(ns, *shared);
+  }
+  if (!status.ok()) {
+    if (regions.empty()) by_namespace_.erase(Key(ns));
+    refused = std::move(shared);
+    return status;
+  }
+  regions.emplace(region.name(), std::move(shared));
+  return absl::OkStatus();
+}
+
+absl::Status SharedMemoryRegions::CheckOwnObject(std::string_view ns,
+                                                 const MappedRegion& mapped) const {
+  // A region's name is its namespace's, but the object behind a key is the host's: without this,
+  // a token that learned (or guessed) another token's key would read and write its memory.
+  for (const auto& [other_ns, regions] : by_namespace_) {
+    if (other_ns == Key(ns)) continue;
+    for (const auto& [name, other] : regions) {
+      if (other->SameObject(mapped)) {
+        return absl::PermissionDeniedError(absl::StrFormat(
+            "region %s: shared-memory object %s is registered by another caller (another "
+            "token); a caller may register only objects no other caller has registered",
+            Quoted(mapped.name()), Quoted(mapped.description().system().key())));
+      }
+    }
   }
   return absl::OkStatus();
 }

@@ -23,6 +23,8 @@
 #ifndef TENSOROPS_SERVER_SHARED_MEMORY_REGIONS_H_
 #define TENSOROPS_SERVER_SHARED_MEMORY_REGIONS_H_
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -86,15 +88,31 @@ class MappedRegion {
   // (A CUDA region cannot shrink: the opened buffer lives until it is closed.)
   absl::Status CheckIntact(std::string_view what) const;
 
+  // SameObject: both are system regions of one shared-memory object (one file, whatever the
+  // keys and the ranges registered).
+  bool SameObject(const MappedRegion& other) const;
+  // Overlaps: bytes [offset, offset + bytes) of this region and [other_offset, other_offset +
+  // other_bytes) of `other` are some of the same memory: of one shared-memory object (two
+  // regions, or two names, may map one), or of one device buffer.
+  bool Overlaps(int64_t offset, int64_t bytes, const MappedRegion& other, int64_t other_offset,
+                int64_t other_bytes) const;
+
  private:
-  MappedRegion(v1::SharedMemoryRegion description, int64_t byte_size, int fd, void* mapping,
-               size_t mapped_bytes, int64_t data_offset, std::optional<SigbusGuard> guard,
-               TensorMemory* device_memory);
+  // The shared-memory object a system region maps, as the file system knows it.
+  struct ObjectId {
+    dev_t device = 0;
+    ino_t inode = 0;
+  };
+
+  MappedRegion(v1::SharedMemoryRegion description, int64_t byte_size, int fd, ObjectId object,
+               void* mapping, size_t mapped_bytes, int64_t data_offset,
+               std::optional<SigbusGuard> guard, TensorMemory* device_memory);
 
   const v1::SharedMemoryRegion description_;
   const int64_t byte_size_;
   // The shared-memory object (system); -1 for CUDA.
   const int fd_;
+  const ObjectId object_;
   void* const mapping_;
   const size_t mapped_bytes_;
   // Where the region starts in the mapping (the registered offset's part below a page).
@@ -123,7 +141,9 @@ class SharedMemoryRegions {
   // Register maps `region` into namespace `ns`: INVALID_ARGUMENT for a bad name or a region with
   // neither memory, ALREADY_EXISTS for a name the namespace uses, RESOURCE_EXHAUSTED (naming the
   // flag) past a limit, FAILED_PRECONDITION for CUDA memory on a server without device memory,
-  // and MapSystem's and MapCuda's errors.
+  // PERMISSION_DENIED for a shared-memory object a region of another namespace maps (another
+  // token's memory: a name is per namespace, an object is not), and MapSystem's and MapCuda's
+  // errors.
   absl::Status Register(std::string_view ns, const v1::SharedMemoryRegion& region);
   // Unregister forgets `name` (NOT_FOUND when `ns` has no such region), or every region of `ns`
   // when `name` is empty; returns the names forgotten, sorted. A region a call is using is
@@ -146,6 +166,10 @@ class SharedMemoryRegions {
   bool serves_cuda() const { return device_memory_ != nullptr; }
 
  private:
+  // CheckOwnObject: no namespace but `ns` has a region of `mapped`'s object (PERMISSION_DENIED).
+  absl::Status CheckOwnObject(std::string_view ns, const MappedRegion& mapped) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const Limits limits_;
   TensorMemory* const device_memory_;
   // Shared with every region's deleter, which gives its bytes back when the last call using it

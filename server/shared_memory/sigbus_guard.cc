@@ -16,14 +16,36 @@ namespace tensorops {
 namespace {
 
 // One guarded mapping. The handler reads the table without a lock (a signal handler may take
-// none), so a slot's range is published with release stores and `end` is cleared first when the
-// slot is given up: the handler never sees a range that is not mapped.
+// none), so a slot's range is a seqlock: `sequence` is odd while the range changes (under
+// SlotsMutex()), and the handler uses a range only when it read the same even sequence before and
+// after it. Otherwise, a fault elsewhere while a slot is given up or reused could pair the old
+// `end` with the new `begin` and map zero pages over memory that is not the slot's.
 struct Slot {
+  std::atomic<uint32_t> sequence{0};
   std::atomic<uintptr_t> begin{0};
   std::atomic<uintptr_t> end{0};
   std::atomic<bool> faulted{false};
   bool used = false;  // guarded by SlotsMutex()
 };
+
+// SetRange changes `slot`'s range, as a seqlock's writer (SlotsMutex() held).
+void SetRange(Slot& slot, uintptr_t begin, uintptr_t end) {
+  slot.sequence.fetch_add(1, std::memory_order_relaxed);  // odd: changing
+  std::atomic_thread_fence(std::memory_order_release);
+  slot.begin.store(begin, std::memory_order_relaxed);
+  slot.end.store(end, std::memory_order_relaxed);
+  slot.sequence.fetch_add(1, std::memory_order_release);  // even: stable
+}
+
+// RangeOf reads `slot`'s range as a seqlock's reader: false when it is empty or changing.
+bool RangeOf(const Slot& slot, uintptr_t* begin, uintptr_t* end) {
+  const uint32_t before = slot.sequence.load(std::memory_order_acquire);
+  if (before % 2 != 0) return false;
+  *begin = slot.begin.load(std::memory_order_relaxed);
+  *end = slot.end.load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return *end != 0 && slot.sequence.load(std::memory_order_relaxed) == before;
+}
 
 Slot g_slots[SigbusGuard::kMaxGuarded];
 struct sigaction g_previous;
@@ -37,9 +59,9 @@ absl::Mutex& SlotsMutex() {
 void OnSigbus(int signal_number, siginfo_t* info, void* context) {
   const auto address = reinterpret_cast<uintptr_t>(info->si_addr);
   for (Slot& slot : g_slots) {
-    const uintptr_t end = slot.end.load(std::memory_order_acquire);
-    const uintptr_t begin = slot.begin.load(std::memory_order_acquire);
-    if (end == 0 || address < begin || address >= end) continue;
+    uintptr_t begin = 0;
+    uintptr_t end = 0;
+    if (!RangeOf(slot, &begin, &end) || address < begin || address >= end) continue;
     // mmap is a system call, safe here in practice (it is not on POSIX's list, but a handler that
     // only calls it and stores an atomic touches no lock).
     void* replaced = mmap(reinterpret_cast<void*>(begin), end - begin, PROT_READ | PROT_WRITE,
@@ -84,8 +106,7 @@ absl::StatusOr<SigbusGuard> SigbusGuard::Guard(void* base, size_t bytes) {
     slot.used = true;
     slot.faulted.store(false, std::memory_order_relaxed);
     const auto begin = reinterpret_cast<uintptr_t>(base);
-    slot.begin.store(begin, std::memory_order_release);
-    slot.end.store(begin + bytes, std::memory_order_release);
+    SetRange(slot, begin, begin + bytes);
     return SigbusGuard(i);
   }
   return absl::ResourceExhaustedError(absl::StrFormat(
@@ -105,8 +126,7 @@ SigbusGuard::~SigbusGuard() {
   if (slot_ < 0) return;
   absl::MutexLock lock(&SlotsMutex());
   Slot& slot = g_slots[slot_];
-  slot.end.store(0, std::memory_order_release);
-  slot.begin.store(0, std::memory_order_release);
+  SetRange(slot, 0, 0);
   slot.used = false;
 }
 

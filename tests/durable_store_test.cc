@@ -445,22 +445,28 @@ TEST(DurableStoreTest, ReplaySkipsWhatTheSnapshotAlreadyHolds) {
 TEST(DurableStoreTest, AnUpdateOfAReplacedValueIsNotReplayedOntoItsSuccessor) {
   // The update held the old value while an overwrite replaced it: same name, same version
   // number, another serial. Replayed onto the new value it would change bytes no call changed.
+  // Nor is it replayed onto the old value, which recovery rebuilds before the overwrite: its
+  // update id would then be remembered as applied, and a retry after the restart would be told
+  // so, where without the restart it applies to the new value.
   TempDir dir;
   {
     TensorStore store(1 << 20);
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<DurableStore> durable, OpenOn(dir.path(), &store));
     ASSERT_TRUE(PutInts(store, "", "t", {0}).ok());
-    ASSERT_OK_AND_ASSIGN(TensorStore::UpdateHandle update, store.Update("", "t"));
-    ASSERT_TRUE(update.LogChange("add 50", "").ok());
+    ASSERT_OK_AND_ASSIGN(TensorStore::UpdateHandle update,
+                         store.Update("", "t", std::nullopt, "lost"));
+    ASSERT_TRUE(update.LogChange("add 50", "lost").ok());
     ASSERT_TRUE(store.Delete("", "t").ok());
     ASSERT_TRUE(PutInts(store, "", "t", {1}).ok());  // version 1 again
     static_cast<int32_t*>(update.view().data())[0] += 50;
-    EXPECT_EQ(update.Commit().status().code(), absl::StatusCode::kAborted);
+    EXPECT_EQ(update.Commit("lost").status().code(), absl::StatusCode::kAborted);
+    EXPECT_FALSE(store.FindChange("", "lost").has_value());
   }
   TensorStore store(1 << 20);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<DurableStore> durable, OpenOn(dir.path(), &store));
   EXPECT_THAT(Ints(store, "", "t"), ElementsAre(1));
   EXPECT_EQ(VersionOf(store, "", "t"), 1);
+  EXPECT_FALSE(store.FindChange("", "lost").has_value());
 }
 
 TEST(DurableStoreTest, ATornLastRecordIsDroppedAndCutOff) {
@@ -579,6 +585,34 @@ TEST(DurableStoreTest, AFullDiskFailsTheChangeAndLeavesTheStoreAsItWas) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<DurableStore> reopened, OpenOn(dir.path(), &recovered));
   EXPECT_EQ(recovered.tensor_count(), 1);
   EXPECT_THAT(Ints(recovered, "", "after"), ElementsAre(3));
+}
+
+// A snapshot that cannot start its new log (the disk full) fails, and leaves no half-made log
+// behind: once the disk has room, the next snapshot makes that log and succeeds.
+TEST(DurableStoreTest, ASnapshotThatCannotStartItsLogLeavesTheNextOneFree) {
+  TempDir dir;
+  TensorStore store(64 << 20);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DurableStore> durable,
+                       OpenOn(dir.path(), &store, {.sync = StoreSync::kAlways}));
+  ASSERT_TRUE(PutInts(store, "", "t", {1, 2}).ok());
+  struct rlimit saved;
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit limited = saved;
+  limited.rlim_cur = 8;  // no file may grow past 8 bytes: the new log's header cannot be written
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limited), 0);
+  const absl::StatusOr<SnapshotReport> failed = durable->Snapshot();
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &saved), 0);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_FALSE(failed.ok());
+
+  const absl::StatusOr<SnapshotReport> next = durable->Snapshot();
+  ASSERT_TRUE(next.ok()) << next.status();
+  ASSERT_TRUE(PutInts(store, "", "t", {3, 4}).ok());
+  durable.reset();
+  TensorStore recovered(64 << 20);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DurableStore> reopened, OpenOn(dir.path(), &recovered));
+  EXPECT_THAT(Ints(recovered, "", "t"), ElementsAre(3, 4));
 }
 
 // With kInterval an in-place update is acknowledged once queued for the log's writer. When the

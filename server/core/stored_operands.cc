@@ -480,16 +480,27 @@ absl::Status StoredOperands::InlineReads(google::protobuf::Message* message) con
   return absl::OkStatus();
 }
 
+absl::Status StoredOperands::JournalTooLarge(size_t bytes) const {
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%s: a durable store journals an in-place update as one tensorops.v1 message of at most "
+      "%d bytes (protobuf's limit), and this update's would be %d (its arguments read from the "
+      "store or from shared memory travel in it); update in smaller pieces",
+      op_, kMaxJournalCallBytes, bytes));
+}
+
 absl::StatusOr<std::string> StoredOperands::JournalCall(
     int op_field, const google::protobuf::Message& request) const {
   std::string call;
   if (reads_.empty() && regions_.empty()) {
     // The OpRequest's encoding written around the request's own: one copy of its bytes, not two.
     const size_t bytes = request.ByteSizeLong();
+    // Protobuf writes nothing past its limit (and recovery could not parse it): refused before
+    // the update changes anything, not acknowledged with an empty record.
+    if (bytes + 16 > kMaxJournalCallBytes) return JournalTooLarge(bytes + 16);
     call.reserve(bytes + 16);
     AppendVarint((static_cast<uint64_t>(op_field) << 3) | 2, &call);  // length-delimited
     AppendVarint(bytes, &call);
-    request.AppendToString(&call);
+    if (!request.AppendToString(&call)) return JournalTooLarge(bytes);
     return call;
   }
   v1::OpRequest copy;
@@ -501,7 +512,11 @@ absl::StatusOr<std::string> StoredOperands::JournalCall(
   google::protobuf::Message* op = copy.GetReflection()->MutableMessage(&copy, field);
   op->CopyFrom(request);
   TENSOROPS_RETURN_IF_ERROR(InlineReads(op));
-  return copy.SerializeAsString();
+  const size_t bytes = copy.ByteSizeLong();
+  if (bytes > kMaxJournalCallBytes || !copy.SerializeToString(&call)) {
+    return JournalTooLarge(bytes);
+  }
+  return call;
 }
 
 }  // namespace tensorops

@@ -20,6 +20,8 @@
 #ifndef TENSOROPS_SERVER_CORE_STORED_OPERANDS_H_
 #define TENSOROPS_SERVER_CORE_STORED_OPERANDS_H_
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -152,12 +154,17 @@ class StoredOperands {
   // `request`, the message of OpRequest's field `op_field`: a serialized v1::OpRequest in which
   // every stored argument but the updated one carries its bytes inline, since recovery replays
   // the update after those tensors may have changed. Those operands must be in host memory
-  // (MirrorOnHost).
+  // (MirrorOnHost). INVALID_ARGUMENT when it would exceed kMaxJournalCallBytes.
   absl::StatusOr<std::string> JournalCall(int op_field,
                                           const google::protobuf::Message& request) const;
 
+  // The most bytes a journaled call may have: protobuf serializes and parses messages below 2 GiB.
+  static constexpr size_t kMaxJournalCallBytes = size_t{INT32_MAX};
+
  private:
   explicit StoredOperands(std::string_view op) : op_(op) {}
+  // JournalTooLarge is JournalCall's error for a call of `bytes`.
+  absl::Status JournalTooLarge(size_t bytes) const;
   // Unmirrored: the tensor `name`, in `memory`, is device memory with no host copy yet;
   // UpdateUnmirrored: so is the tensor updated in place.
   bool Unmirrored(const std::string& name, const TensorMemory& memory) const;

@@ -232,8 +232,12 @@ absl::StatusOr<std::unique_ptr<DurableStore>> DurableStore::Open(const DurableSt
     }
     durable->writer_ = std::thread([raw = durable.get()] { raw->WriteQueue(); });
   }
-  if (options.sync != StoreSync::kAlways || options.snapshot_interval > absl::ZeroDuration()) {
-    durable->background_ = std::thread([raw = durable.get()] { raw->Background(); });
+  // Two threads: a snapshot takes seconds, and the interval syncs may not wait for it.
+  if (options.sync != StoreSync::kAlways) {
+    durable->syncer_ = std::thread([raw = durable.get()] { raw->IntervalSyncs(); });
+  }
+  if (options.snapshot_interval > absl::ZeroDuration()) {
+    durable->snapshotter_ = std::thread([raw = durable.get()] { raw->PeriodicSnapshots(); });
   }
   return durable;
 }
@@ -490,7 +494,14 @@ absl::Status DurableStore::StartLog(int64_t generation) {
   header.set_format_version(kFormatVersion);
   header.set_generation(generation);
   header.set_created_unix_nanos(UnixNanos(absl::Now()));
-  TENSOROPS_RETURN_IF_ERROR(file.Append(RecordKind::kFileHeader, header).status());
+  if (const absl::Status written = file.Append(RecordKind::kFileHeader, header).status();
+      !written.ok()) {
+    // Not left behind: the next snapshot creates this generation's log again (a full disk, say,
+    // that has room by then), and would find the name taken.
+    std::error_code ignored;
+    std::filesystem::remove(PathOf(LogFileName(generation)), ignored);
+    return written;
+  }
   log_ = std::make_shared<RecordFile>(std::move(file));
   generation_ = generation;
   log_end_ = written_end_ = log_->size();
@@ -709,15 +720,19 @@ absl::Status DurableStore::SyncLog() {
   }
   if (!synced.ok()) {
     absl::MutexLock lock(&log_mu_);
-    // After a failed fsync the kernel may have dropped the unwritten pages: nothing says what
-    // the file holds, so no further change may count on it.
-    broken_ = absl::UnavailableError(absl::StrFormat(
-        "the store's log could not be synced (%s); it refuses every change until the server "
-        "restarts",
-        synced.message()));
-    spdlog::error("tensor store: {}", std::string(broken_.message()));
+    BreakAfterFailedSync(synced);
   }
   return synced;
+}
+
+void DurableStore::BreakAfterFailedSync(const absl::Status& synced) {
+  // After a failed fsync the kernel may have dropped the unwritten pages: nothing says what the
+  // file holds, so no further change may count on it.
+  broken_ = absl::UnavailableError(absl::StrFormat(
+      "the store's log could not be synced (%s); it refuses every change until the server "
+      "restarts",
+      synced.message()));
+  spdlog::error("tensor store: {}", std::string(broken_.message()));
 }
 
 absl::Status DurableStore::AwaitDurable(const Ticket& ticket) {
@@ -770,12 +785,22 @@ absl::StatusOr<SnapshotReport> DurableStore::SnapshotLocked() {
       return;
     }
     rotated = log_->Sync();
-    if (!rotated.ok()) return;
+    if (!rotated.ok()) {
+      // As in SyncLog: after a failed fsync the kernel may have dropped the unwritten pages, and
+      // a later fsync of the same file could succeed without them.
+      if (options_.sync != StoreSync::kNone) {
+        BreakAfterFailedSync(rotated);
+        absl::MutexLock sync_lock(&sync_mu_);
+        sync_error_ = rotated;
+      }
+      return;
+    }
     log_->DropCached(0, log_->size());
-    older_log_bytes_ += log_->size();
+    const int64_t old_log_bytes = log_->size();
     generation = generation_ + 1;
     rotated = StartLog(generation);
     if (!rotated.ok()) return;
+    older_log_bytes_ += old_log_bytes;
     changes_ = 0;
     absl::MutexLock sync_lock(&sync_mu_);
     synced_generation_ = generation;
@@ -875,44 +900,39 @@ absl::StatusOr<SnapshotReport> DurableStore::SnapshotLocked() {
 
 // ---- Lifetime ----
 
-void DurableStore::Background() {
-  absl::Time next_snapshot = absl::Now() + options_.snapshot_interval;
-  while (true) {
-    absl::Time wake = absl::InfiniteFuture();
-    if (options_.sync != StoreSync::kAlways) wake = absl::Now() + options_.sync_interval;
-    if (options_.snapshot_interval > absl::ZeroDuration()) wake = std::min(wake, next_snapshot);
+bool DurableStore::SleepUntil(absl::Time wake) {
+  absl::MutexLock lock(&stop_mu_);
+  const auto stopping = [this]() ABSL_SHARED_LOCKS_REQUIRED(stop_mu_) { return stop_; };
+  return !stop_mu_.AwaitWithDeadline(absl::Condition(&stopping), wake);
+}
+
+void DurableStore::IntervalSyncs() {
+  while (SleepUntil(absl::Now() + options_.sync_interval)) {
+    bool behind;
     {
-      absl::MutexLock lock(&stop_mu_);
-      const auto stopping = [this]() ABSL_SHARED_LOCKS_REQUIRED(stop_mu_) { return stop_; };
-      if (stop_mu_.AwaitWithDeadline(absl::Condition(&stopping), wake)) return;
+      absl::ReaderMutexLock log_lock(&log_mu_);
+      absl::MutexLock sync_lock(&sync_mu_);
+      behind = generation_ != synced_generation_ || written_end_ > synced_end_;
     }
-    if (options_.sync != StoreSync::kAlways) {
-      bool behind;
-      {
-        absl::ReaderMutexLock log_lock(&log_mu_);
-        absl::MutexLock sync_lock(&sync_mu_);
-        behind = generation_ != synced_generation_ || written_end_ > synced_end_;
-      }
-      if (behind) SyncLog().IgnoreError();  // logged (and after a failed fsync, changes refused)
+    if (behind) SyncLog().IgnoreError();  // logged (and after a failed fsync, changes refused)
+  }
+}
+
+void DurableStore::PeriodicSnapshots() {
+  while (SleepUntil(absl::Now() + options_.snapshot_interval)) {
+    bool changed;
+    {
+      absl::ReaderMutexLock lock(&log_mu_);
+      changed = changes_ > 0;
     }
-    if (options_.snapshot_interval > absl::ZeroDuration() && absl::Now() >= next_snapshot) {
-      next_snapshot = absl::Now() + options_.snapshot_interval;
-      bool changed;
-      {
-        absl::ReaderMutexLock lock(&log_mu_);
-        changed = changes_ > 0;
-      }
-      if (changed) {
-        absl::StatusOr<SnapshotReport> report = Snapshot();
-        if (report.ok()) {
-          spdlog::info("tensor store: snapshot {} written: {} tensors, {} bytes, in {}",
-                       report->path, report->tensors, report->bytes,
-                       absl::FormatDuration(report->duration));
-        } else {
-          spdlog::warn("tensor store: periodic snapshot failed (the log keeps every change): {}",
-                       report.status().ToString());
-        }
-      }
+    if (!changed) continue;
+    absl::StatusOr<SnapshotReport> report = Snapshot();
+    if (report.ok()) {
+      spdlog::info("tensor store: snapshot {} written: {} tensors, {} bytes, in {}", report->path,
+                   report->tensors, report->bytes, absl::FormatDuration(report->duration));
+    } else {
+      spdlog::warn("tensor store: periodic snapshot failed (the log keeps every change): {}",
+                   report.status().ToString());
     }
   }
 }
@@ -922,7 +942,8 @@ void DurableStore::StopBackground() {
     absl::MutexLock lock(&stop_mu_);
     stop_ = true;
   }
-  if (background_.joinable()) background_.join();
+  if (syncer_.joinable()) syncer_.join();
+  if (snapshotter_.joinable()) snapshotter_.join();
 }
 
 absl::StatusOr<std::optional<SnapshotReport>> DurableStore::Close() {

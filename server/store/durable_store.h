@@ -198,10 +198,17 @@ class DurableStore final : public StoreJournal {
   // SyncLog fsyncs the current log (kAlways: for every ticket waiting; kInterval: from the
   // background thread).
   absl::Status SyncLog();
+  // BreakAfterFailedSync makes every further change fail (broken_) after fsync failed `synced`.
+  void BreakAfterFailedSync(const absl::Status& synced) ABSL_EXCLUSIVE_LOCKS_REQUIRED(log_mu_);
   bool DurableLocked(const Ticket& ticket) const ABSL_SHARED_LOCKS_REQUIRED(sync_mu_);
   absl::StatusOr<SnapshotReport> SnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(snapshot_mu_);
-  // Background runs the interval syncs and periodic snapshots until stop_.
-  void Background();
+  // SleepUntil waits until `wake`; false when the store is stopping (stop_) instead.
+  bool SleepUntil(absl::Time wake);
+  // IntervalSyncs (kInterval, kNone) syncs the log every sync_interval, and PeriodicSnapshots
+  // snapshots every snapshot_interval when anything changed, each on a thread of its own until
+  // stop_; StopBackground stops and joins both.
+  void IntervalSyncs();
+  void PeriodicSnapshots();
   void StopBackground();
   std::string PathOf(std::string_view file) const;
 
@@ -260,7 +267,8 @@ class DurableStore final : public StoreJournal {
 
   absl::Mutex stop_mu_;
   bool stop_ ABSL_GUARDED_BY(stop_mu_) = false;
-  std::thread background_;
+  std::thread syncer_;
+  std::thread snapshotter_;
   bool closed_ = false;
 };
 

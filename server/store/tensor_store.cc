@@ -982,13 +982,18 @@ absl::StatusOr<int64_t> TensorStore::UpdateHandle::Commit(std::string_view updat
       if (!update_id.empty()) state_->RememberLocked(ns_, update_id, entry_->name, version);
     }
   }
-  // The update completed: nothing to cancel, whether or not the value was still live.
   const std::optional<StoreJournal::Ticket> logged = std::exchange(logged_, std::nullopt);
   Release();
   // Let go of the bytes too: when the value was overwritten or deleted meanwhile, this handle
   // may be the last to hold them.
   const std::shared_ptr<Entry> entry = std::move(entry_);
   if (!live) {
+    // Lost, so its record is cancelled: replayed, it would apply to the value it found (recovery
+    // replays in log order, the overwrite after it) and remember its update id, which a retry
+    // after a restart would then find applied, where without the restart it applies.
+    if (logged.has_value()) {
+      if (StoreJournal* journal = state_->Journal()) journal->LogCancel(*logged);
+    }
     return absl::AbortedError(absl::StrFormat(
         "tensor %s was overwritten or deleted while this update held it; the update is lost",
         QuoteName(entry->name)));

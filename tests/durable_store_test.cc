@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -151,6 +152,20 @@ absl::StatusOr<int64_t> AddInPlace(TensorStore& store, std::string_view ns, std:
 }
 
 // ---- The files ----
+
+// WithFileSizeLimit runs `body` while no file of the process may grow past `bytes`
+// (RLIMIT_FSIZE): a write past it fails with EFBIG, as a write to a full disk fails with ENOSPC.
+void WithFileSizeLimit(rlim_t bytes, const std::function<void()>& body) {
+  struct rlimit saved;
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit limited = saved;
+  limited.rlim_cur = bytes;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limited), 0);
+  body();
+  EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &saved), 0);
+  std::signal(SIGXFSZ, old_handler);
+}
 
 TEST(StoreFilesTest, RecordsRoundTripAndATornOrDamagedRecordIsTold) {
   TempDir dir;
@@ -556,19 +571,14 @@ TEST(DurableStoreTest, AFullDiskFailsTheChangeAndLeavesTheStoreAsItWas) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<DurableStore> durable,
                        OpenOn(dir.path(), &store, {.sync = StoreSync::kAlways}));
   ASSERT_TRUE(PutInts(store, "", "small", {1}).ok());
-  // RLIMIT_FSIZE makes a write past the limit fail with EFBIG, as a full disk fails with ENOSPC.
-  struct rlimit saved;
-  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
-  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
-  struct rlimit limited = saved;
-  limited.rlim_cur = 64 << 10;
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limited), 0);
-  const absl::StatusOr<int64_t> big = PutInts(store, "", "big", std::vector<int32_t>(1 << 20, 5));
-  const absl::StatusOr<int64_t> small = PutInts(store, "", "small", {2});
-  const absl::Status deleted = store.Delete("", "small");
-  absl::StatusOr<int64_t> updated = AddInPlace(store, "", "small", 1);
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &saved), 0);
-  std::signal(SIGXFSZ, old_handler);
+  absl::StatusOr<int64_t> big, small, updated;
+  absl::Status deleted;
+  WithFileSizeLimit(64 << 10, [&] {
+    big = PutInts(store, "", "big", std::vector<int32_t>(1 << 20, 5));
+    small = PutInts(store, "", "small", {2});
+    deleted = store.Delete("", "small");
+    updated = AddInPlace(store, "", "small", 1);
+  });
 
   EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(big.status().message()),
@@ -595,15 +605,9 @@ TEST(DurableStoreTest, ASnapshotThatCannotStartItsLogLeavesTheNextOneFree) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<DurableStore> durable,
                        OpenOn(dir.path(), &store, {.sync = StoreSync::kAlways}));
   ASSERT_TRUE(PutInts(store, "", "t", {1, 2}).ok());
-  struct rlimit saved;
-  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
-  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
-  struct rlimit limited = saved;
-  limited.rlim_cur = 8;  // no file may grow past 8 bytes: the new log's header cannot be written
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limited), 0);
-  const absl::StatusOr<SnapshotReport> failed = durable->Snapshot();
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &saved), 0);
-  std::signal(SIGXFSZ, old_handler);
+  absl::StatusOr<SnapshotReport> failed;
+  // No file may grow past 8 bytes: the new log's header cannot be written.
+  WithFileSizeLimit(8, [&] { failed = durable->Snapshot(); });
   EXPECT_FALSE(failed.ok());
 
   const absl::StatusOr<SnapshotReport> next = durable->Snapshot();
@@ -627,17 +631,13 @@ TEST(DurableStoreTest, AQueuedUpdateTheLogCannotWriteStopsEveryLaterChange) {
   ASSERT_TRUE(AddInPlace(store, "", "t", 1).ok());
   // Every record so far is written once a put (which follows the queue) returns.
   ASSERT_TRUE(PutInts(store, "", "u", {7}).ok());
-  struct rlimit saved;
-  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
-  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
-  struct rlimit limited = saved;
-  limited.rlim_cur = static_cast<rlim_t>(durable->stats().log_bytes);
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limited), 0);
-  const absl::StatusOr<int64_t> acknowledged = AddInPlace(store, "", "t", 100);
-  const absl::StatusOr<int64_t> refused = PutInts(store, "", "u", {8});
-  const absl::Status delete_refused = store.Delete("", "u");
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &saved), 0);
-  std::signal(SIGXFSZ, old_handler);
+  absl::StatusOr<int64_t> acknowledged, refused;
+  absl::Status delete_refused;
+  WithFileSizeLimit(static_cast<rlim_t>(durable->stats().log_bytes), [&] {
+    acknowledged = AddInPlace(store, "", "t", 100);
+    refused = PutInts(store, "", "u", {8});
+    delete_refused = store.Delete("", "u");
+  });
 
   ASSERT_TRUE(acknowledged.ok()) << acknowledged.status();
   EXPECT_EQ(*acknowledged, 3);

@@ -256,6 +256,25 @@ TEST(StoreFilesTest, RecordsRoundTripAndATornOrDamagedRecordIsTold) {
   EXPECT_THAT(std::string(damaged.status().message()),
               HasSubstr(absl::StrCat(path, " is damaged at offset ", offsets[1])));
   EXPECT_THAT(names, ElementsAre("t0"));
+  flip(offsets[1] + 100);
+  // A bad byte in a record's length (the high byte of the payload's, at head byte 16 + 3), which
+  // then runs past the end of the file: whole records follow, so it is damage, not a torn tail
+  // (a torn tail would be cut off, and the records after it with it).
+  flip(offsets[0] + 19);
+  names.clear();
+  const absl::StatusOr<RecordReader> long_record = read_all(&names);
+  EXPECT_EQ(long_record.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(long_record.status().message()),
+              HasSubstr(absl::StrCat(path, " is damaged at offset ", offsets[0],
+                                     ": the record's length runs past the end of the file, but "
+                                     "whole records follow it")));
+  // The same in the last record, with nothing after it, is a torn tail.
+  flip(offsets[0] + 19);
+  flip(offsets[2] + 19);
+  names.clear();
+  ASSERT_OK_AND_ASSIGN(RecordReader long_last, read_all(&names));
+  EXPECT_THAT(names, ElementsAre("t0", "t1"));
+  EXPECT_EQ(long_last.torn_at(), offsets[2]);
 }
 
 TEST(StoreFilesTest, NamesSortByGeneration) {

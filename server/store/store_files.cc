@@ -261,6 +261,42 @@ absl::StatusOr<bool> RecordReader::ZerosFrom(int64_t offset) const {
   return true;
 }
 
+absl::StatusOr<bool> RecordReader::WholeRecordAfter(int64_t offset) {
+  // The probes read as Next does, from other places: where this reader was is put back after.
+  const int64_t saved_offset = offset_;
+  const std::optional<int64_t> saved_torn_at = torn_at_;
+  probing_ = true;
+  bool found = false;
+  int probes = 0;
+  std::vector<char> chunk(static_cast<size_t>(std::min(kChunkBytes, file_size_ - offset)));
+  absl::Status read = absl::OkStatus();
+  for (int64_t at = offset + 1;
+       at + kRecordHeadBytes + kRecordTailBytes <= file_size_ && !found && probes < kMaxProbes;) {
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(chunk.size()), file_size_ - at);
+    read = ReadAt(at, absl::MakeSpan(chunk.data(), static_cast<size_t>(n)));
+    if (!read.ok()) break;
+    const std::string_view bytes(chunk.data(), static_cast<size_t>(n));
+    for (size_t hit = bytes.find(std::string_view(kHeadMagic, 4)); hit != std::string_view::npos;
+         hit = bytes.find(std::string_view(kHeadMagic, 4), hit + 1)) {
+      offset_ = at + static_cast<int64_t>(hit);
+      torn_at_.reset();
+      const absl::StatusOr<std::optional<Record>> record = Next();
+      if (record.ok() && record->has_value()) {
+        found = true;
+        break;
+      }
+      if (++probes == kMaxProbes) break;
+    }
+    // The next chunk overlaps this one by a magic's length less one, not to miss one across.
+    at += n > 3 ? n - 3 : n;
+  }
+  offset_ = saved_offset;
+  torn_at_ = saved_torn_at;
+  probing_ = false;
+  TENSOROPS_RETURN_IF_ERROR(read);
+  return found;
+}
+
 void RecordReader::DropCached() const {
   if (offset_ > 0) (void)posix_fadvise(fd_, 0, offset_, POSIX_FADV_DONTNEED);
 }
@@ -298,7 +334,19 @@ absl::StatusOr<std::optional<Record>> RecordReader::Next(const SinkFor& sink_for
   }
   const int64_t end = start + kRecordHeadBytes + meta_bytes + static_cast<int64_t>(payload_bytes) +
                       kRecordTailBytes;
-  if (end > file_size_) return Torn(start);
+  if (end > file_size_) {
+    // A crashed append leaves a prefix of one record; whole records after this one mean that its
+    // length, not the file's end, is wrong, and cutting the file there would drop them.
+    if (!probing_) {
+      TENSOROPS_ASSIGN_OR_RETURN(const bool followed, WholeRecordAfter(start));
+      if (followed) {
+        return Damaged(start,
+                       "the record's length runs past the end of the file, but whole "
+                       "records follow it");
+      }
+    }
+    return Torn(start);
+  }
 
   Record record{.kind = static_cast<RecordKind>(kind),
                 .offset = start,

@@ -131,10 +131,12 @@ class RecordReader {
 
   // Next returns the next whole record, its payload passed to the sink `sink_for` gives (read and
   // dropped without one); nullopt at the end of the file, or at a torn last record (torn_at() then
-  // says where it began): one that runs past the end of the file, one whose bytes from its start
-  // to the end of the file are all zeros, or one that fails its check with nothing but zeros
-  // after it (a file system may keep a crashed append's length but not all of its bytes).
-  // Anything else wrong is DATA_LOSS naming the file, the offset and what is wrong.
+  // says where it began): one that runs past the end of the file with no whole record in the
+  // bytes it leaves (a record whose length was damaged runs past the end too, but whole records
+  // follow it), one whose bytes from its start to the end of the file are all zeros, or one that
+  // fails its check with nothing but zeros after it (a file system may keep a crashed append's
+  // length but not all of its bytes). Anything else wrong is DATA_LOSS naming the file, the
+  // offset and what is wrong.
   absl::StatusOr<std::optional<Record>> Next(const SinkFor& sink_for = {});
 
   // DropCached drops the pages read so far from the page cache (see RecordFile::DropCached).
@@ -152,6 +154,11 @@ class RecordReader {
   absl::Status ReadAt(int64_t offset, absl::Span<char> bytes) const;
   // ZerosFrom is true when every byte from `offset` to the end of the file is zero.
   absl::StatusOr<bool> ZerosFrom(int64_t offset) const;
+  // WholeRecordAfter is true when a whole record (magic, lengths and CRC-32 right) starts
+  // somewhere in (offset, file end): probes from the first kMaxProbes places the head's magic is
+  // found.
+  absl::StatusOr<bool> WholeRecordAfter(int64_t offset);
+  static constexpr int kMaxProbes = 1024;
   // Torn records a torn last record at `offset` and ends the file there.
   std::optional<Record> Torn(int64_t offset);
   absl::Status Damaged(int64_t offset, std::string_view what) const;
@@ -161,6 +168,8 @@ class RecordReader {
   int64_t file_size_ = 0;
   int64_t offset_ = 0;
   std::optional<int64_t> torn_at_;
+  // Set while WholeRecordAfter probes: a probe that runs past the end does not probe again.
+  bool probing_ = false;
 };
 
 // File names in a store directory: snapshot-<generation>.tosnap, log-<generation>.tolog

@@ -91,7 +91,14 @@ TEST(SharedMemoryRegionsTest, RegistersListsAndUnregistersByNamespace) {
   EXPECT_EQ(regions.List("c", "r1").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(regions.Find("c", "r1", "gather: input").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(regions.mapped_bytes(), 8192 + 4096 + 8192);
-  absl::StatusOr<std::vector<std::string>> gone = regions.Unregister("a", "");
+  // Unregistering one kind (as Triton's RPCs do) leaves the other's regions alone.
+  EXPECT_EQ(regions.Unregister("a", "r1", RegionKind::kCuda).status().code(),
+            absl::StatusCode::kNotFound);
+  absl::StatusOr<std::vector<std::string>> no_cuda = regions.Unregister("a", "", RegionKind::kCuda);
+  ASSERT_TRUE(no_cuda.ok());
+  EXPECT_TRUE(no_cuda->empty());
+  EXPECT_EQ(regions.regions(), 3);
+  absl::StatusOr<std::vector<std::string>> gone = regions.Unregister("a", "", RegionKind::kSystem);
   ASSERT_TRUE(gone.ok());
   EXPECT_THAT(*gone, ElementsAre("r1", "r2"));
   EXPECT_EQ(regions.Unregister("a", "r1").status().code(), absl::StatusCode::kNotFound);

@@ -347,15 +347,12 @@ void InferenceService::HandleSharedMemory() {
   // other kind, is left alone without an error, and an empty name means every region of the kind.
   const auto unregister = [](SharedMemoryRegions& regions, std::string_view ns,
                              std::string_view name, bool system) -> absl::Status {
-    absl::StatusOr<std::vector<v1::SharedMemoryRegion>> listed = regions.List(ns, name);
-    if (absl::IsNotFound(listed.status())) return absl::OkStatus();
-    TENSOROPS_RETURN_IF_ERROR(listed.status());
-    for (const v1::SharedMemoryRegion& region : *listed) {
-      if (region.has_system() != system) continue;
-      const absl::StatusOr<std::vector<std::string>> gone = regions.Unregister(ns, region.name());
-      if (!gone.ok() && !absl::IsNotFound(gone.status())) return gone.status();
-    }
-    return absl::OkStatus();
+    // The kind is checked under the registry's lock: a name registered again as the other kind
+    // meanwhile is left alone.
+    const absl::StatusOr<std::vector<std::string>> gone =
+        regions.Unregister(ns, name, system ? RegionKind::kSystem : RegionKind::kCuda);
+    if (absl::IsNotFound(gone.status())) return absl::OkStatus();
+    return gone.status();
   };
   // The regions of one kind that a status request asks for: `name` alone (NOT_FOUND when it is
   // not registered, or is of the other kind) or all of them.

@@ -329,31 +329,44 @@ absl::Status SharedMemoryRegions::CheckOwnObject(std::string_view ns,
 }
 
 absl::StatusOr<std::vector<std::string>> SharedMemoryRegions::Unregister(std::string_view ns,
-                                                                         std::string_view name) {
+                                                                         std::string_view name,
+                                                                         RegionKind kind) {
+  const auto of_kind = [kind](const MappedRegion& region) {
+    return kind == RegionKind::kAny || region.on_device() == (kind == RegionKind::kCuda);
+  };
   // Unmapped after the lock is released (a region's last holder may be this call).
   std::vector<std::shared_ptr<MappedRegion>> released;
   std::vector<std::string> names;
   {
     absl::MutexLock lock(&mu_);
+    const auto not_found = [&] {
+      return absl::NotFoundError(
+          absl::StrFormat("shared-memory region %s is not registered", Quoted(name)));
+    };
     const auto it = by_namespace_.find(Key(ns));
+    if (it == by_namespace_.end()) {
+      if (name.empty()) return names;
+      return not_found();
+    }
+    auto& regions = it->second;
     if (name.empty()) {
-      if (it == by_namespace_.end()) return names;
-      for (auto& [region_name, region] : it->second) {
-        names.push_back(region_name);
-        released.push_back(std::move(region));
+      for (auto region = regions.begin(); region != regions.end();) {
+        if (!of_kind(*region->second)) {
+          ++region;
+          continue;
+        }
+        names.push_back(region->first);
+        released.push_back(std::move(region->second));
+        region = regions.erase(region);
       }
-      by_namespace_.erase(it);
     } else {
-      if (it == by_namespace_.end() || !it->second.contains(Key(name))) {
-        return absl::NotFoundError(
-            absl::StrFormat("shared-memory region %s is not registered", Quoted(name)));
-      }
-      const auto region = it->second.find(Key(name));
+      const auto region = regions.find(Key(name));
+      if (region == regions.end() || !of_kind(*region->second)) return not_found();
       names.push_back(region->first);
       released.push_back(std::move(region->second));
-      it->second.erase(region);
-      if (it->second.empty()) by_namespace_.erase(it);
+      regions.erase(region);
     }
+    if (regions.empty()) by_namespace_.erase(it);
   }
   released.clear();
   return names;

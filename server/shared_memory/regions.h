@@ -123,6 +123,9 @@ class MappedRegion {
   TensorMemory* const device_memory_;
 };
 
+// RegionKind selects regions by their memory: Triton's RPCs each see one kind.
+enum class RegionKind { kAny, kSystem, kCuda };
+
 class SharedMemoryRegions {
  public:
   struct Limits {
@@ -145,10 +148,11 @@ class SharedMemoryRegions {
   // token's memory: a name is per namespace, an object is not), and MapSystem's and MapCuda's
   // errors.
   absl::Status Register(std::string_view ns, const v1::SharedMemoryRegion& region);
-  // Unregister forgets `name` (NOT_FOUND when `ns` has no such region), or every region of `ns`
-  // when `name` is empty; returns the names forgotten, sorted. A region a call is using is
-  // unmapped when that call is done.
-  absl::StatusOr<std::vector<std::string>> Unregister(std::string_view ns, std::string_view name);
+  // Unregister forgets `name` (NOT_FOUND when `ns` has no such region of `kind`), or every region
+  // of `ns` of `kind` when `name` is empty; returns the names forgotten, sorted. A region a call
+  // is using is unmapped when that call is done.
+  absl::StatusOr<std::vector<std::string>> Unregister(std::string_view ns, std::string_view name,
+                                                      RegionKind kind = RegionKind::kAny);
   // List describes `name` (NOT_FOUND when not registered), or every region of `ns` when `name`
   // is empty, sorted by name.
   absl::StatusOr<std::vector<v1::SharedMemoryRegion>> List(std::string_view ns,

@@ -421,6 +421,45 @@ TEST_F(SharedMemoryServiceTest, KServeInputsAndOutputsInARegionGiveTheInlineByte
   }
 }
 
+// A backward model's gradient asked for in a region is copied there; the region is found when the
+// call is prepared, so a name that is not registered fails the call before it runs.
+TEST_F(SharedMemoryServiceTest, KServeGradientsInARegionGiveTheInlineBytes) {
+  std::mt19937 rng(13);
+  inference::ModelInferRequest request = Cases(rng)[1].kserve;
+  ASSERT_EQ(request.model_name(), "scatter");
+  request.set_model_name("scatter_backward");
+  testing::AddInput("grad_output",
+                    testing::MakeTensor<float>({4, 6}, testing::RandomFloats(rng, 24)), &request);
+  grpc::ClientContext context;
+  inference::ModelInferResponse inline_answer;
+  ASSERT_TRUE(kserve_->ModelInfer(&context, request, &inline_answer).ok());
+  ASSERT_EQ(inline_answer.outputs(1).name(), "grad_src");
+  const std::string& expected = inline_answer.raw_output_contents(1);
+
+  auto* output = request.add_outputs();
+  output->set_name("grad_src");
+  (*output->mutable_parameters())["shared_memory_region"].set_string_param("region");
+  (*output->mutable_parameters())["shared_memory_byte_size"].set_int64_param(
+      static_cast<int64_t>(expected.size()));
+  (*output->mutable_parameters())["shared_memory_offset"].set_int64_param(4096);
+  std::memset(object_->data() + 4096, 0x5a, expected.size());
+  grpc::ClientContext call;
+  inference::ModelInferResponse answer;
+  const grpc::Status status = kserve_->ModelInfer(&call, request, &answer);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(answer.raw_output_contents_size(), 0);
+  ASSERT_EQ(answer.outputs_size(), 1);
+  EXPECT_EQ(answer.outputs(0).name(), "grad_src");
+  EXPECT_EQ(std::string(object_->data() + 4096, expected.size()), expected);
+
+  (*output->mutable_parameters())["shared_memory_region"].set_string_param("nowhere");
+  grpc::ClientContext missing_call;
+  testing::ExpectStatus(kserve_->ModelInfer(&missing_call, request, &answer),
+                        grpc::StatusCode::NOT_FOUND,
+                        "scatter_backward: output \"grad_src\" names shared-memory region "
+                        "\"nowhere\", which is not registered");
+}
+
 TEST_F(SharedMemoryServiceTest, KServeRegistersListsAndUnregistersAsTritonDoes) {
   absl::StatusOr<SharedMemoryObject> object = SharedMemoryObject::Create(UniqueKey("kserve"), 4096);
   ASSERT_TRUE(object.ok());

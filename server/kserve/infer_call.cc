@@ -655,8 +655,14 @@ absl::StatusOr<std::unique_ptr<InferCall>> InferCall::Translate(ModelInferReques
 absl::StatusOr<PreparedOp> InferCall::Prepare(const wire::DecodeLimits& limits,
                                               const StoredTensors& stored,
                                               inference::ModelInferResponse* response) {
-  regions_ = stored.regions;
-  ns_ = std::string(stored.ns);
+  // The regions gradients go to are found now, with the arguments' (one name, one region for the
+  // whole call, though it may be registered again before Respond).
+  for (const auto& [output, ref] : gradient_regions_) {
+    TENSOROPS_ASSIGN_OR_RETURN(
+        gradient_targets_[output],
+        FindRegion(stored.regions, stored.ns, ref,
+                   absl::StrFormat("%s: output \"%s\"", model_->name, output)));
+  }
   // The v1 request is this call's own and nothing reads it after the op has run, so the op may
   // take its input bytes as the result.
   TENSOROPS_ASSIGN_OR_RETURN(
@@ -712,8 +718,8 @@ absl::Status InferCall::Respond(inference::ModelInferResponse* response) {
       const std::string what = absl::StrFormat("%s: output \"%s\"", model_->name, output);
       TENSOROPS_ASSIGN_OR_RETURN(
           const RegionBytes target,
-          FindBytes(regions_, ns_, region->second, static_cast<int64_t>(value.data().size()),
-                    /*exactly=*/false, what));
+          SliceBytes(gradient_targets_.at(output), region->second,
+                     static_cast<int64_t>(value.data().size()), /*exactly=*/false, what));
       TENSOROPS_RETURN_IF_ERROR(
           CopyIntoRegion(target, value.data().data(), static_cast<int64_t>(value.data().size())));
       TENSOROPS_RETURN_IF_ERROR(target.region->CheckIntact(what));

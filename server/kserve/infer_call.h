@@ -67,11 +67,10 @@ class InferCall {
   // Where the v1 result goes.
   v1::Tensor result_;
   v1::BackwardResponse gradients_;
-  // A gradient model's outputs asked for in shared memory, by output name; Respond copies each
-  // gradient there from the regions of the caller's namespace.
+  // A gradient model's outputs asked for in shared memory, by output name, and the regions they
+  // name (found by Prepare); Respond copies each gradient there.
   std::map<std::string, v1::SharedMemoryRef> gradient_regions_;
-  const SharedMemoryRegions* regions_ = nullptr;
-  std::string ns_;
+  std::map<std::string, std::shared_ptr<const MappedRegion>> gradient_targets_;
 };
 
 }  // namespace tensorops::kserve

@@ -427,22 +427,46 @@ absl::Status CopyIntoRegion(const RegionBytes& target, const void* host, int64_t
   return absl::OkStatus();
 }
 
-absl::StatusOr<RegionBytes> FindBytes(const SharedMemoryRegions* regions, std::string_view ns,
-                                      const v1::SharedMemoryRef& ref, int64_t bytes, bool exactly,
-                                      std::string_view what) {
+absl::StatusOr<std::shared_ptr<const MappedRegion>> FindRegion(const SharedMemoryRegions* regions,
+                                                               std::string_view ns,
+                                                               const v1::SharedMemoryRef& ref,
+                                                               std::string_view what) {
   if (regions == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrFormat("%s names a region, but this call cannot use shared memory", what));
   }
-  if (exactly ? ref.byte_size() != bytes : ref.byte_size() < bytes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s.byte_size is %d, but the tensor has %d bytes (byte_size must be %s)", what,
-        ref.byte_size(), bytes, exactly ? "the tensor's bytes exactly" : "at least its bytes"));
-  }
-  RegionBytes found;
-  TENSOROPS_ASSIGN_OR_RETURN(found.region, regions->Find(ns, ref.region(), what));
+  return regions->Find(ns, ref.region(), what);
+}
+
+namespace {
+
+// CheckByteSize: `ref` holds a tensor of `bytes` bytes, exactly or at least (FindBytes).
+absl::Status CheckByteSize(const v1::SharedMemoryRef& ref, int64_t bytes, bool exactly,
+                           std::string_view what) {
+  if (exactly ? ref.byte_size() == bytes : ref.byte_size() >= bytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%s.byte_size is %d, but the tensor has %d bytes (byte_size must be %s)", what,
+      ref.byte_size(), bytes, exactly ? "the tensor's bytes exactly" : "at least its bytes"));
+}
+
+}  // namespace
+
+absl::StatusOr<RegionBytes> SliceBytes(std::shared_ptr<const MappedRegion> region,
+                                       const v1::SharedMemoryRef& ref, int64_t bytes, bool exactly,
+                                       std::string_view what) {
+  TENSOROPS_RETURN_IF_ERROR(CheckByteSize(ref, bytes, exactly, what));
+  RegionBytes found{.region = std::move(region)};
   TENSOROPS_ASSIGN_OR_RETURN(found.data, found.region->Slice(ref.offset(), bytes, what));
   return found;
+}
+
+absl::StatusOr<RegionBytes> FindBytes(const SharedMemoryRegions* regions, std::string_view ns,
+                                      const v1::SharedMemoryRef& ref, int64_t bytes, bool exactly,
+                                      std::string_view what) {
+  if (regions != nullptr) TENSOROPS_RETURN_IF_ERROR(CheckByteSize(ref, bytes, exactly, what));
+  TENSOROPS_ASSIGN_OR_RETURN(std::shared_ptr<const MappedRegion> region,
+                             FindRegion(regions, ns, ref, what));
+  return SliceBytes(std::move(region), ref, bytes, exactly, what);
 }
 
 }  // namespace tensorops

@@ -202,6 +202,15 @@ absl::Status CopyIntoRegion(const RegionBytes& target, const void* host, int64_t
 absl::StatusOr<RegionBytes> FindBytes(const SharedMemoryRegions* regions, std::string_view ns,
                                       const v1::SharedMemoryRef& ref, int64_t bytes, bool exactly,
                                       std::string_view what);
+// FindRegion is FindBytes' first half: the region `ref` names, held (its errors, with `what`).
+absl::StatusOr<std::shared_ptr<const MappedRegion>> FindRegion(const SharedMemoryRegions* regions,
+                                                               std::string_view ns,
+                                                               const v1::SharedMemoryRef& ref,
+                                                               std::string_view what);
+// SliceBytes is its second: `ref`'s bytes in `region`, found before, checked as FindBytes says.
+absl::StatusOr<RegionBytes> SliceBytes(std::shared_ptr<const MappedRegion> region,
+                                       const v1::SharedMemoryRef& ref, int64_t bytes, bool exactly,
+                                       std::string_view what);
 
 }  // namespace tensorops
 

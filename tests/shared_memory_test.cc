@@ -383,6 +383,20 @@ TEST_F(SharedMemoryServiceTest, EveryOpGivesTheSameBytesWithEachArgumentAndTheRe
   }
 }
 
+// AddOutputInRegion asks for output `name` in `byte_size` bytes of `region` from `offset`, with
+// Triton's output parameters.
+inference::ModelInferRequest::InferRequestedOutputTensor* AddOutputInRegion(
+    const std::string& name, const std::string& region, int64_t offset, int64_t byte_size,
+    inference::ModelInferRequest* request) {
+  auto* output = request->add_outputs();
+  output->set_name(name);
+  auto& parameters = *output->mutable_parameters();
+  parameters["shared_memory_region"].set_string_param(region);
+  parameters["shared_memory_byte_size"].set_int64_param(byte_size);
+  parameters["shared_memory_offset"].set_int64_param(offset);
+  return output;
+}
+
 TEST_F(SharedMemoryServiceTest, KServeInputsAndOutputsInARegionGiveTheInlineBytes) {
   std::mt19937 rng(11);
   for (const testing::Case& c : Cases(rng)) {
@@ -403,12 +417,7 @@ TEST_F(SharedMemoryServiceTest, KServeInputsAndOutputsInARegionGiveTheInlineByte
     }
     request.clear_raw_input_contents();
     const std::string& expected = inline_answer.raw_output_contents(0);
-    auto* output = request.add_outputs();
-    output->set_name("output");
-    (*output->mutable_parameters())["shared_memory_region"].set_string_param("region");
-    (*output->mutable_parameters())["shared_memory_byte_size"].set_int64_param(
-        static_cast<int64_t>(expected.size()));
-    (*output->mutable_parameters())["shared_memory_offset"].set_int64_param(next_);
+    AddOutputInRegion("output", "region", next_, static_cast<int64_t>(expected.size()), &request);
     grpc::ClientContext call;
     inference::ModelInferResponse answer;
     const grpc::Status status = kserve_->ModelInfer(&call, request, &answer);
@@ -436,12 +445,8 @@ TEST_F(SharedMemoryServiceTest, KServeGradientsInARegionGiveTheInlineBytes) {
   ASSERT_EQ(inline_answer.outputs(1).name(), "grad_src");
   const std::string& expected = inline_answer.raw_output_contents(1);
 
-  auto* output = request.add_outputs();
-  output->set_name("grad_src");
-  (*output->mutable_parameters())["shared_memory_region"].set_string_param("region");
-  (*output->mutable_parameters())["shared_memory_byte_size"].set_int64_param(
-      static_cast<int64_t>(expected.size()));
-  (*output->mutable_parameters())["shared_memory_offset"].set_int64_param(4096);
+  auto* output = AddOutputInRegion("grad_src", "region", 4096,
+                                   static_cast<int64_t>(expected.size()), &request);
   std::memset(object_->data() + 4096, 0x5a, expected.size());
   grpc::ClientContext call;
   inference::ModelInferResponse answer;

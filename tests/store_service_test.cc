@@ -1411,6 +1411,34 @@ TEST_P(StoreServiceTest, ADownloadHoldsNoLockWhileTheClientReadsAndAbortsWhenThe
                "get_tensor: tensor \"slow\" changed after");
 }
 
+// A name deleted and stored again starts again at version 1: the download, which checks the
+// version before each chunk, must see that it is another value (once read past the new, smaller
+// value's end, and crashed the server).
+TEST_P(StoreServiceTest, ADownloadAbortsWhenItsTensorIsDeletedAndStoredAgain) {
+  ServerOptions options;
+  options.store.download_snapshot_bytes = (int64_t{4} << 20) - 1;
+  Start(options);
+  constexpr int64_t kElements = int64_t{1} << 20;
+  const std::vector<float> values = Floats(kElements);
+  ASSERT_TRUE(
+      client_->PutTensor("slow", TensorView(DataType::kFloat32, {kElements}, values.data())).ok());
+  SlowDownload download;
+  ASSERT_NO_FATAL_FAILURE(StartSlowDownload(server_->port(), "slow", &download));
+  ASSERT_TRUE(client_->DeleteTensor("slow").ok());
+  const std::vector<float> small = Floats(4);
+  absl::StatusOr<v1::TensorInfo> again =
+      client_->PutTensor("slow", TensorView(DataType::kFloat32, {4}, small.data()));
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_EQ(again->version(), 1);
+  v1::GetTensorResponse message;
+  while (download.reader->Read(&message)) download.data += message.data();
+  ExpectStatus(download.reader->Finish(), grpc::StatusCode::ABORTED,
+               "get_tensor: tensor \"slow\" changed after");
+  EXPECT_LT(download.data.size(), values.size() * sizeof(float));
+  EXPECT_EQ(std::memcmp(download.data.data(), values.data(), download.data.size()), 0)
+      << "every byte sent is the first value's";
+}
+
 TEST_P(StoreServiceTest, ServerInfoAndMetricsReportTheStoresFigures) {
   absl::StatusOr<v1::ServerInfoResponse> empty = client_->ServerInfo();
   EXPECT_EQ(empty->store().sync(), "");  // in memory only

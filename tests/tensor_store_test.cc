@@ -636,6 +636,12 @@ TEST(TensorStoreTest, ShapesWhoseSizeOverflowsAreInvalid) {
   // More than 2^31 bytes is fine as far as the arithmetic goes (refused here only by the limit).
   EXPECT_TRUE(HasError(store.BeginUpload("", "w", DataType::kFloat64, {int64_t{1} << 38}),
                        absl::StatusCode::kResourceExhausted, {"2199023255552 bytes"}));
+  // Near INT64_MAX bytes, where rounding up to whole words would overflow: refused by the limit
+  // too, leaving nothing reserved (it once passed the limit as a negative charge).
+  EXPECT_TRUE(
+      HasError(store.BeginUpload("", "w", DataType::kUInt8, {std::numeric_limits<int64_t>::max()}),
+               absl::StatusCode::kResourceExhausted, {"9223372036854775807 bytes"}));
+  EXPECT_EQ(store.used_bytes(), 0);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -496,6 +496,9 @@ absl::StatusOr<TensorStore::Upload> TensorStore::BeginUpload(std::string_view ns
         options));
   }
 
+  // A tensor larger than the whole limit is refused as it stands: rounded up to whole words and
+  // pages (ChargedBytes), a size near INT64_MAX would overflow and pass the limit as a negative.
+  if (bytes > state_->pool->limit()) return state_->pool->Reserve(name, bytes, bytes);
   const int64_t charged = ChargedBytes(*state_->memory, bytes);
   TENSOROPS_RETURN_IF_ERROR(state_->pool->Reserve(name, bytes, charged));
   void* data = empty_tensor_bytes;
@@ -881,6 +884,8 @@ absl::Status TensorStore::ReadHandle::CopyToHost(int64_t offset, int64_t bytes, 
 DataType TensorStore::ReadHandle::dtype() const { return entry_->dtype; }
 const Shape& TensorStore::ReadHandle::shape() const { return entry_->shape; }
 int64_t TensorStore::ReadHandle::bytes() const { return entry_->bytes; }
+// Set before the value became visible, never changed after: no lock needed.
+uint64_t TensorStore::ReadHandle::serial() const { return entry_->serial; }
 
 // ---- UpdateHandle ----
 

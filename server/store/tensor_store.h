@@ -397,6 +397,9 @@ class TensorStore::ReadHandle {
   const Shape& shape() const;
   int64_t bytes() const;
   int64_t version() const { return version_; }
+  // serial is the value's identity (Metadata::serial): a name deleted and stored again starts
+  // again at version 1, with another serial, so a name and a version alone may be another value.
+  uint64_t serial() const;
 
  private:
   friend class TensorStore;

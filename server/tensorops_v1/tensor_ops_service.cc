@@ -289,7 +289,10 @@ class PutTensorReactor final : public grpc::ServerReadReactor<PutTensorMessage> 
 // --max_memory_bytes), and the chunks come from the copy: no update can abort it, however long
 // the client takes. A larger tensor (or one the memory budget cannot copy) is read chunk by chunk,
 // the lock held while each chunk is copied; when it changes before the last chunk, the stream
-// ends ABORTED. Deletes itself when gRPC is done.
+// ends ABORTED. Each lock is tried on the thread the download is on, and waited for on the
+// blocking pool when an update holds it (an update waiting in the queue for a worker may hold it
+// long, and a gRPC thread that waited would stall unrelated calls). Deletes itself when gRPC is
+// done.
 class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResponse> {
  public:
   GetTensorReactor(const ServingContext& serving, grpc::CallbackServerContext* context,
@@ -298,13 +301,18 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
         context_(context),
         request_bytes_(static_cast<int64_t>(request.bytes)),
         ns_(StoreNamespace(serving, *context)) {
-    absl::Status status = Authenticate(serving_, *context_);
-    if (status.ok()) status = Begin(request);
-    if (!status.ok()) {
+    if (const absl::Status status = Authenticate(serving_, *context_); !status.ok()) {
       End(status);
       return;
     }
-    Send();
+    const absl::Status opened = Begin(request, FirstTry());
+    if (IsStoreBusy(opened)) {
+      // gRPC keeps the request until the call is done.
+      serving_.blocking_pool->Run(
+          [this, &request] { SendOrEnd(Begin(request, LockWait::kWait), /*chunk=*/0); });
+      return;
+    }
+    SendOrEnd(opened, /*chunk=*/0);
   }
 
   void OnWriteDone(bool ok) override {
@@ -320,28 +328,16 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
     const int64_t size = std::min(chunk_bytes_, bytes_ - offset_);
     if (snapshot_.has_value()) {
       response_.set_data(snapshot_->data() + offset_, static_cast<size_t>(size));
-    } else {
-      absl::StatusOr<TensorStore::ReadHandle> read = serving_.store->Read(ns_, name_, version_);
-      if (!read.ok()) {
-        End(absl::AbortedError(absl::StrFormat(
-            "get_tensor: tensor \"%s\" changed after %d of its %d bytes were sent (%s); get it "
-            "again",
-            absl::CHexEscape(absl::string_view(name_.data(), name_.size())), offset_, bytes_,
-            read.status().message())));
-        return;
-      }
-      if (read->memory().host_accessible()) {
-        response_.set_data(static_cast<const char*>(read->view().data()) + offset_,
-                           static_cast<size_t>(size));
-      } else if (absl::Status copied = CopyChunk(*read, size); !copied.ok()) {
-        End(absl::UnavailableError(absl::StrFormat(
-            "get_tensor: tensor \"%s\": reading its bytes failed: %s",
-            absl::CHexEscape(absl::string_view(name_.data(), name_.size())), copied.message())));
-        return;
-      }
+      SendOrEnd(absl::OkStatus(), size);
+      return;
     }
-    offset_ += size;
-    Send();
+    const absl::Status read = ReadChunk(size, FirstTry());
+    if (IsStoreBusy(read)) {
+      serving_.blocking_pool->Run(
+          [this, size] { SendOrEnd(ReadChunk(size, LockWait::kWait), size); });
+      return;
+    }
+    SendOrEnd(read, size);
   }
 
   void OnDone() override { delete this; }
@@ -370,6 +366,53 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
     return absl::OkStatus();
   }
 
+  // FirstTry is how a lock is first taken: tried, when there is a pool to wait on instead.
+  LockWait FirstTry() const {
+    return serving_.blocking_pool == nullptr ? LockWait::kWait : LockWait::kTry;
+  }
+
+  // SendOrEnd sends response_, which holds the info or the next `chunk` bytes, or ends the call
+  // with `status`.
+  void SendOrEnd(const absl::Status& status, int64_t chunk) {
+    if (!status.ok()) {
+      End(status);
+      return;
+    }
+    offset_ += chunk;
+    Send();
+  }
+
+  // ReadChunk puts the `size` bytes at offset_ of the tensor into response_, under a read lock
+  // taken as `wait` says: ABORTED when the tensor is no longer the value and version the info
+  // announced.
+  absl::Status ReadChunk(int64_t size, LockWait wait) {
+    absl::StatusOr<TensorStore::ReadHandle> read = serving_.store->Read(ns_, name_, version_, wait);
+    if (IsStoreBusy(read.status())) return read.status();
+    // The same version of the same value: a name deleted and stored again starts at version 1
+    // again, with other bytes (and maybe fewer of them).
+    if (read.ok() && read->serial() != serial_) {
+      read = absl::NotFoundError("it was deleted and stored again");
+    }
+    if (!read.ok()) {
+      return absl::AbortedError(absl::StrFormat(
+          "get_tensor: tensor \"%s\" changed after %d of its %d bytes were sent (%s); get it "
+          "again",
+          absl::CHexEscape(absl::string_view(name_.data(), name_.size())), offset_, bytes_,
+          read.status().message()));
+    }
+    if (read->memory().host_accessible()) {
+      response_.set_data(static_cast<const char*>(read->view().data()) + offset_,
+                         static_cast<size_t>(size));
+      return absl::OkStatus();
+    }
+    if (absl::Status copied = CopyChunk(*read, size); !copied.ok()) {
+      return absl::UnavailableError(absl::StrFormat(
+          "get_tensor: tensor \"%s\": reading its bytes failed: %s",
+          absl::CHexEscape(absl::string_view(name_.data(), name_.size())), copied.message()));
+    }
+    return absl::OkStatus();
+  }
+
   // CopyChunk copies the chunk of `size` bytes at offset_ out of device memory into response_.
   absl::Status CopyChunk(const TensorStore::ReadHandle& read, int64_t size) {
     std::string* data = response_.mutable_data();
@@ -377,7 +420,9 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
     return read.CopyToHost(offset_, size, data->data());
   }
 
-  absl::Status Begin(const Parsed<v1::GetTensorRequest>& parsed) {
+  // Begin reads the tensor, the lock taken as `wait` says (busy: nothing done but the request's
+  // checks, so that it may run again), and puts its info in response_.
+  absl::Status Begin(const Parsed<v1::GetTensorRequest>& parsed, LockWait wait) {
     TENSOROPS_RETURN_IF_ERROR(RequestError(parsed, serving_.limits.max_bytes));
     const v1::GetTensorRequest& request = parsed.message;
     if (request.chunk_bytes() < 0) {
@@ -392,9 +437,11 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
         TensorStore::ReadHandle read,
         serving_.store->Read(ns_, request.name(),
                              OptionalVersion(request, &v1::GetTensorRequest::has_version,
-                                             &v1::GetTensorRequest::version)));
+                                             &v1::GetTensorRequest::version),
+                             wait));
     name_ = read.name();
     version_ = read.version();
+    serial_ = read.serial();
     bytes_ = read.bytes();
     if (request.has_shared_memory()) {
       // The bytes go into the region under this read lock; the stream carries the info alone.
@@ -430,7 +477,9 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
                                    .version = read.version(),
                                    .device = serving_.store->device()};
     absl::StatusOr<TensorStore::Metadata> current = serving_.store->Info(ns_, request.name());
-    if (current.ok() && current->version == metadata.version) metadata = *std::move(current);
+    if (current.ok() && current->version == metadata.version && current->serial == read.serial()) {
+      metadata = *std::move(current);
+    }
     ToProto(metadata, response_.mutable_info());
     return absl::OkStatus();
   }
@@ -457,9 +506,10 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
   // the download reads the store chunk by chunk.
   std::optional<std::string> snapshot_;
   MemoryBudget::Reservation snapshot_memory_;
-  // The tensor being sent: its name, version and size.
+  // The tensor being sent: its name, version, value (serial) and size.
   std::string name_;
   int64_t version_ = 0;
+  uint64_t serial_ = 0;
   int64_t bytes_ = 0;
   int64_t chunk_bytes_ = kDefaultChunkBytes;
   // Bytes of the tensor sent so far.

@@ -1,12 +1,15 @@
 // Validation and planning of Gather and Scatter: every check that does not depend on the device
 // or on index values. The kernels trust a plan. Their Backward is at the end.
 #include <algorithm>
+#include <numeric>
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <variant>
 
 #include "absl/strings/str_format.h"
 #include "kernels/backward.h"
+#include "kernels/dispatch.h"
 #include "kernels/gather.h"
 #include "kernels/plan_checks.h"
 #include "kernels/scatter.h"
@@ -251,21 +254,30 @@ absl::StatusOr<Gradients> Backward(const GatherArgs& args, const TensorView& gra
                                                                .axis = args.axis,
                                                                .reduce = Reduction::kSum}));
   } else {
-    // Scatter-add into the input broadcast to the index (the plan's walk), then sum over the
-    // broadcast dimensions.
-    Shape expanded = plan.index.shape();
-    expanded[plan.axis] = plan.input_axis_size;
-    const Tensor zeros = Tensor::Zeros(args.input.dtype(), expanded);
-    const Tensor grad_copy = Tensor::FromView(grad);
-    const TensorView grad_walk(grad.dtype(), plan.index.shape(), grad_copy.data());
-    TENSOROPS_ASSIGN_OR_RETURN(Tensor expanded_grad,
-                               Scatter(ScatterArgs{.input = zeros.view(),
-                                                   .index = plan.index,
-                                                   .source = grad_walk,
-                                                   .axis = plan.axis,
-                                                   .reduce = Reduction::kSum}));
-    TENSOROPS_ASSIGN_OR_RETURN(grad_input,
-                               SumToShape(std::move(expanded_grad), args.input.shape()));
+    // Each gradient element goes to the input element its result element was read from. Which
+    // one that is comes from a Gather of the input's own flat offsets (checking the index values
+    // as the forward did). Not by scattering into the input broadcast to the index and summing
+    // that back: with an input [K, 1] and an index [1, N] that tensor is [K, N], from a request
+    // of K + 2N elements.
+    Tensor offsets(DataType::kInt64, args.input.shape());
+    std::iota(offsets.data_as<int64_t>(), offsets.data_as<int64_t>() + offsets.numel(), 0);
+    GatherArgs offset_args = args;
+    offset_args.input = offsets.view();
+    TENSOROPS_ASSIGN_OR_RETURN(const Tensor read_from, Gather(offset_args));
+    // Summed in the compute dtype, in the result's row-major order, and rounded once.
+    const DataType compute = ComputeDtype(args.input.dtype());
+    const Tensor grad_values = ConvertTo(grad, compute);
+    Tensor sums = Tensor::Zeros(compute, args.input.shape());
+    DispatchDataType(compute, [&]<typename T>(TypeTag<T>) {
+      // The compute dtypes: float32, float64 and the complex types (CheckDifferentiable).
+      if constexpr (std::is_floating_point_v<T> || internal::IsComplexType<T>::value) {
+        const int64_t* from = read_from.data_as<int64_t>();
+        const T* values = grad_values.data_as<T>();
+        T* into = sums.data_as<T>();
+        for (int64_t i = 0; i < read_from.numel(); ++i) into[from[i]] += values[i];
+      }
+    });
+    grad_input = ConvertTo(sums.view(), args.input.dtype());
   }
   Gradients out;
   out.by_argument.emplace_back("input", std::move(grad_input));

@@ -115,12 +115,14 @@ absl::StatusOr<ViewScatterPlan> PlanSliceScatter(const SliceScatterArgs& args) {
   };
   const int64_t start = clamp_bound(args.start, 0);
   const int64_t end = std::max(start, clamp_bound(args.end, size));
-  const int64_t length = (end - start + args.step - 1) / args.step;
+  // Not (end - start + step - 1) / step, which overflows for a step near INT64_MAX.
+  const int64_t length = end == start ? 0 : 1 + (end - start - 1) / args.step;
 
   ViewScatterPlan plan = StartPlan(input, args.src);
   plan.window_offset = length == 0 ? 0 : start * plan.window_strides[axis];
   plan.window_shape[axis] = length;
-  plan.window_strides[axis] *= args.step;
+  // Only a window of two or more steps moves by it (and then step < size: no overflow).
+  if (length > 1) plan.window_strides[axis] *= args.step;
   plan.slabs = SlabWindow{.axis = axis, .start = start, .step = args.step, .count = length};
   TENSOROPS_RETURN_IF_ERROR(CheckSrcShape(
       kSliceScatter, args.src, plan.window_shape,

@@ -418,6 +418,30 @@ TEST(GatherGradientTest, MatchesFiniteDifferences) {
   }
 }
 
+// A broadcasting Gather's gradient takes memory of the input's size and time of the result's:
+// input [K, 1] against index [1, N] once made two [K, N] tensors (here 2^28 elements each) from a
+// request of K + 2N elements.
+TEST(GatherGradientTest, ABroadcastIsNotMaterialized) {
+  constexpr int64_t kSize = int64_t{1} << 14;
+  const Tensor input = Tensor::Zeros(DataType::kFloat32, {kSize, 1});
+  std::vector<int64_t> rows(kSize);
+  std::iota(rows.begin(), rows.end(), 0);
+  std::reverse(rows.begin(), rows.end());
+  const Tensor index = IndexTensor({1, kSize}, rows);
+  Tensor grad(DataType::kFloat32, {1, kSize});
+  for (int64_t n = 0; n < kSize; ++n) grad.data_as<float>()[n] = static_cast<float>(n);
+  absl::StatusOr<Gradients> gradients = Backward(
+      GatherArgs{.input = input.view(), .index = index.view(), .axis = 0, .broadcast = true},
+      grad.view());
+  ASSERT_TRUE(gradients.ok()) << gradients.status();
+  const Tensor& grad_input = gradients->by_argument.at(0).second;
+  ASSERT_EQ(grad_input.shape(), Shape({kSize, 1}));
+  // Row k was read by position kSize - 1 - k alone.
+  for (int64_t k = 0; k < kSize; ++k) {
+    ASSERT_EQ(grad_input.data_as<float>()[k], static_cast<float>(kSize - 1 - k)) << "row " << k;
+  }
+}
+
 TEST(IndexSelectGradientTest, MatchesFiniteDifferences) {
   for (uint64_t i = 0; i < 20; ++i) {
     absl::BitGen gen = SeededGen(i, kBackwardSeedSalt + 2);

@@ -376,11 +376,19 @@ absl::Status ScatterSlices(const NdPlan& plan, const NdUpdates& updates, const T
   return absl::OkStatus();
 }
 
+// NothingAddressed: the positions address no coordinates (index.shape[-1] = 0) and empty slices,
+// so there is nothing to check, read or write, however many positions the index's shape names:
+// an index without elements carries no bytes, so the request's size does not bound its shape
+// (a 50-byte request once named 2^50 of them).
+bool NothingAddressed(const NdPlan& plan) {
+  return plan.slice_size == 0 && plan.index.numel() == 0;
+}
+
 }  // namespace
 
 absl::Status GatherNd(const NdPlan& plan, const MutableTensorView& result) {
   if (plan.single_axis_gather) return Gather(*plan.single_axis_gather, result);
-  if (NumElements(plan.positions) == 0) return absl::OkStatus();
+  if (NumElements(plan.positions) == 0 || NothingAddressed(plan)) return absl::OkStatus();
   Tensor input_storage;
   const TensorView input = Contiguous(plan.input, input_storage);
   const bool ok = DispatchItemSize(ItemSize(plan.result_dtype), [&]<typename Elem>(TypeTag<Elem>) {
@@ -403,7 +411,7 @@ absl::Status ScatterNd(const NdPlan& plan, const MutableTensorView& result) {
   } else {
     CopyElements(plan.input, result);
   }
-  if (NumElements(plan.positions) == 0) return absl::OkStatus();
+  if (NumElements(plan.positions) == 0 || NothingAddressed(plan)) return absl::OkStatus();
 
   NdUpdates updates(plan, result.numel());
   const bool resolved = DispatchIndexType(

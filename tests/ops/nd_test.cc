@@ -1238,6 +1238,20 @@ TEST(GatherNdTest, EmptyPositionsAndEmptySlices) {
   const Tensor empty_rows = Tensor::Zeros(DataType::kFloat32, {0, 3});
   out = GatherNdChecked({.input = empty_rows.view(), .index = no_rows.view()});
   EXPECT_EQ(ShapeOf(out), Shape({0, 3}));
+  // No coordinates and empty slices: an index of 2^50 positions carries no bytes, and there is
+  // nothing to check, read or write (once 2^50 empty copies, or a position table of 2^53 bytes).
+  const Tensor empty_input = Tensor::Zeros(DataType::kFloat32, {0});
+  const Tensor no_coordinates = IndexTensor({int64_t{1} << 50, 0}, {});
+  // (Not against the reference, which walks every position.)
+  out = GatherNd({.input = empty_input.view(), .index = no_coordinates.view()});
+  EXPECT_EQ(ShapeOf(out), Shape({int64_t{1} << 50, 0}));
+  const Tensor no_updates = Tensor::Zeros(DataType::kFloat32, {int64_t{1} << 50, 0});
+  absl::StatusOr<Tensor> scattered = ScatterNd({.input = empty_input.view(),
+                                                .index = no_coordinates.view(),
+                                                .source = no_updates.view(),
+                                                .reduce = Reduction::kSum});
+  ASSERT_TRUE(scattered.ok()) << scattered.status();
+  EXPECT_EQ(scattered->shape(), Shape({0}));
 }
 
 // The compiler design's gather_nd(dims=axes): A = range(12).reshape([4, 3]), index = [[0, 1, 1],

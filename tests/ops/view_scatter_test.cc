@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -613,6 +614,14 @@ TEST(ViewScatterDocTest, EmptyInputsAndWindows) {
       {.input = square.view(), .src = no_rows.view(), .start = 5, .end = -9, .step = 3});
   ASSERT_TRUE(empty_slice.ok()) << empty_slice.status();
   EXPECT_EQ(ToDoubles(*empty_slice), (std::vector<double>{1, 2, 3, 4}));
+
+  // A step past the slice is one element, as torch.slice takes it (its length once overflowed).
+  const Tensor three = TensorFromValues(DataType::kInt32, {3}, {1, 2, 3});
+  const Tensor one = TensorFromValues(DataType::kInt32, {1}, {9});
+  absl::StatusOr<Tensor> huge_step = SliceScatter(
+      {.input = three.view(), .src = one.view(), .step = std::numeric_limits<int64_t>::max()});
+  ASSERT_TRUE(huge_step.ok()) << huge_step.status();
+  EXPECT_EQ(ToDoubles(*huge_step), (std::vector<double>{9, 2, 3}));
 }
 
 // --------------------------------------------------------------------------------------------

@@ -85,6 +85,23 @@ class StoreServiceTest : public ::testing::TestWithParam<StorePlacement> {
     Start(ServerOptions());
   }
 
+  // Elements of the tensor StartWithChunkedDownloadsAndPutSlow puts: 4 MiB of float32.
+  static constexpr int64_t kChunkedElements = int64_t{1} << 20;
+  // StartWithChunkedDownloadsAndPutSlow restarts the server with --store_download_snapshot_bytes
+  // under 4 MiB, so that a download reads the store chunk by chunk (64 KiB chunks in
+  // StartSlowDownload, the server copying none of it ahead), and puts "slow", kChunkedElements
+  // float32 `values`.
+  void StartWithChunkedDownloadsAndPutSlow(std::vector<float>* values) {
+    ServerOptions options;
+    options.store.download_snapshot_bytes = (int64_t{4} << 20) - 1;
+    Start(options);
+    *values = Floats(kChunkedElements);
+    ASSERT_TRUE(
+        client_
+            ->PutTensor("slow", TensorView(DataType::kFloat32, {kChunkedElements}, values->data()))
+            .ok());
+  }
+
   void Start(ServerOptions options) {
     client_.reset();
     server_.reset();
@@ -1390,19 +1407,12 @@ TEST_P(StoreServiceTest, ADownloadOfACopiedTensorCompletesWhileUpdatesGoAhead) {
 }
 
 TEST_P(StoreServiceTest, ADownloadHoldsNoLockWhileTheClientReadsAndAbortsWhenTheTensorChanges) {
-  // Over --store_download_snapshot_bytes the download reads the store chunk by chunk: 4 MiB in
-  // 64 KiB chunks, the server copying none of it ahead.
-  ServerOptions options;
-  options.store.download_snapshot_bytes = (int64_t{4} << 20) - 1;
-  Start(options);
-  constexpr int64_t kElements = int64_t{1} << 20;
-  const std::vector<float> values = Floats(kElements);
-  ASSERT_TRUE(
-      client_->PutTensor("slow", TensorView(DataType::kFloat32, {kElements}, values.data())).ok());
+  std::vector<float> values;
+  ASSERT_NO_FATAL_FAILURE(StartWithChunkedDownloadsAndPutSlow(&values));
   SlowDownload download;
   ASSERT_NO_FATAL_FAILURE(StartSlowDownload(server_->port(), "slow", &download));
   // The download is open and the client is not reading: an update goes ahead all the same.
-  ASSERT_NO_FATAL_FAILURE(UpdateLastElement(stub_.get(), "slow", kElements, 2));
+  ASSERT_NO_FATAL_FAILURE(UpdateLastElement(stub_.get(), "slow", kChunkedElements, 2));
   // The rest of the download would mix two versions: it ends ABORTED instead.
   v1::GetTensorResponse message;
   while (download.reader->Read(&message)) {
@@ -1415,13 +1425,8 @@ TEST_P(StoreServiceTest, ADownloadHoldsNoLockWhileTheClientReadsAndAbortsWhenThe
 // version before each chunk, must see that it is another value (once read past the new, smaller
 // value's end, and crashed the server).
 TEST_P(StoreServiceTest, ADownloadAbortsWhenItsTensorIsDeletedAndStoredAgain) {
-  ServerOptions options;
-  options.store.download_snapshot_bytes = (int64_t{4} << 20) - 1;
-  Start(options);
-  constexpr int64_t kElements = int64_t{1} << 20;
-  const std::vector<float> values = Floats(kElements);
-  ASSERT_TRUE(
-      client_->PutTensor("slow", TensorView(DataType::kFloat32, {kElements}, values.data())).ok());
+  std::vector<float> values;
+  ASSERT_NO_FATAL_FAILURE(StartWithChunkedDownloadsAndPutSlow(&values));
   SlowDownload download;
   ASSERT_NO_FATAL_FAILURE(StartSlowDownload(server_->port(), "slow", &download));
   ASSERT_TRUE(client_->DeleteTensor("slow").ok());

@@ -35,12 +35,14 @@
 #include "server/store/store_files.h"
 #include "server/store/tensor_store.h"
 #include "tensorops/storefiles/v1/store_files.pb.h"
+#include "tests/earlier_store_files.h"
 #include "tests/fake_device.h"
 
 namespace tensorops {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::AnyOf;
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
@@ -427,6 +429,58 @@ TEST(DurableStoreTest, ASnapshotReplacesTheOldFilesAndRecoveryAddsTheNewLog) {
   // Nothing changed since that snapshot: stopping again writes none.
   ASSERT_OK_AND_ASSIGN(std::optional<SnapshotReport> again, durable->Close());
   EXPECT_FALSE(again.has_value());
+}
+
+// A store an earlier server wrote names its tenants "token-N": recovery reads every kind of
+// record of such a namespace (snapshot tensors and update ids, log puts, deletes and updates)
+// into the name the tenant has now, and leaves the namespaces it does not map alone.
+TEST(DurableStoreTest, RecoveryReadsRenamedNamespacesUnderTheirNewNames) {
+  TempDir dir;
+  {
+    TensorStore store(1 << 20);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<DurableStore> durable, OpenOn(dir.path(), &store));
+    ASSERT_TRUE(PutInts(store, "token-1", "t", {1, 1}).ok());
+    ASSERT_TRUE(AddInPlace(store, "token-1", "t", 1, "in-snapshot").ok());
+    ASSERT_TRUE(PutInts(store, "token-2", "t", {7}).ok());
+    ASSERT_TRUE(PutInts(store, "token-3", "kept", {3}).ok());
+    ASSERT_TRUE(durable->Snapshot().ok());
+    ASSERT_TRUE(AddInPlace(store, "token-1", "t", 10, "in-log").ok());
+    ASSERT_TRUE(PutInts(store, "token-1", "u", {5}, {.overwrite = true}, "put-u").ok());
+    ASSERT_TRUE(PutInts(store, "token-2", "gone", {9}).ok());
+    ASSERT_TRUE(store.Delete("token-2", "gone").ok());
+  }
+  ASSERT_TRUE(testing::RewriteAsEarlierServers(dir.path()).ok());
+  {
+    TensorStore store(1 << 20);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<DurableStore> durable,
+                         OpenOn(dir.path(), &store,
+                                {.renamed_namespaces = {{"token-1", "alice"},
+                                                        {"token-2", "token:0123456789abcdef"}}}));
+    EXPECT_THAT(Ints(store, "alice", "t"), ElementsAre(12, 12));
+    EXPECT_EQ(VersionOf(store, "alice", "t"), 3);
+    EXPECT_THAT(Ints(store, "alice", "u"), ElementsAre(5));
+    EXPECT_THAT(Ints(store, "token:0123456789abcdef", "t"), ElementsAre(7));
+    EXPECT_FALSE(store.Info("token:0123456789abcdef", "gone").ok());
+    EXPECT_THAT(Ints(store, "token-3", "kept"), ElementsAre(3));
+    for (const auto& [ns, name] : store.Names()) {
+      EXPECT_THAT(ns, AnyOf("alice", "token:0123456789abcdef", "token-3")) << name;
+    }
+    for (const char* id : {"in-snapshot", "in-log", "put-u"}) {
+      EXPECT_TRUE(store.FindChange("alice", id).has_value()) << id;
+      EXPECT_FALSE(store.FindChange("token-1", id).has_value()) << id;
+    }
+    // Snapshot: 2 tensors and 1 namespace's update ids; log: 1 update, 1 put, 1 put, 1 delete.
+    EXPECT_EQ(durable->recovery().renamed_records, 7);
+    EXPECT_EQ(durable->recovery().failed, 0);
+    ASSERT_TRUE(durable->Snapshot().ok());
+  }
+  // Files of this server are never renamed: "token-3" is a name of now, whatever the map says.
+  TensorStore store(1 << 20);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DurableStore> durable,
+                       OpenOn(dir.path(), &store, {.renamed_namespaces = {{"token-3", "carol"}}}));
+  EXPECT_EQ(durable->recovery().renamed_records, 0);
+  EXPECT_THAT(Ints(store, "token-3", "kept"), ElementsAre(3));
+  EXPECT_THAT(Ints(store, "alice", "t"), ElementsAre(12, 12));
 }
 
 // Writes log `generation` in `dir` with the records `write` appends.

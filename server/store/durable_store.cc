@@ -331,6 +331,23 @@ absl::StatusOr<int64_t> DurableStore::Recover(const ReplayUpdate& replay) {
 
   // Second pass: load.
   Loader loader(store_);
+  // Whether the file being read was written by a server before tenants were named (its header
+  // says), whose namespaces recovery renames.
+  bool renaming = false;
+  const auto read_header = [&](const Record& record, const std::string& path) -> absl::Status {
+    files::FileHeader header;
+    TENSOROPS_RETURN_IF_ERROR(ParseMeta(record, path, &header));
+    renaming = !header.tenant_namespaces();
+    return absl::OkStatus();
+  };
+  // Gives a record's metadata the namespace it has now.
+  const auto rename = [&](auto* meta) {
+    if (!renaming) return;
+    const auto renamed = options_.renamed_namespaces.find(meta->namespace_());
+    if (renamed == options_.renamed_namespaces.end()) return;
+    meta->set_namespace_(renamed->second);
+    ++recovery_.renamed_records;
+  };
   std::vector<TensorStore::Remembered> remembered;
   // Update ids of the logs' changes, in order, remembered after the snapshot's.
   std::vector<std::tuple<std::string, std::string, TensorStore::Change>> logged_ids;
@@ -343,15 +360,19 @@ absl::StatusOr<int64_t> DurableStore::Recover(const ReplayUpdate& replay) {
       const SinkFor sink_for = [&](const Record& record) -> absl::StatusOr<PayloadSink> {
         if (record.kind != RecordKind::kStoredTensor) return PayloadSink();
         TENSOROPS_RETURN_IF_ERROR(ParseMeta(record, path, &tensor));
+        rename(&tensor);
         return loader.Begin(tensor, record.payload_bytes);
       };
       TENSOROPS_ASSIGN_OR_RETURN(std::optional<Record> record, reader.Next(sink_for));
       if (!record.has_value()) break;
-      if (record->kind == RecordKind::kStoredTensor) {
+      if (record->kind == RecordKind::kFileHeader) {
+        TENSOROPS_RETURN_IF_ERROR(read_header(*record, path));
+      } else if (record->kind == RecordKind::kStoredTensor) {
         TENSOROPS_RETURN_IF_ERROR(loader.Commit(tensor));
       } else if (record->kind == RecordKind::kRememberedChanges) {
         files::RememberedChanges changes;
         TENSOROPS_RETURN_IF_ERROR(ParseMeta(*record, path, &changes));
+        rename(&changes);
         TensorStore::Remembered& ns = remembered.emplace_back();
         ns.ns = changes.namespace_();
         for (const auto& change : changes.changes()) {
@@ -384,6 +405,7 @@ absl::StatusOr<int64_t> DurableStore::Recover(const ReplayUpdate& replay) {
       const SinkFor sink_for = [&](const Record& record) -> absl::StatusOr<PayloadSink> {
         if (record.kind == RecordKind::kStoredTensor) {
           TENSOROPS_RETURN_IF_ERROR(ParseMeta(record, path, &tensor));
+          rename(&tensor);
           return loader.Begin(tensor, record.payload_bytes);
         }
         if (record.kind == RecordKind::kUpdatedTensor) {
@@ -399,6 +421,9 @@ absl::StatusOr<int64_t> DurableStore::Recover(const ReplayUpdate& replay) {
       TENSOROPS_ASSIGN_OR_RETURN(std::optional<Record> record, reader.Next(sink_for));
       if (!record.has_value()) break;
       switch (record->kind) {
+        case RecordKind::kFileHeader:
+          TENSOROPS_RETURN_IF_ERROR(read_header(*record, path));
+          break;
         case RecordKind::kStoredTensor:
           TENSOROPS_RETURN_IF_ERROR(loader.Commit(tensor));
           ++recovery_.records;
@@ -411,6 +436,7 @@ absl::StatusOr<int64_t> DurableStore::Recover(const ReplayUpdate& replay) {
         case RecordKind::kDeletedTensor: {
           files::DeletedTensor deleted;
           TENSOROPS_RETURN_IF_ERROR(ParseMeta(*record, path, &deleted));
+          rename(&deleted);
           const absl::Status removed = store_->Delete(deleted.namespace_(), deleted.name());
           if (!removed.ok() && !absl::IsNotFound(removed)) return removed;
           ++recovery_.records;
@@ -418,6 +444,7 @@ absl::StatusOr<int64_t> DurableStore::Recover(const ReplayUpdate& replay) {
         }
         case RecordKind::kUpdatedTensor: {
           TENSOROPS_RETURN_IF_ERROR(ParseMeta(*record, path, &update));
+          rename(&update);
           const absl::StatusOr<TensorStore::Metadata> current =
               store_->Info(update.namespace_(), update.name());
           const bool applies = !cancelled.contains({generation, record->offset}) && current.ok() &&
@@ -494,6 +521,7 @@ absl::Status DurableStore::StartLog(int64_t generation) {
   header.set_format_version(kFormatVersion);
   header.set_generation(generation);
   header.set_created_unix_nanos(UnixNanos(absl::Now()));
+  header.set_tenant_namespaces(true);
   if (const absl::Status written = file.Append(RecordKind::kFileHeader, header).status();
       !written.ok()) {
     // Not left behind: the next snapshot creates this generation's log again (a full disk, say,
@@ -820,6 +848,7 @@ absl::StatusOr<SnapshotReport> DurableStore::SnapshotLocked() {
     header.set_generation(generation);
     header.set_created_unix_nanos(UnixNanos(absl::Now()));
     header.set_next_serial(store_->next_serial());
+    header.set_tenant_namespaces(true);
     TENSOROPS_RETURN_IF_ERROR(file.Append(RecordKind::kFileHeader, header).status());
     files::SnapshotEnd end;
     for (const auto& [ns, name] : store_->Names()) {

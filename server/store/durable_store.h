@@ -49,6 +49,7 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -86,6 +87,10 @@ struct DurableStoreOptions {
   // request and at Close.
   absl::Duration snapshot_interval = absl::Minutes(10);
   StoreRecovery recovery = StoreRecovery::kStrict;
+  // Namespaces the files may hold under an earlier name (the "token-N" of servers before tenants
+  // were named: TokenAuthenticator::LegacyNamespaces): recovery reads every record of one into
+  // the namespace it maps to, and the next snapshot holds only the new names.
+  absl::flat_hash_map<std::string, std::string> renamed_namespaces;
 };
 
 // ReplayUpdate runs a logged in-place update again on the store: `call` (a tensorops.v1.OpRequest)
@@ -105,6 +110,8 @@ struct RecoveryReport {
   int64_t skipped = 0;       // log records a snapshot already held, or cancelled updates
   int64_t failed = 0;        // updates whose replay failed (each a warning in `warnings`)
   int64_t torn_records = 0;  // torn last records dropped
+  // Records read into another namespace (DurableStoreOptions::renamed_namespaces).
+  int64_t renamed_records = 0;
   std::vector<std::string> warnings;
   // kDiscard: where the damaged files went ("" when nothing was damaged).
   std::string discarded_to;

@@ -4,12 +4,15 @@
 #include <chrono>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -122,6 +125,38 @@ absl::StatusOr<std::unique_ptr<TokenAuthenticator>> LoadAuthenticator(
     const ServerOptions::Security& security) {
   if (security.auth_token_file.empty()) return std::unique_ptr<TokenAuthenticator>();
   return TokenAuthenticator::FromFile(security.auth_token_file);
+}
+
+// WarnOfUnreachableNamespaces warns of the recovered tensors no caller can reach: those of a
+// namespace that belongs to no tenant of `authenticator` (every namespace but "" without one).
+// They stay in the store, and are reachable again once their tenant's token is back in the file.
+void WarnOfUnreachableNamespaces(const TensorStore& store,
+                                 const TokenAuthenticator* authenticator) {
+  std::vector<std::string> reachable = {""};
+  if (authenticator != nullptr) reachable = authenticator->Namespaces();
+  std::map<std::string, int64_t> unreachable;
+  for (const auto& [ns, name] : store.Names()) {
+    if (!absl::c_linear_search(reachable, ns)) ++unreachable[ns];
+  }
+  for (const auto& [ns, count] : unreachable) {
+    if (ns.empty()) {
+      spdlog::warn(
+          "store recovery: {} tensor(s) were stored without --auth_token_file: no call reaches "
+          "them while the server runs with it",
+          count);
+    } else if (authenticator == nullptr) {
+      spdlog::warn(
+          "store recovery: {} tensor(s) of namespace \"{}\" belong to a tenant of an "
+          "--auth_token_file: no call reaches them while the server runs without it",
+          count, ns);
+    } else {
+      spdlog::warn(
+          "store recovery: {} tensor(s) of namespace \"{}\" belong to no tenant of "
+          "--auth_token_file: no call reaches them until a line of the file gives that tenant "
+          "(or that token) again",
+          count, ns);
+    }
+  }
 }
 
 // DrainOutcome is what became of a server's calls and connections after its GOAWAY (Drain).
@@ -326,17 +361,20 @@ absl::Status Server::OpenStore(const ServerOptions& options, const Placement& pl
   store_ = std::make_unique<TensorStore>(options.store.memory_bytes, placement.store_memory);
   if (options.store.dir.empty()) return absl::OkStatus();
   TENSOROPS_ASSIGN_OR_RETURN(
-      durable_,
-      DurableStore::Open({.dir = options.store.dir,
-                          .sync = options.store.sync,
-                          .sync_interval = options.store.sync_interval,
-                          .snapshot_interval = options.store.snapshot_interval,
-                          .recovery = options.store.recovery},
-                         store_.get(),
-                         [store = store_.get()](std::string_view ns, std::string_view name,
-                                                int64_t from_version, std::string_view call) {
-                           return ReplayJournaledUpdate(*store, ns, name, from_version, call);
-                         }));
+      durable_, DurableStore::Open(
+                    {.dir = options.store.dir,
+                     .sync = options.store.sync,
+                     .sync_interval = options.store.sync_interval,
+                     .snapshot_interval = options.store.snapshot_interval,
+                     .recovery = options.store.recovery,
+                     .renamed_namespaces = authenticator_ == nullptr
+                                               ? absl::flat_hash_map<std::string, std::string>()
+                                               : authenticator_->LegacyNamespaces()},
+                    store_.get(),
+                    [store = store_.get()](std::string_view ns, std::string_view name,
+                                           int64_t from_version, std::string_view call) {
+                      return ReplayJournaledUpdate(*store, ns, name, from_version, call);
+                    }));
   const RecoveryReport& recovery = durable_->recovery();
   for (const std::string& warning : recovery.warnings) spdlog::warn("store recovery: {}", warning);
   spdlog::info(
@@ -347,6 +385,17 @@ absl::Status Server::OpenStore(const ServerOptions& options, const Placement& pl
       options.store.dir, recovery.snapshot.empty() ? "none" : recovery.snapshot,
       recovery.logs.size(), recovery.records, recovery.skipped, recovery.failed,
       recovery.torn_records);
+  WarnOfUnreachableNamespaces(*store_, authenticator_.get());
+  if (recovery.renamed_records > 0) {
+    // Written at once, so that the store's files hold only the names of now, whatever later
+    // happens to the token file's order.
+    TENSOROPS_ASSIGN_OR_RETURN(const SnapshotReport snapshot, durable_->Snapshot());
+    spdlog::info(
+        "store recovery: {} records of namespaces token-N (servers before tenants were named) "
+        "were read into the namespace of the N-th token of --auth_token_file; snapshot {} holds "
+        "them under those names",
+        recovery.renamed_records, snapshot.path);
+  }
   return absl::OkStatus();
 }
 

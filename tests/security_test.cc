@@ -55,6 +55,8 @@ using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
+using ::testing::Pair;
+using ::testing::UnorderedElementsAre;
 
 constexpr absl::Duration kCallTimeout = absl::Seconds(30);
 constexpr absl::Duration kProcessTimeout = absl::Seconds(60);
@@ -635,20 +637,59 @@ TEST_F(SecurityTest, AuthenticatorChecksTheBearerValue) {
               HasSubstr("missing authorization metadata"));
 }
 
-TEST_F(SecurityTest, AuthenticatorTellsTheTokensOfAFileApart) {
-  absl::StatusOr<std::unique_ptr<TokenAuthenticator>> authenticator =
-      TokenAuthenticator::FromFile(TokenFile("# tenants\n  first-token \n\nsecond-token\n# end\n"));
+// Each token's namespace: an unnamed token's is "token:" and the first 8 bytes of its SHA-256
+// (the hex below is `printf first-token | sha256sum`'s); a named tenant's is its name, shared by
+// every line that names it.
+TEST_F(SecurityTest, AuthenticatorTellsTheTenantsOfAFileApart) {
+  absl::StatusOr<std::unique_ptr<TokenAuthenticator>> authenticator = TokenAuthenticator::FromFile(
+      TokenFile("# tenants\n  first-token \n\nsecond-token\n"
+                "alice  alice-old\n\talice alice-new\nbob.2 bob-token\n# end\n"));
   ASSERT_TRUE(authenticator.ok()) << authenticator.status();
-  EXPECT_EQ((*authenticator)->token_count(), 2);
-  auto identify = [&](const std::string& token) {
+  EXPECT_EQ((*authenticator)->token_count(), 5);
+  auto identify = [&](const std::string& token) -> absl::StatusOr<std::string> {
     const std::string value = absl::StrCat("Bearer ", token);
     const std::multimap<grpc::string_ref, grpc::string_ref> metadata = {{"authorization", value}};
-    return (*authenticator)->Identify(metadata);
+    absl::StatusOr<std::string_view> ns = (*authenticator)->Identify(metadata);
+    if (!ns.ok()) return ns.status();
+    return std::string(*ns);
   };
-  EXPECT_EQ(identify("first-token").value_or(0), 1);
-  EXPECT_EQ(identify("second-token").value_or(0), 2);
-  EXPECT_EQ(identify("# tenants").status().code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_EQ(identify("first").status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(identify("first-token").value_or(""), "token:55b4b48f529c3d2d");
+  EXPECT_EQ(identify("second-token").value_or(""), "token:7a35833597e6687c");
+  EXPECT_EQ(identify("alice-old").value_or(""), "alice");
+  EXPECT_EQ(identify("alice-new").value_or(""), "alice");
+  EXPECT_EQ(identify("bob-token").value_or(""), "bob.2");
+  for (const char* wrong : {"# tenants", "first", "alice", "alice alice-old"}) {
+    EXPECT_EQ(identify(wrong).status().code(), absl::StatusCode::kUnauthenticated) << wrong;
+  }
+  EXPECT_THAT((*authenticator)->Namespaces(),
+              ElementsAre("token:55b4b48f529c3d2d", "token:7a35833597e6687c", "alice", "bob.2"));
+  // What earlier servers called each token: its position among the file's tokens.
+  EXPECT_THAT(
+      (*authenticator)->LegacyNamespaces(),
+      UnorderedElementsAre(Pair("token-1", "token:55b4b48f529c3d2d"),
+                           Pair("token-2", "token:7a35833597e6687c"), Pair("token-3", "alice"),
+                           Pair("token-4", "alice"), Pair("token-5", "bob.2")));
+}
+
+// A namespace follows its token, not its line: reordering, adding and removing other lines leaves
+// every remaining token's namespace as it was.
+TEST_F(SecurityTest, ATokensNamespaceDoesNotDependOnItsLine) {
+  auto namespace_in = [&](const std::string& contents, const std::string& token) {
+    absl::StatusOr<std::unique_ptr<TokenAuthenticator>> authenticator =
+        TokenAuthenticator::FromFile(TokenFile(contents));
+    EXPECT_TRUE(authenticator.ok()) << authenticator.status();
+    if (!authenticator.ok()) return std::string();
+    const std::string value = absl::StrCat("Bearer ", token);
+    const std::multimap<grpc::string_ref, grpc::string_ref> metadata = {{"authorization", value}};
+    return std::string((*authenticator)->Identify(metadata).value_or(""));
+  };
+  const std::string before = "one\ntwo\nteam three\n";
+  for (const std::string after :
+       {"two\none\nteam three\n", "team three\ntwo\n", "new\ntwo\nteam three\n"}) {
+    EXPECT_EQ(namespace_in(before, "two"), namespace_in(after, "two")) << after;
+    EXPECT_EQ(namespace_in(after, "three"), "team") << after;
+  }
+  EXPECT_NE(namespace_in(before, "one"), namespace_in(before, "two"));
 }
 
 TEST_F(SecurityTest, AuthenticatorRejectsBadTokenFiles) {
@@ -666,10 +707,33 @@ TEST_F(SecurityTest, AuthenticatorRejectsBadTokenFiles) {
   EXPECT_THAT(
       twice_status.message(),
       AllOf(HasSubstr("line 3"), HasSubstr("repeats an earlier token"), Not(HasSubstr(kToken))));
-  const std::string spaced = TokenFile("two words\n");
+  const std::string spaced = TokenFile("tenant two words\n");
   const absl::Status spaced_status = TokenAuthenticator::FromFile(spaced).status();
   EXPECT_EQ(spaced_status.code(), absl::StatusCode::kInvalidArgument) << spaced_status;
-  EXPECT_THAT(spaced_status.message(), AllOf(HasSubstr(spaced), Not(HasSubstr("two words"))));
+  EXPECT_THAT(spaced_status.message(),
+              AllOf(HasSubstr(spaced), HasSubstr("line 1"), HasSubstr("3 words"),
+                    HasSubstr("TENANT TOKEN"), Not(HasSubstr("words\n"))));
+  // Tenant names: the rule is in the message, the name (perhaps a token pasted in by mistake) not.
+  for (const std::string& tenant :
+       std::vector<std::string>{"-dash", ".dot", "token-1", "token-alice", "with/slash",
+                                "colon:", std::string(65, 'a')}) {
+    const std::string bad_name = TokenFile(absl::StrCat("# comment\n", tenant, " ", kToken, "\n"));
+    const absl::Status bad_name_status = TokenAuthenticator::FromFile(bad_name).status();
+    EXPECT_EQ(bad_name_status.code(), absl::StatusCode::kInvalidArgument) << tenant;
+    EXPECT_THAT(bad_name_status.message(), AllOf(HasSubstr("line 2"), HasSubstr("tenant name"),
+                                                 HasSubstr(TokenAuthenticator::kTenantNameRule),
+                                                 Not(HasSubstr(tenant)), Not(HasSubstr(kToken))))
+        << tenant;
+  }
+  for (const std::string& tenant :
+       std::vector<std::string>{"a", "Team_7", "x.y-z", std::string(64, 'a'), "tokens"}) {
+    EXPECT_TRUE(TokenAuthenticator::FromFile(TokenFile(absl::StrCat(tenant, " ", kToken))).ok())
+        << tenant;
+  }
+  // One token, two tenants: refused like any repeated token.
+  const std::string two_tenants = TokenFile(absl::StrCat("a ", kToken, "\nb ", kToken, "\n"));
+  EXPECT_THAT(TokenAuthenticator::FromFile(two_tenants).status().message(),
+              AllOf(HasSubstr("line 2"), HasSubstr("repeats an earlier token")));
 
   const std::string missing = certs().Path("no_such_token");
   const absl::Status missing_status = TokenAuthenticator::FromFile(missing).status();

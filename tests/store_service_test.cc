@@ -30,6 +30,7 @@
 #include "server/server.h"
 #include "server/tensorops_v1/put_tensor_message.h"
 #include "tests/device_runner.h"
+#include "tests/earlier_store_files.h"
 #include "tests/fake_device.h"
 #include "tests/service_test_util.h"
 #include "tests/wait_for.h"
@@ -2238,6 +2239,121 @@ TEST(StoreAuthTest, EachTokenIsATenantThatSeesOnlyItsOwnTensors) {
   EXPECT_EQ(static_cast<const float*>(alices->data())[0], 100.f);
   EXPECT_EQ(static_cast<const float*>(alices->data())[1], values[1]);
   EXPECT_EQ(server->store().tensor_count(), 2);
+}
+
+// WriteTokenFile replaces `path`'s contents with `contents`.
+void WriteTokenFile(const std::string& path, const std::string& contents) {
+  std::FILE* file = std::fopen(path.c_str(), "w");
+  ASSERT_NE(file, nullptr);
+  std::fputs(contents.c_str(), file);
+  std::fclose(file);
+}
+
+// The first float of tensor `name` as `token`'s tenant sees it, or the error's code.
+absl::StatusOr<float> FirstFloatOf(int port, const std::string& token, const std::string& name) {
+  std::unique_ptr<Client> client = ConnectClient(port, {.auth_token = token});
+  absl::StatusOr<Tensor> got = client->GetTensor(name);
+  if (!got.ok()) return got.status();
+  return static_cast<const float*>(got->data())[0];
+}
+
+// A tenant keeps its stored tensors when the token file changes around it: lines reordered, a
+// line added before it, another tenant's token rotated. A removed token's tensors stay theirs.
+TEST(StoreAuthTest, TenantsKeepTheirTensorsWhenTheTokenFileChanges) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/store_auth_durable_", getpid());
+  const std::string token_file = dir + "_tokens";
+  std::filesystem::remove_all(dir);
+  WriteTokenFile(token_file, "alice-token\nbob-token\ncarol carol-old\n");
+  ServerOptions options;
+  options.security.auth_token_file = token_file;
+  options.store.dir = dir;
+  options.store.sync = StoreSync::kAlways;
+  std::unique_ptr<Server> server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  const std::map<std::string, float> firsts = {
+      {"alice-token", 1.f}, {"bob-token", 2.f}, {"carol-old", 3.f}};
+  for (const auto& [token, first] : firsts) {
+    std::unique_ptr<Client> client = ConnectClient(server->port(), {.auth_token = token});
+    const std::vector<float> values = {first, 0.f};
+    ASSERT_TRUE(client->PutTensor("w", TensorView(DataType::kFloat32, {2}, values.data())).ok());
+  }
+  server.reset();
+
+  WriteTokenFile(token_file,
+                 "# reordered, one added, carol's rotated\nnew-token\nbob-token\n"
+                 "carol carol-new\nalice-token\n");
+  server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  EXPECT_EQ(FirstFloatOf(server->port(), "alice-token", "w").value_or(-1), 1.f);
+  EXPECT_EQ(FirstFloatOf(server->port(), "bob-token", "w").value_or(-1), 2.f);
+  EXPECT_EQ(FirstFloatOf(server->port(), "carol-new", "w").value_or(-1), 3.f);
+  EXPECT_EQ(FirstFloatOf(server->port(), "new-token", "w").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(FirstFloatOf(server->port(), "carol-old", "w").status().code(),
+            absl::StatusCode::kUnauthenticated);
+  server.reset();
+
+  // Alice's line removed: her tensor is nobody's (kept, unreachable); bob's is still his.
+  WriteTokenFile(token_file, "bob-token\nnew-token\n");
+  server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  EXPECT_EQ(FirstFloatOf(server->port(), "bob-token", "w").value_or(-1), 2.f);
+  EXPECT_EQ(FirstFloatOf(server->port(), "new-token", "w").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(server->store().tensor_count(), 3);
+  server.reset();
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(token_file);
+}
+
+// A store directory of a server from before tenants were named holds namespaces "token-N". The
+// first start reads them into the namespace of the N-th token and snapshots at once, so that a
+// later change of the file's order moves nothing.
+TEST(StoreAuthTest, AStoreOfTokenNNamespacesIsRecoveredUnderTheTokensOwnNamespaces) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/store_auth_legacy_", getpid());
+  const std::string token_file = dir + "_tokens";
+  std::filesystem::remove_all(dir);
+  {
+    TensorStore store(1 << 20);
+    absl::StatusOr<std::unique_ptr<DurableStore>> durable =
+        DurableStore::Open({.dir = dir, .sync = StoreSync::kAlways}, &store, nullptr);
+    ASSERT_TRUE(durable.ok()) << durable.status();
+    for (const auto& [ns, first] : std::vector<std::pair<std::string, float>>{
+             {"token-1", 1.f}, {"token-2", 2.f}, {"token-7", 7.f}}) {
+      const std::vector<float> values = {first, 0.f};
+      absl::StatusOr<TensorStore::Upload> upload =
+          store.BeginUpload(ns, "w", DataType::kFloat32, {2});
+      ASSERT_TRUE(upload.ok()) << upload.status();
+      ASSERT_TRUE(
+          upload->Write(0, std::string_view(reinterpret_cast<const char*>(values.data()), 8)).ok());
+      ASSERT_TRUE(upload->Commit().ok());
+    }
+  }
+  ASSERT_TRUE(testing::RewriteAsEarlierServers(dir).ok());
+  WriteTokenFile(token_file, "alice-token\nbob bob-token\n");
+  ServerOptions options;
+  options.security.auth_token_file = token_file;
+  options.store.dir = dir;
+  std::unique_ptr<Server> server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  EXPECT_EQ(FirstFloatOf(server->port(), "alice-token", "w").value_or(-1), 1.f);
+  EXPECT_EQ(FirstFloatOf(server->port(), "bob-token", "w").value_or(-1), 2.f);
+  std::vector<std::string> namespaces;
+  for (const auto& [ns, name] : server->store().Names()) namespaces.push_back(ns);
+  // token-7 had no line: its tensor stays under its old name, which no token reaches.
+  EXPECT_THAT(namespaces,
+              ::testing::UnorderedElementsAre(::testing::StartsWith("token:"), "bob", "token-7"));
+  server.reset();
+
+  // Reordered: the snapshot of the first start holds the new names, so nothing moves.
+  WriteTokenFile(token_file, "bob bob-token\nalice-token\n");
+  server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  EXPECT_EQ(FirstFloatOf(server->port(), "alice-token", "w").value_or(-1), 1.f);
+  EXPECT_EQ(FirstFloatOf(server->port(), "bob-token", "w").value_or(-1), 2.f);
+  server.reset();
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(token_file);
 }
 
 }  // namespace

@@ -140,8 +140,9 @@ ABSL_FLAG(int64_t, expected_version, 0,
 ABSL_FLAG(int64_t, version, 0,
           "get: the version the stored tensor must be at (>= 1); an error if it has moved on.");
 ABSL_FLAG(std::string, namespace, "",
-          "store-file FILE NAME OUT.npy: the namespace of NAME, as store-file FILE lists it "
-          "(token-N for the N-th token of a server with --auth_token_file; empty without).");
+          "store-file FILE NAME OUT.npy: the namespace of NAME, as store-file FILE lists it (with "
+          "--auth_token_file, the tenant's name, or token:HEX for a token without one; empty "
+          "without).");
 ABSL_FLAG(bool, bfloat16, false,
           "Read '<u2' (uint16) .npy inputs as bfloat16 raw bits; bfloat16 results are always "
           "written as '<u2'.");

@@ -33,8 +33,9 @@ std::string StoreNamespace(const ServingContext& serving,
                            const grpc::CallbackServerContext& context) {
   if (serving.authenticator == nullptr) return "";
   // Only authenticated calls reach the store, so the token is one of the file's.
-  absl::StatusOr<int> token = serving.authenticator->Identify(context.client_metadata());
-  return token.ok() ? absl::StrFormat("token-%d", *token) : "";
+  absl::StatusOr<std::string_view> tenant =
+      serving.authenticator->Identify(context.client_metadata());
+  return tenant.ok() ? std::string(*tenant) : "";
 }
 
 void LogFinishedCall(std::string_view method, std::string_view peer, absl::Duration elapsed,

@@ -77,9 +77,9 @@ struct ServingContext {
 };
 
 // StoreNamespace is the store namespace of `context`'s caller, the one place that decides it:
-// without token auth every caller shares ""; with it, each token of --auth_token_file is a
-// namespace of its own ("token-N", N its position in the file), so that one tenant can neither
-// see, read, list, change nor delete another's tensors.
+// without token auth every caller shares ""; with it, each tenant of --auth_token_file is a
+// namespace of its own (its name, or one derived from its token: server/rpc/auth.h), so that one
+// tenant can neither see, read, list, change nor delete another's tensors.
 std::string StoreNamespace(const ServingContext& serving,
                            const grpc::CallbackServerContext& context);
 

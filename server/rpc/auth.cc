@@ -1,15 +1,19 @@
 #include "server/rpc/auth.h"
 
 #include <cstddef>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "openssl/evp.h"
 #include "proto/credential_file.h"
 
 namespace tensorops {
@@ -37,30 +41,84 @@ bool IsMetadataSafe(absl::string_view token) {
   return true;
 }
 
+// IsTenantName tells whether `name` follows TokenAuthenticator::kTenantNameRule.
+bool IsTenantName(absl::string_view name) {
+  if (name.empty() || name.size() > 64 || !absl::ascii_isalnum(name.front()) ||
+      absl::StartsWith(name, "token-")) {
+    return false;
+  }
+  return absl::c_all_of(
+      name, [](char c) { return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-'; });
+}
+
+// UnnamedTenantNamespace is the namespace of a token without a tenant name: "token:" and the
+// first 8 bytes of the token's SHA-256 in hex. Stable across restarts and edits of the file's
+// other lines; a store file shows it, never the token. 64 bits keep an accidental collision of
+// two tokens out of reach (FromFile refuses one anyway).
+absl::StatusOr<std::string> UnnamedTenantNamespace(absl::string_view token) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int digest_size = 0;
+  if (EVP_Digest(token.data(), token.size(), digest, &digest_size, EVP_sha256(), nullptr) != 1 ||
+      digest_size < 8) {
+    return absl::InternalError("auth_token_file: OpenSSL cannot compute a SHA-256");
+  }
+  return absl::StrCat("token:", absl::BytesToHexString(
+                                    absl::string_view(reinterpret_cast<const char*>(digest), 8)));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TokenAuthenticator>> TokenAuthenticator::FromFile(
     const std::string& path) {
   absl::StatusOr<std::string> contents = wire::ReadCredentialFile("auth_token_file", path);
   if (!contents.ok()) return contents.status();
-  std::vector<std::string> tokens;
+  std::vector<Token> tokens;
   int line_number = 0;
   for (const absl::string_view line : absl::StrSplit(*contents, '\n')) {
     ++line_number;
-    const absl::string_view token = absl::StripAsciiWhitespace(line);
-    if (token.empty() || token.front() == '#') continue;
+    const absl::string_view stripped = absl::StripAsciiWhitespace(line);
+    if (stripped.empty() || stripped.front() == '#') continue;
+    const std::vector<absl::string_view> words =
+        absl::StrSplit(stripped, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    if (words.size() > 2) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "auth_token_file: line %d of %s has %d words (expected TOKEN or TENANT TOKEN)",
+          line_number, path, words.size()));
+    }
+    const absl::string_view token = words.back();
     if (!IsMetadataSafe(token)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "auth_token_file: the token on line %d of %s has a character that gRPC metadata "
           "cannot carry (expected printable ASCII without spaces)",
           line_number, path));
     }
-    if (absl::c_linear_search(tokens, token)) {
+    if (absl::c_any_of(tokens, [&](const Token& earlier) { return earlier.token == token; })) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "auth_token_file: line %d of %s repeats an earlier token (each token is one tenant)",
+          "auth_token_file: line %d of %s repeats an earlier token (a token belongs to one "
+          "tenant)",
           line_number, path));
     }
-    tokens.emplace_back(token);
+    std::string ns;
+    if (words.size() == 2) {
+      if (!IsTenantName(words.front())) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "auth_token_file: the tenant name on line %d of %s breaks the rule for tenant names "
+            "(%s)",
+            line_number, path, kTenantNameRule));
+      }
+      ns = std::string(words.front());
+    } else {
+      absl::StatusOr<std::string> unnamed = UnnamedTenantNamespace(token);
+      if (!unnamed.ok()) return unnamed.status();
+      if (absl::c_any_of(tokens, [&](const Token& earlier) { return earlier.ns == *unnamed; })) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "auth_token_file: the token on line %d of %s has the namespace of an earlier token "
+            "(the first 64 bits of their SHA-256 agree): give one of them a tenant name",
+            line_number, path));
+      }
+      ns = *std::move(unnamed);
+    }
+    tokens.push_back({.token = std::string(token), .ns = std::move(ns)});
   }
   if (tokens.empty()) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -69,10 +127,25 @@ absl::StatusOr<std::unique_ptr<TokenAuthenticator>> TokenAuthenticator::FromFile
   return std::unique_ptr<TokenAuthenticator>(new TokenAuthenticator(std::move(tokens)));
 }
 
-TokenAuthenticator::TokenAuthenticator(std::vector<std::string> tokens)
-    : tokens_(std::move(tokens)) {}
+TokenAuthenticator::TokenAuthenticator(std::vector<Token> tokens) : tokens_(std::move(tokens)) {}
 
-absl::StatusOr<int> TokenAuthenticator::Identify(
+std::vector<std::string> TokenAuthenticator::Namespaces() const {
+  std::vector<std::string> namespaces;
+  for (const Token& token : tokens_) {
+    if (!absl::c_linear_search(namespaces, token.ns)) namespaces.push_back(token.ns);
+  }
+  return namespaces;
+}
+
+absl::flat_hash_map<std::string, std::string> TokenAuthenticator::LegacyNamespaces() const {
+  absl::flat_hash_map<std::string, std::string> legacy;
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    legacy.emplace(absl::StrFormat("token-%d", i + 1), tokens_[i].ns);
+  }
+  return legacy;
+}
+
+absl::StatusOr<std::string_view> TokenAuthenticator::Identify(
     const std::multimap<grpc::string_ref, grpc::string_ref>& client_metadata) const {
   const auto entry = client_metadata.find(kMetadataKey);
   if (entry == client_metadata.end()) {
@@ -88,12 +161,12 @@ absl::StatusOr<int> TokenAuthenticator::Identify(
   }
   // Every token is compared, whichever matches, so that the time says nothing about which.
   const absl::string_view presented = value.substr(kScheme.size());
-  int match = 0;
-  for (size_t i = 0; i < tokens_.size(); ++i) {
-    if (ConstantTimeEquals(presented, tokens_[i])) match = static_cast<int>(i) + 1;
+  const Token* match = nullptr;
+  for (const Token& token : tokens_) {
+    if (ConstantTimeEquals(presented, token.token)) match = &token;
   }
-  if (match == 0) return absl::UnauthenticatedError("wrong bearer token");
-  return match;
+  if (match == nullptr) return absl::UnauthenticatedError("wrong bearer token");
+  return std::string_view(match->ns);
 }
 
 }  // namespace tensorops

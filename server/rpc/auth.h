@@ -2,9 +2,15 @@
 //
 //   authorization: Bearer <token>
 //
-// as call metadata; the token is one of those in the server's --auth_token_file, one per line.
-// Each token is a tenant of its own: its stored tensors are invisible to every other token
-// (StoreNamespace, server/core/op_call.h).
+// as call metadata; the token is one of those in the server's --auth_token_file, one per line,
+// each line either `TOKEN` or `TENANT TOKEN`. Each tenant has a store namespace of its own: its
+// stored tensors and shared-memory regions are invisible to every other tenant
+// (StoreNamespace, server/core/op_call.h). A named tenant's namespace is its name, so several
+// lines may name one tenant (a token being rotated: the old and the new one both work); an
+// unnamed token is a tenant of its own, whose namespace is derived from the token itself
+// ("token:" and 16 hex digits of its SHA-256). Either way the namespace does not depend on the
+// line's position, so reordering, adding or removing other lines never hands one tenant's tensors
+// to another.
 //
 //   absl::StatusOr<std::unique_ptr<TokenAuthenticator>> authenticator =
 //       TokenAuthenticator::FromFile("/etc/tensorops/token");
@@ -21,8 +27,10 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "grpcpp/support/string_ref.h"
@@ -36,13 +44,20 @@ class TokenAuthenticator {
   // kMetadataKey is the metadata key the token travels under (gRPC lower-cases keys).
   static constexpr char kMetadataKey[] = "authorization";
 
-  // FromFile reads the tokens from `path`, one per line, ignoring whitespace around each, blank
-  // lines and lines starting with '#'. The file's error (NOT_FOUND, PERMISSION_DENIED, ...)
-  // naming the path when it cannot be read; INVALID_ARGUMENT naming the path (and the line) for
-  // a file without a token, a token with characters that cannot travel in gRPC metadata
-  // (anything but printable ASCII other than space) and a token given twice. No message
-  // contains a token.
+  // FromFile reads the tokens from `path`, one per line (`TOKEN` or `TENANT TOKEN`), ignoring
+  // whitespace around each, blank lines and lines starting with '#'. The file's error
+  // (NOT_FOUND, PERMISSION_DENIED, ...) naming the path when it cannot be read; INVALID_ARGUMENT
+  // naming the path (and the line) for a file without a token, a line of more than two words, a
+  // token with characters that cannot travel in gRPC metadata (anything but printable ASCII
+  // other than space), a token given twice, and a tenant name that breaks kTenantNameRule. No
+  // message contains a token.
   static absl::StatusOr<std::unique_ptr<TokenAuthenticator>> FromFile(const std::string& path);
+
+  // What a tenant's name may be: its namespace, shown in store files and logs. "token-" is
+  // reserved: it starts the namespaces of earlier versions (LegacyNamespaces).
+  static constexpr char kTenantNameRule[] =
+      "1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit, and not "
+      "starting with \"token-\"";
 
   TokenAuthenticator(const TokenAuthenticator&) = delete;
   TokenAuthenticator& operator=(const TokenAuthenticator&) = delete;
@@ -58,17 +73,32 @@ class TokenAuthenticator {
     return Identify(client_metadata).status();
   }
 
-  // Identify is Check that also says which token the call sent: its position among the file's
-  // tokens, from 1. The comparison takes the same time whichever token matches, if any.
-  absl::StatusOr<int> Identify(
+  // Identify is Check that also says whose token the call sent: the tenant's store namespace
+  // (valid as long as this object). The comparison takes the same time whichever token matches,
+  // if any.
+  absl::StatusOr<std::string_view> Identify(
       const std::multimap<grpc::string_ref, grpc::string_ref>& client_metadata) const;
 
   int token_count() const { return static_cast<int>(tokens_.size()); }
+  // The namespaces of the file's tenants, each once, in the order of their first lines.
+  std::vector<std::string> Namespaces() const;
+
+  // LegacyNamespaces maps the namespace earlier servers gave each token, "token-N" for the N-th
+  // token of the file, to the namespace it has now: a store directory they wrote is recovered
+  // with it (DurableStoreOptions::renamed_namespaces), assuming the file's tokens are still in
+  // the order they had then.
+  absl::flat_hash_map<std::string, std::string> LegacyNamespaces() const;
 
  private:
-  explicit TokenAuthenticator(std::vector<std::string> tokens);
+  // One line of the file.
+  struct Token {
+    std::string token;
+    std::string ns;  // the tenant's namespace
+  };
 
-  const std::vector<std::string> tokens_;
+  explicit TokenAuthenticator(std::vector<Token> tokens);
+
+  const std::vector<Token> tokens_;
 };
 
 }  // namespace tensorops

@@ -579,6 +579,35 @@ TEST(TensorStoreTest, AnUploadWithARememberedIdCommitsNothing) {
   ASSERT_OK_AND_ASSIGN(TensorStore::ReadHandle read, store.Read("", "r"));
   EXPECT_EQ(read.version(), 1);
   EXPECT_EQ(Values<int64_t>(read), std::vector<int64_t>{1});
+  EXPECT_TRUE(first.stored().has_value());
+  EXPECT_FALSE(retry.stored().has_value());
+}
+
+// What an upload stored stays its own to describe after the name moves on: deleted and stored
+// again at version 1 with another dtype and shape, as PutTensor's answer may race it.
+TEST(TensorStoreTest, AnUploadDescribesWhatItStoredAfterTheNameMovesOn) {
+  TensorStore store(1 << 20);
+  ASSERT_OK_AND_ASSIGN(TensorStore::Upload upload,
+                       store.BeginUpload("", "w", DataType::kFloat32, {2}));
+  EXPECT_FALSE(upload.stored().has_value());
+  ASSERT_TRUE(upload.Write(0, AsBytes({1.f, 2.f})).ok());
+  ASSERT_OK_AND_ASSIGN(const int64_t version, upload.Commit());
+  ASSERT_OK_AND_ASSIGN(const TensorStore::Metadata committed, store.Info("", "w"));
+  ASSERT_TRUE(store.Delete("", "w").ok());
+  ASSERT_TRUE(Put<int64_t>(store, "", "w", {3}, {7, 8, 9}).ok());
+  ASSERT_OK_AND_ASSIGN(const TensorStore::Metadata successor, store.Info("", "w"));
+  EXPECT_EQ(successor.version, version);
+
+  ASSERT_TRUE(upload.stored().has_value());
+  const TensorStore::Metadata& stored = *upload.stored();
+  EXPECT_EQ(stored.dtype, DataType::kFloat32);
+  EXPECT_EQ(stored.shape, (Shape{2}));
+  EXPECT_EQ(stored.bytes, 8);
+  EXPECT_EQ(stored.version, 1);
+  EXPECT_EQ(stored.serial, committed.serial);
+  EXPECT_NE(stored.serial, successor.serial);
+  EXPECT_EQ(stored.created, committed.created);
+  EXPECT_EQ(stored.updated, committed.updated);
 }
 
 TEST(TensorStoreTest, ANamespaceRemembersItsLatestChanges) {

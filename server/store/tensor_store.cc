@@ -822,6 +822,7 @@ absl::StatusOr<int64_t> TensorStore::Upload::Commit(std::string_view update_id) 
   }
   committed_ = true;
   entry_.reset();
+  stored_ = value;
   if (logged.has_value()) TENSOROPS_RETURN_IF_ERROR(journal->AwaitDurable(*logged));
   return value.version;
 }

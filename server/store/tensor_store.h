@@ -353,6 +353,10 @@ class TensorStore::Upload {
   // Where the bytes are (MutableChunk's memory). Valid until Commit.
   const TensorMemory& memory() const;
   bool committed() const { return committed_; }
+  // What Commit stored, as it was at the commit (its version, serial and times): describes this
+  // call's value even when another call has replaced or deleted it since. nullopt before Commit,
+  // and after one that found its update id remembered (it stored nothing).
+  const std::optional<Metadata>& stored() const { return stored_; }
 
  private:
   friend class TensorStore;
@@ -374,6 +378,7 @@ class TensorStore::Upload {
   int64_t bytes_ = 0;
   int64_t received_ = 0;
   bool committed_ = false;
+  std::optional<Metadata> stored_;
 };
 
 // TensorStore::ReadHandle holds one version of a tensor: its bytes stay allocated and unchanged

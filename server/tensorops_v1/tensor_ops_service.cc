@@ -239,12 +239,17 @@ class PutTensorReactor final : public grpc::ServerReadReactor<PutTensorMessage> 
     }
     TENSOROPS_ASSIGN_OR_RETURN(const int64_t version, upload_->Commit());
     v1::TensorInfo* info = response_->mutable_info();
+    if (upload_->stored().has_value()) {
+      ToProto(*upload_->stored(), info);
+      return absl::OkStatus();
+    }
+    // A retry whose first attempt stored the value: the name's value if it is still at that
+    // version, else what this call would have stored.
     absl::StatusOr<TensorStore::Metadata> metadata = serving_.store->Info(ns_, upload_->name());
     if (metadata.ok() && metadata->version == version) {
       ToProto(*metadata, info);
       return absl::OkStatus();
     }
-    // Replaced or deleted already by another caller: describe what this call stored.
     const absl::Time now = absl::Now();
     ToProto(TensorStore::Metadata{.name = upload_->name(),
                                   .dtype = upload_->dtype(),

@@ -168,16 +168,28 @@ absl::StatusOr<char*> MappedRegion::Slice(int64_t offset, int64_t bytes,
 
 absl::Status MappedRegion::CheckIntact(std::string_view what) const {
   if (device_memory_ != nullptr) return absl::OkStatus();
-  if (guard_->Faulted()) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "%s: %s was shrunk by its owner after it was registered, under a call that used it; "
-        "unregister it and register it again",
-        what, Described(description_)));
-  }
+  const int64_t end = description_.system().offset() + byte_size_;
   struct stat status = {};
   if (fstat(fd_, &status) != 0) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "%s: %s cannot be checked: %s", what, Described(description_), std::strerror(errno)));
+  }
+  if (guard_->Faulted()) {
+    // A page of the mapping faulted (SIGBUS), and the pages that replaced it are the server's
+    // own: the mapping no longer shows the object, whatever its size is now.
+    if (status.st_size < end) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s: %s was shrunk by its owner after it was registered, under a call that used it; "
+          "unregister it and register it again",
+          what, Described(description_)));
+    }
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: a page of %s could not be mapped (SIGBUS) under a call that used it, though the "
+        "object still has its %d bytes: the file system that holds it is out of space or memory "
+        "(a full /dev/shm, or a tmpfs size limit; a page of an object made with ftruncate is "
+        "allocated when first touched), or the object was shrunk and grown again; unregister "
+        "it and register it again",
+        what, Described(description_), status.st_size));
   }
   if (status.st_nlink == 0) {
     return absl::FailedPreconditionError(absl::StrFormat(
@@ -185,7 +197,6 @@ absl::Status MappedRegion::CheckIntact(std::string_view what) const {
         "unregister it, and register the new object",
         what, Described(description_)));
   }
-  const int64_t end = description_.system().offset() + byte_size_;
   if (status.st_size < end) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "%s: %s was shrunk by its owner to %d bytes after it was registered (the region ends at "

@@ -147,9 +147,10 @@ ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA certificate(s) that clients' certificates must chain to: mutual TLS, clients "
           "without such a certificate cannot connect (needs --tls_cert).");
 ABSL_FLAG(std::string, auth_token_file, "",
-          "File of bearer tokens, one per line ('#' lines are comments): every TensorOps call "
-          "must send one as 'authorization: Bearer <token>' metadata (UNAUTHENTICATED "
-          "otherwise), and each token's stored tensors are its own. Health and reflection stay "
+          "File of bearer tokens, one per line as TOKEN or TENANT: TOKEN ('#' starts a "
+          "comment): every TensorOps call must send one as 'authorization: Bearer <token>' "
+          "metadata (UNAUTHENTICATED otherwise), and each tenant's stored tensors and regions "
+          "are its own (a named tenant may have several tokens). Health and reflection stay "
           "open.");
 
 namespace {

@@ -149,6 +149,15 @@ void WarnOfUnreachableNamespaces(const TensorStore& store,
           "store recovery: {} tensor(s) of namespace \"{}\" belong to a tenant of an "
           "--auth_token_file: no call reaches them while the server runs without it",
           count, ns);
+    } else if (absl::StartsWith(ns, "token-")) {
+      // No tenant name starts with "token-": an earlier server's name for its N-th token, which
+      // had no line (or another line of the same tenant came first) when it was renamed.
+      spdlog::warn(
+          "store recovery: {} tensor(s) of namespace \"{}\", an earlier server's name for the "
+          "token on that line of its --auth_token_file, which no line of this one took over: no "
+          "call reaches them; `tensorops-cli store-file SNAPSHOT NAME OUT.npy --namespace={}` "
+          "reads them from the store's files",
+          count, ns, ns);
     } else {
       spdlog::warn(
           "store recovery: {} tensor(s) of namespace \"{}\" belong to no tenant of "
@@ -361,20 +370,21 @@ absl::Status Server::OpenStore(const ServerOptions& options, const Placement& pl
   store_ = std::make_unique<TensorStore>(options.store.memory_bytes, placement.store_memory);
   if (options.store.dir.empty()) return absl::OkStatus();
   TENSOROPS_ASSIGN_OR_RETURN(
-      durable_, DurableStore::Open(
-                    {.dir = options.store.dir,
-                     .sync = options.store.sync,
-                     .sync_interval = options.store.sync_interval,
-                     .snapshot_interval = options.store.snapshot_interval,
-                     .recovery = options.store.recovery,
-                     .renamed_namespaces = authenticator_ == nullptr
-                                               ? absl::flat_hash_map<std::string, std::string>()
-                                               : authenticator_->LegacyNamespaces()},
-                    store_.get(),
-                    [store = store_.get()](std::string_view ns, std::string_view name,
-                                           int64_t from_version, std::string_view call) {
-                      return ReplayJournaledUpdate(*store, ns, name, from_version, call);
-                    }));
+      durable_,
+      DurableStore::Open(
+          {.dir = options.store.dir,
+           .sync = options.store.sync,
+           .sync_interval = options.store.sync_interval,
+           .snapshot_interval = options.store.snapshot_interval,
+           .recovery = options.store.recovery,
+           .renamed_namespaces = authenticator_ == nullptr
+                                     ? std::nullopt
+                                     : std::make_optional(authenticator_->LegacyNamespaces())},
+          store_.get(),
+          [store = store_.get()](std::string_view ns, std::string_view name, int64_t from_version,
+                                 std::string_view call) {
+            return ReplayJournaledUpdate(*store, ns, name, from_version, call);
+          }));
   const RecoveryReport& recovery = durable_->recovery();
   for (const std::string& warning : recovery.warnings) spdlog::warn("store recovery: {}", warning);
   spdlog::info(

@@ -639,11 +639,13 @@ TEST_F(SecurityTest, AuthenticatorChecksTheBearerValue) {
 
 // Each token's namespace: an unnamed token's is "token:" and the first 8 bytes of its SHA-256
 // (the hex below is `printf first-token | sha256sum`'s); a named tenant's is its name, shared by
-// every line that names it.
+// every line that names it, whichever of its two words comes first. Comments run from a word
+// that starts with '#' to the end of the line.
 TEST_F(SecurityTest, AuthenticatorTellsTheTenantsOfAFileApart) {
-  absl::StatusOr<std::unique_ptr<TokenAuthenticator>> authenticator = TokenAuthenticator::FromFile(
-      TokenFile("# tenants\n  first-token \n\nsecond-token\n"
-                "alice  alice-old\n\talice alice-new\nbob.2 bob-token\n# end\n"));
+  absl::StatusOr<std::unique_ptr<TokenAuthenticator>> authenticator =
+      TokenAuthenticator::FromFile(TokenFile(
+          "# tenants\n  first-token \r\n\nsecond-token #rotated in 2025\n"
+          "alice:  alice-old\n\talice: alice-new   # the new one\nbob-token bob.2:\n# end\n"));
   ASSERT_TRUE(authenticator.ok()) << authenticator.status();
   EXPECT_EQ((*authenticator)->token_count(), 5);
   auto identify = [&](const std::string& token) -> absl::StatusOr<std::string> {
@@ -658,17 +660,19 @@ TEST_F(SecurityTest, AuthenticatorTellsTheTenantsOfAFileApart) {
   EXPECT_EQ(identify("alice-old").value_or(""), "alice");
   EXPECT_EQ(identify("alice-new").value_or(""), "alice");
   EXPECT_EQ(identify("bob-token").value_or(""), "bob.2");
-  for (const char* wrong : {"# tenants", "first", "alice", "alice alice-old"}) {
+  for (const char* wrong : {"# tenants", "first", "alice", "alice:", "alice: alice-old", "#rotated",
+                            "second-token"
+                            " #rotated"}) {
     EXPECT_EQ(identify(wrong).status().code(), absl::StatusCode::kUnauthenticated) << wrong;
   }
   EXPECT_THAT((*authenticator)->Namespaces(),
               ElementsAre("token:55b4b48f529c3d2d", "token:7a35833597e6687c", "alice", "bob.2"));
-  // What earlier servers called each token: its position among the file's tokens.
-  EXPECT_THAT(
-      (*authenticator)->LegacyNamespaces(),
-      UnorderedElementsAre(Pair("token-1", "token:55b4b48f529c3d2d"),
-                           Pair("token-2", "token:7a35833597e6687c"), Pair("token-3", "alice"),
-                           Pair("token-4", "alice"), Pair("token-5", "bob.2")));
+  // What earlier servers called each token: its position among the file's tokens. Alice's
+  // second line is left out: earlier servers had two tenants there, which must not merge.
+  EXPECT_THAT((*authenticator)->LegacyNamespaces(),
+              UnorderedElementsAre(Pair("token-1", "token:55b4b48f529c3d2d"),
+                                   Pair("token-2", "token:7a35833597e6687c"),
+                                   Pair("token-3", "alice"), Pair("token-5", "bob.2")));
 }
 
 // A namespace follows its token, not its line: reordering, adding and removing other lines leaves
@@ -683,9 +687,9 @@ TEST_F(SecurityTest, ATokensNamespaceDoesNotDependOnItsLine) {
     const std::multimap<grpc::string_ref, grpc::string_ref> metadata = {{"authorization", value}};
     return std::string((*authenticator)->Identify(metadata).value_or(""));
   };
-  const std::string before = "one\ntwo\nteam three\n";
+  const std::string before = "one\ntwo\nteam: three\n";
   for (const std::string after :
-       {"two\none\nteam three\n", "team three\ntwo\n", "new\ntwo\nteam three\n"}) {
+       {"two\none\nteam: three\n", "three team:\ntwo\n", "new\ntwo\nteam: three\n"}) {
     EXPECT_EQ(namespace_in(before, "two"), namespace_in(after, "two")) << after;
     EXPECT_EQ(namespace_in(after, "three"), "team") << after;
   }
@@ -707,17 +711,24 @@ TEST_F(SecurityTest, AuthenticatorRejectsBadTokenFiles) {
   EXPECT_THAT(
       twice_status.message(),
       AllOf(HasSubstr("line 3"), HasSubstr("repeats an earlier token"), Not(HasSubstr(kToken))));
-  const std::string spaced = TokenFile("tenant two words\n");
-  const absl::Status spaced_status = TokenAuthenticator::FromFile(spaced).status();
-  EXPECT_EQ(spaced_status.code(), absl::StatusCode::kInvalidArgument) << spaced_status;
-  EXPECT_THAT(spaced_status.message(),
-              AllOf(HasSubstr(spaced), HasSubstr("line 1"), HasSubstr("3 words"),
-                    HasSubstr("TENANT TOKEN"), Not(HasSubstr("words\n"))));
+  // Lines of neither form: too many words, two words without a tenant (two tokens, or a comment
+  // without its '#'), two tenants, a tenant without a token.
+  for (const std::string line :
+       {"tenant: secretA secretB", "secretA secretB", "one: two:", "alone:", "alone: #token"}) {
+    const std::string spaced = TokenFile(absl::StrCat("# comment\n", line, "\n"));
+    const absl::Status spaced_status = TokenAuthenticator::FromFile(spaced).status();
+    EXPECT_EQ(spaced_status.code(), absl::StatusCode::kInvalidArgument) << line;
+    EXPECT_THAT(
+        spaced_status.message(),
+        AllOf(HasSubstr(spaced), HasSubstr("line 2"), HasSubstr("is not TOKEN or TENANT: TOKEN"),
+              Not(HasSubstr("secret")), Not(HasSubstr("one:")), Not(HasSubstr("alone"))))
+        << line;
+  }
   // Tenant names: the rule is in the message, the name (perhaps a token pasted in by mistake) not.
   for (const std::string& tenant :
        std::vector<std::string>{"-dash", ".dot", "token-1", "token-alice", "with/slash",
                                 "colon:", std::string(65, 'a')}) {
-    const std::string bad_name = TokenFile(absl::StrCat("# comment\n", tenant, " ", kToken, "\n"));
+    const std::string bad_name = TokenFile(absl::StrCat("# comment\n", tenant, ": ", kToken, "\n"));
     const absl::Status bad_name_status = TokenAuthenticator::FromFile(bad_name).status();
     EXPECT_EQ(bad_name_status.code(), absl::StatusCode::kInvalidArgument) << tenant;
     EXPECT_THAT(bad_name_status.message(), AllOf(HasSubstr("line 2"), HasSubstr("tenant name"),
@@ -727,13 +738,22 @@ TEST_F(SecurityTest, AuthenticatorRejectsBadTokenFiles) {
   }
   for (const std::string& tenant :
        std::vector<std::string>{"a", "Team_7", "x.y-z", std::string(64, 'a'), "tokens"}) {
-    EXPECT_TRUE(TokenAuthenticator::FromFile(TokenFile(absl::StrCat(tenant, " ", kToken))).ok())
+    EXPECT_TRUE(TokenAuthenticator::FromFile(TokenFile(absl::StrCat(tenant, ": ", kToken))).ok())
         << tenant;
   }
   // One token, two tenants: refused like any repeated token.
-  const std::string two_tenants = TokenFile(absl::StrCat("a ", kToken, "\nb ", kToken, "\n"));
+  const std::string two_tenants = TokenFile(absl::StrCat("a: ", kToken, "\nb: ", kToken, "\n"));
   EXPECT_THAT(TokenAuthenticator::FromFile(two_tenants).status().message(),
               AllOf(HasSubstr("line 2"), HasSubstr("repeats an earlier token")));
+  // A tenant named like a token of the file (a line written as TOKEN: TENANT, say) would put a
+  // token in store files and logs.
+  for (const std::string contents : {absl::StrCat(kToken, ": other\nx: ", kToken, "\n"),
+                                     absl::StrCat("x\n", kToken, ": ", kToken)}) {
+    const absl::Status named_like_a_token =
+        TokenAuthenticator::FromFile(TokenFile(contents)).status();
+    EXPECT_EQ(named_like_a_token.code(), absl::StatusCode::kInvalidArgument) << contents;
+    EXPECT_THAT(named_like_a_token.message(), Not(HasSubstr(kToken))) << contents;
+  }
 
   const std::string missing = certs().Path("no_such_token");
   const absl::Status missing_status = TokenAuthenticator::FromFile(missing).status();

@@ -2263,7 +2263,7 @@ TEST(StoreAuthTest, TenantsKeepTheirTensorsWhenTheTokenFileChanges) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/store_auth_durable_", getpid());
   const std::string token_file = dir + "_tokens";
   std::filesystem::remove_all(dir);
-  WriteTokenFile(token_file, "alice-token\nbob-token\ncarol carol-old\n");
+  WriteTokenFile(token_file, "alice-token\nbob-token\ncarol: carol-old\n");
   ServerOptions options;
   options.security.auth_token_file = token_file;
   options.store.dir = dir;
@@ -2281,7 +2281,7 @@ TEST(StoreAuthTest, TenantsKeepTheirTensorsWhenTheTokenFileChanges) {
 
   WriteTokenFile(token_file,
                  "# reordered, one added, carol's rotated\nnew-token\nbob-token\n"
-                 "carol carol-new\nalice-token\n");
+                 "carol: carol-new\nalice-token\n");
   server = StartServer(options);
   ASSERT_NE(server, nullptr);
   EXPECT_EQ(FirstFloatOf(server->port(), "alice-token", "w").value_or(-1), 1.f);
@@ -2330,23 +2330,34 @@ TEST(StoreAuthTest, AStoreOfTokenNNamespacesIsRecoveredUnderTheTokensOwnNamespac
     }
   }
   ASSERT_TRUE(testing::RewriteAsEarlierServers(dir).ok());
-  WriteTokenFile(token_file, "alice-token\nbob bob-token\n");
+  // First a start without the token file, whose stop writes a snapshot: it cannot rename, and
+  // leaves the renaming to the next server that has the file.
   ServerOptions options;
-  options.security.auth_token_file = token_file;
   options.store.dir = dir;
   std::unique_ptr<Server> server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  {
+    std::unique_ptr<Client> client = ConnectClient(server->port());
+    const std::vector<float> values = {5.f};
+    ASSERT_TRUE(
+        client->PutTensor("plain", TensorView(DataType::kFloat32, {1}, values.data())).ok());
+  }
+  server.reset();
+  WriteTokenFile(token_file, "alice-token\nbob: bob-token\n");
+  options.security.auth_token_file = token_file;
+  server = StartServer(options);
   ASSERT_NE(server, nullptr);
   EXPECT_EQ(FirstFloatOf(server->port(), "alice-token", "w").value_or(-1), 1.f);
   EXPECT_EQ(FirstFloatOf(server->port(), "bob-token", "w").value_or(-1), 2.f);
   std::vector<std::string> namespaces;
   for (const auto& [ns, name] : server->store().Names()) namespaces.push_back(ns);
   // token-7 had no line: its tensor stays under its old name, which no token reaches.
-  EXPECT_THAT(namespaces,
-              ::testing::UnorderedElementsAre(::testing::StartsWith("token:"), "bob", "token-7"));
+  EXPECT_THAT(namespaces, ::testing::UnorderedElementsAre(::testing::StartsWith("token:"), "bob",
+                                                          "token-7", ""));
   server.reset();
 
   // Reordered: the snapshot of the first start holds the new names, so nothing moves.
-  WriteTokenFile(token_file, "bob bob-token\nalice-token\n");
+  WriteTokenFile(token_file, "bob: bob-token\nalice-token\n");
   server = StartServer(options);
   ASSERT_NE(server, nullptr);
   EXPECT_EQ(FirstFloatOf(server->port(), "alice-token", "w").value_or(-1), 1.f);

@@ -73,19 +73,26 @@ absl::StatusOr<std::unique_ptr<TokenAuthenticator>> TokenAuthenticator::FromFile
   absl::StatusOr<std::string> contents = wire::ReadCredentialFile("auth_token_file", path);
   if (!contents.ok()) return contents.status();
   std::vector<Token> tokens;
+  // The line of each named tenant's token (tokens[i] is named when tenant_lines[i] > 0).
+  std::vector<int> tenant_lines;
   int line_number = 0;
   for (const absl::string_view line : absl::StrSplit(*contents, '\n')) {
     ++line_number;
-    const absl::string_view stripped = absl::StripAsciiWhitespace(line);
-    if (stripped.empty() || stripped.front() == '#') continue;
-    const std::vector<absl::string_view> words =
-        absl::StrSplit(stripped, absl::ByAnyChar(" \t"), absl::SkipEmpty());
-    if (words.size() > 2) {
+    std::vector<absl::string_view> words =
+        absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
+    // A word that starts with '#' starts a comment: no token starts with one.
+    words.erase(absl::c_find_if(words, [](absl::string_view word) { return word.front() == '#'; }),
+                words.end());
+    if (words.empty()) continue;
+    const auto is_tenant = [](absl::string_view word) { return word.back() == ':'; };
+    const int tenant_words = static_cast<int>(absl::c_count_if(words, is_tenant));
+    if (words.size() > 2 || tenant_words != static_cast<int>(words.size()) - 1) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "auth_token_file: line %d of %s has %d words (expected TOKEN or TENANT TOKEN)",
-          line_number, path, words.size()));
+          "auth_token_file: line %d of %s is not TOKEN or TENANT: TOKEN (it has %d words, %d of "
+          "them a tenant name ending in ':'; a comment starts with '#')",
+          line_number, path, words.size(), tenant_words));
     }
-    const absl::string_view token = words.back();
+    const absl::string_view token = is_tenant(words.front()) ? words.back() : words.front();
     if (!IsMetadataSafe(token)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "auth_token_file: the token on line %d of %s has a character that gRPC metadata "
@@ -100,13 +107,15 @@ absl::StatusOr<std::unique_ptr<TokenAuthenticator>> TokenAuthenticator::FromFile
     }
     std::string ns;
     if (words.size() == 2) {
-      if (!IsTenantName(words.front())) {
+      const absl::string_view tenant =
+          absl::StripSuffix(is_tenant(words.front()) ? words.front() : words.back(), ":");
+      if (!IsTenantName(tenant)) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "auth_token_file: the tenant name on line %d of %s breaks the rule for tenant names "
             "(%s)",
             line_number, path, kTenantNameRule));
       }
-      ns = std::string(words.front());
+      ns = std::string(tenant);
     } else {
       absl::StatusOr<std::string> unnamed = UnnamedTenantNamespace(token);
       if (!unnamed.ok()) return unnamed.status();
@@ -119,6 +128,18 @@ absl::StatusOr<std::unique_ptr<TokenAuthenticator>> TokenAuthenticator::FromFile
       ns = *std::move(unnamed);
     }
     tokens.push_back({.token = std::string(token), .ns = std::move(ns)});
+    tenant_lines.push_back(words.size() == 2 ? line_number : 0);
+  }
+  // A tenant's name shows in store files and logs: it must not be a token too (a line written
+  // as TOKEN: NAME, say).
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tenant_lines[i] == 0) continue;
+    if (absl::c_any_of(tokens, [&](const Token& other) { return other.token == tokens[i].ns; })) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "auth_token_file: the tenant name on line %d of %s is also a token of the file; a "
+          "tenant's name shows in store files and logs, a token must not",
+          tenant_lines[i], path));
+    }
   }
   if (tokens.empty()) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -139,7 +160,12 @@ std::vector<std::string> TokenAuthenticator::Namespaces() const {
 
 absl::flat_hash_map<std::string, std::string> TokenAuthenticator::LegacyNamespaces() const {
   absl::flat_hash_map<std::string, std::string> legacy;
+  std::vector<std::string_view> mapped;
   for (size_t i = 0; i < tokens_.size(); ++i) {
+    // Two earlier tenants merged into one: only the first is mapped, so that recovery never
+    // writes one's tensors over the other's (the second's stay apart, warned of).
+    if (absl::c_linear_search(mapped, tokens_[i].ns)) continue;
+    mapped.push_back(tokens_[i].ns);
     legacy.emplace(absl::StrFormat("token-%d", i + 1), tokens_[i].ns);
   }
   return legacy;

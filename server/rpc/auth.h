@@ -3,7 +3,7 @@
 //   authorization: Bearer <token>
 //
 // as call metadata; the token is one of those in the server's --auth_token_file, one per line,
-// each line either `TOKEN` or `TENANT TOKEN`. Each tenant has a store namespace of its own: its
+// each line either `TOKEN` or `TENANT: TOKEN`. Each tenant has a store namespace of its own: its
 // stored tensors and shared-memory regions are invisible to every other tenant
 // (StoreNamespace, server/core/op_call.h). A named tenant's namespace is its name, so several
 // lines may name one tenant (a token being rotated: the old and the new one both work); an
@@ -44,13 +44,14 @@ class TokenAuthenticator {
   // kMetadataKey is the metadata key the token travels under (gRPC lower-cases keys).
   static constexpr char kMetadataKey[] = "authorization";
 
-  // FromFile reads the tokens from `path`, one per line (`TOKEN` or `TENANT TOKEN`), ignoring
-  // whitespace around each, blank lines and lines starting with '#'. The file's error
-  // (NOT_FOUND, PERMISSION_DENIED, ...) naming the path when it cannot be read; INVALID_ARGUMENT
-  // naming the path (and the line) for a file without a token, a line of more than two words, a
-  // token with characters that cannot travel in gRPC metadata (anything but printable ASCII
-  // other than space), a token given twice, and a tenant name that breaks kTenantNameRule. No
-  // message contains a token.
+  // FromFile reads the tokens from `path`, one per line, `TOKEN` or `TENANT: TOKEN` (the tenant's
+  // name ends in ':'; either word may come first), ignoring blank lines and comments (from a word
+  // that starts with '#' to the end of the line). The file's error (NOT_FOUND,
+  // PERMISSION_DENIED, ...) naming the path when it cannot be read; INVALID_ARGUMENT naming the
+  // path (and the line) for a file without a token, a line of another form, a token with
+  // characters that cannot travel in gRPC metadata (anything but printable ASCII other than
+  // space), a token given twice, a tenant name that breaks kTenantNameRule, and a tenant name
+  // that is also a token. No message contains a token or a tenant name.
   static absl::StatusOr<std::unique_ptr<TokenAuthenticator>> FromFile(const std::string& path);
 
   // What a tenant's name may be: its namespace, shown in store files and logs. "token-" is
@@ -86,7 +87,8 @@ class TokenAuthenticator {
   // LegacyNamespaces maps the namespace earlier servers gave each token, "token-N" for the N-th
   // token of the file, to the namespace it has now: a store directory they wrote is recovered
   // with it (DurableStoreOptions::renamed_namespaces), assuming the file's tokens are still in
-  // the order they had then.
+  // the order they had then. Of several lines of one tenant, only the first is mapped: the
+  // earlier server's tenants of the others stay apart rather than overwrite each other.
   absl::flat_hash_map<std::string, std::string> LegacyNamespaces() const;
 
  private:

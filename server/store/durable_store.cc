@@ -338,13 +338,16 @@ absl::StatusOr<int64_t> DurableStore::Recover(const ReplayUpdate& replay) {
     files::FileHeader header;
     TENSOROPS_RETURN_IF_ERROR(ParseMeta(record, path, &header));
     renaming = !header.tenant_namespaces();
+    // Without the names of now, the files written next keep saying that this one's were not
+    // renamed yet.
+    if (renaming && !options_.renamed_namespaces.has_value()) tenant_namespaces_ = false;
     return absl::OkStatus();
   };
   // Gives a record's metadata the namespace it has now.
   const auto rename = [&](auto* meta) {
-    if (!renaming) return;
-    const auto renamed = options_.renamed_namespaces.find(meta->namespace_());
-    if (renamed == options_.renamed_namespaces.end()) return;
+    if (!renaming || !options_.renamed_namespaces.has_value()) return;
+    const auto renamed = options_.renamed_namespaces->find(meta->namespace_());
+    if (renamed == options_.renamed_namespaces->end()) return;
     meta->set_namespace_(renamed->second);
     ++recovery_.renamed_records;
   };
@@ -521,7 +524,7 @@ absl::Status DurableStore::StartLog(int64_t generation) {
   header.set_format_version(kFormatVersion);
   header.set_generation(generation);
   header.set_created_unix_nanos(UnixNanos(absl::Now()));
-  header.set_tenant_namespaces(true);
+  header.set_tenant_namespaces(tenant_namespaces_);
   if (const absl::Status written = file.Append(RecordKind::kFileHeader, header).status();
       !written.ok()) {
     // Not left behind: the next snapshot creates this generation's log again (a full disk, say,
@@ -848,7 +851,7 @@ absl::StatusOr<SnapshotReport> DurableStore::SnapshotLocked() {
     header.set_generation(generation);
     header.set_created_unix_nanos(UnixNanos(absl::Now()));
     header.set_next_serial(store_->next_serial());
-    header.set_tenant_namespaces(true);
+    header.set_tenant_namespaces(tenant_namespaces_);
     TENSOROPS_RETURN_IF_ERROR(file.Append(RecordKind::kFileHeader, header).status());
     files::SnapshotEnd end;
     for (const auto& [ns, name] : store_->Names()) {

@@ -44,6 +44,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -88,9 +89,13 @@ struct DurableStoreOptions {
   absl::Duration snapshot_interval = absl::Minutes(10);
   StoreRecovery recovery = StoreRecovery::kStrict;
   // Namespaces the files may hold under an earlier name (the "token-N" of servers before tenants
-  // were named: TokenAuthenticator::LegacyNamespaces): recovery reads every record of one into
-  // the namespace it maps to, and the next snapshot holds only the new names.
-  absl::flat_hash_map<std::string, std::string> renamed_namespaces;
+  // were named: TokenAuthenticator::LegacyNamespaces): recovery reads every record of one, in a
+  // file such a server wrote, into the namespace it maps to; the files written from then on say
+  // that their namespaces are final (FileHeader.tenant_namespaces), and the next snapshot holds
+  // only the new names. nullopt (a server without --auth_token_file) renames nothing, and the
+  // files it writes say what the files it recovered said, so that a later server with the token
+  // file still renames what earlier servers wrote.
+  std::optional<absl::flat_hash_map<std::string, std::string>> renamed_namespaces;
 };
 
 // ReplayUpdate runs a logged in-place update again on the store: `call` (a tensorops.v1.OpRequest)
@@ -223,6 +228,10 @@ class DurableStore final : public StoreJournal {
   TensorStore* const store_;
   const int lock_fd_;
   RecoveryReport recovery_;
+  // What the files written say of their namespaces (FileHeader.tenant_namespaces): false only
+  // while a server without the names of now (renamed_namespaces nullopt) carries files of an
+  // earlier server's names. Set by Recover, before any file is written.
+  bool tenant_namespaces_ = true;
 
   // Held while a snapshot is written: one at a time.
   absl::Mutex snapshot_mu_ ABSL_ACQUIRED_BEFORE(log_mu_);

@@ -413,8 +413,11 @@ void Server::BuildService(const ServerOptions& options, const Placement& placeme
   const ServerOptions::Limits& limits = options.limits;
   // Its threads mostly wait (for a lock), so they cost no CPU; enough of them that calls on
   // different tensors seldom queue behind each other's waits.
+  // As many calls may wait there as may wait in the scheduler's queue (--max_queued_calls).
   constexpr int kBlockingPoolThreads = 16;
-  blocking_pool_ = std::make_unique<BlockingPool>(kBlockingPoolThreads);
+  blocking_pool_ = std::make_unique<BlockingPool>(
+      kBlockingPoolThreads,
+      std::max<int64_t>(kBlockingPoolThreads, options.queue.max_queued_calls));
   shared_memory_ = std::make_unique<SharedMemoryRegions>(
       SharedMemoryRegions::Limits{
           .max_regions = options.shared_memory.max_regions,

@@ -82,6 +82,9 @@ class Server {
   // memory holds the bytes of the op calls in flight against --max_memory_bytes (for tests).
   MemoryBudget& memory() { return *memory_; }
 
+  // blocking_pool holds the calls waiting for a stored tensor's lock (for tests).
+  BlockingPool& blocking_pool() { return *blocking_pool_; }
+
   // port returns the port actually bound (the chosen one when options.port was 0).
   int port() const { return port_; }
 

@@ -414,6 +414,65 @@ TEST_P(StoreServiceTest, MessagesOverMaxMessageBytesAreRefusedNamingTheFlag) {
   }
 }
 
+// The limit holds for whole responses. A result whose bytes are exactly the limit has a message
+// a few bytes over it, which gRPC would not send (ending a stream with it); a backward of a stored
+// input has a gradient as large as the stored tensor, however small the request. Both are
+// refused naming the flag, and a stream goes on after them.
+TEST_P(StoreServiceTest, ResponsesOverMaxMessageBytesAreRefusedNamingTheFlagAndStreamsGoOn) {
+  constexpr int64_t kLimit = 64 << 10;
+  constexpr int64_t kColumns = kLimit / 4 / 4;  // four float32 rows are the limit
+  ServerOptions options;
+  options.limits.max_message_bytes = kLimit;
+  Start(options);
+  const std::vector<float> table = Floats(8 * kColumns);
+  ASSERT_TRUE(client_
+                  ->PutTensor("table", TensorView(DataType::kFloat32, {8, kColumns}, table.data()),
+                              {.chunk_bytes = 16 << 10})
+                  .ok());
+  const auto rows = [](std::vector<int64_t> indices) {
+    v1::OpRequest request;
+    request.mutable_index_select()->mutable_input()->mutable_stored()->set_name("table");
+    *request.mutable_index_select()->mutable_index() =
+        MakeTensor<int64_t>({static_cast<int64_t>(indices.size())}, indices);
+    return request;
+  };
+  const v1::OpRequest four_rows = rows({0, 1, 2, 3});
+  const v1::OpRequest one_row = rows({5});
+  absl::StatusOr<Tensor> refused = client_->Run(four_rows);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_THAT(refused.status().message(),
+              AllOf(HasSubstr("index_select: the response would be "),
+                    HasSubstr(absl::StrFormat("more than the server's limit of %d "
+                                              "(--max_message_bytes)",
+                                              kLimit))));
+  absl::StatusOr<std::unique_ptr<OpStream>> stream = client_->OpenStream();
+  ASSERT_TRUE(stream.ok());
+  ASSERT_TRUE((*stream)->Send(1, four_rows));
+  ASSERT_TRUE((*stream)->Send(2, one_row));
+  (*stream)->CloseSend();
+  std::map<uint64_t, absl::Status> outcomes;
+  while (std::optional<StreamResult> answer = (*stream)->Receive()) {
+    outcomes[answer->request_id] = answer->result.status();
+  }
+  EXPECT_TRUE((*stream)->Finish().ok());
+  ASSERT_EQ(outcomes.size(), 2u);
+  EXPECT_EQ(outcomes[1].code(), absl::StatusCode::kResourceExhausted) << outcomes[1];
+  EXPECT_THAT(outcomes[1].message(), HasSubstr("(--max_message_bytes)"));
+  EXPECT_TRUE(outcomes[2].ok()) << outcomes[2];
+
+  // The gradient of the 128 KiB stored table, from a request of a few bytes.
+  v1::OpRequest gather;
+  gather.mutable_gather()->mutable_input()->mutable_stored()->set_name("table");
+  *gather.mutable_gather()->mutable_index() = MakeTensor<int64_t>({1, 1}, {0});
+  const std::vector<float> grad_output = {1.f};
+  absl::StatusOr<std::map<std::string, Tensor>> gradients =
+      client_->Backward(gather, TensorView(DataType::kFloat32, {1, 1}, grad_output.data()));
+  EXPECT_EQ(gradients.status().code(), absl::StatusCode::kResourceExhausted) << gradients.status();
+  EXPECT_THAT(gradients.status().message(),
+              HasSubstr(absl::StrFormat("gather_backward: the gradients would take up to %d bytes",
+                                        8 * kColumns * 4)));
+}
+
 TEST_P(StoreServiceTest, UploadOverTheRankLimitIsRefused) {
   ServerOptions options;
   options.limits.max_rank = 2;
@@ -686,6 +745,58 @@ TEST_P(StoreServiceTest, RunStreamReadsStoredTensors) {
   ASSERT_TRUE(answer->result.ok()) << answer->result.status();
   EXPECT_EQ(Bytes(*answer->result), Bytes(*expected));
   EXPECT_TRUE((*stream)->Finish().ok());
+}
+
+// Calls waiting for a tensor an update holds are bounded and counted: each holds its request's
+// bytes against --max_memory_bytes, the pool takes no more of them than --max_queued_calls (16
+// at least: its threads), and a shutdown lets those that arrived before it finish within the
+// grace.
+TEST_P(StoreServiceTest, CallsWaitingForAHeldTensorAreBoundedCountedAndFinishInAShutdown) {
+  if (GetParam() != StorePlacement::kHost) GTEST_SKIP() << "holds the tensor from the CPU";
+  ServerOptions options;
+  // The released calls then all fit in the scheduler's queue too.
+  options.queue.max_queued_calls = 16;
+  options.limits.max_memory_bytes = int64_t{256} << 20;
+  options.shutdown.grace = absl::Seconds(20);
+  Start(options);
+  const std::vector<float> values = Floats(64);
+  ASSERT_TRUE(client_->PutTensor("x", TensorView(DataType::kFloat32, {64}, values.data())).ok());
+  v1::OpRequest request;
+  request.mutable_index_select()->mutable_input()->mutable_stored()->set_name("x");
+  *request.mutable_index_select()->mutable_index() = MakeTensor<int64_t>({2}, {3, 1});
+  absl::StatusOr<Tensor> expected = client_->Run(request);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+
+  absl::StatusOr<TensorStore::UpdateHandle> update = server_->store().Update("", "x");
+  ASSERT_TRUE(update.ok()) << update.status();
+  constexpr int kWaiting = 16;
+  std::vector<absl::StatusOr<Tensor>> answers;
+  for (int i = 0; i < kWaiting; ++i) answers.emplace_back(absl::UnknownError("no answer"));
+  std::vector<std::thread> callers;
+  for (int i = 0; i < kWaiting; ++i) {
+    callers.emplace_back([&, i] { answers[i] = client_->Run(request); });
+  }
+  ASSERT_TRUE(WaitFor([&] { return server_->blocking_pool().tasks() == kWaiting; }));
+  EXPECT_EQ(server_->memory().calls(), kWaiting);
+  EXPECT_GE(server_->memory().call_bytes(),
+            kWaiting * static_cast<int64_t>(request.ByteSizeLong()));
+  // The pool is full: the next call is refused at once, naming the flag.
+  absl::StatusOr<Tensor> refused = client_->Run(request);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("16 calls are waiting for stored tensors that other calls hold, the most "
+                        "--max_queued_calls allows"));
+
+  // A shutdown begins; the update commits; the waiting calls, received before it, finish.
+  std::thread shutdown([&] { server_->Shutdown(); });
+  absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_TRUE(update->Commit().ok());
+  for (std::thread& caller : callers) caller.join();
+  shutdown.join();
+  for (int i = 0; i < kWaiting; ++i) {
+    ASSERT_TRUE(answers[i].ok()) << i << ": " << answers[i].status();
+    EXPECT_EQ(Bytes(*answers[i]), Bytes(*expected)) << i;
+  }
 }
 
 // A call on a stored tensor is prepared on gRPC's thread only when its tensors are free; one that

@@ -4,7 +4,7 @@
 
 namespace tensorops {
 
-BlockingPool::BlockingPool(int threads) {
+BlockingPool::BlockingPool(int threads, int64_t max_tasks) : max_tasks_(max_tasks) {
   threads_.reserve(threads);
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
 }
@@ -17,9 +17,16 @@ BlockingPool::~BlockingPool() {
   for (std::thread& thread : threads_) thread.join();
 }
 
-void BlockingPool::Run(std::function<void()> task) {
+bool BlockingPool::Run(std::function<void()> task) {
   absl::MutexLock lock(&mu_);
+  if (static_cast<int64_t>(tasks_.size()) + running_ >= max_tasks_) return false;
   tasks_.push_back(std::move(task));
+  return true;
+}
+
+int64_t BlockingPool::tasks() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(tasks_.size()) + running_;
 }
 
 void BlockingPool::Work() {
@@ -34,8 +41,11 @@ void BlockingPool::Work() {
       if (tasks_.empty()) return;  // stopping, and nothing left to run
       task = std::move(tasks_.front());
       tasks_.pop_front();
+      ++running_;
     }
     task();
+    absl::MutexLock lock(&mu_);
+    --running_;
   }
 }
 

@@ -1,8 +1,10 @@
 // BlockingPool runs tasks that may wait on a stored tensor's lock, off gRPC's threads and the
 // scheduler's workers.
 //
-//   BlockingPool pool(/*threads=*/16);
-//   pool.Run([call] { call->Prepare(); });   // may block until an update of a tensor commits
+//   BlockingPool pool(/*threads=*/16, /*max_tasks=*/1024);
+//   if (!pool.Run([call] { call->Prepare(); })) {  // may block until an update commits
+//     call->End(busy);                             // max_tasks are queued or running already
+//   }
 //
 // Why a pool of its own: preparing a call that references stored tensors takes their locks
 // (stored_operands.h), and a lock may be held by a call that needs those very threads to finish:
@@ -13,6 +15,7 @@
 #ifndef TENSOROPS_SERVER_CORE_BLOCKING_POOL_H_
 #define TENSOROPS_SERVER_CORE_BLOCKING_POOL_H_
 
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <thread>
@@ -25,22 +28,29 @@ namespace tensorops {
 
 class BlockingPool {
  public:
-  // A pool of `threads` (>= 1) threads.
-  explicit BlockingPool(int threads);
+  // A pool of `threads` (>= 1) threads that holds at most `max_tasks` (>= threads) tasks,
+  // queued or running: each task is a call waiting for a lock, with its request in memory.
+  BlockingPool(int threads, int64_t max_tasks);
   // Runs every task already queued, then joins the threads.
   ~BlockingPool();
 
   BlockingPool(const BlockingPool&) = delete;
   BlockingPool& operator=(const BlockingPool&) = delete;
 
-  // Run queues `task`; one of the pool's threads runs it.
-  void Run(std::function<void()> task);
+  // Run queues `task`, which one of the pool's threads runs; false (and `task` dropped unrun)
+  // when max_tasks are queued or running already.
+  [[nodiscard]] bool Run(std::function<void()> task);
+  int64_t max_tasks() const { return max_tasks_; }
+  // Tasks queued or running now.
+  int64_t tasks() const;
 
  private:
   void Work();
 
-  absl::Mutex mu_;
+  const int64_t max_tasks_;
+  mutable absl::Mutex mu_;
   std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  int64_t running_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };

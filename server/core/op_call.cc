@@ -38,6 +38,15 @@ std::string StoreNamespace(const ServingContext& serving,
   return tenant.ok() ? std::string(*tenant) : "";
 }
 
+absl::Status PoolFullError(const ServingContext& serving) {
+  return MarkRejected(
+      absl::ResourceExhaustedError(absl::StrFormat(
+          "the server is busy: %d calls are waiting for stored tensors that other calls hold, "
+          "the most --max_queued_calls allows; retry later or with backoff",
+          serving.blocking_pool->max_tasks())),
+      Rejection::kQueueFull);
+}
+
 void LogFinishedCall(std::string_view method, std::string_view peer, absl::Duration elapsed,
                      const absl::Status& status) {
   CallLog::Global().Finished(method, peer, elapsed, status, absl::Now());
@@ -63,8 +72,29 @@ void OpCall::Start(Prepare prepare) {
     Admit(std::move(tried));
     return;
   }
-  serving_.blocking_pool->Run(
-      [this, prepare = std::move(prepare)] { Admit(PrepareNow(prepare, LockWait::kWait)); });
+  // While it waits, the call holds its request: the bytes count against --max_memory_bytes, and
+  // the pool takes no more waiting calls than --max_queued_calls.
+  if (serving_.memory != nullptr) {
+    absl::StatusOr<MemoryBudget::Reservation> held =
+        serving_.memory->Reserve(op_name_, request_bytes_, /*result_bytes=*/0);
+    if (!held.ok()) {
+      End(held.status());
+      return;
+    }
+    memory_ = *std::move(held);
+  }
+  // Received before a shutdown began: admitted after it too, within the grace.
+  serving_.scheduler->MarkArrived(this);
+  const bool queued = serving_.blocking_pool->Run([this, prepare = std::move(prepare)] {
+    // A call whose client left, or whose deadline passed, while it waited for a thread is not
+    // prepared (its wait for the lock itself cannot be cut short).
+    if (ClientGone() || absl::Now() >= deadline()) {
+      EndCancelledInQueue("the client");
+      return;
+    }
+    Admit(PrepareNow(prepare, LockWait::kWait));
+  });
+  if (!queued) End(PoolFullError(serving_));
 }
 
 absl::Status OpCall::PrepareNow(const Prepare& prepare, LockWait lock_wait) {
@@ -76,7 +106,9 @@ absl::Status OpCall::PrepareNow(const Prepare& prepare, LockWait lock_wait) {
 
 void OpCall::Admit(absl::Status status) {
   timeline_.prepared = absl::Now();
-  // Admission: the call's bytes first (--max_memory_bytes), then a place in the queue.
+  // Admission: the call's bytes first (--max_memory_bytes), then a place in the queue. A call
+  // that waited for a lock held its request's bytes meanwhile; they are counted anew here.
+  memory_.Release();
   if (status.ok() && serving_.memory != nullptr) {
     absl::StatusOr<MemoryBudget::Reservation> held =
         serving_.memory->Reserve(op_name_, request_bytes_, op_.result_bytes);
@@ -165,7 +197,19 @@ void OpCall::FailOnDevice(const absl::Status& why) {
       op_.op, why.message())));
 }
 
-void OpCall::End(const absl::Status& status) {
+void OpCall::End(const absl::Status& outcome) {
+  absl::Status status = outcome;
+  // The result's bytes were checked against the limit; the message around them was not. gRPC
+  // would refuse to send a response over its send limit, which is --max_message_bytes, with an
+  // error that names no flag, and end a whole stream with it.
+  if (const int64_t response_bytes = status.ok() ? ResponseBytes() : 0;
+      response_bytes > serving_.limits.max_bytes) {
+    status = absl::ResourceExhaustedError(absl::StrFormat(
+        "%s: the response would be %d bytes, more than the server's limit of %d "
+        "(--max_message_bytes); ask for a smaller result, or keep it in the store "
+        "(result_options.store_as) or in shared memory",
+        op_.op.empty() ? op_name_ : op_.op, response_bytes, serving_.limits.max_bytes));
+  }
   code_ = status.code();
   timeline_.finished = absl::Now();
   std::optional<Rejection> why = RejectionOf(status);

@@ -83,6 +83,11 @@ struct ServingContext {
 std::string StoreNamespace(const ServingContext& serving,
                            const grpc::CallbackServerContext& context);
 
+// PoolFullError is the refusal of a call that must wait for a stored tensor's lock when
+// serving.blocking_pool holds as many waiting calls as it may (--max_queued_calls): a
+// RESOURCE_EXHAUSTED marked Rejection::kQueueFull.
+absl::Status PoolFullError(const ServingContext& serving);
+
 // CallTimeline is when one op call reached each stage, for the stage-latency metrics.
 struct CallTimeline {
   absl::Time start = absl::Now();
@@ -152,6 +157,9 @@ class OpCall : public Scheduler::Work {
   virtual std::string Peer() const = 0;
   // Deliver hands the call's outcome to the transport, once; `this` may be deleted inside.
   virtual void Deliver(const absl::Status& status) = 0;
+  // ResponseBytes is the size of the response message as it stands: End refuses one over
+  // --max_message_bytes, which gRPC would not send.
+  virtual int64_t ResponseBytes() const = 0;
 
   // CountFinished records the call in the metrics. Deliver calls it before the outcome leaves,
   // so that a client that has its answer finds the call counted.
@@ -213,6 +221,7 @@ class UnaryOpCall final : public grpc::ServerUnaryReactor, private OpCall {
   std::string LogName() const override { return std::string(method_); }
   std::string Peer() const override { return context_->peer(); }
   void Deliver(const absl::Status& status) override;
+  int64_t ResponseBytes() const override { return static_cast<int64_t>(response_->ByteSizeLong()); }
 
   void OnCancel() override;
   void OnDone() override;

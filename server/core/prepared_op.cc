@@ -325,6 +325,27 @@ const absl::flat_hash_map<v1::OpRequest::OpCase, std::string>& BackwardNames() {
   return *names;
 }
 
+// BytesOf is what a tensor argument takes in memory (0 for a scalar or an absent one).
+int64_t BytesOf(const TensorView& view) { return view.numel() * ItemSize(view.dtype()); }
+int64_t BytesOf(const std::optional<TensorView>& view) {
+  return view.has_value() ? BytesOf(*view) : 0;
+}
+int64_t BytesOf(const std::variant<TensorView, Scalar>& source) {
+  const TensorView* view = std::get_if<TensorView>(&source);
+  return view == nullptr ? 0 : BytesOf(*view);
+}
+
+// GradientBytesBound is the most bytes a backward of `args` returns: a gradient of the input's
+// size and one of the source's, whichever the op has (indices and masks have none).
+template <typename Args>
+int64_t GradientBytesBound(const Args& args) {
+  int64_t bytes = 0;
+  if constexpr (requires { args.input; }) bytes += BytesOf(args.input);
+  if constexpr (requires { args.src; }) bytes += BytesOf(args.src);
+  if constexpr (requires { args.source; }) bytes += BytesOf(args.source);
+  return bytes;
+}
+
 }  // namespace
 
 absl::StatusOr<PreparedOp> PrepareOp(v1::OpRequest::OpCase op,
@@ -370,14 +391,18 @@ absl::StatusOr<PreparedOp> PrepareBackward(const v1::BackwardRequest& request,
   TENSOROPS_RETURN_IF_ERROR(operands->MirrorOnHost());
   // grad_output's decoder; the forward call's tensors get one named after the forward op.
   const ArgDecoder decoder(op, limits, operands);
-  // The op's own Backward (kernels/<op>.h), chosen by the type of its decoded arguments.
-  using RunBackward = std::function<absl::StatusOr<Gradients>(const TensorView& grad_output)>;
+  // The op's own Backward (kernels/<op>.h), chosen by the type of its decoded arguments, and
+  // the most bytes its gradients can take: one of the input's size and one of the source's.
+  struct Backwards {
+    std::function<absl::StatusOr<Gradients>(const TensorView& grad_output)> run;
+    int64_t gradient_bytes = 0;
+  };
   TENSOROPS_ASSIGN_OR_RETURN(
-      RunBackward run_backward,
+      Backwards backwards,
       ops::VisitOp(
           request.op(),
           [&]<typename Op>(Op,
-                           const typename Op::Request& op_request) -> absl::StatusOr<RunBackward> {
+                           const typename Op::Request& op_request) -> absl::StatusOr<Backwards> {
             if (op_request.has_result_options()) {
               return absl::InvalidArgumentError(absl::StrFormat(
                   "%s: op.%s.result_options is set; a backward returns its gradients and stores "
@@ -388,33 +413,43 @@ absl::StatusOr<PreparedOp> PrepareBackward(const v1::BackwardRequest& request,
             const ArgDecoder forward_decoder(ops::Name<Op>(), limits, operands);
             TENSOROPS_ASSIGN_OR_RETURN(auto args,
                                        OpServing<Op>::Decode(op_request, forward_decoder));
-            return RunBackward([args = std::move(args)](const TensorView& grad_output) {
-              return Backward(args, grad_output);
-            });
+            const int64_t gradient_bytes = GradientBytesBound(args);
+            return Backwards{
+                .run = [args = std::move(args)](
+                           const TensorView& grad_output) { return Backward(args, grad_output); },
+                .gradient_bytes = gradient_bytes};
           },
-          []() -> absl::StatusOr<RunBackward> {
+          []() -> absl::StatusOr<Backwards> {
             return absl::InvalidArgumentError(
                 "backward: op is not set (expected the forward call's request, e.g. gather or "
                 "scatter)");
           }));
   TENSOROPS_ASSIGN_OR_RETURN(TensorView grad_output,
                              decoder.Tensor(request.grad_output(), "grad_output"));
-  return PreparedOp{
-      .op = op,
-      .run = [run_backward = std::move(run_backward), grad_output, response,
-              operands]() -> absl::Status {
-        TENSOROPS_ASSIGN_OR_RETURN(Gradients gradients, run_backward(grad_output));
-        // The gradients are computed into tensors of their own and copied into the response
-        // once; they are each the size of an input, which the request already carried.
-        for (const auto& [argument, gradient] : gradients.by_argument) {
-          wire::EncodeTensor(gradient.view(), &(*response->mutable_gradients())[argument]);
-        }
-        // Gradients of arguments read from shared memory count only if no region shrank.
-        return operands->CheckSharedMemory();
-      },
-      // The gradients are each the size of an input, which the request carries (or the store
-      // holds, whose bytes count on their own).
-      .result_bytes = std::min(static_cast<int64_t>(request.ByteSizeLong()), limits.max_bytes)};
+  // A stored input's gradient is as large as the stored tensor, however small the request.
+  if (backwards.gradient_bytes > limits.max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%s: the gradients would take up to %d bytes (one of each differentiable argument's "
+        "size), more than the server's limit of %d (--max_message_bytes)",
+        op, backwards.gradient_bytes, limits.max_bytes));
+  }
+  return PreparedOp{.op = op,
+                    .run = [run_backward = std::move(backwards.run), grad_output, response,
+                            operands]() -> absl::Status {
+                      TENSOROPS_ASSIGN_OR_RETURN(Gradients gradients, run_backward(grad_output));
+                      // The gradients are computed into tensors of their own and copied into the
+                      // response once; they are each the size of an input, which the request
+                      // already carried.
+                      for (const auto& [argument, gradient] : gradients.by_argument) {
+                        wire::EncodeTensor(gradient.view(),
+                                           &(*response->mutable_gradients())[argument]);
+                      }
+                      // Gradients of arguments read from shared memory count only if no region
+                      // shrank.
+                      return operands->CheckSharedMemory();
+                    },
+                    // In the response, and computed first into tensors of their own.
+                    .result_bytes = backwards.gradient_bytes};
 }
 
 std::string_view BackwardOpName(const v1::OpRequest& request) {

@@ -37,7 +37,7 @@ absl::Status Scheduler::Enqueue(Work* work) {
 }
 
 absl::Status Scheduler::EnqueueLocked(Work* work) {
-  if (closed_) {
+  if (stopping_ || (closed_ && !work->arrived_open_)) {
     return MarkRejected(
         absl::UnavailableError("the server is shutting down and takes no new calls"),
         Rejection::kShuttingDown);
@@ -117,6 +117,11 @@ int64_t Scheduler::QueuedCount() const {
 void Scheduler::Close() {
   absl::MutexLock lock(&mu_);
   closed_ = true;
+}
+
+void Scheduler::MarkArrived(Work* work) {
+  absl::MutexLock lock(&mu_);
+  work->arrived_open_ = !closed_;
 }
 
 void Scheduler::Stop() {

@@ -155,6 +155,8 @@ class Scheduler {
     const absl::Time deadline_;
     const int64_t bytes_;
     absl::Time enqueued_;
+    // Set by MarkArrived: the call arrived before Close.
+    bool arrived_open_ = false;
   };
 
   // Create starts the worker threads. INVALID_ARGUMENT for options out of range, naming the server
@@ -185,9 +187,14 @@ class Scheduler {
   int64_t InFlightCount() const;
   int64_t QueuedCount() const;
 
-  // Close refuses new work (UNAVAILABLE) from now on; what is queued or running goes on.
-  // Idempotent.
+  // Close refuses new work (UNAVAILABLE) from now on; what is queued or running goes on, and so
+  // does work marked as arrived before it (MarkArrived). Idempotent.
   void Close();
+
+  // MarkArrived notes that `work`, not yet submitted, arrived now: if the scheduler is open, a
+  // Close before its Submit does not refuse it (a call received before a shutdown began, which
+  // waited for a stored tensor, is admitted within the grace); Stop still does.
+  void MarkArrived(Work* work);
 
   // Stop refuses new work, lets the workers finish what is queued and joins them. Idempotent.
   void Stop();

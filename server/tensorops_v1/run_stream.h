@@ -220,6 +220,9 @@ class OpStreamReactor<Protocol>::Request final : public OpCall {
   std::string Peer() const override { return stream_->peer_; }
   // Deliver puts the outcome in the response and hands it to the stream; `this` may be deleted
   // as soon as Complete has queued it.
+  int64_t ResponseBytes() const override {
+    return static_cast<int64_t>(call_.response().ByteSizeLong());
+  }
   void Deliver(const absl::Status& status) override {
     if (!status.ok()) call_.SetError(status);
     // Counted before the response is queued: once the client reads it, the metrics include it.

@@ -313,8 +313,10 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
     const absl::Status opened = Begin(request, FirstTry());
     if (IsStoreBusy(opened)) {
       // gRPC keeps the request until the call is done.
-      serving_.blocking_pool->Run(
-          [this, &request] { SendOrEnd(Begin(request, LockWait::kWait), /*chunk=*/0); });
+      if (!serving_.blocking_pool->Run(
+              [this, &request] { SendOrEnd(Begin(request, LockWait::kWait), /*chunk=*/0); })) {
+        End(PoolFullError(serving_));
+      }
       return;
     }
     SendOrEnd(opened, /*chunk=*/0);
@@ -338,8 +340,10 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
     }
     const absl::Status read = ReadChunk(size, FirstTry());
     if (IsStoreBusy(read)) {
-      serving_.blocking_pool->Run(
-          [this, size] { SendOrEnd(ReadChunk(size, LockWait::kWait), size); });
+      if (!serving_.blocking_pool->Run(
+              [this, size] { SendOrEnd(ReadChunk(size, LockWait::kWait), size); })) {
+        End(PoolFullError(serving_));
+      }
       return;
     }
     SendOrEnd(read, size);

@@ -986,6 +986,7 @@ class SoakClient:
         op = R.scatter(tensorops.Ref(COUNTER_NAME), 0, index,
                        np.ones(k, np.int64), reduce="sum")
         R.with_result_options(op, R.result_options(in_place=True))
+        R.with_update_id(op, copy=False)
 
         def check(response):
             if response.result.stored.name != COUNTER_NAME or response.result.data:
@@ -1013,6 +1014,7 @@ class SoakClient:
             op = R.slice_scatter(ref, self.gen.array((rows, 16), np.float32), 0, start, None, 2)
             method = "SliceScatter.in_place"
         R.with_result_options(op, R.result_options(in_place=True))
+        R.with_update_id(op, copy=False)
         field = op.WhichOneof("op")
         self.unary("store", method, getattr(self.v1, R.OPS_BY_FIELD[field]), getattr(op, field),
                    OK)
@@ -1024,6 +1026,7 @@ class SoakClient:
         R.with_result_options(op, R.result_options(store_as=f"{self.prefix}/out",
                                                    overwrite=True,
                                                    return_data=bool(self.rng.random() < 0.5)))
+        R.with_update_id(op, copy=False)
         self.unary("store", "Gather.store_as", self.v1.Gather, op.gather, OK)
 
     def stale_version(self):

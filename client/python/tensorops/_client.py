@@ -56,11 +56,12 @@ def service_config(round_robin=True, max_attempts=5):
 
     A retry is safe for every call but four: ops are free of side effects, or, when they store
     their result or update in place, carry an update id the server applies once (the client
-    picks one per call; gRPC resends the same request). PutTensor and DeleteTensor change the
-    store without one, so they are never retried: a put or delete whose answer was lost could
-    otherwise replace or remove a value another client stored in between. Nor are
-    RegisterSharedMemory and UnregisterSharedMemory, whose retry after a lost answer would fail
-    with ALREADY_EXISTS or NOT_FOUND though the first attempt did what was asked.
+    picks one per call, and per run_stream request; gRPC resends the same request). PutTensor
+    and DeleteTensor change the store without one, so they are never retried: a put or delete
+    whose answer was lost could otherwise replace or remove a value another client stored in
+    between. Nor are RegisterSharedMemory and UnregisterSharedMemory, whose retry after a lost
+    answer would fail with ALREADY_EXISTS or NOT_FOUND though the first attempt did what was
+    asked.
     """
     if not 1 <= max_attempts <= _MAX_ATTEMPTS_CAP:
         raise ValueError(f"max_attempts = {max_attempts} is out of range (expected 1 to "
@@ -209,20 +210,24 @@ class _Base:
         result_keywords = {key: kwargs.pop(key) for key in _RESULT_KEYWORDS if key in kwargs}
         options = requests.result_options(**result_keywords)
         op = requests.with_result_options(builder(*args, **kwargs), options)
-        rpc, request = self._unary_parts(op)
+        rpc, request = self._unary_parts(requests.with_update_id(op, copy=False))
         return rpc, request, self._decoding(copy, itertools.chain(args, kwargs.values()), options,
                                             result_keywords.get("out"))
 
     def _run_call(self, op, args, kwargs, copy):
-        """(request, decoding) of run's call; a caller's OpRequest is copied before its result
-        options are set."""
+        """(request, decoding) of run's call. A caller's OpRequest is never modified: it is
+        copied before its result options or a fresh update id are set (each run of an
+        OpRequest that changes the store without an update id of its own is a change of its
+        own, not a retry of the last)."""
         result_keywords = {key: kwargs.pop(key) for key in _RESULT_KEYWORDS if key in kwargs}
         options = requests.result_options(**result_keywords)
-        if isinstance(op, generic_pb2.OpRequest) and options is not None:
+        owned = not isinstance(op, generic_pb2.OpRequest)
+        if not owned and options is not None:
             copied = generic_pb2.OpRequest()
             copied.CopyFrom(op)
-            op = copied
+            op, owned = copied, True
         request = requests.with_result_options(requests.build(op, *args, **kwargs), options)
+        request = requests.with_update_id(request, copy=not owned)
         return request, self._decoding(copy, itertools.chain(args, kwargs.values()), options,
                                        result_keywords.get("out"))
 
@@ -290,9 +295,11 @@ class _Base:
 
     @staticmethod
     def _stream_request(position, item, in_shared_memory):
-        """The RunStreamRequest of an (id, OpRequest) pair, or of an OpRequest at `position`.
-        An op whose result goes into shared memory is noted in `in_shared_memory` (request id ->
-        where), since its response says only the result's dtype and shape."""
+        """The RunStreamRequest of an (id, OpRequest) pair, or of an OpRequest at `position`,
+        with a fresh update id when the op changes the store without one (on the request's copy
+        of the OpRequest, not the caller's). An op whose result goes into shared memory is
+        noted in `in_shared_memory` (request id -> where), since its response says only the
+        result's dtype and shape."""
         if isinstance(item, generic_pb2.OpRequest):
             request_id, op = position, item
         else:
@@ -301,7 +308,9 @@ class _Base:
         if field is not None and getattr(op, field).result_options.HasField("shared_memory"):
             where = getattr(op, field).result_options.shared_memory
             in_shared_memory[request_id] = InSharedMemory(where.region, where.offset, None, ())
-        return generic_pb2.RunStreamRequest(request_id=request_id, op=op)
+        request = generic_pb2.RunStreamRequest(request_id=request_id, op=op)  # copies op
+        requests.with_update_id(request.op, copy=False)
+        return request
 
     @classmethod
     def _stream_requests(cls, items, in_shared_memory):
@@ -431,7 +440,9 @@ class Client(_Base):
     def run(self, op, *args, copy=None, timeout=None, **kwargs):
         """Runs any op through the generic Run RPC: op is an OpRequest or a builder's name.
 
-        Takes the op methods' store_as=, in_place=, ... too and returns what they return.
+        Takes the op methods' store_as=, in_place=, ... too and returns what they return. An op
+        that stores its result or updates in place gets a fresh update id on each run, unless
+        it has one of its own (update_id=, or in its OpRequest); op is never modified.
         """
         request, decoding = self._run_call(op, args, kwargs, copy)
         return self._decode(self._call("Run", request, timeout).result, decoding)
@@ -592,9 +603,12 @@ class Client(_Base):
         items: an iterable (consumed lazily, on gRPC's thread) of (request_id, OpRequest) pairs,
         or of OpRequests (their ids are their positions). Results come in completion order. An
         op that fails yields its Error and the stream goes on; if the stream itself fails, the
-        iterator raises its Error. timeout bounds the whole stream. An op whose result went into
-        shared memory (requests.with_result_options(op, requests.result_options(out=...))) yields
-        a tensorops.InSharedMemory with the result's dtype and shape.
+        iterator raises its Error. timeout bounds the whole stream. Each request whose op
+        stores its result or updates in place gets a fresh update id (on the request's copy:
+        the OpRequest is not modified), unless its result options have one of their own
+        (requests.result_options(update_id=...)), as run's calls do. An op whose result went
+        into shared memory (requests.with_result_options(op, requests.result_options(out=...)))
+        yields a tensorops.InSharedMemory with the result's dtype and shape.
         """
         decoding = self._decoding(None, ())
         in_shared_memory = {}

@@ -34,6 +34,29 @@ import numpy as np
 from tensorops.v1 import shared_memory_pb2, tensor_pb2
 
 
+# The dtypes a tensor may have, by the names the client gives them (numpy's, and "bfloat16").
+SUPPORTED_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32",
+                    "float64", "complex64", "complex128", "bfloat16")
+
+
+def dtype_name(dtype, name):
+    """The name in SUPPORTED_DTYPES of `dtype` (a name, a numpy dtype or scalar type, or
+    ml_dtypes' bfloat16), or ValueError naming the argument `name`, the value and the dtypes
+    allowed."""
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        return dtype  # numpy knows "bfloat16" only once ml_dtypes is imported
+    try:
+        resolved = np.dtype(dtype)
+    except (TypeError, ValueError):
+        resolved = None
+    # The bytes are little-endian (numpy names ">f4" "float32" too, so look at its byte order).
+    if resolved is None or resolved.name not in SUPPORTED_DTYPES or resolved.byteorder == ">":
+        raise ValueError(f"{name} = {dtype!r} is not a dtype tensorops supports (expected one "
+                         f"of {', '.join(SUPPORTED_DTYPES)}, as a name or a little-endian numpy "
+                         "dtype)")
+    return resolved.name
+
+
 @dataclasses.dataclass(frozen=True)
 class InSharedMemory:
     """A tensor in a registered shared-memory region, given by where it lies: usable wherever an
@@ -41,14 +64,24 @@ class InSharedMemory:
 
     region: the name the region is registered under. offset: where the tensor's first byte is,
     counted from the start of the region (a multiple of the dtype's item size). dtype ("float32",
-    "bfloat16", ...) and shape: the tensor's; its bytes are C-ordered and little-endian, exactly
-    numel(shape) * itemsize of them. Ops called with out=InSharedMemory(...) return one with the
-    result's dtype and shape, at the same place.
+    "bfloat16", ..., or a numpy dtype such as np.float32, kept as its name; ValueError for
+    another) and shape (a tuple, or an int for 1-d): the tensor's; its bytes are C-ordered and
+    little-endian, exactly numel(shape) * itemsize of them. Ops called with
+    out=InSharedMemory(...) return one with the result's dtype and shape, at the same place.
     """
     region: str
     offset: int
     dtype: str
     shape: tuple
+
+    def __post_init__(self):
+        # Callers spell dtypes as numpy does (np.float32, np.dtype("int64"), "float32"); the
+        # rest of the client compares names, so keep the name. None: not known yet (run_stream
+        # fills in a result's dtype when its response comes).
+        if self.dtype is not None:
+            object.__setattr__(self, "dtype", dtype_name(self.dtype, "InSharedMemory: dtype"))
+        shape = (self.shape,) if isinstance(self.shape, (int, np.integer)) else self.shape
+        object.__setattr__(self, "shape", tuple(int(size) for size in shape))
 
     @property
     def byte_size(self):
@@ -216,7 +249,9 @@ class SharedMemoryRegion:
 
     def close(self):
         """Unmaps the region once no array uses it any more (at once when none does); arrays
-        already made stay valid. region.array raises from then on."""
+        already made stay valid, as arrays of their own: from then on they are sent as their
+        bytes, never as references to the region, whose name may by then be another region's
+        (out= of one raises ValueError). region.array and region.ref raise from then on."""
         mapping, self._mapping = self._mapping, None
         if mapping is None:
             return
@@ -279,10 +314,14 @@ def locate(array):
 
 def in_shared_memory(array, dtype=None):
     """The tensorops.InSharedMemory of an ndarray over a region when its bytes are a tensor's
-    as the server reads them (C-contiguous, little-endian, aligned, within the region), else
-    None. dtype: the name to give its dtype ("bfloat16" for a tensorops.bfloat16's bits)."""
+    as the server reads them (C-contiguous, little-endian, aligned, within the region, which is
+    not closed), else None. dtype: the name to give its dtype ("bfloat16" for a
+    tensorops.bfloat16's bits)."""
     region, offset = locate(array)
-    if (region is None or not array.flags.c_contiguous or array.dtype.byteorder == ">"
+    # A closed region's name is no longer this memory's: it may have been unregistered and
+    # registered again for another object, so the array's bytes must travel themselves.
+    if (region is None or region.closed or not array.flags.c_contiguous
+            or array.dtype.byteorder == ">"
             or offset < 0 or offset % array.dtype.itemsize
             or offset + array.nbytes > region.byte_size):
         return None
@@ -302,6 +341,12 @@ def shared_memory_of(value, name, dtype=None):
         raise ValueError(f"{name} must be an ndarray over a shared-memory region "
                          "(tensorops.SharedMemoryRegion.array) or a tensorops.InSharedMemory, "
                          f"not {type(value).__name__}")
+    if region.closed:
+        # The server would write into whatever is registered under the name now.
+        raise ValueError(f"{name} is over the shared-memory region {region.name!r}, which is "
+                         "closed (its `with` block has ended, or close() was called): an "
+                         "array over it is this process's memory alone from then on, and the "
+                         "server can no longer write into it")
     raise ValueError(f"{name} is over the shared-memory region {region.name!r}, but not as a "
                      "tensor the server can use in place: it must be C-contiguous and "
                      "little-endian, at an offset that is a multiple of its item size")

@@ -1,6 +1,8 @@
 """numpy arrays, torch tensors and references <-> tensorops.v1.Tensor; scalars; reductions."""
 import dataclasses
+import math
 import numbers
+import operator
 import sys
 
 import numpy as np
@@ -95,16 +97,22 @@ class bfloat16:
 
     def __init__(self, bits):
         bits = np.asarray(bits)
-        if bits.dtype != np.uint16:
-            raise TypeError(f"bfloat16 bits must be uint16, got {bits.dtype}")
+        if bits.dtype.kind != "u" or bits.dtype.itemsize != 2:
+            raise TypeError(f"bfloat16: bits.dtype = {bits.dtype} is not uint16 (bits are the "
+                            "raw bfloat16 bits, of any byte order)")
+        if not bits.dtype.isnative:
+            bits = bits.astype(np.uint16)  # the values, in this machine's byte order
         self.bits = bits
 
     @classmethod
     def from_float32(cls, values):
-        as_u32 = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+        # np.asarray keeps a 0-d input 0-d (np.ascontiguousarray would make it 1-d); a float32
+        # view as uint32 needs no contiguity, the item sizes being equal.
+        floats = np.asarray(values, dtype=np.float32)
+        as_u32 = floats.view(np.uint32)
         rounded = (as_u32 + np.uint32(0x7FFF) + ((as_u32 >> 16) & np.uint32(1))) >> 16
-        nan = np.isnan(np.asarray(values, dtype=np.float32))
-        return cls(np.where(nan, np.uint16(0x7FC0), rounded.astype(np.uint16)))
+        return cls(np.where(np.isnan(floats), np.uint16(0x7FC0),
+                            np.asarray(rounded).astype(np.uint16)))
 
     def to_float32(self):
         return (self.bits.astype(np.uint32) << 16).view(np.float32)
@@ -186,8 +194,9 @@ def shared_memory_target(value, name):
 def shared_memory_tensor(placed, name="tensor"):
     """The tensor_pb2.Tensor referencing the bytes a tensorops.InSharedMemory names."""
     wire = _WIRE_BY_NAME.get(placed.dtype)
-    if wire is None:
-        raise TypeError(f"{name}: dtype {placed.dtype} is not supported by tensorops")
+    if wire is None:  # None, where run_stream does not know it yet (InSharedMemory checks names)
+        raise TypeError(f"{name}: dtype {placed.dtype!r} is not supported by tensorops "
+                        f"(expected one of {', '.join(_WIRE_BY_NAME)})")
     return tensor_pb2.Tensor(dtype=wire, shape=placed.shape, shared_memory=placed.proto())
 
 
@@ -222,28 +231,72 @@ def wire_dtype_of(value, tensor):
     return None
 
 
+def _first_unfit(natural, limits):
+    """The first element of `natural` (an ndarray of numbers) that an integer dtype of `limits`
+    (np.iinfo) cannot hold once truncated toward zero, as a Python number; None when all fit."""
+    kind = natural.dtype.kind
+    if kind == "b" or natural.size == 0:
+        return None
+    if kind in "iu":
+        # Python ints compare exactly; numpy compares uint64 with int64 through float64, which
+        # lets 2**63 pass for int64.
+        if int(natural.min()) >= limits.min and int(natural.max()) <= limits.max:
+            return None
+        return next(int(e) for e in natural.flat if not limits.min <= int(e) <= limits.max)
+    if kind == "f":
+        # limits.min and limits.max + 1 are 0 or powers of two, exact as floats (limits.max of
+        # int64 is not: it rounds up to 2**63, which does not fit).
+        truncated = np.trunc(natural)
+        with np.errstate(invalid="ignore"):
+            fits = ((truncated >= float(limits.min)) & (truncated < float(limits.max + 1))
+                    & np.isfinite(natural))
+        return None if fits.all() else natural[~fits].flat[0].item()
+    for element in natural.flat:  # objects: Python ints beyond 64 bits, and their company
+        try:
+            whole = math.trunc(element)
+        except (ValueError, OverflowError):  # nan, inf
+            return element
+        if not limits.min <= whole <= limits.max:
+            return element
+    return None
+
+
 def _convert(value, wire, name, like_name):
     """`value` (a list, tuple or Python number) as an array of the wire dtype `wire`, as
-    torch.tensor(value, dtype=...) converts: floats to integers truncate, but an integer that
-    the dtype cannot hold and a complex value for a real dtype are errors."""
+    torch.tensor(value, dtype=...) converts: floats to integers truncate toward zero, but a
+    number the dtype cannot hold (an integer out of its range; for an integer dtype, also a
+    float that is not finite or whose integer part is out of its range) and a complex value for
+    a real dtype are ValueErrors naming the argument, the value and the rule."""
     target_name = DTYPE_NAMES[wire]
     natural = np.asarray(value)
-    if natural.dtype.kind not in "biufc":
+    kind = natural.dtype.kind
+    # numpy holds integers beyond 64 bits (2**64, or 2**63 next to a negative one) as objects.
+    numbers_as_objects = kind == "O" and all(isinstance(e, numbers.Number) for e in natural.flat)
+    if kind not in "biufc" and not numbers_as_objects:
         raise TypeError(f"{name} = {value!r} is not numeric (its elements are {natural.dtype})")
-    if natural.dtype.kind == "c" and target_name not in ("complex64", "complex128"):
+    has_complex = kind == "c" or (numbers_as_objects and not all(
+        isinstance(e, numbers.Real) for e in natural.flat))
+    if has_complex and target_name not in ("complex64", "complex128"):
         raise ValueError(f"{name} = {value!r} has complex values, which {like_name}.dtype = "
                          f"{target_name} cannot hold")
-    if wire == _DT.DATA_TYPE_BFLOAT16:
-        return bfloat16.from_float32(natural.astype(np.float32))
     target = _NUMPY_DTYPE[wire]
-    if natural.dtype.kind in "iu" and target.kind in "iu":
+    if wire != _DT.DATA_TYPE_BFLOAT16 and target.kind in "iu":
         limits = np.iinfo(target)
-        outside = (natural < limits.min) | (natural > limits.max)
-        if outside.any():
-            bad = natural[outside].flat[0]
+        bad = _first_unfit(natural, limits)
+        if isinstance(bad, numbers.Integral):
             raise ValueError(f"{name}: {bad} does not fit {like_name}.dtype = {target_name} "
                              f"(expected {limits.min} <= value <= {limits.max})")
-    return natural.astype(target)
+        if bad is not None:
+            raise ValueError(f"{name}: {bad} does not fit {like_name}.dtype = {target_name} "
+                             f"(expected a finite number whose integer part is {limits.min} "
+                             f"<= value <= {limits.max})")
+    try:
+        if wire == _DT.DATA_TYPE_BFLOAT16:
+            return bfloat16.from_float32(natural.astype(np.float32))
+        return natural.astype(target)
+    except OverflowError:  # an integer object beyond what a float64 holds (2**1024 and up)
+        raise ValueError(f"{name} = {value!r} holds an integer too large for {like_name}.dtype "
+                         f"= {target_name} (expected a magnitude below 2**1024)") from None
 
 
 def to_tensor_like(value, like, like_tensor, name, like_name="input"):
@@ -305,19 +358,50 @@ def wrap_array(array, wire, device=None):
     return tensor if device.type == "cpu" else tensor.to(device)
 
 
-def to_scalar(value):
-    """A tensor_pb2.Scalar holding a Python or numpy number."""
+# The range of the wire's int64 fields (axes, indices, Scalar.int_value).
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def to_int64(value, name):
+    """`value` (an int, a numpy integer or anything else with __index__) as an int for an
+    int64 field, or TypeError (not an integer) or ValueError (out of range) naming the argument
+    `name`, the value and the rule; protobuf's own say neither the argument nor the range."""
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} = {value!r} is not an integer (expected an int, "
+                        f"{INT64_MIN} <= value <= {INT64_MAX})") from None
+    if not INT64_MIN <= number <= INT64_MAX:
+        raise ValueError(f"{name} = {value!r} is out of range (expected an int, "
+                         f"{INT64_MIN} <= value <= {INT64_MAX}: an int64)")
+    return number
+
+
+def to_int64_list(values, name):
+    """`values` (None, or an iterable of integers) as a list of ints for a repeated int64 field;
+    errors as to_int64's, naming the element (name[i])."""
+    if values is None:
+        return []
+    return [to_int64(value, f"{name}[{i}]") for i, value in enumerate(values)]
+
+
+def to_scalar(value, name="value"):
+    """A tensor_pb2.Scalar holding a Python or numpy number (or a 0-d ndarray of one), or
+    TypeError / ValueError naming the argument `name`, the value and the rule."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]  # numpy's reductions give 0-d arrays for numbers: take the number
     if isinstance(value, (bool, np.bool_)):
         return tensor_pb2.Scalar(bool_value=bool(value))
     if isinstance(value, numbers.Integral):
-        return tensor_pb2.Scalar(int_value=int(value))
+        return tensor_pb2.Scalar(int_value=to_int64(value, name))
     if isinstance(value, numbers.Real):
         return tensor_pb2.Scalar(float_value=float(value))
     if isinstance(value, numbers.Complex):
         value = complex(value)
         return tensor_pb2.Scalar(complex_value=tensor_pb2.Complex(real=value.real,
                                                                   imag=value.imag))
-    raise TypeError(f"not a scalar: {value!r}")
+    raise TypeError(f"{name} = {value!r} is not a scalar (expected a bool, int, float or complex "
+                    "number, or a 0-d array of one)")
 
 
 def is_scalar(value):

@@ -5,6 +5,7 @@
 
 Every method of tensorops.Client, as a coroutine (run_stream: an async iterator).
 """
+import asyncio
 import contextlib
 
 import grpc
@@ -61,7 +62,10 @@ class Client(_Base):
         upload = self._upload(name, array, overwrite, expected_version, chunk_bytes, progress)
         try:
             response = await self._call("PutTensor", iter(upload), timeout)
-        except Error:
+        except (Error, asyncio.CancelledError):
+            # grpc.aio cancels the call when the request iterator raises, and the await then
+            # raises CancelledError: when progress raised, its exception is what put raises, as
+            # the sync client's does (a cancellation of the caller's task is raised as it is).
             upload.reraise_progress_error()
             raise
         return self._put_result(response)

@@ -14,8 +14,8 @@ torch.tensor(src, dtype=input.dtype) would.
 """
 import uuid
 
-from tensorops._tensor import (is_scalar, shared_memory_target, to_reduction, to_scalar, to_tensor,
-                               to_tensor_like)
+from tensorops._tensor import (is_scalar, shared_memory_target, to_int64, to_int64_list,
+                               to_reduction, to_scalar, to_tensor, to_tensor_like)
 from tensorops.v1 import generic_pb2, ops_pb2, tensor_pb2
 
 # Every builder below, by name, and the unary RPC that runs it alone.
@@ -39,8 +39,8 @@ OPS_BY_FIELD = {
 def gather(input, axis, index, *, broadcast=False):
     """torch.gather(input, axis, index); broadcast=True is paddle.take_along_axis's broadcast."""
     return generic_pb2.OpRequest(gather=ops_pb2.GatherRequest(
-        input=to_tensor(input, "input"), index=to_tensor(index, "index"), axis=axis,
-        broadcast=broadcast))
+        input=to_tensor(input, "input"), index=to_tensor(index, "index"),
+        axis=to_int64(axis, "gather: axis"), broadcast=broadcast))
 
 
 def take_along_axis(arr, indices, axis, *, broadcast=True):
@@ -59,13 +59,15 @@ def scatter(input, axis, index, src=None, *, value=None, reduce=None, include_se
         raise ValueError("scatter: give exactly one of src and value")
     input_tensor = to_tensor(input, "input")
     request = ops_pb2.ScatterRequest(input=input_tensor,
-                                     index=to_tensor(index, "index"), axis=axis,
+                                     index=to_tensor(index, "index"),
+                                     axis=to_int64(axis, "scatter: axis"),
                                      reduce=to_reduction(reduce), broadcast=broadcast,
                                      deterministic=deterministic)
     if src is not None and not is_scalar(src):
         request.src.CopyFrom(to_tensor_like(src, input, input_tensor, "src"))
     else:
-        request.value.CopyFrom(to_scalar(src if src is not None else value))
+        request.value.CopyFrom(to_scalar(src if src is not None else value,
+                                         "scatter: src" if src is not None else "scatter: value"))
     if include_self is not None:
         request.include_self = include_self
     return generic_pb2.OpRequest(scatter=request)
@@ -99,7 +101,8 @@ def put_along_axis(arr, indices, values, axis, reduce="assign", include_self=Tru
 def index_select(input, axis, index):
     """torch.index_select(input, axis, index); paddle.gather(x, index, axis)."""
     return generic_pb2.OpRequest(index_select=ops_pb2.IndexSelectRequest(
-        input=to_tensor(input, "input"), index=to_tensor(index, "index"), axis=axis))
+        input=to_tensor(input, "input"), index=to_tensor(index, "index"),
+        axis=to_int64(axis, "index_select: axis")))
 
 
 def index_reduce(input, axis, index, source, reduce="sum", *, include_self=True, alpha=None):
@@ -111,12 +114,12 @@ def index_reduce(input, axis, index, source, reduce="sum", *, include_self=True,
     input_tensor = to_tensor(input, "input")
     request = ops_pb2.IndexReduceRequest(
         input=input_tensor, index=to_tensor(index, "index"),
-        src=to_tensor_like(source, input, input_tensor, "source"), axis=axis,
-        reduce=to_reduction(reduce))
+        src=to_tensor_like(source, input, input_tensor, "source"),
+        axis=to_int64(axis, "index_reduce: axis"), reduce=to_reduction(reduce))
     if include_self is not None:
         request.include_self = include_self
     if alpha is not None:
-        request.alpha.CopyFrom(to_scalar(alpha))
+        request.alpha.CopyFrom(to_scalar(alpha, "index_reduce: alpha"))
     return generic_pb2.OpRequest(index_reduce=request)
 
 
@@ -135,8 +138,9 @@ def select_scatter(input, src, axis, index):
     """torch.select_scatter(input, src, axis, index)."""
     input_tensor = to_tensor(input, "input")
     return generic_pb2.OpRequest(select_scatter=ops_pb2.SelectScatterRequest(
-        input=input_tensor, src=to_tensor_like(src, input, input_tensor, "src"), axis=axis,
-        index=index))
+        input=input_tensor, src=to_tensor_like(src, input, input_tensor, "src"),
+        axis=to_int64(axis, "select_scatter: axis"),
+        index=to_int64(index, "select_scatter: index")))
 
 
 def slice_scatter(input, src, axis=0, start=None, end=None, step=1):
@@ -144,13 +148,13 @@ def slice_scatter(input, src, axis=0, start=None, end=None, step=1):
     input_tensor = to_tensor(input, "input")
     request = ops_pb2.SliceScatterRequest(input=input_tensor,
                                           src=to_tensor_like(src, input, input_tensor, "src"),
-                                          axis=axis)
+                                          axis=to_int64(axis, "slice_scatter: axis"))
     if start is not None:
-        request.start = start
+        request.start = to_int64(start, "slice_scatter: start")
     if end is not None:
-        request.end = end
+        request.end = to_int64(end, "slice_scatter: end")
     if step is not None:
-        request.step = step
+        request.step = to_int64(step, "slice_scatter: step")
     return generic_pb2.OpRequest(slice_scatter=request)
 
 
@@ -158,21 +162,23 @@ def diagonal_scatter(input, src, offset=0, axis1=None, axis2=None, *, dim1=None,
     """torch.diagonal_scatter(input, src, offset=0, dim1=0, dim2=1) (axis1/axis2 = dim1/dim2)."""
     input_tensor = to_tensor(input, "input")
     request = ops_pb2.DiagonalScatterRequest(
-        input=input_tensor, src=to_tensor_like(src, input, input_tensor, "src"), offset=offset)
+        input=input_tensor, src=to_tensor_like(src, input, input_tensor, "src"),
+        offset=to_int64(offset, "diagonal_scatter: offset"))
     axis1 = axis1 if axis1 is not None else dim1
     axis2 = axis2 if axis2 is not None else dim2
     if axis1 is not None:
-        request.axis1 = axis1
+        request.axis1 = to_int64(axis1, "diagonal_scatter: axis1")
     if axis2 is not None:
-        request.axis2 = axis2
+        request.axis2 = to_int64(axis2, "diagonal_scatter: axis2")
     return generic_pb2.OpRequest(diagonal_scatter=request)
 
 
 def gather_nd(input, index, *, batch_dims=0, axes=None):
     """tf.gather_nd(input, index, batch_dims) / paddle.gather_nd; axes= the compiler form."""
     return generic_pb2.OpRequest(gather_nd=ops_pb2.GatherNdRequest(
-        input=to_tensor(input, "input"), index=to_tensor(index, "index"), axes=axes or [],
-        batch_dims=batch_dims))
+        input=to_tensor(input, "input"), index=to_tensor(index, "index"),
+        axes=to_int64_list(axes, "gather_nd: axes"),
+        batch_dims=to_int64(batch_dims, "gather_nd: batch_dims")))
 
 
 def scatter_nd(input, index, src, *, reduce=None, include_self=None, axes=None, batch_dims=0,
@@ -185,9 +191,12 @@ def scatter_nd(input, index, src, *, reduce=None, include_self=None, axes=None, 
     """
     if reduce is None:
         reduce = "assign" if input is not None else "sum"
-    request = ops_pb2.ScatterNdRequest(index=to_tensor(index, "index"), axes=axes or [],
-                                       batch_dims=batch_dims, reduce=to_reduction(reduce),
-                                       shape=shape or [], deterministic=deterministic)
+    request = ops_pb2.ScatterNdRequest(index=to_tensor(index, "index"),
+                                       axes=to_int64_list(axes, "scatter_nd: axes"),
+                                       batch_dims=to_int64(batch_dims, "scatter_nd: batch_dims"),
+                                       reduce=to_reduction(reduce),
+                                       shape=to_int64_list(shape, "scatter_nd: shape"),
+                                       deterministic=deterministic)
     if input is not None:
         request.input.CopyFrom(to_tensor(input, "input"))
         request.src.CopyFrom(to_tensor_like(src, input, request.input, "src"))
@@ -231,9 +240,11 @@ def result_options(*, store_as=None, overwrite=False, expected_version=None, in_
     store_as: store the result under this name (overwrite=True replaces a value; with
     expected_version the name must be at that version). in_place=True: update the stored tensor
     that `input` references. return_data=True: return the stored result's values too.
-    update_id: the id that makes a retried store_as/in_place call apply once; a call that
-    changes the store and has none gets a fresh one (uuid4 hex), which every retry of that call
-    reuses, since it is part of the request gRPC resends.
+    update_id: the id that makes a retried store_as/in_place call apply once. Leave it None to
+    have the client pick a fresh one (uuid4 hex) for every op method call, run and run_stream
+    request that sends these options (see with_update_id), so that running one OpRequest twice
+    is two changes; an id given here is sent as it is, by every call that sends it, and the
+    server applies a change with a given id once (later calls get the first one's answer).
     """
     if not (store_as or in_place or overwrite or expected_version is not None or return_data
             or update_id or out is not None):
@@ -244,8 +255,6 @@ def result_options(*, store_as=None, overwrite=False, expected_version=None, in_
         options.shared_memory.CopyFrom(shared_memory_target(out, "out").proto())
     if expected_version is not None:
         options.expected_version = expected_version
-    if update_id is None and (store_as or in_place):
-        update_id = uuid.uuid4().hex
     if update_id:
         options.update_id = update_id
     return options
@@ -256,4 +265,27 @@ def with_result_options(op, options):
     or None: unchanged); the OpRequest is modified and returned."""
     if options is not None:
         getattr(op, op.WhichOneof("op")).result_options.CopyFrom(options)
+    return op
+
+
+def with_update_id(op, *, copy=True):
+    """`op` (an OpRequest) as one change to send: when its op stores its result or updates in
+    place (store_as, in_place) without an update id, a copy of it (copy=False: `op` itself,
+    modified) with a fresh one (uuid4 hex); else `op` as it is.
+
+    The clients call this for each request they send (op methods, run, every run_stream
+    request), as the C++ and Go clients do, so that sending one OpRequest twice makes two
+    changes, and gRPC's retries of one request, which resend it unchanged, make one.
+    """
+    field = op.WhichOneof("op")
+    if field is None:
+        return op
+    options = getattr(op, field).result_options
+    if options.update_id or not (options.store_as or options.in_place):
+        return op
+    if copy:
+        copied = generic_pb2.OpRequest()
+        copied.CopyFrom(op)
+        op = copied
+    getattr(op, field).result_options.update_id = uuid.uuid4().hex
     return op

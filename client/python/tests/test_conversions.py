@@ -93,6 +93,92 @@ def test_values_the_input_dtype_cannot_hold_are_rejected():
         tensorops.requests.slice_scatter(np.zeros(2, np.float32), ["a"])
 
 
+INT64_RANGE = "-9223372036854775808 <= value <= 9223372036854775807"
+
+
+@pytest.mark.parametrize("dtype, src, message", [
+    (np.int64, 2**63, f"src: 9223372036854775808 does not fit input.dtype = int64 (expected "
+                      f"{INT64_RANGE})"),
+    (np.int64, [1, 2**64], f"src: 18446744073709551616 does not fit input.dtype = int64 "
+                           f"(expected {INT64_RANGE})"),
+    (np.int64, -2**63 - 1, f"src: -9223372036854775809 does not fit input.dtype = int64 "
+                           f"(expected {INT64_RANGE})"),
+    (np.uint8, [7, -1], "src: -1 does not fit input.dtype = uint8 (expected 0 <= value <= "
+                        "255)"),
+    (np.uint8, 300.0, "src: 300.0 does not fit input.dtype = uint8 (expected a finite number "
+                      "whose integer part is 0 <= value <= 255)"),
+    (np.int64, float("nan"), "src: nan does not fit input.dtype = int64 (expected a finite "
+                             f"number whose integer part is {INT64_RANGE})"),
+    (np.int32, [1.5, -float("inf")], "src: -inf does not fit input.dtype = int32"),
+    (np.int64, 2.0**63, "src: 9.223372036854776e+18 does not fit input.dtype = int64"),
+    (np.int8, [1.5, 2**64], "src: 18446744073709551616 does not fit input.dtype = int8 "
+                            "(expected -128 <= value <= 127)"),
+])
+def test_python_numbers_out_of_the_dtypes_range_are_value_errors(dtype, src, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        tensorops.requests.slice_scatter(np.zeros(2, dtype), src)
+
+
+@pytest.mark.parametrize("dtype, src, expected", [
+    (np.int64, [-2**63, 2**63 - 1], [-2**63, 2**63 - 1]),
+    (np.int8, [127.9, -128.9], [127, -128]),      # floats truncate toward zero
+    (np.uint8, [-0.9, 255.5], [0, 255]),
+    (np.float32, [2**64, -1], [2.0**64, -1]),       # beyond int64: numpy's objects
+    (np.complex128, [2**64, 1j], [2.0**64, 1j]),
+])
+def test_python_numbers_in_the_dtypes_range_convert(dtype, src, expected):
+    request = tensorops.requests.slice_scatter(np.zeros(2, dtype), src)
+    assert np.frombuffer(request.slice_scatter.src.data, dtype).tolist() == expected
+
+
+def test_python_numbers_for_a_bfloat16_input(client):
+    assert tensorops.bfloat16.from_float32(1.5).shape == ()
+    assert tensorops.bfloat16.from_float32(np.float32(float("nan"))).bits == 0x7FC0
+    x = tensorops.bfloat16.from_float32(np.zeros(3, np.float32))
+    np.testing.assert_array_equal(np.asarray(client.select_scatter(x, 2.5, 0, 1)), [0, 2.5, 0])
+
+
+def test_bfloat16_bits_of_any_byte_order():
+    big = tensorops.bfloat16(np.array([0x3FC0, 0xC000], ">u2"))
+    assert big.bits.dtype == np.uint16 and big.bits.tolist() == [0x3FC0, 0xC000]
+    np.testing.assert_array_equal(big.to_float32(), [1.5, -2])
+    with pytest.raises(TypeError, match=re.escape(
+            "bfloat16: bits.dtype = int16 is not uint16 (bits are the raw bfloat16 bits, of any "
+            "byte order)")):
+        tensorops.bfloat16(np.zeros(2, np.int16))
+
+
+def test_scalar_and_integer_arguments_name_themselves():
+    x, index = np.zeros(4, np.int64), np.array([0])
+    for call, message in [
+            (lambda: tensorops.requests.scatter(x, 0, index, value=2**64),
+             f"scatter: value = 18446744073709551616 is out of range (expected an int, "
+             f"{INT64_RANGE}: an int64)"),
+            (lambda: tensorops.requests.index_add(x, 0, index, [1], alpha=2**64),
+             "index_reduce: alpha = 18446744073709551616 is out of range"),
+            (lambda: tensorops.requests.slice_scatter(x, [1], step=2**63),
+             "slice_scatter: step = 9223372036854775808 is out of range"),
+            (lambda: tensorops.requests.gather_nd(x, index, axes=[0, -2**63 - 1]),
+             "gather_nd: axes[1] = -9223372036854775809 is out of range"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            call()
+    for call, message in [
+            (lambda: tensorops.requests.select_scatter(x, 1, 0, 1.0),
+             f"select_scatter: index = 1.0 is not an integer (expected an int, {INT64_RANGE})"),
+            (lambda: tensorops.requests.scatter(x, 0, index, value=np.array([5.0])),
+             "scatter: value = array([5.]) is not a scalar (expected a bool, int, float or "
+             "complex number, or a 0-d array of one)"),
+    ]:
+        with pytest.raises(TypeError, match=re.escape(message)):
+            call()
+    # numpy integers and 0-d arrays are numbers too.
+    request = tensorops.requests.select_scatter(x, 1, np.int32(0), np.int64(2))
+    assert request.select_scatter.index == 2
+    request = tensorops.requests.scatter(x, 0, index, value=np.array(5.0))
+    assert request.scatter.value.float_value == 5
+
+
 # Writable results.
 
 def test_results_are_read_only_by_default_and_writable_with_copy(client, server):

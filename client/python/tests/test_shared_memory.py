@@ -4,6 +4,7 @@ inline; the store through regions; bounds, unknown regions, namespaces; and an o
 removed under a registered region failing the calls that use it, never the server."""
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -194,6 +195,59 @@ def test_in_shared_memory_names_bytes_explicitly(client, region):
     np.testing.assert_array_equal(region.array(np.float64, (2, 6), offset=1024), x[[3, 0]])
     assert region.ref(region.array(np.float64, (4, 6), offset=512)[1:]) == \
         tensorops.InSharedMemory(region.name, 512 + 48, "float64", (3, 6))
+
+
+def test_in_shared_memory_takes_numpy_dtypes(client, region):
+    x = rand((2, 3), np.float32)
+    region.array(np.float32, (2, 3), offset=256)[...] = x
+    by_type = tensorops.InSharedMemory(region.name, 256, np.float32, [2, 3])
+    assert by_type == tensorops.InSharedMemory(region.name, 256, "float32", (2, 3))
+    assert by_type.byte_size == x.nbytes
+    assert tensorops.InSharedMemory(region.name, 0, np.dtype("<i8"), (1,)).dtype == "int64"
+    assert tensorops.InSharedMemory(region.name, 0, "bfloat16", (1,)).byte_size == 2
+    np.testing.assert_array_equal(client.gather(by_type, 1, np.array([[2], [0]])),
+                                  ref.gather(x, 1, np.array([[2], [0]])))
+    for dtype in ("float128", np.str_, ">f4"):
+        with pytest.raises(ValueError, match=re.escape(
+                f"InSharedMemory: dtype = {dtype!r} is not a dtype tensorops supports (expected "
+                "one of bool, uint8, int8, int16, int32, int64, float16, float32, float64, "
+                "complex64, complex128, bfloat16, as a name or a little-endian numpy dtype)")):
+            tensorops.InSharedMemory(region.name, 0, dtype, (1,))
+
+
+def test_arrays_of_a_closed_region_travel_as_bytes(client):
+    """An array that outlives its region's `with` block is this process's memory alone: sent
+    as its bytes, not by the region's name, which another region has since (here one of other
+    values, registered under the same name); out= of one is an error, not a write there."""
+    name = unique()
+    with client.shared_memory(name, 4096) as old:
+        x = old.array(np.float32, (2, 3))
+        x[...] = [[1, 2, 3], [4, 5, 6]]
+        bits = tensorops.bfloat16(old.array(np.uint16, (2,), offset=64))
+        bits.bits[...] = tensorops.bfloat16.from_float32([1.5, -2]).bits
+        out = old.array(np.float32, (2, 1), offset=1024)
+    with client.shared_memory(name, 4096) as new:
+        new.array(np.float32, 1024)[...] = 9
+        request = tensorops.requests.gather(x, 1, np.array([[2], [0]]))
+        assert not request.gather.input.HasField("shared_memory")
+        assert request.gather.input.data == x.tobytes()
+        np.testing.assert_array_equal(client.gather(x, 1, np.array([[2], [0]])), [[3], [4]])
+        np.testing.assert_array_equal(np.asarray(client.index_select(bits, 0, np.array([1]))),
+                                      [-2])
+        stored = unique("shm/closed")
+        client.put(stored, x)
+        np.testing.assert_array_equal(client.get(stored), x)
+        client.delete(stored)
+        closed = f"out is over the shared-memory region '{name}', which is closed"
+        with pytest.raises(ValueError, match=closed):
+            client.gather(x, 1, np.array([[2], [0]]), out=out)
+        with pytest.raises(ValueError, match=closed):
+            client.get(stored, out=out)
+        with pytest.raises(ValueError, match=f"array is over the shared-memory region '{name}', "
+                                             "which is closed"):
+            old.ref(x)
+        assert (new.array(np.float32, 1024) == 9).all(), "the new region is left as it was"
+    np.testing.assert_array_equal(x, [[1, 2, 3], [4, 5, 6]])
 
 
 def test_a_strided_view_of_a_region_travels_as_bytes(client, region):

@@ -1,5 +1,6 @@
 """The tensor store through the client: put/get in chunks, references as op inputs,
 list/info/delete, results stored or written in place, and retries that apply once."""
+import asyncio
 import concurrent.futures
 import threading
 
@@ -9,6 +10,7 @@ import pytest
 
 import reference as ref
 import tensorops
+import tensorops.aio
 from tensorops.v1 import ops_pb2, service_pb2_grpc, store_pb2, tensor_pb2
 
 RNG = np.random.default_rng(31)
@@ -193,8 +195,10 @@ def test_a_repeated_in_place_request_applies_once(client, names):
     op = tensorops.requests.scatter_add(tensorops.Ref(names + "x"), 0,
                                         np.array([[0, 1, 0]]), np.array([[5, 6, 7]]))
     options = tensorops.requests.result_options(in_place=True)
-    assert len(options.update_id) == 32
-    request = tensorops.requests.with_result_options(op, options).scatter
+    assert options.update_id == "", "the client picks the id when it sends the request"
+    op = tensorops.requests.with_update_id(tensorops.requests.with_result_options(op, options))
+    assert len(op.scatter.result_options.update_id) == 32
+    request = op.scatter
     first = client._stub.Scatter(request, timeout=60)
     second = client._stub.Scatter(request, timeout=60)
     assert first.result.stored.version == second.result.stored.version == 2
@@ -204,6 +208,62 @@ def test_a_repeated_in_place_request_applies_once(client, names):
     client.scatter_add(tensorops.Ref(names + "x"), 0, np.array([[0, 1, 0]]),
                        np.array([[5, 6, 7]]), in_place=True)
     np.testing.assert_array_equal(client.get(names + "x"), [[10, 0, 14], [0, 12, 0]])
+
+
+def test_running_one_op_request_twice_makes_two_changes(client, names):
+    """run and run_stream give each request of an OpRequest that changes the store a fresh
+    update id (as the op methods do per call), on a copy: the caller's OpRequest is left as it
+    was. Only an id the caller set makes a second run a repeat of the first."""
+    client.put(names + "x", np.zeros(3, np.int64))
+    op = tensorops.requests.with_result_options(
+        tensorops.requests.scatter_add(tensorops.Ref(names + "x"), 0, np.array([1]),
+                                       np.array([5])),
+        tensorops.requests.result_options(in_place=True))
+    sent = op.SerializeToString()
+    assert client.run(op).version == 2
+    assert client.run(op).version == 3
+    assert {result.version for _, result in client.run_stream([(1, op), (2, op)])} == {4, 5}
+    assert op.SerializeToString() == sent, "the caller's OpRequest is not modified"
+    np.testing.assert_array_equal(client.get(names + "x"), [0, 20, 0])
+
+    async def run_with_aio():
+        async with tensorops.aio.Client(client.target, timeout=60) as aio_client:
+            await aio_client.run(op)
+            return [result async for _, result in aio_client.run_stream([op])]
+
+    assert [result.version for result in asyncio.run(run_with_aio())] == [7]
+    # store_as, and a plain op with in_place=True: a change per run too.
+    gather = tensorops.requests.with_result_options(
+        tensorops.requests.gather(np.arange(3), 0, np.array([2])),
+        tensorops.requests.result_options(store_as=names + "y", overwrite=True))
+    assert [client.run(gather).version for _ in range(2)] == [1, 2]
+    plain = tensorops.requests.scatter_add(tensorops.Ref(names + "x"), 0, np.array([0]),
+                                           np.array([1]))
+    assert [client.run(plain, in_place=True).version for _ in range(2)] == [8, 9]
+    # An id of the caller's own is sent as it is: the second run is the first one's repeat.
+    mine = tensorops.requests.with_result_options(
+        tensorops.requests.scatter_add(tensorops.Ref(names + "x"), 0, np.array([2]),
+                                       np.array([1])),
+        tensorops.requests.result_options(in_place=True, update_id=names + "mine"))
+    assert [client.run(mine).version for _ in range(2)] == [10, 10]
+    assert [result.version for _, result in client.run_stream([mine])] == [10]
+    np.testing.assert_array_equal(client.get(names + "x"), [2, 30, 1])
+
+
+def test_aio_put_raises_what_progress_raised(server, names):
+    def stop_after_three_chunks(done, total):
+        if done > 3000:
+            raise ValueError(f"stopped at {done} of {total}")
+
+    async def main():
+        async with tensorops.aio.Client(server.address, timeout=60) as aio_client:
+            with pytest.raises(ValueError, match="stopped at 4000 of 80000"):
+                await aio_client.put(names + "x", np.zeros(10000), chunk_bytes=1000,
+                                     progress=stop_after_three_chunks)
+            with pytest.raises(tensorops.NotFound):
+                await aio_client.info(names + "x")
+
+    asyncio.run(main())
 
 
 # Retries, against a fake server that fails the first attempt of every call with UNAVAILABLE.

@@ -27,6 +27,14 @@
 // A call that reaches no server is Unavailable with the message "no tensorops server answers at
 // TARGET (is it running?)" (see Dial). Deadlines and cancellation come from the context.
 //
+// A Client from Dial retries a call that fails with Unavailable, a server's Canceled or Aborted,
+// up to 5 attempts (WithLoadBalancing), within the call's deadline: every unary call and Get, but
+// not Put, Delete, RegisterSharedMemory and UnregisterSharedMemory (ServiceConfig says why), nor
+// RunStream's streams. The Client makes these retries itself, so they happen with every gRPC-Go
+// version and need no GRPC_GO_RETRY=on (gRPC-Go before 1.40 applies a service config's retry
+// policy only with that variable set when the program starts); a Client from NewClient leaves
+// retries to its connection.
+//
 // The stubs in tensorops/v1 are generated from proto/tensorops/v1 by ../generate.sh.
 package tensorops
 
@@ -79,6 +87,7 @@ type settings struct {
 	maxMessageBytes int
 	dialOptions     []grpc.DialOption
 	serviceConfig   string // "": Dial uses ServiceConfig(true, MaxAttemptsCap).
+	maxAttempts     int    // 0: MaxAttemptsCap.
 }
 
 // WithTLS makes Dial open a TLS channel with the given configuration (nil: Go's defaults, the
@@ -222,7 +231,9 @@ const MaxAttemptsCap = 5
 // with ALREADY_EXISTS or NOT_FOUND though the first attempt did what was asked.
 //
 // gRPC-Go before 1.40 (Debian 12 has 1.33) ignores retry policies unless the environment has
-// GRPC_GO_RETRY=on when the program starts; round_robin works either way.
+// GRPC_GO_RETRY=on when the program starts; round_robin works either way. Dial therefore turns
+// gRPC's own retries off and makes this policy's retries in the Client (see the package
+// comment); a connection of your own with this config (NewClient) retries only where gRPC does.
 func ServiceConfig(roundRobin bool, maxAttempts int) (string, error) {
 	if maxAttempts < 1 || maxAttempts > MaxAttemptsCap {
 		return "", status.Errorf(codes.InvalidArgument, "tensorops: max attempts %d is not in 1..%d", maxAttempts, MaxAttemptsCap)
@@ -235,24 +246,30 @@ func ServiceConfig(roundRobin bool, maxAttempts int) (string, error) {
 	if maxAttempts > 1 {
 		retry = fmt.Sprintf(`,"retryPolicy":{"maxAttempts":%d,"initialBackoff":"0.05s","maxBackoff":"1s","backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE","CANCELLED","ABORTED"]}`, maxAttempts)
 	}
-	neverRetried := `{"name":[{"service":"tensorops.v1.TensorOps","method":"PutTensor"},{"service":"tensorops.v1.TensorOps","method":"DeleteTensor"},{"service":"tensorops.v1.TensorOps","method":"RegisterSharedMemory"},{"service":"tensorops.v1.TensorOps","method":"UnregisterSharedMemory"}]}`
-	return fmt.Sprintf(`{"loadBalancingConfig":[{%q:{}}],"methodConfig":[{"name":[{"service":"tensorops.v1.TensorOps"}]%s},%s]}`, policy, retry, neverRetried), nil
+	never := make([]string, len(neverRetried))
+	for i, method := range neverRetried {
+		never[i] = fmt.Sprintf(`{"service":%q,"method":%q}`, serviceName, method)
+	}
+	return fmt.Sprintf(`{"loadBalancingConfig":[{%q:{}}],"methodConfig":[{"name":[{"service":%q}]%s},{"name":[%s]}]}`,
+		policy, serviceName, retry, strings.Join(never, ",")), nil
 }
 
-// WithLoadBalancing sets how Dial's connection spreads calls over replicas and retries those that
-// fail with Unavailable (see ServiceConfig); without it, round_robin and 5 attempts.
+// WithLoadBalancing sets how Dial's connection spreads calls over replicas and how many attempts
+// the Client gives a call that fails with Unavailable (see ServiceConfig and the package
+// comment); without it, round_robin and 5 attempts.
 func WithLoadBalancing(roundRobin bool, maxAttempts int) Option {
 	return Option{func(s *settings) error {
 		config, err := ServiceConfig(roundRobin, maxAttempts)
 		if err != nil {
 			return err
 		}
-		s.serviceConfig = config
+		s.serviceConfig, s.maxAttempts = config, maxAttempts
 		return nil
 	}}
 }
 
-// WithDialOptions passes more options to grpc.Dial (interceptors, keepalive, ...).
+// WithDialOptions passes more options to grpc.Dial (interceptors, keepalive, ...). Interceptors
+// given with grpc.WithChainUnaryInterceptor see each attempt of a retried call.
 func WithDialOptions(options ...grpc.DialOption) Option {
 	return Option{func(s *settings) error {
 		s.dialOptions = append(s.dialOptions, options...)
@@ -276,6 +293,7 @@ type Client struct {
 	stub            tensoropsv1.TensorOpsClient
 	callOpts        []grpc.CallOption
 	maxMessageBytes int
+	retry           *retrier // nil when the connection is the caller's: gRPC's retries, if any.
 }
 
 func applyOptions(opts []Option) (*settings, error) {
@@ -310,7 +328,9 @@ func newClient(conn grpc.ClientConnInterface, s *settings) *Client {
 // the first call, with the message "no tensorops server answers at TARGET (is it running?)", a
 // hint when the connection was closed as it was set up (a TLS mismatch: a plaintext client of a
 // TLS server, or a server that requires a client certificate) and gRPC's own message in
-// brackets. It fails only for invalid options (InvalidArgument).
+// brackets. It fails only for invalid options (InvalidArgument). The Client retries calls that
+// fail with Unavailable, a server's Canceled or Aborted, itself (see the package comment), with
+// no need for GRPC_GO_RETRY=on.
 func Dial(target string, opts ...Option) (*Client, error) {
 	s, err := applyOptions(opts)
 	if err != nil {
@@ -341,15 +361,21 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	if serviceConfig == "" {
 		serviceConfig, _ = ServiceConfig(true, MaxAttemptsCap)
 	}
+	if s.maxAttempts == 0 {
+		s.maxAttempts = MaxAttemptsCap
+	}
+	// The retries are the Client's (retrier): gRPC's own, which gRPC-Go 1.33 makes only with
+	// GRPC_GO_RETRY=on, are off so that no call is retried by both.
+	retry := newRetrier(s.maxAttempts)
 	conn, err := grpc.Dial(target, append([]grpc.DialOption{
-		transport, grpc.WithDefaultServiceConfig(serviceConfig),
-		grpc.WithChainUnaryInterceptor(noServer.unary), grpc.WithChainStreamInterceptor(noServer.stream),
+		transport, grpc.WithDefaultServiceConfig(serviceConfig), grpc.WithDisableRetry(),
+		grpc.WithChainUnaryInterceptor(noServer.unary, retry.unary), grpc.WithChainStreamInterceptor(noServer.stream),
 	}, s.dialOptions...)...)
 	if err != nil {
 		return nil, err
 	}
 	client := newClient(conn, s)
-	client.conn = conn
+	client.conn, client.retry = conn, retry
 	return client, nil
 }
 
@@ -357,7 +383,9 @@ func Dial(target string, opts ...Option) (*Client, error) {
 // open. WithBearerToken, WithBearerTokenFile and WithMaxMessageBytes apply; WithTLS,
 // WithTLSFiles, WithLoadBalancing and WithDialOptions configure a connection that Dial opens, so
 // NewClient fails with InvalidArgument when given them. Its calls' errors are gRPC's as they come
-// (Dial's rewrite of "no server answers" errors is an interceptor of the connection it opens).
+// (Dial's rewrite of "no server answers" errors is an interceptor of the connection it opens),
+// and it makes no retries of its own: those are conn's (gRPC-Go before 1.40 applies a service
+// config's retry policy only with GRPC_GO_RETRY=on in the environment when the program starts).
 func NewClient(conn grpc.ClientConnInterface, opts ...Option) (*Client, error) {
 	s, err := applyOptions(opts)
 	if err != nil {
@@ -483,7 +511,9 @@ func (c *Client) ScatterNd(ctx context.Context, input Tensor, index Tensor, src 
 	return c.scatterNd(ctx, ScatterNdOp(input, index, src, opts...))
 }
 
-// ScatterNdZeros is ScatterNd on zeros of `shape` in src's dtype: paddle.scatter_nd.
+// ScatterNdZeros is ScatterNd on zeros of `shape` in src's dtype with duplicate indices summed
+// by default: paddle.scatter_nd (and tf.scatter_nd). opts.Reduce chooses another reduction
+// (Assign: the last source in row-major order of the index wins).
 func (c *Client) ScatterNdZeros(ctx context.Context, shape []int64, index Tensor, src Tensor, opts ...ScatterNdOptions) (Tensor, error) {
 	return c.scatterNd(ctx, ScatterNdZerosOp(shape, index, src, opts...))
 }

@@ -273,6 +273,14 @@ func TestOps(t *testing.T) {
 			[]int64{1, 13, 3, 14, 14, 6, 7, 20})
 		out, err = client.ScatterNdZeros(ctx, []int64{8}, index, updates)
 		expectTensor(t, "scatter_nd", out, err, tensorops.Int64, []int64{8}, []int64{0, 11, 0, 10, 9, 0, 0, 12})
+		// paddle.scatter_nd sums duplicate indices; Assign keeps the last.
+		duplicates, src := tensorops.FromInt64([]int64{0, 0, 2}, 3, 1), tensorops.FromFloat32([]float32{1, 2, 3})
+		out, err = client.ScatterNdZeros(ctx, []int64{4}, duplicates, src)
+		expectTensor(t, "scatter_nd with duplicates", out, err, tensorops.Float32, []int64{4}, []float32{3, 0, 3, 0})
+		out, err = client.ScatterNdZeros(ctx, []int64{4}, duplicates, src, tensorops.ScatterNdOptions{Reduce: tensorops.Assign})
+		expectTensor(t, "scatter_nd with duplicates, Assign", out, err, tensorops.Float32, []int64{4}, []float32{2, 0, 3, 0})
+		out, err = client.ScatterNd(ctx, tensorops.FromFloat32([]float32{5, 5, 5, 5}), duplicates, src)
+		expectTensor(t, "tensor_scatter_nd_update with duplicates", out, err, tensorops.Float32, []int64{4}, []float32{2, 5, 3, 5})
 	})
 
 	t.Run("MaskedScatter", func(t *testing.T) {

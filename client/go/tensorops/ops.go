@@ -8,13 +8,14 @@ import (
 
 // Reduction says how Scatter-like ops combine a source element with its destination
 // (docs/semantics.md, Reductions). The zero value, DefaultReduction, is the op's default: Assign
-// for Scatter and ScatterNd, Sum for IndexReduce (index_add, as in the C++ client and the CLI).
+// for Scatter and ScatterNd, Sum for IndexReduce (index_add, as in the C++ client and the CLI)
+// and for ScatterNdZeros (paddle.scatter_nd and tf.scatter_nd, which add duplicates).
 // Its values are not the wire's numbers.
 type Reduction int32
 
 // The reductions of the wire's tensorops.v1.Reduction, and the op's default.
 const (
-	DefaultReduction Reduction = iota // The zero value: Assign, or Sum for IndexReduce.
+	DefaultReduction Reduction = iota // The zero value: Assign, or Sum for IndexReduce and ScatterNdZeros.
 	Assign                            // The last source in row-major order of the index wins.
 	Sum
 	Prod
@@ -147,11 +148,13 @@ type GatherNdOptions struct {
 }
 
 // ScatterNdOptions are the optional arguments of ScatterNd and ScatterNdZeros. The zero value is
-// tf.tensor_scatter_nd_update; scatter_nd_add is Reduce: Sum.
+// tf.tensor_scatter_nd_update for ScatterNd (scatter_nd_add is Reduce: Sum), and
+// paddle.scatter_nd / tf.scatter_nd for ScatterNdZeros, which sum duplicate indices.
 type ScatterNdOptions struct {
 	Axes      []int64
 	BatchDims int64
-	// DefaultReduction (the zero value) is Assign.
+	// DefaultReduction (the zero value) is Assign for ScatterNd and Sum for ScatterNdZeros; give
+	// Assign (the last source in row-major order of the index wins), AMax, ... to choose.
 	Reduce Reduction
 	// nil means true.
 	IncludeSelf *bool
@@ -273,10 +276,12 @@ func GatherNdOp(input Tensor, index Tensor, opts ...GatherNdOptions) Op {
 		ResultOptions: o.Result.proto()}}}}
 }
 
-func scatterNdRequest(index Tensor, src Tensor, o ScatterNdOptions) *tensoropsv1.ScatterNdRequest {
+// scatterNdRequest returns a ScatterNd request without its input or shape, its reduction
+// o.Reduce, or byDefault for DefaultReduction.
+func scatterNdRequest(index Tensor, src Tensor, o ScatterNdOptions, byDefault Reduction) *tensoropsv1.ScatterNdRequest {
 	return &tensoropsv1.ScatterNdRequest{
 		Index: index.Proto(), Src: src.Proto(), Axes: o.Axes, BatchDims: o.BatchDims,
-		Reduce: o.Reduce.proto(Assign), IncludeSelf: o.IncludeSelf, Deterministic: o.Deterministic,
+		Reduce: o.Reduce.proto(byDefault), IncludeSelf: o.IncludeSelf, Deterministic: o.Deterministic,
 		ResultOptions: o.Result.proto(),
 	}
 }
@@ -284,15 +289,16 @@ func scatterNdRequest(index Tensor, src Tensor, o ScatterNdOptions) *tensoropsv1
 // ScatterNdOp is ScatterNd's request: tf.tensor_scatter_nd_update / add / min / max(input, index,
 // src), or the axes form.
 func ScatterNdOp(input Tensor, index Tensor, src Tensor, opts ...ScatterNdOptions) Op {
-	request := scatterNdRequest(index, src, optional("ScatterNd", opts))
+	request := scatterNdRequest(index, src, optional("ScatterNd", opts), Assign)
 	request.Input = input.Proto()
 	return Op{&tensoropsv1.OpRequest{Op: &tensoropsv1.OpRequest_ScatterNd{ScatterNd: request}}}
 }
 
-// ScatterNdZerosOp is ScatterNdZeros's request: paddle.scatter_nd(index, src, shape), updating
-// zeros of `shape` in src's dtype.
+// ScatterNdZerosOp is ScatterNdZeros's request: paddle.scatter_nd(index, src, shape) (and
+// tf.scatter_nd), adding src into zeros of `shape` in src's dtype, duplicate indices summed; a
+// Reduce other than DefaultReduction combines them so instead (Assign: the last one wins).
 func ScatterNdZerosOp(shape []int64, index Tensor, src Tensor, opts ...ScatterNdOptions) Op {
-	request := scatterNdRequest(index, src, optional("ScatterNdZeros", opts))
+	request := scatterNdRequest(index, src, optional("ScatterNdZeros", opts), Sum)
 	request.Shape = append([]int64{}, shape...)
 	return Op{&tensoropsv1.OpRequest{Op: &tensoropsv1.OpRequest_ScatterNd{ScatterNd: request}}}
 }

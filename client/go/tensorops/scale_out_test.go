@@ -50,8 +50,8 @@ func metricsGathers(t *testing.T, log string) int {
 }
 
 // TestRoundRobinOverReplicas: one Client over two replicas (an ipv4: target) spreads its calls
-// over both, and no call fails while one of them shuts down (retries need GRPC_GO_RETRY=on on
-// gRPC-Go 1.33; run-tests sets it).
+// over both, and no call fails while one of them shuts down (the Client's own retries, with no
+// GRPC_GO_RETRY=on).
 func TestRoundRobinOverReplicas(t *testing.T) {
 	replicas := []*server{
 		startServer(t, "--metrics_port=0", "--metrics_host=127.0.0.1"),

@@ -209,7 +209,9 @@ type SharedMemory struct {
 	// The region it is registered as by CreateSharedMemoryRegion; "" otherwise.
 	name string
 
-	mu   sync.Mutex
+	// Held for reading while the mapping is used (Write and Read copy under it), for writing
+	// by Close, which unmaps it.
+	mu   sync.RWMutex
 	data []byte // The mapping; nil once closed.
 }
 
@@ -238,16 +240,16 @@ func (m *SharedMemory) Name() string { return m.name }
 
 // Size returns the object's bytes; 0 once closed.
 func (m *SharedMemory) Size() int64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
 	return int64(len(m.data))
 }
 
 // Bytes returns the mapped bytes themselves, not a copy: writes to them are the server's to read.
 // nil once closed; the slice must not be used after Close (the memory is unmapped).
 func (m *SharedMemory) Bytes() []byte {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
 	return m.data
 }
 
@@ -263,18 +265,21 @@ func (m *SharedMemory) Tensor(offset int64, dtype DType, shape ...int64) Tensor 
 	return InSharedMemory(m.name, offset, dtype, shape...)
 }
 
-// span returns the mapped bytes [offset, offset+n), or InvalidArgument naming them and the size.
-func (m *SharedMemory) span(what string, offset, n int64) ([]byte, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+// withSpan calls use with the mapped bytes [offset, offset+n), holding the lock for reading so
+// that Close cannot unmap them meanwhile; FailedPrecondition once closed, InvalidArgument naming
+// the bytes and the size when they are not all mapped.
+func (m *SharedMemory) withSpan(what string, offset, n int64, use func([]byte)) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
 	if m.data == nil {
-		return nil, status.Errorf(codes.FailedPrecondition, "tensorops: %s: shared memory %s is closed", what, m.key)
+		return status.Errorf(codes.FailedPrecondition, "tensorops: %s: shared memory %s is closed", what, m.key)
 	}
 	if offset < 0 || n < 0 || offset > int64(len(m.data)) || n > int64(len(m.data))-offset {
-		return nil, status.Errorf(codes.InvalidArgument,
+		return status.Errorf(codes.InvalidArgument,
 			"tensorops: %s: bytes [%d, %d) are outside shared memory %s of %d bytes", what, offset, offset+n, m.key, len(m.data))
 	}
-	return m.data[offset : offset+n], nil
+	use(m.data[offset : offset+n])
+	return nil
 }
 
 // Write copies t's elements into the object from byte offset and returns the tensor argument
@@ -284,11 +289,10 @@ func (m *SharedMemory) Write(offset int64, t Tensor) (Tensor, error) {
 	if !t.HasData() || t.IsZero() {
 		return Tensor{}, status.Errorf(codes.InvalidArgument, "tensorops: Write of %v: it holds no elements", t)
 	}
-	out, err := m.span(fmt.Sprintf("Write of %v", t), offset, int64(len(t.data)))
+	err := m.withSpan(fmt.Sprintf("Write of %v", t), offset, int64(len(t.data)), func(out []byte) { copy(out, t.data) })
 	if err != nil {
 		return Tensor{}, err
 	}
-	copy(out, t.data)
 	return m.Tensor(offset, t.dtype, t.shape...), nil
 }
 
@@ -299,15 +303,21 @@ func (m *SharedMemory) Read(t Tensor) (Tensor, error) {
 	if t.shared == nil || t.shared.Region != m.name {
 		return Tensor{}, status.Errorf(codes.InvalidArgument, "tensorops: Read of %v: not a tensor in shared memory region %q", t, m.name)
 	}
-	data, err := m.span(fmt.Sprintf("Read of %v", t), t.shared.Offset, t.NumElements()*int64(t.dtype.ItemSize()))
+	var (
+		out     Tensor
+		invalid error
+	)
+	err := m.withSpan(fmt.Sprintf("Read of %v", t), t.shared.Offset, t.NumElements()*int64(t.dtype.ItemSize()),
+		func(data []byte) { out, invalid = NewTensor(t.dtype, t.shape, data) }) // NewTensor copies data.
 	if err != nil {
 		return Tensor{}, err
 	}
-	return NewTensor(t.dtype, t.shape, data)
+	return out, invalid
 }
 
 // Close unmaps the object and removes it (its key is free again; a server that still maps it
-// keeps its bytes until it unmaps them). Bytes, Write and Read fail after it; a second Close
+// keeps its bytes until it unmaps them), once the Writes and Reads in progress in other
+// goroutines have copied their bytes. Bytes, Write and Read fail after it; a second Close
 // does nothing. It does not unregister the region: DestroySharedMemoryRegion does both.
 func (m *SharedMemory) Close() error {
 	m.mu.Lock()

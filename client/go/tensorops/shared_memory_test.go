@@ -9,6 +9,7 @@ import (
 	"os"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -497,4 +498,55 @@ func TestSharedMemoryCUDARegionNeedsAGPUServer(t *testing.T) {
 		CUDA: &tensorops.CUDAMemory{RawHandle: make([]byte, 64), DeviceID: 0}}
 	err := client.RegisterSharedMemory(ctx, region)
 	expectStatus(t, "RegisterSharedMemory of a CUDA region on a CPU server", err, codes.FailedPrecondition, "runs no calls on a GPU")
+}
+
+// TestCloseDuringReadsAndWrites: Close while other goroutines Read and Write waits for the
+// copies in progress, so that none touches the memory once unmapped (a fault that would kill the
+// process): each Read or Write copies all its bytes or fails with FailedPrecondition.
+func TestCloseDuringReadsAndWrites(t *testing.T) {
+	const size = 8 << 20
+	source := tensorops.FromUint8(bytes.Repeat([]uint8{7}, size))
+	for round := 0; round < 20; round++ {
+		m, err := tensorops.NewSharedMemory(testKey("close"), size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole := m.Tensor(0, tensorops.Uint8, size)
+		var (
+			copying sync.WaitGroup // Until each goroutine has copied once.
+			done    sync.WaitGroup
+			errs    = make(chan error, 4)
+		)
+		for g := 0; g < 4; g++ {
+			copying.Add(1)
+			done.Add(1)
+			go func(reader bool) {
+				defer done.Done()
+				for copied := false; ; copied = true {
+					var err error
+					if reader {
+						_, err = m.Read(whole)
+					} else {
+						_, err = m.Write(0, source)
+					}
+					if !copied {
+						copying.Done()
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+			}(g%2 == 0)
+		}
+		copying.Wait()
+		if err := m.Close(); err != nil {
+			t.Fatal(err)
+		}
+		done.Wait()
+		close(errs)
+		for err := range errs {
+			expectStatus(t, "Read or Write during Close", err, codes.FailedPrecondition, "is closed")
+		}
+	}
 }

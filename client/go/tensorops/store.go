@@ -39,7 +39,7 @@ type ResultOptions struct {
 	ReturnData bool
 	// The id that makes a retried StoreAs or InPlace call apply once: the server answers a call
 	// whose id it remembers with what the first one did. Leave it empty and the client picks a
-	// fresh one for every call, which gRPC's automatic retries of that call resend. Set it to
+	// fresh one for every call, which the automatic retries of that call resend. Set it to
 	// retry a call yourself (after Unavailable, or from another process); never give one id to
 	// two different updates.
 	UpdateID string
@@ -257,7 +257,8 @@ type GetOptions struct {
 // Get returns the stored tensor `name`, all of one version, received in chunks. With
 // GetOptions.SharedMemory the server writes the bytes into the region instead, and Get returns
 // the tensor in shared memory that names them (its dtype and shape, no elements:
-// SharedMemory.Read reads them).
+// SharedMemory.Read reads them). A Client from Dial retries it, as a unary call, while no
+// message of the tensor has arrived.
 func (c *Client) Get(ctx context.Context, name string, opts ...GetOptions) (Tensor, error) {
 	o := optional("Get", opts)
 	if o.ChunkBytes != 0 {
@@ -267,13 +268,23 @@ func (c *Client) Get(ctx context.Context, name string, opts ...GetOptions) (Tens
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := c.stub.GetTensor(ctx, &tensoropsv1.GetTensorRequest{
-		Name: name, Version: o.Version, ChunkBytes: int64(o.ChunkBytes),
-		SharedMemory: o.SharedMemory.proto()}, c.callOpts...)
-	if err != nil {
-		return Tensor{}, err
+	request := &tensoropsv1.GetTensorRequest{
+		Name: name, Version: o.Version, ChunkBytes: int64(o.ChunkBytes), SharedMemory: o.SharedMemory.proto()}
+	// A read: retried as the unary calls are (retrier), until its first message has arrived.
+	var (
+		stream tensoropsv1.TensorOps_GetTensorClient
+		first  *tensoropsv1.GetTensorResponse
+		err    error
+	)
+	for attempt := 1; ; attempt++ {
+		stream, err = c.stub.GetTensor(ctx, request, c.callOpts...)
+		if err == nil {
+			first, err = stream.Recv()
+		}
+		if err == nil || !c.retry.again(ctx, attempt, err) {
+			break
+		}
 	}
-	first, err := stream.Recv()
 	if err != nil {
 		return Tensor{}, err
 	}

@@ -276,7 +276,8 @@ func TestRepeatedInPlaceRequestAppliesOnce(t *testing.T) {
 }
 
 // flakyServer fails the first attempt of every call with Unavailable and records what each
-// attempt carried: the update id of ops, the name of puts and deletes.
+// attempt carried: the update id of ops, the name of puts, gets and deletes. ListTensors fails
+// every attempt.
 type flakyServer struct {
 	tensoropsv1.UnimplementedTensorOpsServer
 	mu       sync.Mutex
@@ -327,10 +328,27 @@ func (f *flakyServer) DeleteTensor(_ context.Context, request *tensoropsv1.Delet
 	return &tensoropsv1.DeleteTensorResponse{}, nil
 }
 
-func startFlaky(t *testing.T) (*tensorops.Client, *flakyServer) {
-	if os.Getenv("GRPC_GO_RETRY") != "on" {
-		t.Skip("gRPC-Go 1.33 retries only with GRPC_GO_RETRY=on at start-up (run-tests sets it)")
+func (f *flakyServer) GetTensor(request *tensoropsv1.GetTensorRequest, stream tensoropsv1.TensorOps_GetTensorServer) error {
+	if err := f.attempt("GetTensor", request.GetName()); err != nil {
+		return err
 	}
+	info := &tensoropsv1.TensorInfo{Name: request.GetName(), Dtype: tensoropsv1.DataType_DATA_TYPE_INT8, Shape: []int64{2}, Bytes: 2, Version: 1}
+	if err := stream.Send(&tensoropsv1.GetTensorResponse{Part: &tensoropsv1.GetTensorResponse_Info{Info: info}}); err != nil {
+		return err
+	}
+	return stream.Send(&tensoropsv1.GetTensorResponse{Part: &tensoropsv1.GetTensorResponse_Data{Data: []byte{1, 2}}})
+}
+
+func (f *flakyServer) ListTensors(context.Context, *tensoropsv1.ListTensorsRequest) (*tensoropsv1.ListTensorsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.attempts["ListTensors"] = append(f.attempts["ListTensors"], "")
+	return nil, status.Error(codes.Unavailable, "every attempt fails")
+}
+
+// startFlaky returns a Client (Dial with opts) of a new flakyServer. The retries are the
+// Client's own: no GRPC_GO_RETRY=on needed (gRPC-Go 1.33 needs it for a service config's).
+func startFlaky(t *testing.T, opts ...tensorops.Option) (*tensorops.Client, *flakyServer) {
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -340,12 +358,36 @@ func startFlaky(t *testing.T) (*tensorops.Client, *flakyServer) {
 	tensoropsv1.RegisterTensorOpsServer(server, fake)
 	go server.Serve(listener)
 	t.Cleanup(server.Stop)
-	client, err := tensorops.Dial(listener.Addr().String())
+	client, err := tensorops.Dial(listener.Addr().String(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
 	return client, fake
+}
+
+// TestReadsAreRetried: Get (a stream) and unary reads get their attempts, 5 by default or as
+// WithLoadBalancing says, whatever GRPC_GO_RETRY holds.
+func TestReadsAreRetried(t *testing.T) {
+	client, fake := startFlaky(t)
+	ctx := testContext(t)
+	got, err := client.Get(ctx, "t")
+	expectTensor(t, "Get after a failed attempt", got, err, tensorops.Int8, []int64{2}, []int8{1, 2})
+	_, err = client.List(ctx)
+	expectStatus(t, "List", err, codes.Unavailable, "every attempt fails")
+	if want := []string{"t", "t"}; !reflect.DeepEqual(fake.attempts["GetTensor"], want) || len(fake.attempts["ListTensors"]) != tensorops.MaxAttemptsCap {
+		t.Errorf("attempts %v, want GetTensor %v and ListTensors %d times", fake.attempts, want, tensorops.MaxAttemptsCap)
+	}
+
+	client, fake = startFlaky(t, tensorops.WithLoadBalancing(true, 2))
+	_, err = client.List(ctx)
+	expectStatus(t, "List with 2 attempts", err, codes.Unavailable, "every attempt fails")
+	client, once := startFlaky(t, tensorops.WithLoadBalancing(false, 1))
+	_, err = client.Get(ctx, "t")
+	expectStatus(t, "Get with 1 attempt", err, codes.Unavailable, "the first attempt fails")
+	if len(fake.attempts["ListTensors"]) != 2 || len(once.attempts["GetTensor"]) != 1 {
+		t.Errorf("attempts %v with 2, %v with 1; want as many", fake.attempts, once.attempts)
+	}
 }
 
 func TestRetriedInPlaceCallsReuseTheirUpdateID(t *testing.T) {

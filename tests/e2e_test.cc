@@ -1996,6 +1996,13 @@ TEST_F(CliTest, NdOpsAndMaskedScatterPrintTheirResults) {
       {{"scatter_nd", "--shape=5", "--index=" + Write("p.npy", Int64Tensor({3, 1}, {1, 3, 1})),
         "--src=" + Write("pu.npy", Int64Tensor({3}, {9, 10, 11})), "--reduce=add"},
        "shape=(5,) dtype=int64\n[0, 20, 0, 10, 0]\n"},
+      // Without --reduce, a --shape scatter_nd adds duplicates up, as paddle.scatter_nd does.
+      {{"scatter_nd", "--shape=5", "--index=" + Write("p.npy", Int64Tensor({3, 1}, {1, 3, 1})),
+        "--src=" + Write("pu.npy", Int64Tensor({3}, {9, 10, 11}))},
+       "shape=(5,) dtype=int64\n[0, 20, 0, 10, 0]\n"},
+      {{"scatter_nd", "--shape=5", "--index=" + Write("p.npy", Int64Tensor({3, 1}, {1, 3, 1})),
+        "--src=" + Write("pu.npy", Int64Tensor({3}, {9, 10, 11})), "--reduce=assign"},
+       "shape=(5,) dtype=int64\n[0, 11, 0, 10, 0]\n"},
       {{"scatter_nd", "--input=" + Write("z.npy", Tensor::Zeros(DataType::kInt64, {2, 3})),
         "--index=" + Write("a.npy", Int64Tensor({1, 2, 1}, {2, -3})),
         "--src=" + Write("as.npy", Int64Tensor({1, 2}, {7, 8})), "--axes=-1", "--deterministic"},

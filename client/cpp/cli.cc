@@ -96,7 +96,8 @@ ABSL_FLAG(std::string, value, "",
           "scatter: scalar source instead of --src: true/false, an integer, or a float.");
 ABSL_FLAG(std::string, reduce, "assign",
           "scatter, index_reduce, scatter_nd: assign|sum|prod|mean|amax|amin, or an alias "
-          "add|mul|multiply|update|max|min (index_reduce defaults to sum).");
+          "add|mul|multiply|update|max|min (index_reduce, and scatter_nd given --shape, default "
+          "to sum).");
 ABSL_FLAG(bool, include_self, true,
           "scatter, index_reduce, scatter_nd: whether the destination's original value takes part "
           "in the reduction.");
@@ -821,7 +822,8 @@ absl::StatusOr<v1::ScatterNdRequest> BuildScatterNd(const OpArgs& args) {
   // ValidateCommandLine checked --axes, --shape and --reduce before connecting.
   options.axes = *ParseIntList("axes", absl::GetFlag(FLAGS_axes));
   options.batch_dims = absl::GetFlag(FLAGS_batch_dims);
-  options.reduce = *ParseReduction(absl::GetFlag(FLAGS_reduce));
+  // Unset: the client's default, which sums duplicates without an input (--shape).
+  if (args.Given("reduce")) options.reduce = *ParseReduction(absl::GetFlag(FLAGS_reduce));
   options.include_self = absl::GetFlag(FLAGS_include_self);
   options.shape = *ParseIntList("shape", absl::GetFlag(FLAGS_shape));
   options.deterministic = absl::GetFlag(FLAGS_deterministic);

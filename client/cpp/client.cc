@@ -433,11 +433,12 @@ absl::StatusOr<Tensor> Client::ScatterNd(const std::optional<TensorView>& input,
 absl::StatusOr<Tensor> Client::ScatterNdSub(const std::optional<TensorView>& input,
                                             const TensorView& index, const TensorView& src,
                                             const ScatterNdOptions& options) {
-  if (options.reduce != Reduction::kAssign && options.reduce != Reduction::kSum) {
+  if (options.reduce.has_value() && *options.reduce != Reduction::kAssign &&
+      *options.reduce != Reduction::kSum) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "scatter_nd_sub: reduce = %s is not allowed (sub is SUM of the negated src; leave reduce "
         "unset or SUM)",
-        ReductionName(options.reduce)));
+        ReductionName(*options.reduce)));
   }
   // The timeout counts from here, negating included, as every call's does from its start.
   const absl::Time deadline = Deadline(options.timeout);

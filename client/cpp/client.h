@@ -218,8 +218,9 @@ struct ScatterNdOptions {
   // As GatherNdOptions::batch_dims.
   int64_t batch_dims = 0;
   // ASSIGN is tensor_scatter_nd_update, SUM tensor_scatter_nd_add and scatter_nd_add, AMAX and
-  // AMIN tensor_scatter_nd_max and _min.
-  Reduction reduce = Reduction::kAssign;
+  // AMIN tensor_scatter_nd_max and _min. Unset: ASSIGN with an input, SUM without one (as
+  // paddle.scatter_nd adds up duplicate indices).
+  std::optional<Reduction> reduce;
   // Whether the destination's original value takes part in the reduction.
   bool include_self = true;
   // Only without an input (paddle.scatter_nd): the result's shape, rank >= 1; it starts as zeros

@@ -133,7 +133,8 @@ v1::ScatterNdRequest MakeScatterNdRequest(const std::optional<TensorView>& input
   wire::EncodeTensor(src, request.mutable_src());
   request.mutable_axes()->Assign(options.axes.begin(), options.axes.end());
   request.set_batch_dims(options.batch_dims);
-  request.set_reduce(wire::ReductionToProto(options.reduce));
+  request.set_reduce(wire::ReductionToProto(
+      options.reduce.value_or(input.has_value() ? Reduction::kAssign : Reduction::kSum)));
   request.set_include_self(options.include_self);
   request.mutable_shape()->Assign(options.shape.begin(), options.shape.end());
   request.set_deterministic(options.deterministic);

@@ -2450,6 +2450,62 @@ TEST_F(CliTest, VersionHelpTargetFilesAndStoreVersions) {
   EXPECT_TRUE(ExitedWith(RunCli({"rm", "cli_v", "--expected_version=2"}).status, 0));
 }
 
+// Mistakes on the command line are exit 2 with a message naming the flag, before any call: a
+// port gRPC would dial modulo 65536 or as 0 or 443, --output beside --in_place (which writes no
+// file), an unreadable TLS file, --alpha's value, an empty --shape, and get's --version without
+// its number (which printed the CLI's version and downloaded nothing).
+TEST_F(CliTest, CommandLineMistakesExitWithTwoNamingTheFlag) {
+  const std::string x = Write("x.npy", Int64Tensor({2}, {5, 6}));
+  const std::string bfloat16 =
+      Write("b.npy", Tensor::FromView(TensorView(DataType::kBFloat16, {1}, "\x80\x3f")));
+  ASSERT_TRUE(ExitedWith(RunCli({"put", "cli_mistakes", x}).status, 0));
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--target=127.0.0.1:111630", "health"}, "port '111630' is not a number from 1 to 65535"},
+      {{"--target=127.0.0.1:abc", "health"}, "port 'abc' is not a number from 1 to 65535"},
+      {{"--target=::1", "health"}, "an IPv6 address takes brackets before its port"},
+      {{"--target=dns:///localhost", "health"}, "has no port"},
+      {{"--target=ipv4:127.0.0.1", "health"}, "has no port"},
+      {{"scatter", "--input=@cli_mistakes", "--index=" + x, "--axis=0", "--value=1", "--in_place",
+        "--output=" + PathOf("res.npy")},
+       "--in_place writes the result into --input's stored tensor: --output = "},
+      {{"--tls_ca=" + PathOf("no_such_ca.pem"), "ls"}, "--tls_ca: cannot open "},
+      {{"index_reduce", "--input=" + x, "--index=" + x, "--src=" + x, "--axis=0", "--alpha=abc"},
+       "--alpha = 'abc' is not true, false"},
+      {{"gather", "--input=" + bfloat16, "--index=" + x, "--axis=0"}, "(--bfloat16)"},
+      {{"get", "cli_mistakes", PathOf("got.npy"), "--version"}, "flag --version needs a value"},
+      {{"scatter_nd", "--shape=", "--index=" + x, "--src=" + x}, "--shape is empty"},
+  };
+  for (const auto& [args, message] : cases) {
+    const CliResult run = RunCli(args);
+    EXPECT_TRUE(ExitedWith(run.status, 2))
+        << absl::StrJoin(args, " ") << ": " << DescribeExit(run.status) << "\n"
+        << run.stderr_text;
+    EXPECT_THAT(run.stderr_text, AllOf(::testing::StartsWith("error: "), HasSubstr(message),
+                                       Not(HasSubstr("_FOUND:"))))
+        << absl::StrJoin(args, " ");
+  }
+  EXPECT_FALSE(std::filesystem::exists(PathOf("res.npy")));
+  EXPECT_FALSE(std::filesystem::exists(PathOf("got.npy")));
+}
+
+// Printed floats read back as the same value, as NumPy prints them, not rounded to 6 digits.
+TEST_F(CliTest, PrintedFloatsReadBackExactly) {
+  const std::string wide = Write(
+      "wide.npy",
+      ref::TensorFromValues(DataType::kFloat64, {5}, {1234567, 1.0000001, 0.1, 123456789, 1e-05}));
+  const std::string narrow =
+      Write("narrow.npy", ref::TensorFromValues(DataType::kFloat32, {3}, {1.0000001, 0.1, 3.4e38}));
+  const std::string rows = Write("rows.npy", Int64Tensor({5}, {0, 1, 2, 3, 4}));
+  CliResult run = RunCli({"index_select", "--input=" + wide, "--index=" + rows, "--axis=0"});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << run.stderr_text;
+  EXPECT_EQ(run.stdout_text,
+            "shape=(5,) dtype=float64\n[1234567., 1.0000001, 0.1, 123456789., 1e-05]\n");
+  run = RunCli({"index_select", "--input=" + narrow,
+                "--index=" + Write("three.npy", Int64Tensor({3}, {0, 1, 2})), "--axis=0"});
+  ASSERT_TRUE(ExitedWith(run.status, 0)) << run.stderr_text;
+  EXPECT_EQ(run.stdout_text, "shape=(3,) dtype=float32\n[1.0000001, 0.1, 3.4e+38]\n");
+}
+
 TEST_F(CliTest, SnapshotWithoutStoreDirExitsWithOne) {
   const CliResult run = RunCli({"snapshot"});
   EXPECT_TRUE(ExitedWith(run.status, 1)) << DescribeExit(run.status);

@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -60,6 +62,7 @@
 #include "kernels/status_macros.h"
 #include "kernels/tensor.h"
 #include "proto/codec.h"
+#include "proto/credential_file.h"
 #include "proto/op_list.h"
 #include "server/store/store_files.h"
 #include "tensorops/storefiles/v1/store_files.pb.h"
@@ -629,11 +632,20 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
     }
     command_line.given.emplace(name);
   }
+  // A bare --version after a command is get's, missing its number: not a request for the CLI's
+  // version, which would end the command without doing it.
+  if (command_line.version && !command_line.positional.empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "flag --version needs a value after a command (%s --version=N: the version the stored "
+        "tensor must be at); the CLI's own version is `tensorops-cli --version` alone",
+        command_line.positional.front()));
+  }
   return command_line;
 }
 
-// ParseValue reads --value: true/false as bool, an integer as int64, anything else as a double.
-absl::StatusOr<Scalar> ParseValue(absl::string_view text) {
+// ParseValue reads --value (or --alpha, `flag`): true/false as bool, an integer as int64,
+// anything else as a double.
+absl::StatusOr<Scalar> ParseValue(absl::string_view text, absl::string_view flag = "--value") {
   const std::string lower = absl::AsciiStrToLower(text);
   if (lower == "true") return Scalar(true);
   if (lower == "false") return Scalar(false);
@@ -642,7 +654,7 @@ absl::StatusOr<Scalar> ParseValue(absl::string_view text) {
   double real = 0.0;
   if (absl::SimpleAtod(text, &real)) return Scalar(real);
   return absl::InvalidArgumentError(absl::StrFormat(
-      "--value = '%s' is not true, false, an integer or a floating-point number", text));
+      "%s = '%s' is not true, false, an integer or a floating-point number", flag, text));
 }
 
 // ParseIntList reads a comma-separated list flag (--axes, --shape) as integers.
@@ -662,10 +674,17 @@ absl::StatusOr<std::vector<int64_t>> ParseIntList(std::string_view flag_name,
   return values;
 }
 
-// FormatFloat prints like NumPy: "1.", "2.5", "nan", "inf", "1e+30".
-std::string FormatFloat(double value) {
-  std::string text = absl::StrFormat("%g", value);
-  if (text.find_first_of(".en") == std::string::npos) text.push_back('.');
+// FormatFloat prints like NumPy: the shortest text that reads back as the same `Float` (float
+// for float32 and narrower, double for float64), "1.", "2.5", "1.0000001", "1234567.", "nan",
+// "inf", "1e+30".
+template <typename Float>
+std::string FormatFloat(Float value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value < 0 ? "-inf" : "inf";
+  char buffer[64];
+  const std::to_chars_result written = std::to_chars(std::begin(buffer), std::end(buffer), value);
+  std::string text(buffer, written.ptr);
+  if (text.find_first_of(".e") == std::string::npos) text.push_back('.');
   return text;
 }
 
@@ -776,7 +795,7 @@ absl::StatusOr<v1::IndexReduceRequest> BuildIndexReduce(const OpArgs& args) {
   // index_add is the common case, so an absent --reduce means sum here.
   if (args.Given("reduce")) options.reduce = *ParseReduction(absl::GetFlag(FLAGS_reduce));
   options.include_self = absl::GetFlag(FLAGS_include_self);
-  options.alpha = *ParseValue(absl::GetFlag(FLAGS_alpha));
+  options.alpha = *ParseValue(absl::GetFlag(FLAGS_alpha), "--alpha");
   return MakeIndexReduceRequest(args.input->view(), absl::GetFlag(FLAGS_axis), index.view(),
                                 src.view(), options);
 }
@@ -913,10 +932,40 @@ const CommandSpec* FindCommand(absl::string_view name) {
 }
 
 // ValidateTlsFlags checks that a client certificate comes with its key.
-// ValidateTarget refuses a --target with no port ("127.0.0.1", "localhost", "[::1]"), which gRPC
-// would dial at port 0, and a Unix socket target without its path or name ("unix:",
-// "unix-abstract:"); other forms (HOST:PORT, dns:///HOST:PORT, unix:PATH, unix:///PATH,
-// unix-abstract:NAME, ...) are gRPC's.
+// CheckHostPort: `address` (HOST:PORT, [IPV6]:PORT) of --target `target` ends in a port of 1 to
+// 65535. gRPC would dial a missing port as 0 (or 443 through dns:), and a port past 65535 modulo
+// 65536: another server's, perhaps.
+absl::Status CheckHostPort(absl::string_view target, absl::string_view address) {
+  const size_t colon = address.rfind(':');
+  const size_t bracket = address.rfind(']');
+  const bool unbracketed_ipv6 =
+      !absl::StartsWith(address, "[") && address.find(':') != address.rfind(':');
+  if (unbracketed_ipv6) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--target = '%s': an IPv6 address takes brackets before its port (expected "
+                        "[ADDRESS]:PORT, e.g. [::1]:50051)",
+                        target));
+  }
+  if (colon == absl::string_view::npos || (bracket != absl::string_view::npos && bracket > colon)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--target = '%s' has no port (expected HOST:PORT, e.g. %s:50051, or a gRPC target such "
+        "as dns:///HOST:PORT or unix:PATH)",
+        target, address.empty() ? "127.0.0.1" : address));
+  }
+  const absl::string_view port = address.substr(colon + 1);
+  int number = 0;
+  if (!absl::SimpleAtoi(port, &number) || number < 1 || number > 65535 ||
+      !absl::c_all_of(port, [](char c) { return absl::ascii_isdigit(c); })) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--target = '%s': port '%s' is not a number from 1 to 65535", target, port));
+  }
+  return absl::OkStatus();
+}
+
+// ValidateTarget refuses a --target whose address has no port or a port out of range
+// ("127.0.0.1", "localhost:", "[::1]", "127.0.0.1:99999", "dns:///localhost", "ipv4:127.0.0.1"),
+// which gRPC would dial at some other port, and a Unix socket target without its path or name
+// ("unix:", "unix-abstract:"). Other schemes are gRPC's.
 absl::Status ValidateTarget() {
   const std::string target = absl::GetFlag(FLAGS_target);
   for (absl::string_view scheme : {"unix:", "unix-abstract:"}) {
@@ -929,14 +978,25 @@ absl::Status ValidateTarget() {
     }
     return absl::OkStatus();
   }
-  const bool bracketed_address = absl::StartsWith(target, "[") && absl::EndsWith(target, "]");
-  if (target.find(':') == std::string::npos || bracketed_address) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--target = '%s' has no port (expected HOST:PORT, e.g. %s:50051, or a gRPC target such "
-        "as dns:///HOST:PORT or unix:PATH)",
-        target, target.empty() ? "127.0.0.1" : target));
+  absl::string_view rest = target;
+  if (absl::ConsumePrefix(&rest, "dns:")) {
+    // dns:[//AUTHORITY/]HOST:PORT
+    if (absl::ConsumePrefix(&rest, "//")) {
+      const size_t slash = rest.find('/');
+      rest = slash == absl::string_view::npos ? absl::string_view() : rest.substr(slash + 1);
+    }
+    return CheckHostPort(target, rest);
   }
-  return absl::OkStatus();
+  if (absl::ConsumePrefix(&rest, "ipv4:") || absl::ConsumePrefix(&rest, "ipv6:")) {
+    for (absl::string_view address : absl::StrSplit(rest, ',')) {
+      TENSOROPS_RETURN_IF_ERROR(CheckHostPort(target, address));
+    }
+    return absl::OkStatus();
+  }
+  // Another scheme (xds:, ...) is gRPC's to read; a bare HOST:PORT is ours to check.
+  const size_t scheme_end = target.find("://");
+  if (scheme_end != std::string::npos) return absl::OkStatus();
+  return CheckHostPort(target, target);
 }
 
 // ValidateVersionFlags: --version and --expected_version, when given, are versions (>= 1).
@@ -1033,10 +1093,11 @@ absl::Status ValidateCommandLine(const CommandLine& command_line) {
         absl::StrFormat("--in_place updates a stored tensor: --input = '%s' must be @NAME",
                         absl::GetFlag(FLAGS_input)));
   }
-  if (absl::GetFlag(FLAGS_in_place) && stores_output) {
-    return absl::InvalidArgumentError(
-        "--in_place writes the result into --input's stored tensor: --output=@NAME does not "
-        "apply");
+  if (absl::GetFlag(FLAGS_in_place) && command_line.given.contains("output")) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--in_place writes the result into --input's stored tensor: --output = '%s' does not "
+        "apply (read the new value with get)",
+        absl::GetFlag(FLAGS_output)));
   }
   if (command_line.given.contains("overwrite") && !stores_output) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -1086,10 +1147,15 @@ absl::Status ValidateCommandLine(const CommandLine& command_line) {
     TENSOROPS_RETURN_IF_ERROR(ParseValue(absl::GetFlag(FLAGS_value)).status());
   }
   if (command_line.given.contains("alpha")) {
-    TENSOROPS_RETURN_IF_ERROR(ParseValue(absl::GetFlag(FLAGS_alpha)).status());
+    TENSOROPS_RETURN_IF_ERROR(ParseValue(absl::GetFlag(FLAGS_alpha), "--alpha").status());
   }
   TENSOROPS_RETURN_IF_ERROR(ParseIntList("axes", absl::GetFlag(FLAGS_axes)).status());
-  TENSOROPS_RETURN_IF_ERROR(ParseIntList("shape", absl::GetFlag(FLAGS_shape)).status());
+  TENSOROPS_ASSIGN_OR_RETURN(const std::vector<int64_t> shape,
+                             ParseIntList("shape", absl::GetFlag(FLAGS_shape)));
+  if (command_line.given.contains("shape") && shape.empty()) {
+    return absl::InvalidArgumentError(
+        "--shape is empty (expected the result's shape, rank >= 1, e.g. --shape=2,3)");
+  }
   TENSOROPS_RETURN_IF_ERROR(ValidateTarget());
   return ValidateTlsFlags();
 }
@@ -1102,6 +1168,16 @@ absl::StatusOr<std::unique_ptr<Client>> CreateClient(
   options.default_timeout = absl::GetFlag(FLAGS_timeout);
   if (absl::c_any_of(kTlsFlags,
                      [&](std::string_view flag) { return given.contains(std::string(flag)); })) {
+    // Read here first, so that a file that cannot be read is the command line's problem (exit
+    // 2) named by its flag, as a token file's is.
+    for (const absl::Flag<std::string>* flag : {&FLAGS_tls_ca, &FLAGS_tls_cert, &FLAGS_tls_key}) {
+      const std::string path = absl::GetFlag(*flag);
+      if (path.empty()) continue;
+      const std::string name = absl::StrCat("--", absl::GetFlagReflectionHandle(*flag).Name());
+      if (absl::StatusOr<std::string> read = wire::ReadCredentialFile(name, path); !read.ok()) {
+        return FileError(read.status());
+      }
+    }
     options.tls = ClientOptions::Tls{.root_ca_file = absl::GetFlag(FLAGS_tls_ca),
                                      .cert_file = absl::GetFlag(FLAGS_tls_cert),
                                      .key_file = absl::GetFlag(FLAGS_tls_key),
@@ -2009,7 +2085,8 @@ int Main(int argc, char** argv) {
     if (!client.ok()) return ReportFailure(client.status());
     return service_command->run(**client, args);
   }
-  const NpyReadOptions read_options{.uint16_as_bfloat16 = absl::GetFlag(FLAGS_bfloat16)};
+  const NpyReadOptions read_options{.uint16_as_bfloat16 = absl::GetFlag(FLAGS_bfloat16),
+                                    .uint16_as_bfloat16_option = "--bfloat16"};
   std::map<std::string, StoredTensor> stored;
   const OpArgs no_input{
       .given = &command_line->given, .read_options = read_options, .stored = &stored};
@@ -2045,4 +2122,13 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace tensorops
 
-int main(int argc, char** argv) { return tensorops::Main(argc, argv); }
+int main(int argc, char** argv) {
+  const int status = tensorops::Main(argc, argv);
+  // What a command printed is its answer: one that could not be written (a full disk, a closed
+  // pipe) is a failure, not exit 0.
+  if (!std::cout.flush()) {
+    std::cerr << "error: cannot write to standard output\n";
+    return status == 0 ? tensorops::kExitUsage : status;
+  }
+  return status;
+}

@@ -1,5 +1,8 @@
 #include "client/cpp/npy.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <bit>
 #include <cerrno>
 #include <charconv>
@@ -7,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -353,18 +357,46 @@ std::string SerializeNpy(const TensorView& view) {
   return bytes;
 }
 
-absl::Status WriteNpy(const std::string& path, const TensorView& view) {
-  const std::string bytes = SerializeNpy(view);
+namespace {
+
+// WriteWhole writes `bytes` to `path`, created or truncated.
+absl::Status WriteWhole(const std::string& path, std::string_view bytes,
+                        std::string_view shown_path) {
   std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "wb"), &std::fclose);
   if (file == nullptr) {
-    return absl::ErrnoToStatus(errno, absl::StrFormat("cannot create %s", path));
+    return absl::ErrnoToStatus(errno, absl::StrFormat("cannot create %s", shown_path));
   }
   if (std::fwrite(bytes.data(), 1, bytes.size(), file.get()) != bytes.size()) {
-    return absl::ErrnoToStatus(errno, absl::StrFormat("cannot write %s", path));
+    return absl::ErrnoToStatus(errno, absl::StrFormat("cannot write %s", shown_path));
   }
   // fclose flushes; a full disk may only show up here.
   if (std::fclose(file.release()) != 0) {
-    return absl::ErrnoToStatus(errno, absl::StrFormat("cannot write %s", path));
+    return absl::ErrnoToStatus(errno, absl::StrFormat("cannot write %s", shown_path));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WriteNpy(const std::string& path, const TensorView& view) {
+  const std::string bytes = SerializeNpy(view);
+  // A regular file (or a new one) is written beside it and renamed over it, so that a failed
+  // write (a full disk) leaves the old file whole rather than a truncated one. Anything else
+  // (/dev/stdout, a pipe) is written as it is.
+  struct stat existing = {};
+  if (stat(path.c_str(), &existing) == 0 && !S_ISREG(existing.st_mode)) {
+    return WriteWhole(path, bytes, path);
+  }
+  const std::string temporary = absl::StrFormat("%s.tmp-%d", path, getpid());
+  if (absl::Status written = WriteWhole(temporary, bytes, path); !written.ok()) {
+    std::remove(temporary.c_str());
+    return written;
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    const absl::Status renamed =
+        absl::ErrnoToStatus(errno, absl::StrFormat("cannot write %s", path));
+    std::remove(temporary.c_str());
+    return renamed;
   }
   return absl::OkStatus();
 }

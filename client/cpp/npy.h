@@ -53,7 +53,9 @@ absl::StatusOr<Tensor> ReadNpy(const std::string& path, const NpyReadOptions& op
 // row-major order; strided views are written contiguously.
 std::string SerializeNpy(const TensorView& view);
 
-// WriteNpy writes SerializeNpy(view) to `path`, replacing the file. Returns an error with a code
+// WriteNpy writes SerializeNpy(view) to `path`, replacing the file: through a file beside it
+// (`path`.tmp-PID) renamed over it, so that a failed write leaves the old file as it was (a path
+// that is no regular file, /dev/stdout say, is written directly). Returns an error with a code
 // matching errno when the file cannot be written.
 absl::Status WriteNpy(const std::string& path, const TensorView& view);
 

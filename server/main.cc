@@ -51,7 +51,8 @@ ABSL_FLAG(int, max_rank, 16, "Largest rank of any one tensor (0..16).");
 ABSL_FLAG(int, max_concurrent_calls, 0,
           "Calls executing at once (>= 0; 0 = one per CPU thread the kernels may use).");
 ABSL_FLAG(int, max_queued_calls, 1024,
-          "Calls admitted and waiting to execute (>= 0); more get RESOURCE_EXHAUSTED.");
+          "Calls admitted and waiting to execute (>= 0); more get RESOURCE_EXHAUSTED. As many "
+          "(at least 16) may wait for a stored tensor's lock before that.");
 ABSL_FLAG(tensorops::ByteCount, max_memory_bytes, tensorops::ByteCount{0},
           "Most bytes that calls in flight (their requests and results) and the tensor store hold "
           "together (>= 0; 0 = no limit); a call that would take the total past it gets "

@@ -460,6 +460,32 @@ TEST_P(StoreServiceTest, ResponsesOverMaxMessageBytesAreRefusedNamingTheFlagAndS
   EXPECT_THAT(outcomes[1].message(), HasSubstr("(--max_message_bytes)"));
   EXPECT_TRUE(outcomes[2].ok()) << outcomes[2];
 
+  // A returned result that changes the store must leave room for its response's framing, or the
+  // change would be made and then reported as failed: it is refused before anything changes.
+  const std::vector<float> row = Floats(kLimit / 4 - 512);
+  ASSERT_TRUE(client_
+                  ->PutTensor("row", TensorView(DataType::kFloat32, {kLimit / 4 - 512}, row.data()),
+                              {.chunk_bytes = 16 << 10})
+                  .ok());
+  v1::OpRequest add_one;
+  v1::ScatterRequest* scatter = add_one.mutable_scatter();
+  scatter->mutable_input()->mutable_stored()->set_name("row");
+  *scatter->mutable_index() = MakeTensor<int64_t>({1}, {0});
+  scatter->mutable_value()->set_float_value(1.0);
+  scatter->set_reduce(v1::REDUCTION_SUM);
+  scatter->mutable_result_options()->set_in_place(true);
+  scatter->mutable_result_options()->set_return_data(true);
+  absl::StatusOr<StoredResult> returned = client_->RunStored(add_one);
+  EXPECT_EQ(returned.status().code(), absl::StatusCode::kResourceExhausted) << returned.status();
+  EXPECT_THAT(returned.status().message(),
+              HasSubstr("with return_data, a result that changes the store may take the limit "
+                        "less 4096 bytes"));
+  EXPECT_EQ(server_->store().Info("", "row")->version, 1);
+  scatter->mutable_result_options()->set_return_data(false);
+  absl::StatusOr<StoredResult> updated = client_->RunStored(add_one);
+  ASSERT_TRUE(updated.ok()) << updated.status();
+  EXPECT_EQ(updated->version, 2);
+
   // The gradient of the 128 KiB stored table, from a request of a few bytes.
   v1::OpRequest gather;
   gather.mutable_gather()->mutable_input()->mutable_stored()->set_name("table");

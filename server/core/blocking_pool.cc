@@ -24,6 +24,11 @@ bool BlockingPool::Run(std::function<void()> task) {
   return true;
 }
 
+void BlockingPool::RunAdmitted(std::function<void()> task) {
+  absl::MutexLock lock(&mu_);
+  tasks_.push_back(std::move(task));
+}
+
 int64_t BlockingPool::tasks() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int64_t>(tasks_.size()) + running_;

@@ -40,6 +40,9 @@ class BlockingPool {
   // Run queues `task`, which one of the pool's threads runs; false (and `task` dropped unrun)
   // when max_tasks are queued or running already.
   [[nodiscard]] bool Run(std::function<void()> task);
+  // RunAdmitted queues `task` whatever the count: for the next step of a call the pool admitted
+  // before (a download's next chunk), which must not fail halfway for want of room.
+  void RunAdmitted(std::function<void()> task);
   int64_t max_tasks() const { return max_tasks_; }
   // Tasks queued or running now.
   int64_t tasks() const;

@@ -42,7 +42,7 @@ absl::Status PoolFullError(const ServingContext& serving) {
   return MarkRejected(
       absl::ResourceExhaustedError(absl::StrFormat(
           "the server is busy: %d calls are waiting for stored tensors that other calls hold, "
-          "the most --max_queued_calls allows; retry later or with backoff",
+          "the most --max_queued_calls allows (at least 16); retry later or with backoff",
           serving.blocking_pool->max_tasks())),
       Rejection::kQueueFull);
 }

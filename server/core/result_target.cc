@@ -1,9 +1,11 @@
 #include "server/core/result_target.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <utility>
 
+#include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -161,10 +163,25 @@ absl::StatusOr<MutableTensorView> ResultTarget::Allocate(DataType dtype, ShapeSp
   }
   // What crosses the wire is held to the message size; a result that stays in the store is not.
   wire::DecodeLimits limits = limits_;
-  if (kind_ != Kind::kResponse && !options_.return_data()) {
+  const bool changes_store = kind_ == Kind::kStore || kind_ == Kind::kInPlace;
+  if (changes_store && !options_.return_data()) {
     limits.max_bytes = std::numeric_limits<int64_t>::max();
   }
-  TENSOROPS_RETURN_IF_ERROR(wire::CheckShape(dtype, shape, op_, "result", limits).status());
+  // A returned result that changes the store leaves room for the rest of its response: the
+  // change is committed before the response is sent, and a response over the limit (refused by
+  // OpCall::End) would report a failure for a change that was made.
+  if (changes_store && options_.return_data()) {
+    limits.max_bytes = std::max<int64_t>(0, limits_.max_bytes - kStoredResponseFramingBytes);
+  }
+  if (absl::Status fits = wire::CheckShape(dtype, shape, op_, "result", limits).status();
+      !fits.ok()) {
+    if (limits.max_bytes == limits_.max_bytes || !absl::IsResourceExhausted(fits)) return fits;
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%s; with return_data, a result that changes the store may take the limit less %d "
+        "bytes (the rest of its response, which is sent after the change is made): leave "
+        "return_data out and read the result with GetTensor",
+        fits.message(), kStoredResponseFramingBytes));
+  }
   switch (kind_) {
     case Kind::kResponse:
       allocated_ = wire::AllocateTensor(dtype, shape, result_);

@@ -101,6 +101,10 @@ class ResultTarget {
  private:
   enum class Kind { kResponse, kStore, kInPlace, kSharedMemory };
 
+  // What a response that returns a stored result holds besides the result's bytes, at most: the
+  // name (256 bytes), shape, dtype, version and, in KServe, the output's name and parameters.
+  static constexpr int64_t kStoredResponseFramingBytes = 4096;
+
   ResultTarget(std::string_view op, Kind kind, const v1::ResultOptions& options,
                const StoredTensors& stored, std::shared_ptr<StoredOperands> operands,
                const wire::DecodeLimits& limits, v1::Tensor* result);

@@ -340,10 +340,9 @@ class GetTensorReactor final : public grpc::ServerWriteReactor<v1::GetTensorResp
     }
     const absl::Status read = ReadChunk(size, FirstTry());
     if (IsStoreBusy(read)) {
-      if (!serving_.blocking_pool->Run(
-              [this, size] { SendOrEnd(ReadChunk(size, LockWait::kWait), size); })) {
-        End(PoolFullError(serving_));
-      }
+      // Some chunks are out already: the download must not fail now for want of room.
+      serving_.blocking_pool->RunAdmitted(
+          [this, size] { SendOrEnd(ReadChunk(size, LockWait::kWait), size); });
       return;
     }
     SendOrEnd(read, size);

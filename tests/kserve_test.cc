@@ -643,6 +643,45 @@ TEST(KServeLimitsTest, RequestsOverMaxMessageBytesAreRefusedNamingTheFlag) {
             std::string(reinterpret_cast<const char*>(&two), sizeof(two)));
 }
 
+// A stream's error response echoes at most 4096 bytes of the request's id: one that echoed an id
+// of nearly the limit's size would be over the limit, which gRPC refuses to send, ending the
+// whole stream. The next request is still answered.
+TEST(KServeLimitsTest, AnErrorResponseFitsWhateverTheRequestsIdAndTheStreamGoesOn) {
+  constexpr int64_t kLimit = 64 << 10;
+  ServerOptions options;
+  options.limits.max_message_bytes = kLimit;
+  std::unique_ptr<Server> server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<inference::GRPCInferenceService::Stub> kserve = ConnectInference(server->port());
+  grpc::ClientContext context;
+  auto stream = kserve->ModelStreamInfer(&context);
+  ModelInferRequest bad;
+  bad.set_model_name("gather");
+  bad.set_id(std::string(kLimit - 200, 'i'));
+  AddInput("input", MakeTensor<float>({2}, {1, 2}), &bad);
+  AddInput("index", MakeTensor<int64_t>({1}, {7}), &bad);  // out of range
+  SetInt("axis", 0, &bad);
+  ASSERT_LE(static_cast<int64_t>(bad.ByteSizeLong()), kLimit);
+  ASSERT_TRUE(stream->Write(bad));
+  ModelInferRequest good;
+  good.set_model_name("gather");
+  good.set_id("good");
+  AddInput("input", MakeTensor<float>({2}, {1, 2}), &good);
+  AddInput("index", MakeTensor<int64_t>({1}, {1}), &good);
+  SetInt("axis", 0, &good);
+  ASSERT_TRUE(stream->Write(good));
+  std::map<std::string, inference::ModelStreamInferResponse> answers = AnswersById(*stream);
+  ASSERT_EQ(answers.size(), 2u);
+  const std::string cut(4096, 'i');
+  ASSERT_TRUE(answers.contains(cut));
+  EXPECT_THAT(answers[cut].error_message(),
+              AllOf(HasSubstr("out of range"),
+                    HasSubstr(absl::StrFormat("(the request's id, %d bytes, is cut to its "
+                                              "first 4096 bytes in this response)",
+                                              kLimit - 200))));
+  EXPECT_EQ(answers["good"].error_message(), "");
+}
+
 TEST_F(KServeTest, ScatterGivenBothSrcAndValueIsRefusedNamingBoth) {
   std::mt19937 rng(23);
   ModelInferRequest scatter = Cases(rng)[1].kserve;

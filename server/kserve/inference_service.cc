@@ -31,6 +31,17 @@
 namespace tensorops::kserve {
 namespace {
 
+// What an error response on a stream echoes of its request (the id, the model's name) and of its
+// error, at most: with --max_message_bytes of 16 KiB or more an error response always fits.
+constexpr size_t kMaxEchoedBytes = 4096;
+// What a log line shows of a request's id.
+constexpr size_t kMaxLoggedIdBytes = 256;
+
+// Echoed is `text` cut to at most `max_bytes` bytes.
+std::string Echoed(absl::string_view text, size_t max_bytes) {
+  return std::string(text.substr(0, max_bytes));
+}
+
 using inference::ModelInferRequest;
 
 // InferenceDescriptor describes KServe's GRPCInferenceService.
@@ -193,7 +204,8 @@ struct StreamProtocol {
         : message_(std::move(message)), op_name_(InferCall::ModelName(message_)) {}
     std::string_view op_name() const { return op_name_; }
     std::string LogName() const {
-      return absl::StrFormat("ModelStreamInfer request \"%s\"", absl::CHexEscape(message_.id()));
+      return absl::StrFormat("ModelStreamInfer request \"%s\"",
+                             absl::CHexEscape(Echoed(message_.id(), kMaxLoggedIdBytes)));
     }
     absl::StatusOr<PreparedOp> Prepare(const ServingContext& serving, const StoredTensors& stored) {
       // Translated once: the translation takes the request's raw contents, and a preparation
@@ -206,10 +218,19 @@ struct StreamProtocol {
     }
     void SetError(const absl::Status& status) {
       response_.Clear();
-      response_.set_error_message(std::string(status.message()));
-      // The id (and model) let a client match the error to its request.
-      response_.mutable_infer_response()->set_id(message_.id());
-      response_.mutable_infer_response()->set_model_name(message_.model_name());
+      // The id (and model) let a client match the error to its request. Each is cut to at most
+      // kMaxEchoedBytes, so that an error response always fits --max_message_bytes: one that
+      // did not would end the whole stream (a request's id may be nearly the limit's size).
+      std::string message = Echoed(status.message(), kMaxEchoedBytes);
+      if (message_.id().size() > kMaxEchoedBytes) {
+        absl::StrAppend(&message, absl::StrFormat(" (the request's id, %d bytes, is cut to its "
+                                                  "first %d bytes in this response)",
+                                                  message_.id().size(), kMaxEchoedBytes));
+      }
+      response_.set_error_message(std::move(message));
+      response_.mutable_infer_response()->set_id(Echoed(message_.id(), kMaxEchoedBytes));
+      response_.mutable_infer_response()->set_model_name(
+          Echoed(message_.model_name(), kMaxEchoedBytes));
       MarkFinal();
     }
     const inference::ModelStreamInferResponse& response() const { return response_; }

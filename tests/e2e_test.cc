@@ -2493,8 +2493,10 @@ TEST_F(CliTest, PrintedFloatsReadBackExactly) {
   const std::string wide = Write(
       "wide.npy",
       ref::TensorFromValues(DataType::kFloat64, {5}, {1234567, 1.0000001, 0.1, 123456789, 1e-05}));
-  const std::string narrow =
-      Write("narrow.npy", ref::TensorFromValues(DataType::kFloat32, {3}, {1.0000001, 0.1, 3.4e38}));
+  // Built from floats: ref::TensorFromValues would also truncate 3.4e38 into an int64.
+  const std::vector<float> narrow_values = {1.0000001f, 0.1f, 3.4e38f};
+  const std::string narrow = Write(
+      "narrow.npy", Tensor::FromView(TensorView(DataType::kFloat32, {3}, narrow_values.data())));
   const std::string rows = Write("rows.npy", Int64Tensor({5}, {0, 1, 2, 3, 4}));
   CliResult run = RunCli({"index_select", "--input=" + wide, "--index=" + rows, "--axis=0"});
   ASSERT_TRUE(ExitedWith(run.status, 0)) << run.stderr_text;

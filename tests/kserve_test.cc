@@ -596,6 +596,18 @@ TEST(KServeStoreOffTest, StoredInputWhileTheStoreIsOffSaysTheStoreIsOff) {
   EXPECT_THAT(run_status.error_message(), HasSubstr("the tensor store is off"));
 }
 
+// TwoElementGather is a gather of element `index` of [1, 2] with request id `id` (an index past 1
+// is out of range).
+ModelInferRequest TwoElementGather(const std::string& id, int64_t index) {
+  ModelInferRequest request;
+  request.set_model_name("gather");
+  request.set_id(id);
+  AddInput("input", MakeTensor<float>({2}, {1, 2}), &request);
+  AddInput("index", MakeTensor<int64_t>({1}, {index}), &request);
+  SetInt("axis", 0, &request);
+  return request;
+}
+
 // A ModelInfer request over --max_message_bytes is refused naming the flag and its size; on a
 // ModelStreamInfer it gets that error by its id and the stream goes on.
 TEST(KServeLimitsTest, RequestsOverMaxMessageBytesAreRefusedNamingTheFlag) {
@@ -626,13 +638,7 @@ TEST(KServeLimitsTest, RequestsOverMaxMessageBytesAreRefusedNamingTheFlag) {
   grpc::ClientContext context;
   auto stream = kserve->ModelStreamInfer(&context);
   ASSERT_TRUE(stream->Write(large));
-  ModelInferRequest small;
-  small.set_model_name("gather");
-  small.set_id("small");
-  AddInput("input", MakeTensor<float>({2}, {1, 2}), &small);
-  AddInput("index", MakeTensor<int64_t>({1}, {1}), &small);
-  SetInt("axis", 0, &small);
-  ASSERT_TRUE(stream->Write(small));
+  ASSERT_TRUE(stream->Write(TwoElementGather("small", 1)));
   std::map<std::string, inference::ModelStreamInferResponse> answers = AnswersById(*stream);
   ASSERT_EQ(answers.size(), 2u);
   EXPECT_THAT(answers["large"].error_message(), HasSubstr(refusal));
@@ -655,21 +661,10 @@ TEST(KServeLimitsTest, AnErrorResponseFitsWhateverTheRequestsIdAndTheStreamGoesO
   std::unique_ptr<inference::GRPCInferenceService::Stub> kserve = ConnectInference(server->port());
   grpc::ClientContext context;
   auto stream = kserve->ModelStreamInfer(&context);
-  ModelInferRequest bad;
-  bad.set_model_name("gather");
-  bad.set_id(std::string(kLimit - 200, 'i'));
-  AddInput("input", MakeTensor<float>({2}, {1, 2}), &bad);
-  AddInput("index", MakeTensor<int64_t>({1}, {7}), &bad);  // out of range
-  SetInt("axis", 0, &bad);
+  const ModelInferRequest bad = TwoElementGather(std::string(kLimit - 200, 'i'), 7);
   ASSERT_LE(static_cast<int64_t>(bad.ByteSizeLong()), kLimit);
   ASSERT_TRUE(stream->Write(bad));
-  ModelInferRequest good;
-  good.set_model_name("gather");
-  good.set_id("good");
-  AddInput("input", MakeTensor<float>({2}, {1, 2}), &good);
-  AddInput("index", MakeTensor<int64_t>({1}, {1}), &good);
-  SetInt("axis", 0, &good);
-  ASSERT_TRUE(stream->Write(good));
+  ASSERT_TRUE(stream->Write(TwoElementGather("good", 1)));
   std::map<std::string, inference::ModelStreamInferResponse> answers = AnswersById(*stream);
   ASSERT_EQ(answers.size(), 2u);
   const std::string cut(4096, 'i');

@@ -204,11 +204,11 @@ void OpCall::End(const absl::Status& outcome) {
   // error that names no flag, and end a whole stream with it.
   if (const int64_t response_bytes = status.ok() ? ResponseBytes() : 0;
       response_bytes > serving_.limits.max_bytes) {
-    status = absl::ResourceExhaustedError(absl::StrFormat(
-        "%s: the response would be %d bytes, more than the server's limit of %d "
-        "(--max_message_bytes); ask for a smaller result, or keep it in the store "
-        "(result_options.store_as) or in shared memory",
-        op_.op.empty() ? op_name_ : op_.op, response_bytes, serving_.limits.max_bytes));
+    status = absl::ResourceExhaustedError(
+        absl::StrFormat("%s: the response would be %d bytes, more than the server's limit of %d "
+                        "(--max_message_bytes); ask for a smaller result, or keep it in the store "
+                        "(result_options.store_as) or in shared memory",
+                        op_.op, response_bytes, serving_.limits.max_bytes));
   }
   code_ = status.code();
   timeline_.finished = absl::Now();
